@@ -1,0 +1,104 @@
+// Package cli holds the small conventions every switchyard subcommand
+// shares: a Command value, flags that fall back to SWITCHYARD_* environment
+// variables, and the common connection flags.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Command is one `switchyard <name>` subcommand. Run parses args itself
+// (with a flag.FlagSet named after the command) and returns when ctx is
+// done or the work is finished. It writes results to stdout and
+// diagnostics to stderr; it never calls os.Exit.
+type Command struct {
+	Name    string
+	Summary string
+	Run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// ErrUsage marks an error caused by bad flags or arguments; main exits 2.
+var ErrUsage = errors.New("usage")
+
+// EnvName is the environment variable that backs flag name:
+// "kafka-brokers" -> "SWITCHYARD_KAFKA_BROKERS".
+func EnvName(name string) string {
+	return "SWITCHYARD_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// Parse parses args into fs; every flag not given on the command line
+// takes its value from its SWITCHYARD_* environment variable when set.
+// getenv may be nil (os.Getenv). A parse error wraps ErrUsage.
+func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return fmt.Errorf("%w: %s", ErrUsage, Usage(fs))
+		}
+		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, Usage(fs))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		if v := getenv(EnvName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%w: environment %s=%q: %v", ErrUsage, EnvName(f.Name), v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Usage renders fs's flags as the help text of its command.
+func Usage(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: switchyard %s [flags]\n", fs.Name())
+	fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(&b, "  --%s (env %s, default %q)\n      %s\n", f.Name, EnvName(f.Name), f.DefValue, f.Usage)
+	})
+	return b.String()
+}
+
+// Connection holds the flags every networked service takes.
+type Connection struct {
+	KafkaBrokers string // comma-separated host:port list
+	NATSURL      string
+	TopicPrefix  string
+}
+
+// DefaultKafkaBrokers and DefaultNATSURL match `switchyard brokers` defaults.
+const (
+	DefaultKafkaBrokers = "127.0.0.1:9092"
+	DefaultNATSURL      = "nats://127.0.0.1:4222"
+)
+
+// Register adds --kafka-brokers, --nats-url and --topic-prefix to fs.
+func (c *Connection) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.KafkaBrokers, "kafka-brokers", DefaultKafkaBrokers, "comma-separated Kafka bootstrap brokers")
+	fs.StringVar(&c.NATSURL, "nats-url", DefaultNATSURL, "NATS server URL (JetStream enabled)")
+	fs.StringVar(&c.TopicPrefix, "topic-prefix", "switchyard", "prefix of every Kafka topic name")
+}
+
+// Brokers splits KafkaBrokers.
+func (c Connection) Brokers() []string {
+	var out []string
+	for _, b := range strings.Split(c.KafkaBrokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
