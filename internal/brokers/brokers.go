@@ -1,0 +1,166 @@
+// Package brokers starts the embedded message brokers Switchyard uses when
+// no external cluster is given: a real NATS server with JetStream
+// (nats-server/v2) and an in-process Kafka that speaks the wire protocol
+// (franz-go's kfake). Both listen on real TCP ports, so outside clients
+// (kcat, the nats CLI) work against them, and both persist to disk when
+// given a data directory.
+package brokers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Config says where the brokers listen and where they keep data.
+type Config struct {
+	// KafkaListen is the host:port of the embedded Kafka broker.
+	// Default "127.0.0.1:0" (a free port).
+	KafkaListen string
+	// NATSListen is the host:port of the embedded NATS server.
+	// Default "127.0.0.1:0" (a free port).
+	NATSListen string
+	// DataDir, when set, makes both brokers persist under it
+	// (DataDir/kafka and DataDir/jetstream). Empty: Kafka in memory,
+	// JetStream in a temporary directory removed by Close.
+	DataDir string
+	// KafkaPartitions is the default partition count of auto-created
+	// topics. Default 3.
+	KafkaPartitions int
+}
+
+// Brokers is a running pair of embedded brokers.
+type Brokers struct {
+	NATS  *server.Server
+	Kafka *kfake.Cluster
+}
+
+// Start starts both brokers and waits until they accept connections.
+func Start(ctx context.Context, cfg Config) (*Brokers, error) {
+	ns, err := StartNATS(ctx, cfg.NATSListen, dataSub(cfg.DataDir, "jetstream"))
+	if err != nil {
+		return nil, err
+	}
+	kc, err := StartKafka(cfg.KafkaListen, dataSub(cfg.DataDir, "kafka"), cfg.KafkaPartitions)
+	if err != nil {
+		ns.Shutdown()
+		return nil, err
+	}
+	return &Brokers{NATS: ns, Kafka: kc}, nil
+}
+
+func dataSub(dir, sub string) string {
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, sub)
+}
+
+// KafkaAddrs returns the bootstrap addresses of the Kafka broker.
+func (b *Brokers) KafkaAddrs() []string { return b.Kafka.ListenAddrs() }
+
+// NATSURL returns the client URL of the NATS server.
+func (b *Brokers) NATSURL() string { return b.NATS.ClientURL() }
+
+// Close stops both brokers.
+func (b *Brokers) Close() {
+	b.Kafka.Close()
+	b.NATS.Shutdown()
+	b.NATS.WaitForShutdown()
+}
+
+func splitHostPort(addr, def string) (string, int, error) {
+	if addr == "" {
+		addr = def
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("parsing listen address %q: %w", addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("parsing port of %q: invalid port", addr)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return host, p, nil
+}
+
+// StartNATS starts a NATS server with JetStream on listen (host:port; port
+// 0 picks a free one). storeDir empty keeps JetStream in a temporary
+// directory.
+func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, error) {
+	host, port, err := splitHostPort(listen, "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		Host:      host,
+		Port:      port,
+		JetStream: true,
+		StoreDir:  storeDir,
+		NoLog:     true,
+		NoSigs:    true,
+		// One-process dev server: keep JetStream's reservations small.
+		JetStreamMaxMemory: 256 << 20,
+		JetStreamMaxStore:  1 << 30,
+	}
+	if storeDir == "" {
+		opts.StoreDir = "" // server picks os.TempDir()/nats/jetstream
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating nats server: %w", err)
+	}
+	go ns.Start()
+	deadline := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		deadline = time.Until(d)
+	}
+	if !ns.ReadyForConnections(deadline) {
+		ns.Shutdown()
+		return nil, errors.New("nats server not ready for connections")
+	}
+	return ns, nil
+}
+
+// StartKafka starts a single-broker kfake cluster on listen (host:port;
+// port 0 picks a free one). dataDir empty keeps the log in memory.
+func StartKafka(listen, dataDir string, partitions int) (*kfake.Cluster, error) {
+	host, port, err := splitHostPort(listen, "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	if partitions <= 0 {
+		partitions = 3
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(partitions),
+		kfake.ClusterID("switchyard-embedded"),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}),
+	}
+	if dataDir != "" {
+		opts = append(opts, kfake.DataDir(dataDir))
+	}
+	kc, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded kafka on %s:%d: %w", host, port, err)
+	}
+	return kc, nil
+}

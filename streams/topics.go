@@ -1,0 +1,75 @@
+// Package streams is Switchyard's Kafka plumbing: topic names, topic
+// creation, a bounded never-blocking emitter and the dead-letter writer.
+// JetStream snapshot storage lives in streams/snapshots.
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Topics names Switchyard's Kafka topics.
+type Topics struct {
+	// Signals carries EngineSignal records keyed by engine id.
+	Signals string
+	// RoutingEvents carries RoutingEvent records keyed by cluster.
+	RoutingEvents string
+	// Estimates carries Estimate envelopes keyed by entity (compacted).
+	Estimates string
+	// DeadLetter carries records that could not be processed, with the
+	// reason in the "switchyard-dlq-reason" header.
+	DeadLetter string
+}
+
+// DefaultPrefix is the topic prefix used when none is configured.
+const DefaultPrefix = "switchyard"
+
+// TopicsFor returns the topic names under prefix ("" means DefaultPrefix):
+// PREFIX.engine.signals, PREFIX.routing.events, PREFIX.estimates,
+// PREFIX.deadletter.
+func TopicsFor(prefix string) Topics {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Topics{
+		Signals:       prefix + ".engine.signals",
+		RoutingEvents: prefix + ".routing.events",
+		Estimates:     prefix + ".estimates",
+		DeadLetter:    prefix + ".deadletter",
+	}
+}
+
+// All lists every topic.
+func (t Topics) All() []string {
+	return []string{t.Signals, t.RoutingEvents, t.Estimates, t.DeadLetter}
+}
+
+// EnsureTopics creates the topics that do not exist yet, with partitions
+// partitions (default 3) and replication factor -1 (the broker default).
+// The estimates topic is compacted.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics, partitions int32) error {
+	if partitions <= 0 {
+		partitions = 3
+	}
+	adm := kadm.NewClient(cl)
+	compact := "compact"
+	for _, name := range t.All() {
+		var cfg map[string]*string
+		if name == t.Estimates {
+			cfg = map[string]*string{"cleanup.policy": &compact}
+		}
+		resp, err := adm.CreateTopic(ctx, partitions, -1, cfg, name)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %q: %w", name, err)
+		}
+		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %q: %w", name, resp.Err)
+		}
+	}
+	return nil
+}
