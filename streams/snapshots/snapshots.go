@@ -1,0 +1,237 @@
+// Package snapshots stores Switchyard's weight snapshots in NATS
+// JetStream: a key-value bucket holding the latest snapshot per CPU
+// cluster (with history), and an audit stream holding every whole
+// snapshot ever published. Versions only go up: a publish whose version is
+// not newer than what a key holds fails with ErrStaleVersion.
+package snapshots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Defaults of Config.
+const (
+	DefaultBucket       = "switchyard_snapshots"
+	DefaultHistory      = 64
+	DefaultAuditStream  = "SWITCHYARD_SNAPSHOT_AUDIT"
+	DefaultAuditSubject = "switchyard.snapshots.audit"
+)
+
+// Sentinel errors.
+var (
+	// ErrStaleVersion: the snapshot is not newer than the stored one.
+	ErrStaleVersion = errors.New("snapshot version not newer than stored version")
+	// ErrNotFound: no snapshot stored for the cluster.
+	ErrNotFound = errors.New("no snapshot for cluster")
+	// ErrInvalidKey: a cluster id is not a valid KV key.
+	ErrInvalidKey = errors.New("cluster id is not a valid key")
+)
+
+var validKey = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
+
+// Config names the bucket and stream.
+type Config struct {
+	Bucket       string // default DefaultBucket
+	History      uint8  // values kept per key, default DefaultHistory
+	AuditStream  string // default DefaultAuditStream
+	AuditSubject string // default DefaultAuditSubject
+	Logger       *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Bucket == "" {
+		c.Bucket = DefaultBucket
+	}
+	if c.History == 0 {
+		c.History = DefaultHistory
+	}
+	if c.AuditStream == "" {
+		c.AuditStream = DefaultAuditStream
+	}
+	if c.AuditSubject == "" {
+		c.AuditSubject = DefaultAuditSubject
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Store reads and writes snapshots.
+type Store struct {
+	js  jetstream.JetStream
+	kv  jetstream.KeyValue
+	cfg Config
+}
+
+// Open creates (or binds to) the bucket and the audit stream.
+func Open(ctx context.Context, js jetstream.JetStream, cfgs ...Config) (*Store, error) {
+	var cfg Config
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	cfg.defaults()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      cfg.Bucket,
+		Description: "Switchyard weight snapshots, one key per CPU cluster",
+		History:     cfg.History,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening snapshot bucket %q: %w", cfg.Bucket, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        cfg.AuditStream,
+		Description: "Every whole Switchyard weight snapshot, for audit",
+		Subjects:    []string{cfg.AuditSubject},
+		MaxAge:      30 * 24 * time.Hour,
+		MaxBytes:    512 << 20,
+	}); err != nil {
+		return nil, fmt.Errorf("opening audit stream %q: %w", cfg.AuditStream, err)
+	}
+	return &Store{js: js, kv: kv, cfg: cfg}, nil
+}
+
+// Publish stores snap: the whole snapshot on the audit stream, then, for
+// each cluster, a snapshot holding only that cluster's weights under the
+// cluster's key. A key holding a version >= snap.Version fails with
+// ErrStaleVersion (other clusters are still written).
+func (s *Store) Publish(ctx context.Context, snap *schemas.WeightSnapshot) error {
+	whole, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("encoding snapshot %d: %w", snap.GetVersion(), err)
+	}
+	if _, err := s.js.Publish(ctx, s.cfg.AuditSubject, whole); err != nil {
+		return fmt.Errorf("publishing snapshot %d to audit stream: %w", snap.GetVersion(), err)
+	}
+	var errs []error
+	for _, cw := range snap.GetClusters() {
+		one := &schemas.WeightSnapshot{
+			SchemaVersion: snap.GetSchemaVersion(),
+			Version:       snap.GetVersion(),
+			CreatedUnixMs: snap.GetCreatedUnixMs(),
+			Clusters:      []*schemas.ClusterWeights{cw},
+			InputsDigest:  snap.GetInputsDigest(),
+			Stats:         snap.GetStats(),
+		}
+		if err := s.put(ctx, cw.GetCluster(), one); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSnapshot) error {
+	if !validKey.MatchString(cluster) {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, cluster)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("encoding snapshot for %q: %w", cluster, err)
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		e, err := s.kv.Get(ctx, cluster)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if _, err := s.kv.Create(ctx, cluster, b); err == nil {
+				return nil
+			} else if !errors.Is(err, jetstream.ErrKeyExists) {
+				return fmt.Errorf("creating snapshot key %q: %w", cluster, err)
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("reading snapshot key %q: %w", cluster, err)
+		}
+		var cur schemas.WeightSnapshot
+		if err := proto.Unmarshal(e.Value(), &cur); err == nil && cur.GetVersion() >= snap.GetVersion() {
+			return fmt.Errorf("%w: cluster %q holds %d, got %d", ErrStaleVersion, cluster, cur.GetVersion(), snap.GetVersion())
+		}
+		if _, err := s.kv.Update(ctx, cluster, b, e.Revision()); err == nil {
+			return nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("updating snapshot key %q: %w", cluster, err)
+		}
+		// Lost a race with another writer: read again.
+	}
+	return fmt.Errorf("updating snapshot key %q: too much contention", cluster)
+}
+
+// Get returns the latest snapshot of cluster, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, cluster string) (*schemas.WeightSnapshot, error) {
+	b, err := s.GetRaw(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	var snap schemas.WeightSnapshot
+	if err := proto.Unmarshal(b, &snap); err != nil {
+		return nil, fmt.Errorf("decoding snapshot of %q: %w", cluster, err)
+	}
+	return &snap, nil
+}
+
+// GetRaw returns the stored bytes of cluster's latest snapshot.
+func (s *Store) GetRaw(ctx context.Context, cluster string) ([]byte, error) {
+	if !validKey.MatchString(cluster) {
+		return nil, fmt.Errorf("%w: %q", ErrInvalidKey, cluster)
+	}
+	e, err := s.kv.Get(ctx, cluster)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, cluster)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading snapshot key %q: %w", cluster, err)
+	}
+	return e.Value(), nil
+}
+
+// LatestVersion returns the highest version stored under any key (0 when
+// the bucket is empty), so a restarted optimizer continues above it.
+func (s *Store) LatestVersion(ctx context.Context) (uint64, error) {
+	keys, err := s.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("listing snapshot keys: %w", err)
+	}
+	var max uint64
+	for _, k := range keys {
+		snap, err := s.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		if snap.GetVersion() > max {
+			max = snap.GetVersion()
+		}
+	}
+	return max, nil
+}
+
+// History returns up to the bucket's history of snapshots for cluster,
+// oldest first.
+func (s *Store) History(ctx context.Context, cluster string) ([]*schemas.WeightSnapshot, error) {
+	es, err := s.kv.History(ctx, cluster)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, cluster)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading history of %q: %w", cluster, err)
+	}
+	out := make([]*schemas.WeightSnapshot, 0, len(es))
+	for _, e := range es {
+		var snap schemas.WeightSnapshot
+		if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), &snap) != nil {
+			continue
+		}
+		out = append(out, &snap)
+	}
+	return out, nil
+}
