@@ -1,0 +1,69 @@
+// Command switchyard is the single binary of Switchyard: one subcommand per
+// service. main only wires commands; each lives in services/<name>.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/services/brokers"
+)
+
+func commands() []cli.Command {
+	return []cli.Command{
+		brokers.Command(),
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range cmds {
+		if c.Name != args[0] {
+			continue
+		}
+		err := c.Run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, cli.ErrUsage):
+			fmt.Fprintf(stderr, "switchyard %s: %v\n", c.Name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "switchyard %s: %v\n", c.Name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "switchyard: unknown command %q\n", args[0])
+	usage(stderr, cmds)
+	return 2
+}
+
+func usage(w io.Writer, cmds []cli.Command) {
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
+	fmt.Fprintln(w, "usage: switchyard <command> [flags]\n\ncommands:")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-11s %s\n", c.Name, c.Summary)
+	}
+	fmt.Fprintln(w, "\nRun `switchyard <command> --help` for a command's flags.")
+}
