@@ -1,0 +1,489 @@
+// Package pick chooses an engine for a request: weighted by the published
+// snapshot, with KV-cache affinity, bounded load and local guardrails.
+//
+// # Algorithm
+//
+// A Table is a weighted Maglev lookup table: M slots (M prime, at least
+// 64 per engine) are filled from each engine's own permutation of the slot
+// numbers, each engine taking a number of slots proportional to its
+// weight. A request's affinity key hashes to one slot; the engine there is
+// its first choice, so requests sharing a prefix key land on the engine
+// that holds their KV cache. Maglev was chosen over weighted rendezvous
+// hashing because a lookup is O(1) (rendezvous is O(engines), ~µs at 1,024
+// engines) while a weight change still moves close to the minimal share
+// of keys; the table is rebuilt off the request path when a snapshot
+// arrives.
+//
+// The first choice is skipped, and the following slots are walked (which
+// visits other engines in proportion to their weights), when the engine
+//   - was already tried by this request (a retry goes to a different engine),
+//   - is ejected or down,
+//   - is penalized: a penalty p turns away the share p of keys (decided by
+//     a hash of key and engine, so the same keys move each time),
+//   - would exceed a bounded slack over its weighted share of the
+//     gateway's in-flight requests: inflight+1 > share·(total+1)·(1+Slack)
+//     + Floor (consistent hashing with bounded loads), or
+//   - is at its hard in-flight limit.
+//
+// After MaxProbes slots the least loaded acceptable engine (in flight
+// relative to weight) is taken; if every engine is ejected or down the
+// least loaded one under its limit is used anyway (panic routing, as a
+// guardrail must never take the whole cluster down). Only when every
+// engine is at its hard limit does Pick fail; the gateway then sheds.
+//
+// With no snapshot the gateway builds a LeastLoaded table: healthy engines,
+// fewest in flight, ties broken by the affinity key.
+package pick
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Reason says how Pick chose.
+type Reason uint8
+
+// Reasons.
+const (
+	None        Reason = iota
+	Affinity           // the key's own slot
+	Weighted           // a later slot of the walk
+	Overflow           // least loaded after the walk found nothing
+	LeastLoaded        // fallback table: fewest in flight
+	Panic              // every engine ejected or down: least loaded anyway
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Affinity:
+		return "affinity"
+	case Weighted:
+		return "weighted"
+	case Overflow:
+		return "overflow"
+	case LeastLoaded:
+		return "fallback"
+	case Panic:
+		return "panic"
+	}
+	return "none"
+}
+
+// Spec describes one engine of a table.
+type Spec struct {
+	ID     string
+	URL    string
+	Weight float64
+}
+
+// Engine is one engine of a built table.
+type Engine struct {
+	ID    string
+	URL   string
+	Share float64 // normalized weight
+	State *State
+	salt  uint64
+}
+
+// Options tune a table. Zero values take the defaults.
+type Options struct {
+	// Slack is the allowed excess over an engine's weighted share of
+	// in-flight requests before affinity spills over. Default 0.25.
+	Slack float64
+	// Floor is the absolute excess (requests) always allowed, so that
+	// affinity holds at low load. Default 2.
+	Floor float64
+	// MaxProbes bounds the walk over slots. Default 16.
+	MaxProbes int
+	// LeastLoaded ignores weights: fewest in flight wins (the fallback
+	// when there is no snapshot).
+	LeastLoaded bool
+	// SlotsPerEngine sizes the table (M >= SlotsPerEngine·engines, prime,
+	// at least 4093). Default 64.
+	SlotsPerEngine int
+}
+
+func (o *Options) defaults() {
+	if !(o.Slack >= 0) || math.IsInf(o.Slack, 0) {
+		o.Slack = 0.25
+	}
+	if o.Slack == 0 {
+		o.Slack = 0.25
+	}
+	if !(o.Floor > 0) || math.IsInf(o.Floor, 0) {
+		o.Floor = 2
+	}
+	if o.MaxProbes <= 0 {
+		o.MaxProbes = 16
+	}
+	if o.SlotsPerEngine <= 0 {
+		o.SlotsPerEngine = 64
+	}
+}
+
+// Errors of Build.
+var (
+	ErrNoEngines = errors.New("no engines")
+	ErrBadWeight = errors.New("invalid weight")
+)
+
+// MaxEngines bounds a table.
+const MaxEngines = 1 << 16
+
+// Pool keeps one State per engine id, shared by every table it builds, so
+// in-flight counts, ejections and penalties survive snapshot swaps.
+// States are never removed; the number of distinct engine ids bounds it.
+type Pool struct {
+	mu     sync.Mutex
+	states map[string]*State
+	total  atomic.Int64
+}
+
+// NewPool returns an empty pool.
+func NewPool() *Pool { return &Pool{states: map[string]*State{}} }
+
+// State returns the state of engine id, creating it.
+func (p *Pool) State(id string) *State {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.states[id]
+	if !ok {
+		s = &State{id: id, total: &p.total}
+		p.states[id] = s
+	}
+	return s
+}
+
+// Lookup returns the state of engine id if the pool has it.
+func (p *Pool) Lookup(id string) (*State, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.states[id]
+	return s, ok
+}
+
+// InFlight returns the requests in flight over all engines.
+func (p *Pool) InFlight() int64 { return p.total.Load() }
+
+// Table is an immutable routing table over engines; share it freely.
+type Table struct {
+	engines []Engine
+	slots   []int32
+	total   *atomic.Int64
+	opt     Options
+}
+
+// Build returns a table over specs. Engines of weight 0 are left out
+// (unless opt.LeastLoaded, which ignores weights). Weights must be finite
+// and non-negative with a positive sum; ids unique and non-empty.
+func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
+	opt.defaults()
+	if len(specs) > MaxEngines {
+		return nil, fmt.Errorf("%d engines, at most %d: %w", len(specs), MaxEngines, ErrBadWeight)
+	}
+	seen := make(map[string]bool, len(specs))
+	var sum float64
+	kept := make([]Spec, 0, len(specs))
+	for _, s := range specs {
+		if s.ID == "" {
+			return nil, fmt.Errorf("empty engine id: %w", ErrBadWeight)
+		}
+		if seen[s.ID] {
+			return nil, fmt.Errorf("engine %q listed twice: %w", s.ID, ErrBadWeight)
+		}
+		seen[s.ID] = true
+		w := s.Weight
+		if opt.LeastLoaded {
+			w = 1
+		}
+		if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+			return nil, fmt.Errorf("engine %q weight %v: %w", s.ID, s.Weight, ErrBadWeight)
+		}
+		if w == 0 {
+			continue
+		}
+		s.Weight = w
+		sum += w
+		kept = append(kept, s)
+	}
+	if len(kept) == 0 || !(sum > 0) || math.IsInf(sum, 0) {
+		return nil, ErrNoEngines
+	}
+	t := &Table{engines: make([]Engine, len(kept)), total: &p.total, opt: opt}
+	for i, s := range kept {
+		t.engines[i] = Engine{ID: s.ID, URL: s.URL, Share: s.Weight / sum, State: p.State(s.ID), salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
+	}
+	if !opt.LeastLoaded {
+		t.slots = maglev(t.engines, opt.SlotsPerEngine)
+	}
+	return t, nil
+}
+
+// Len returns the number of engines.
+func (t *Table) Len() int { return len(t.engines) }
+
+// Engine returns engine i (0 <= i < Len()).
+func (t *Table) Engine(i int) *Engine { return &t.engines[i] }
+
+// Index returns the index of engine id, or -1.
+func (t *Table) Index(id string) int {
+	for i := range t.engines {
+		if t.engines[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Done ends a request Pick started on engine i. It is valid after the
+// table was replaced.
+func (t *Table) Done(i int) { t.engines[i].State.Release() }
+
+// Pick chooses an engine for key, skipping the engines in exclude, and
+// counts the request in flight on it (end it with Done). It returns -1
+// when every engine is excluded or at its hard limit. Pick does not
+// allocate.
+func (t *Table) Pick(key uint64, exclude []int32) (int, Reason) {
+	if len(t.engines) == 0 {
+		return -1, None
+	}
+	if t.opt.LeastLoaded {
+		if i := t.least(key, exclude, false, false); i >= 0 {
+			return i, LeastLoaded
+		}
+		if i := t.least(key, exclude, false, true); i >= 0 {
+			return i, Panic
+		}
+		return -1, None
+	}
+	h := mix(key)
+	m := uint64(len(t.slots))
+	pos, _ := bits.Mul64(h, m)
+	tot := float64(t.total.Load()) + 1
+	grow := 1 + t.opt.Slack
+	for p := 0; p < t.opt.MaxProbes; p++ {
+		i := t.slots[pos]
+		if pos++; pos == m {
+			pos = 0
+		}
+		if excluded(i, exclude) {
+			continue
+		}
+		e := &t.engines[i]
+		s := e.State
+		if !s.Available() {
+			continue
+		}
+		if rej := s.reject.Load(); rej > 0 && uint32(mix(h^e.salt)>>48) < rej {
+			continue
+		}
+		if float64(s.inflight.Load())+1 > e.Share*tot*grow+t.opt.Floor {
+			continue
+		}
+		if !s.tryAcquire() {
+			continue
+		}
+		if p == 0 {
+			return int(i), Affinity
+		}
+		return int(i), Weighted
+	}
+	if i := t.least(key, exclude, true, false); i >= 0 {
+		return i, Overflow
+	}
+	if i := t.least(key, exclude, true, true); i >= 0 {
+		return i, Panic
+	}
+	return -1, None
+}
+
+// least picks the acceptable engine with the fewest in flight (relative
+// to its share when weighted), starting the scan at the key so ties split
+// by key. force ignores availability.
+func (t *Table) least(key uint64, exclude []int32, weighted, force bool) int {
+	n := len(t.engines)
+	for attempt := 0; attempt < 3; attempt++ {
+		best, bestLoad := -1, math.Inf(1)
+		start := int(key % uint64(n))
+		for k := 0; k < n; k++ {
+			i := start + k
+			if i >= n {
+				i -= n
+			}
+			if excluded(int32(i), exclude) {
+				continue
+			}
+			s := t.engines[i].State
+			if !force && !s.Available() {
+				continue
+			}
+			in := s.inflight.Load()
+			if l := s.limit.Load(); l > 0 && in >= l {
+				continue
+			}
+			load := float64(in)
+			if weighted {
+				load = (load + 1) / t.engines[i].Share
+			}
+			if load < bestLoad {
+				best, bestLoad = i, load
+			}
+		}
+		if best < 0 {
+			return -1
+		}
+		if t.engines[best].State.tryAcquire() {
+			return best
+		}
+	}
+	return -1
+}
+
+func excluded(i int32, ex []int32) bool {
+	for _, x := range ex {
+		if x == i {
+			return true
+		}
+	}
+	return false
+}
+
+// maglev fills a weighted Maglev table.
+func maglev(engines []Engine, per int) []int32 {
+	n := len(engines)
+	m := nextPrime(max(per*n, 4093))
+	// Slot quotas by largest remainder, at least one per engine.
+	quota := make([]int, n)
+	type rem struct {
+		i int
+		f float64
+	}
+	rems := make([]rem, n)
+	used := 0
+	for i := range engines {
+		x := engines[i].Share * float64(m)
+		q := int(x)
+		if q < 1 {
+			q = 1
+		}
+		quota[i] = q
+		used += q
+		rems[i] = rem{i, x - math.Floor(x)}
+	}
+	sort.Slice(rems, func(a, b int) bool {
+		if rems[a].f != rems[b].f {
+			return rems[a].f > rems[b].f
+		}
+		return rems[a].i < rems[b].i
+	})
+	for k := 0; used < m; k = (k + 1) % n {
+		quota[rems[k].i]++
+		used++
+	}
+	for used > m { // minimums pushed us over: take from the largest
+		big := 0
+		for i := range quota {
+			if quota[i] > quota[big] {
+				big = i
+			}
+		}
+		quota[big]--
+		used--
+	}
+	offset := make([]uint64, n)
+	skip := make([]uint64, n)
+	next := make([]uint64, n)
+	for i := range engines {
+		offset[i] = hashString(engines[i].ID, 0x243f6a8885a308d3) % uint64(m)
+		skip[i] = hashString(engines[i].ID, 0x13198a2e03707344)%uint64(m-1) + 1
+	}
+	slots := make([]int32, m)
+	for i := range slots {
+		slots[i] = -1
+	}
+	active := make([]int, 0, n)
+	for i := range engines {
+		active = append(active, i)
+	}
+	filled := 0
+	for filled < m {
+		w := 0
+		for _, i := range active {
+			for {
+				c := (offset[i] + next[i]*skip[i]) % uint64(m)
+				next[i]++
+				if slots[c] < 0 {
+					slots[c] = int32(i)
+					break
+				}
+			}
+			filled++
+			quota[i]--
+			if quota[i] > 0 {
+				active[w] = i
+				w++
+			}
+			if filled == m {
+				break
+			}
+		}
+		active = active[:w]
+	}
+	return slots
+}
+
+func nextPrime(n int) int {
+	if n%2 == 0 {
+		n++
+	}
+	for ; ; n += 2 {
+		prime := true
+		for d := 3; d*d <= n; d += 2 {
+			if n%d == 0 {
+				prime = false
+				break
+			}
+		}
+		if prime {
+			return n
+		}
+	}
+}
+
+// hashString is FNV-1a of s seeded with seed, then mixed.
+func hashString(s string, seed uint64) uint64 {
+	h := uint64(14695981039346656037) ^ seed
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return mix(h)
+}
+
+// HashBytes hashes b to an affinity key.
+func HashBytes(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= 1099511628211
+	}
+	return mix(h)
+}
+
+// HashString hashes s to an affinity key.
+func HashString(s string) uint64 { return hashString(s, 0) }
+
+// mix is the splitmix64 finalizer.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
