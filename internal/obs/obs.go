@@ -1,0 +1,29 @@
+// Package obs holds the observability wiring services share: serving a
+// Prometheus registry over HTTP.
+package obs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ServeMetrics serves g on addr at /metrics until the returned stop is
+// called or ctx is done. It returns the address it listens on.
+func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("metrics listener %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	return ln.Addr().String(), func() { stop(); _ = srv.Close() }, nil
+}
