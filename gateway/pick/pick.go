@@ -22,7 +22,7 @@
 //     a hash of key and engine, so the same keys move each time),
 //   - would exceed a bounded slack over its weighted share of the
 //     gateway's in-flight requests: inflight+1 > share·(total+1)·(1+Slack)
-//     + Floor (consistent hashing with bounded loads), or
+//   - Floor (consistent hashing with bounded loads), or
 //   - is at its hard in-flight limit.
 //
 // After MaxProbes slots the least loaded acceptable engine (in flight
