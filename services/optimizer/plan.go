@@ -1,0 +1,311 @@
+package optimizer
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	opt "github.com/switchyard-llm/switchyard/optimizer"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Settings are the planning knobs.
+type Settings struct {
+	// MaxUtilization caps each engine's planned load (default 0.9).
+	MaxUtilization float64
+	// ChurnWeight is ms per unit of traffic moved from the previous
+	// weights (default 5).
+	ChurnWeight float64
+	// EstimateTTL drops engine and demand estimates older than this
+	// (default 30s): a silent engine is not planned for.
+	EstimateTTL time.Duration
+	// Clusters are always planned for, with at least MinDemandRPS, so
+	// every gateway gets a snapshot before traffic flows.
+	Clusters     []string
+	MinDemandRPS float64
+	// RegionRTTms is the static region→region network latency used when
+	// no network estimate exists for a (cluster, engine) pair. A missing
+	// pair falls back to DefaultRTTms (0 in the same region); with
+	// StrictResidency a missing pair makes the engine unusable for the
+	// cluster instead.
+	RegionRTTms     map[string]map[string]float64
+	DefaultRTTms    float64
+	StrictResidency bool
+	// MinNetworkSamples is how many samples a measured network estimate
+	// needs before it replaces the static value (default 20).
+	MinNetworkSamples uint32
+}
+
+func (s *Settings) defaults() {
+	if s.MaxUtilization <= 0 || s.MaxUtilization > 1 {
+		s.MaxUtilization = 0.9
+	}
+	if s.ChurnWeight < 0 {
+		s.ChurnWeight = 0
+	}
+	if s.EstimateTTL <= 0 {
+		s.EstimateTTL = 30 * time.Second
+	}
+	if s.DefaultRTTms <= 0 {
+		s.DefaultRTTms = 50
+	}
+	if s.MinNetworkSamples == 0 {
+		s.MinNetworkSamples = 20
+	}
+}
+
+// ErrNothingToPlan: no fresh engine or no cluster to plan for.
+var ErrNothingToPlan = errors.New("no fresh engine estimates or no clusters to plan for")
+
+// State is the latest estimate per entity plus the last published
+// weights. It is not safe for concurrent use.
+type State struct {
+	engines  map[string]*schemas.EngineEstimate
+	demand   map[string]*schemas.DemandEstimate
+	network  map[[2]string]*schemas.NetworkEstimate
+	previous map[string]map[string]float64
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{
+		engines:  map[string]*schemas.EngineEstimate{},
+		demand:   map[string]*schemas.DemandEstimate{},
+		network:  map[[2]string]*schemas.NetworkEstimate{},
+		previous: map[string]map[string]float64{},
+	}
+}
+
+// Apply records est, keeping the newest window per entity.
+func (s *State) Apply(est *schemas.Estimate) {
+	switch k := est.GetKind().(type) {
+	case *schemas.Estimate_Engine:
+		e := k.Engine
+		if cur, ok := s.engines[e.GetEngineId()]; !ok || cur.GetWindowEndUnixMs() <= e.GetWindowEndUnixMs() {
+			s.engines[e.GetEngineId()] = e
+		}
+	case *schemas.Estimate_Demand:
+		d := k.Demand
+		if cur, ok := s.demand[d.GetCluster()]; !ok || cur.GetWindowEndUnixMs() <= d.GetWindowEndUnixMs() {
+			s.demand[d.GetCluster()] = d
+		}
+	case *schemas.Estimate_Network:
+		n := k.Network
+		key := [2]string{n.GetCluster(), n.GetEngineId()}
+		if cur, ok := s.network[key]; !ok || cur.GetWindowEndUnixMs() <= n.GetWindowEndUnixMs() {
+			s.network[key] = n
+		}
+	}
+}
+
+// Remember records the weights of a published snapshot as the previous
+// weights for the churn term.
+func (s *State) Remember(snap *schemas.WeightSnapshot) {
+	for _, cw := range snap.GetClusters() {
+		m := map[string]float64{}
+		for _, w := range cw.GetWeights() {
+			if w.GetWeight() > 0 {
+				m[w.GetEngineId()] = w.GetWeight()
+			}
+		}
+		s.previous[cw.GetCluster()] = m
+	}
+}
+
+// Instance builds the optimisation problem from the estimates fresh at
+// now, and the endpoint URL of every engine in it.
+func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string]string, error) {
+	set.defaults()
+	cutoff := now.Add(-set.EstimateTTL).UnixMilli()
+	in := &opt.Instance{MaxUtilization: set.MaxUtilization, ChurnWeight: set.ChurnWeight, RTTms: map[string]map[string]float64{}}
+	endpoints := map[string]string{}
+	region := map[string]string{}
+
+	// Mean output tokens across clusters weighs TBOT into the engine
+	// latency: e2e(u) = TTFT(u) + outputTokens × TBOT(u).
+	var outTok, outW float64
+	demand := map[string]float64{}
+	for _, id := range set.Clusters {
+		demand[id] = set.MinDemandRPS
+	}
+	for _, id := range sortedKeys(s.demand) {
+		d := s.demand[id]
+		if d.GetWindowEndUnixMs() < cutoff {
+			continue
+		}
+		rps := math.Max(d.GetDemandRps(), d.GetForecastRps())
+		if !finite(rps) || rps < 0 {
+			continue
+		}
+		demand[id] = math.Max(rps, set.MinDemandRPS)
+		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
+			outTok += mo * rps
+			outW += rps
+		}
+	}
+	meanOut := 0.0
+	if outW > 0 {
+		meanOut = outTok / outW
+	}
+	for _, id := range sortedKeys(demand) {
+		in.Clusters = append(in.Clusters, opt.Cluster{ID: id, DemandRPS: demand[id]})
+	}
+	for _, id := range sortedKeys(s.engines) {
+		e := s.engines[id]
+		if e.GetWindowEndUnixMs() < cutoff || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
+			continue
+		}
+		prof, err := engineLatency(e, meanOut)
+		if err != nil {
+			continue
+		}
+		in.Engines = append(in.Engines, opt.Engine{
+			ID:          id,
+			CapacityRPS: e.GetCapacityRps(),
+			Healthy:     e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0,
+			LatencyMs:   prof,
+		})
+		endpoints[id] = e.GetEndpointUrl()
+		region[id] = e.GetRegion()
+	}
+	if len(in.Clusters) == 0 || len(in.Engines) == 0 {
+		return nil, nil, ErrNothingToPlan
+	}
+	for _, c := range in.Clusters {
+		row := map[string]float64{}
+		for _, e := range in.Engines {
+			if n, ok := s.network[[2]string{c.ID, e.ID}]; ok && n.GetSamples() >= set.MinNetworkSamples && finite(n.GetRttMs()) && n.GetRttMs() >= 0 {
+				row[e.ID] = n.GetRttMs()
+				continue
+			}
+			if v, ok := set.RegionRTTms[c.ID][region[e.ID]]; ok {
+				row[e.ID] = v
+				continue
+			}
+			if set.StrictResidency {
+				continue
+			}
+			if region[e.ID] == c.ID {
+				row[e.ID] = 0
+			} else {
+				row[e.ID] = set.DefaultRTTms
+			}
+		}
+		in.RTTms[c.ID] = row
+	}
+	if len(s.previous) > 0 {
+		in.Previous = map[string]map[string]float64{}
+		for c, m := range s.previous {
+			if _, ok := demand[c]; !ok {
+				continue
+			}
+			row := map[string]float64{}
+			for e, w := range m {
+				if _, ok := endpoints[e]; ok {
+					row[e] = w
+				}
+			}
+			in.Previous[c] = row
+		}
+	}
+	if err := in.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("building instance: %w", err)
+	}
+	return in, endpoints, nil
+}
+
+// Plan solves in and returns the snapshot with the given version,
+// created at now.
+func Plan(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
+	start := time.Now()
+	sol, err := opt.Solve(in)
+	if err != nil {
+		return nil, fmt.Errorf("solving: %w", err)
+	}
+	stats := sol.Stats()
+	stats.SolveMs = float64(time.Since(start).Microseconds()) / 1000
+	return &schemas.WeightSnapshot{
+		SchemaVersion: schemas.Version,
+		Version:       version,
+		CreatedUnixMs: now.UnixMilli(),
+		Clusters:      sol.ClusterWeights(endpoints),
+		InputsDigest:  in.Digest(),
+		Stats:         stats,
+	}, nil
+}
+
+// engineLatency merges the TTFT and TBOT profiles into one end-to-end
+// profile on the union of their knots; a sum of convex non-decreasing
+// piecewise-linear curves is one too.
+func engineLatency(e *schemas.EngineEstimate, outTokens float64) ([][2]float64, error) {
+	ttft := points(e.GetTtftProfile())
+	if len(ttft) == 0 {
+		return nil, fmt.Errorf("engine %q has no TTFT profile", e.GetEngineId())
+	}
+	tbot := points(e.GetTbotProfile())
+	if len(tbot) == 0 || outTokens <= 0 {
+		return ttft, nil
+	}
+	knots := map[float64]bool{}
+	for _, p := range ttft {
+		knots[p[0]] = true
+	}
+	for _, p := range tbot {
+		knots[p[0]] = true
+	}
+	us := make([]float64, 0, len(knots))
+	for u := range knots {
+		us = append(us, u)
+	}
+	sort.Float64s(us)
+	out := make([][2]float64, 0, len(us))
+	for _, u := range us {
+		out = append(out, [2]float64{u, interp(ttft, u) + outTokens*interp(tbot, u)})
+	}
+	return out, nil
+}
+
+func points(p *schemas.LatencyProfile) [][2]float64 {
+	var out [][2]float64
+	for _, pt := range p.GetPoints() {
+		if finite(pt.GetUtilization()) && finite(pt.GetLatencyMs()) {
+			out = append(out, [2]float64{pt.GetUtilization(), pt.GetLatencyMs()})
+		}
+	}
+	return out
+}
+
+// interp evaluates a piecewise-linear curve, holding the first value
+// before the first knot and extending the last segment after the last.
+func interp(pts [][2]float64, u float64) float64 {
+	if len(pts) == 1 || u <= pts[0][0] {
+		return pts[0][1]
+	}
+	for i := 1; i < len(pts); i++ {
+		if u <= pts[i][0] {
+			a, b := pts[i-1], pts[i]
+			if b[0] <= a[0] {
+				return b[1]
+			}
+			return a[1] + (b[1]-a[1])*(u-a[0])/(b[0]-a[0])
+		}
+	}
+	a, b := pts[len(pts)-2], pts[len(pts)-1]
+	if b[0] <= a[0] {
+		return b[1]
+	}
+	return b[1] + (b[1]-a[1])*(u-b[0])/(b[0]-a[0])
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,351 @@
+// Package optimizer is the `switchyard optimizer` service: it consumes the
+// processor's estimates from Kafka, builds the routing problem every
+// period, solves it with package optimizer and publishes a versioned
+// weight snapshot to NATS JetStream.
+package optimizer
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// Config configures the service.
+type Config struct {
+	KafkaBrokers []string
+	TopicPrefix  string
+	NATSURL      string
+	// Period between solves (default 5s).
+	Period   time.Duration
+	Settings Settings
+	// Now is the clock (default time.Now).
+	Now        func() time.Time
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Stats are the service's counters.
+type Stats struct {
+	EstimatesConsumed  uint64
+	SnapshotsPublished uint64
+	LatestVersion      uint64
+	DeadLettered       uint64
+}
+
+// Service is a running optimizer.
+type Service struct {
+	cfg    Config
+	topics streams.Topics
+
+	mu    sync.Mutex
+	state *State
+
+	estimates, published, latest, dead atomic.Uint64
+
+	m metrics
+}
+
+type metrics struct {
+	published  prometheus.Counter
+	failures   *prometheus.CounterVec
+	solveSecs  prometheus.Histogram
+	objective  prometheus.Gauge
+	shedRPS    prometheus.Gauge
+	version    prometheus.Gauge
+	estimates  prometheus.Counter
+	deadLetter prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		published:  prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_snapshots_published_total", Help: "Weight snapshots published."}),
+		failures:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_optimizer_failures_total", Help: "Planning rounds that published nothing, by stage."}, []string{"stage"}),
+		solveSecs:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "switchyard_optimizer_solve_seconds", Help: "Time to build and solve one instance.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
+		objective:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_objective_ms", Help: "Expected mean end-to-end latency of the latest plan."}),
+		shedRPS:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_shed_rps", Help: "Requests per second the latest plan sheds."}),
+		version:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_snapshot_version", Help: "Version of the latest published snapshot."}),
+		estimates:  prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_estimates_consumed_total", Help: "Estimate records consumed."}),
+		deadLetter: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_dead_letter_total", Help: "Estimate records sent to the dead-letter topic."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.published, m.failures, m.solveSecs, m.objective, m.shedRPS, m.version, m.estimates, m.deadLetter)
+	}
+	return m
+}
+
+// New validates cfg and returns a service.
+func New(cfg Config) (*Service, error) {
+	if len(cfg.KafkaBrokers) == 0 {
+		return nil, errors.New("optimizer: no Kafka brokers")
+	}
+	if cfg.NATSURL == "" {
+		return nil, errors.New("optimizer: no NATS URL")
+	}
+	if cfg.Period <= 0 {
+		cfg.Period = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Settings.defaults()
+	return &Service{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), state: NewState(), m: newMetrics(cfg.Registerer)}, nil
+}
+
+// Stats returns the service's counters.
+func (s *Service) Stats() Stats {
+	return Stats{
+		EstimatesConsumed:  s.estimates.Load(),
+		SnapshotsPublished: s.published.Load(),
+		LatestVersion:      s.latest.Load(),
+		DeadLettered:       s.dead.Load(),
+	}
+}
+
+// Run consumes estimates and publishes a snapshot every period until ctx
+// is done.
+func (s *Service) Run(ctx context.Context) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(s.cfg.KafkaBrokers...),
+		kgo.ConsumeTopics(s.topics.Estimates),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		return fmt.Errorf("optimizer kafka client: %w", err)
+	}
+	defer cl.Close()
+	nc, err := nats.Connect(s.cfg.NATSURL, nats.Name("switchyard-optimizer"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return fmt.Errorf("connecting to nats %s: %w", s.cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	var store *snapshots.Store
+	for store == nil {
+		openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		store, err = snapshots.Open(openCtx, js)
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Warn("snapshot store not ready", "err", err)
+			if !sleep(ctx, time.Second) {
+				return nil
+			}
+		}
+	}
+	version, err := store.LatestVersion(ctx)
+	if err != nil {
+		return err
+	}
+	s.latest.Store(version)
+	dlq := streams.NewDeadLetter(cl, s.topics.DeadLetter)
+
+	consumeDone := make(chan struct{})
+	go func() {
+		defer close(consumeDone)
+		s.consume(ctx, cl, dlq)
+	}()
+	defer func() { <-consumeDone }()
+
+	t := time.NewTicker(s.cfg.Period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.round(ctx, store)
+		}
+	}
+}
+
+// round plans and publishes one snapshot.
+func (s *Service) round(ctx context.Context, store *snapshots.Store) {
+	now := s.cfg.Now()
+	start := time.Now()
+	s.mu.Lock()
+	in, endpoints, err := s.state.Instance(now, s.cfg.Settings)
+	s.mu.Unlock()
+	if err != nil {
+		s.m.failures.WithLabelValues("instance").Inc()
+		s.cfg.Logger.Debug("not planning", "err", err)
+		return
+	}
+	version := s.latest.Load() + 1
+	snap, err := Plan(in, endpoints, version, now)
+	s.m.solveSecs.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.m.failures.WithLabelValues("solve").Inc()
+		s.cfg.Logger.Error("solve failed", "err", err)
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := store.Publish(pctx, snap); err != nil {
+		s.m.failures.WithLabelValues("publish").Inc()
+		s.cfg.Logger.Warn("publishing snapshot", "version", version, "err", err)
+		if errors.Is(err, snapshots.ErrStaleVersion) {
+			if v, err := store.LatestVersion(pctx); err == nil && v > version {
+				s.latest.Store(v)
+			}
+		}
+		return
+	}
+	s.mu.Lock()
+	s.state.Remember(snap)
+	s.mu.Unlock()
+	s.latest.Store(version)
+	s.published.Add(1)
+	s.m.published.Inc()
+	s.m.version.Set(float64(version))
+	s.m.objective.Set(snap.GetStats().GetObjectiveMs())
+	s.m.shedRPS.Set(snap.GetStats().GetTotalShedRps())
+	s.cfg.Logger.Info("snapshot published", "version", version, "objective_ms", snap.GetStats().GetObjectiveMs(), "clusters", len(snap.GetClusters()))
+}
+
+func (s *Service) consume(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter) {
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			s.cfg.Logger.Warn("fetching estimates", "topic", t, "partition", p, "err", err)
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			var est schemas.Estimate
+			reason := ""
+			if err := proto.Unmarshal(r.Value, &est); err != nil {
+				reason = "undecodable estimate: " + err.Error()
+			} else if est.GetKind() == nil {
+				reason = "estimate has no kind"
+			}
+			if reason != "" {
+				if err := dlq.Send(ctx, r, reason); err != nil {
+					s.cfg.Logger.Warn("dead-lettering estimate", "err", err)
+				}
+				s.dead.Add(1)
+				s.m.deadLetter.Inc()
+				return
+			}
+			s.mu.Lock()
+			s.state.Apply(&est)
+			s.mu.Unlock()
+			s.estimates.Add(1)
+			s.m.estimates.Inc()
+		})
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// ParseRTT parses "a:b=40,b:a=40" (cluster:region=ms) into a matrix.
+func ParseRTT(s string) (map[string]map[string]float64, error) {
+	out := map[string]map[string]float64{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		pair, ms, ok := strings.Cut(part, "=")
+		from, to, ok2 := strings.Cut(pair, ":")
+		if !ok || !ok2 || from == "" || to == "" {
+			return nil, fmt.Errorf("rtt entry %q: want CLUSTER:REGION=MS", part)
+		}
+		v, err := strconv.ParseFloat(ms, 64)
+		if err != nil || !finite(v) || v < 0 {
+			return nil, fmt.Errorf("rtt entry %q: bad milliseconds", part)
+		}
+		if out[from] == nil {
+			out[from] = map[string]float64{}
+		}
+		out[from][to] = v
+	}
+	return out, nil
+}
+
+// Command returns `switchyard optimizer`.
+func Command() cli.Command {
+	return cli.Command{Name: "optimizer", Summary: "consume estimates, solve, publish weight snapshots", Run: runCommand}
+}
+
+func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("optimizer", flag.ContinueOnError)
+	var conn cli.Connection
+	conn.Register(fs)
+	period := fs.Duration("period", 5*time.Second, "time between solves")
+	maxUtil := fs.Float64("max-utilization", 0.9, "cap on each engine's planned utilization, in (0,1]")
+	churn := fs.Float64("churn-weight", 5, "ms of cost per unit of traffic moved away from the previous weights")
+	ttl := fs.Duration("estimate-ttl", 30*time.Second, "ignore estimates older than this")
+	clusters := fs.String("clusters", "", "comma-separated clusters always planned for (so their gateways get a snapshot before traffic)")
+	minDemand := fs.Float64("min-demand-rps", 1, "demand floor of every planned cluster")
+	rtt := fs.String("region-rtt", "", "static network latency CLUSTER:REGION=MS,... used until measured")
+	defRTT := fs.Float64("default-rtt-ms", 50, "network latency to another region when no entry exists")
+	strict := fs.Bool("strict-residency", false, "a cluster may only use engines with a --region-rtt entry or a measured latency")
+	metricsListen := fs.String("metrics-listen", "127.0.0.1:9102", "address of the /metrics endpoint (empty: off)")
+	if err := cli.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	matrix, err := ParseRTT(*rtt)
+	if err != nil {
+		return fmt.Errorf("%w: --region-rtt: %v", cli.ErrUsage, err)
+	}
+	var cl []string
+	for _, c := range strings.Split(*clusters, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			cl = append(cl, c)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	svc, err := New(Config{
+		KafkaBrokers: conn.Brokers(), TopicPrefix: conn.TopicPrefix, NATSURL: conn.NATSURL, Period: *period,
+		Settings: Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, EstimateTTL: *ttl, Clusters: cl,
+			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
+		Logger: logger, Registerer: reg,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	if *metricsListen != "" {
+		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	return svc.Run(ctx)
+}
