@@ -1,0 +1,143 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/switchyard-llm/switchyard/services/agent"
+	"github.com/switchyard-llm/switchyard/services/gateway"
+	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
+	"github.com/switchyard-llm/switchyard/services/processor"
+)
+
+// pipeline is the running control and data plane of the demo.
+type pipeline struct {
+	agents    []*agent.Service
+	processor *processor.Service
+	optimizer *optsvc.Service
+	gateways  []*gatewayProc
+}
+
+type gatewayProc struct {
+	cluster string
+	addr    string
+	svc     *gateway.Gateway
+}
+
+func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*engineProc, kafka []string, natsURL string, reg prometheus.Registerer, log *slog.Logger) (*pipeline, error) {
+	p := &pipeline{}
+	top := cfg.Topology
+
+	// One agent per region scrapes that region's engines.
+	for _, region := range top.Regions {
+		var targets []agent.Target
+		for _, e := range fleet {
+			if e.spec.Region == region {
+				targets = append(targets, agent.Target{ID: e.spec.ID, URL: e.url, Region: region, GPUClass: e.spec.GPUClass})
+			}
+		}
+		a, err := agent.New(agent.Config{
+			Engines: targets, Interval: time.Second, KafkaBrokers: kafka,
+			Logger:     log.With("component", "agent", "region", region),
+			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, reg),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", region, err)
+		}
+		g.Go(func() error { return a.Run(ctx) })
+		p.agents = append(p.agents, a)
+	}
+
+	proc, err := processor.New(processor.Config{
+		KafkaBrokers: kafka, Window: 10 * time.Second, Slide: 2 * time.Second, AllowedLateness: 2 * time.Second,
+		Logger: log.With("component", "processor"), Registerer: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("processor: %w", err)
+	}
+	g.Go(func() error { return proc.Run(ctx) })
+	p.processor = proc
+
+	opt, err := optsvc.New(optsvc.Config{
+		KafkaBrokers: kafka, NATSURL: natsURL, Period: 2 * time.Second,
+		Settings: optsvc.Settings{
+			MaxUtilization: 0.9, ChurnWeight: 5, Clusters: top.Regions, MinDemandRPS: 1,
+			RegionRTTms: top.RTTms,
+		},
+		Logger: log.With("component", "optimizer"), Registerer: reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("optimizer: %w", err)
+	}
+	g.Go(func() error { return opt.Run(ctx) })
+	p.optimizer = opt
+
+	regionOf := map[string]string{}
+	var fallback []gateway.Engine
+	for _, e := range fleet {
+		regionOf[hostOf(e.url)] = e.spec.Region
+		fallback = append(fallback, gateway.Engine{ID: e.spec.ID, URL: e.url})
+	}
+	for i, region := range top.Regions {
+		listen, err := nextPort(cfg.GatewayListen, i)
+		if err != nil {
+			return nil, err
+		}
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		base.MaxIdleConnsPerHost = 256
+		gw, err := gateway.New(gateway.Config{
+			Cluster: region, Listen: listen, NATSURL: natsURL, KafkaBrokers: kafka,
+			Engines:    fallback,
+			Transport:  &networkTransport{base: base, from: region, rtt: top.RTTms, region: regionOf},
+			Logger:     log.With("component", "gateway", "cluster", region),
+			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": region}, reg),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gateway %s: %w", region, err)
+		}
+		g.Go(func() error { return gw.Run(ctx) })
+		p.gateways = append(p.gateways, &gatewayProc{cluster: region, svc: gw})
+	}
+	for _, gw := range p.gateways {
+		select {
+		case <-gw.svc.Ready():
+			gw.addr = gw.svc.Addr()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("gateway %s did not start: %w", gw.cluster, context.Cause(ctx))
+		}
+	}
+	return p, nil
+}
+
+func (p *pipeline) latestVersion() uint64      { return p.optimizer.Stats().LatestVersion }
+func (p *pipeline) snapshotsPublished() uint64 { return p.optimizer.Stats().SnapshotsPublished }
+func (p *pipeline) signalsConsumed() uint64    { return p.processor.Stats().SignalsConsumed }
+
+func (p *pipeline) routingEventsConsumed() uint64 { return p.processor.Stats().RoutingEventsConsumed }
+
+// routingEventsEmitted counts the events the gateways handed to Kafka.
+func (p *pipeline) routingEventsEmitted() uint64 {
+	var n uint64
+	for _, gw := range p.gateways {
+		n += gw.svc.Stats().EventsEmitted
+	}
+	return n
+}
+
+func (p *pipeline) gatewaySummaries() []GatewaySummary {
+	out := make([]GatewaySummary, 0, len(p.gateways))
+	for _, gw := range p.gateways {
+		st := gw.svc.Stats()
+		out = append(out, GatewaySummary{
+			Cluster: gw.cluster, Address: gw.addr, SnapshotVersion: st.SnapshotVersion,
+			Requests: st.Requests, Succeeded: st.Succeeded, Retries: st.Retries, Shed: st.Shed,
+		})
+	}
+	return out
+}
