@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,9 +28,8 @@ type Emitter struct {
 	inflight sync.WaitGroup
 }
 
-// EmitterMetrics are the emitter's counters; register them with
-// NewEmitterMetrics so several emitters can share one Registerer by using
-// distinct component labels.
+// emitterMetrics are shared by every emitter of a Registerer, told apart
+// by the emitter label.
 type emitterMetrics struct {
 	emitted, dropped, failed, produced *prometheus.CounterVec
 }
@@ -53,13 +53,10 @@ func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Reg
 		produced: vec("produced_total", "Records Kafka acknowledged."),
 	}
 	if reg != nil {
-		for _, c := range []*prometheus.CounterVec{m.emitted, m.dropped, m.failed, m.produced} {
-			if err := reg.Register(c); err != nil {
-				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
-					*c = *are.ExistingCollector.(*prometheus.CounterVec)
-				}
-			}
-		}
+		m.emitted = register(reg, m.emitted)
+		m.dropped = register(reg, m.dropped)
+		m.failed = register(reg, m.failed)
+		m.produced = register(reg, m.produced)
 	}
 	return &Emitter{
 		cl: cl, topic: topic, ch: make(chan *kgo.Record, size),
@@ -129,4 +126,18 @@ func (e *Emitter) produce(ctx context.Context, r *kgo.Record) {
 		}
 		e.produced.Inc()
 	})
+}
+
+// register registers c, or returns the collector already registered under
+// its name, so several emitters can share one Registerer.
+func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing
+			}
+		}
+	}
+	return c
 }

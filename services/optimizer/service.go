@@ -136,6 +136,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("optimizer kafka client: %w", err)
 	}
 	defer cl.Close()
+	if err := streams.EnsureTopics(ctx, cl, s.topics, 0); err != nil {
+		s.cfg.Logger.Warn("creating topics", "err", err)
+	}
 	nc, err := nats.Connect(s.cfg.NATSURL, nats.Name("switchyard-optimizer"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return fmt.Errorf("connecting to nats %s: %w", s.cfg.NATSURL, err)

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+)
+
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+}
+
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Build       any               `yaml:"build"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Ports       []string          `yaml:"ports"`
+	Expose      []string          `yaml:"expose"`
+	DependsOn   any               `yaml:"depends_on"`
+}
+
+type promConfig struct {
+	ScrapeConfigs []struct {
+		JobName       string `yaml:"job_name"`
+		StaticConfigs []struct {
+			Targets []string `yaml:"targets"`
+		} `yaml:"static_configs"`
+	} `yaml:"scrape_configs"`
+}
+
+var flagName = regexp.MustCompile(`--([a-z0-9-]+) \(env ([A-Z0-9_]+), default "([^"]*)"\)`)
+
+// commandFlags asks a command for its usage and returns flag -> default.
+func commandFlags(t *testing.T, c cli.Command) map[string]string {
+	t.Helper()
+	err := c.Run(context.Background(), []string{"--help"}, nil, nil)
+	if !errors.Is(err, cli.ErrUsage) {
+		t.Fatalf("%s --help: %v, want a usage error", c.Name, err)
+	}
+	out := map[string]string{}
+	for _, m := range flagName.FindAllStringSubmatch(err.Error(), -1) {
+		out[m[1]] = m[3]
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s --help lists no flags:\n%v", c.Name, err)
+	}
+	return out
+}
+
+func containerPorts(s composeService) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range append(append([]string(nil), s.Ports...), s.Expose...) {
+		p = strings.TrimSuffix(p, "/tcp")
+		if i := strings.LastIndex(p, ":"); i >= 0 {
+			p = p[i+1:]
+		}
+		out[p] = true
+	}
+	return out
+}
+
+// TestComposeMatchesBinary parses docker-compose.yml (which cannot run
+// here: no Docker engine) and checks that every service built from our
+// Dockerfile runs a real command with real flags, that listen ports are
+// published, that brokers and NATS URLs point at compose services, and that
+// Prometheus scrapes ports the services listen on.
+func TestComposeMatchesBinary(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cf composeFile
+	if err := yaml.Unmarshal(b, &cf); err != nil {
+		t.Fatalf("parsing docker-compose.yml: %v", err)
+	}
+	cmds := map[string]cli.Command{}
+	for _, c := range commands() {
+		cmds[c.Name] = c
+	}
+	for _, infra := range []string{"kafka", "nats", "prometheus"} {
+		if _, ok := cf.Services[infra]; !ok {
+			t.Fatalf("docker-compose.yml has no %q service", infra)
+		}
+	}
+	listening := map[string]map[string]bool{} // service -> ports it listens on
+	ours := 0
+	for name, s := range cf.Services {
+		if s.Build == nil {
+			continue
+		}
+		ours++
+		if len(s.Command) == 0 {
+			t.Errorf("service %s: no command", name)
+			continue
+		}
+		c, ok := cmds[s.Command[0]]
+		if !ok {
+			t.Errorf("service %s: unknown command %q", name, s.Command[0])
+			continue
+		}
+		flags := commandFlags(t, c)
+		values := map[string]string{}
+		for k, v := range flags {
+			values[k] = v
+		}
+		for env, v := range s.Environment {
+			if !strings.HasPrefix(env, "SWITCHYARD_") {
+				continue
+			}
+			found := false
+			for f := range flags {
+				if cli.EnvName(f) == env {
+					values[f], found = v, true
+				}
+			}
+			if !found {
+				t.Errorf("service %s: environment %s matches no flag of %s", name, env, c.Name)
+			}
+		}
+		for _, arg := range s.Command[1:] {
+			if !strings.HasPrefix(arg, "--") {
+				t.Errorf("service %s: argument %q is not --flag=value", name, arg)
+				continue
+			}
+			k, v, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+			if _, ok := flags[k]; !ok {
+				t.Errorf("service %s: %s has no flag --%s", name, c.Name, k)
+				continue
+			}
+			values[k] = v
+		}
+		// Everything that listens must be reachable: its port published
+		// or exposed.
+		ports := containerPorts(s)
+		listening[name] = map[string]bool{}
+		for _, f := range []string{"listen", "metrics-listen"} {
+			v, ok := values[f]
+			if !ok || v == "" {
+				continue
+			}
+			host, port, err := net.SplitHostPort(v)
+			if err != nil {
+				t.Errorf("service %s: --%s=%q: %v", name, f, v, err)
+				continue
+			}
+			if host != "0.0.0.0" && host != "" {
+				t.Errorf("service %s: --%s=%q listens on %s only: not reachable from other containers", name, f, v, host)
+			}
+			if !ports[port] {
+				t.Errorf("service %s: --%s port %s is neither published nor exposed (%v)", name, f, port, ports)
+			}
+			listening[name][port] = true
+		}
+		if v, ok := values["kafka-brokers"]; ok {
+			for _, br := range strings.Split(v, ",") {
+				host, port, err := net.SplitHostPort(br)
+				if err != nil || host != "kafka" || port != "9092" {
+					t.Errorf("service %s: --kafka-brokers=%q, want kafka:9092", name, v)
+				}
+			}
+		}
+		if v, ok := values["nats-url"]; ok {
+			u, err := url.Parse(v)
+			if err != nil || u.Hostname() != "nats" || u.Port() != "4222" {
+				t.Errorf("service %s: --nats-url=%q, want nats://nats:4222", name, v)
+			}
+		}
+	}
+	if ours == 0 {
+		t.Fatal("no service is built from deploy/Dockerfile")
+	}
+
+	pb, err := os.ReadFile("../../deploy/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc promConfig
+	if err := yaml.Unmarshal(pb, &pc); err != nil {
+		t.Fatalf("parsing deploy/prometheus.yml: %v", err)
+	}
+	for _, sc := range pc.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			for _, target := range st.Targets {
+				host, port, err := net.SplitHostPort(target)
+				if err != nil {
+					t.Errorf("prometheus target %q: %v", target, err)
+					continue
+				}
+				if !listening[host][port] {
+					t.Errorf("prometheus job %s scrapes %s, but service %q does not listen on %s", sc.JobName, target, host, port)
+				}
+			}
+		}
+	}
+}
