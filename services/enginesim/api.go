@@ -1,0 +1,345 @@
+package enginesim
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// apiError is an OpenAI-style error response.
+type apiError struct {
+	status  int
+	message string
+	typ     string
+	param   string
+	code    string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, message: fmt.Sprintf(format, args...), typ: "invalid_request_error", param: param}
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	d := errorDetail{Message: e.message, Type: e.typ}
+	if e.param != "" {
+		d.Param = &e.param
+	}
+	if e.code != "" {
+		d.Code = &e.code
+	}
+	writeJSON(w, e.status, errorBody{Error: d})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"message":"encoding response","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Request bodies. Unknown fields are ignored, as OpenAI clients send many.
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// simExtension is the optional "switchyard" object of a request body: it
+// overrides the prompt length estimated from the text and supplies trace
+// prefix hash ids (Mooncake's hash_ids, each covering hash_block_tokens).
+type simExtension struct {
+	PromptTokens    int      `json:"prompt_tokens"`
+	HashIDs         []uint64 `json:"hash_ids"`
+	HashBlockTokens int      `json:"hash_block_tokens"`
+}
+
+type chatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type contentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type requestBody struct {
+	Model               string          `json:"model"`
+	Messages            []chatMessage   `json:"messages"`
+	Prompt              json.RawMessage `json:"prompt"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Switchyard          *simExtension   `json:"switchyard"`
+}
+
+// parsed is a validated completion request.
+type parsed struct {
+	model        string
+	stream       bool
+	includeUsage bool
+	maxTokens    int
+	explicitMax  bool
+	promptTokens int
+	hashes       []uint64
+}
+
+// limits are what parseRequest checks against.
+type limits struct {
+	blockSize        int
+	maxModelLen      int
+	defaultMaxTokens int
+}
+
+// parseRequest decodes and validates a chat (chat=true) or completions
+// request body. The model name is checked by the caller.
+func parseRequest(body []byte, chat bool, lim limits) (parsed, *apiError) {
+	var req requestBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil {
+		return parsed{}, badRequest("", "invalid JSON body: %v", err)
+	}
+	if dec.More() {
+		return parsed{}, badRequest("", "invalid JSON body: trailing data after the object")
+	}
+	if req.Model == "" {
+		return parsed{}, badRequest("model", "you must provide a model parameter")
+	}
+	p := parsed{model: req.Model, stream: req.Stream, maxTokens: lim.defaultMaxTokens}
+	if req.StreamOptions != nil {
+		if !req.Stream {
+			return parsed{}, badRequest("stream_options", "stream_options is only allowed when stream is true")
+		}
+		p.includeUsage = req.StreamOptions.IncludeUsage
+	}
+	if req.MaxTokens != nil {
+		p.maxTokens, p.explicitMax = *req.MaxTokens, true
+	}
+	if req.MaxCompletionTokens != nil {
+		p.maxTokens, p.explicitMax = *req.MaxCompletionTokens, true
+	}
+	if p.maxTokens < 1 {
+		return parsed{}, badRequest("max_tokens", "max_tokens must be at least 1, got %d", p.maxTokens)
+	}
+	if p.maxTokens >= lim.maxModelLen {
+		return parsed{}, contextTooLong(lim.maxModelLen, 1, p.maxTokens)
+	}
+	hashLimit := lim.maxModelLen / lim.blockSize
+	if chat {
+		if len(req.Messages) == 0 {
+			return parsed{}, badRequest("messages", "messages must be a non-empty array")
+		}
+		var text strings.Builder
+		for i, m := range req.Messages {
+			if m.Role == "" {
+				return parsed{}, badRequest(fmt.Sprintf("messages[%d].role", i), "message role is required")
+			}
+			c, err := messageText(m.Content)
+			if err != nil {
+				return parsed{}, badRequest(fmt.Sprintf("messages[%d].content", i), "%v", err)
+			}
+			text.WriteString("<|" + m.Role + "|>\n")
+			text.WriteString(c)
+			text.WriteString("\n")
+		}
+		text.WriteString("<|assistant|>\n")
+		s := text.String()
+		p.promptTokens = estimateTokens(len(s))
+		p.hashes = textBlockHashes(s, lim.blockSize, hashLimit)
+	} else {
+		if err := completionPrompt(req.Prompt, lim.blockSize, hashLimit, &p); err != nil {
+			return parsed{}, err
+		}
+	}
+	if x := req.Switchyard; x != nil {
+		if x.PromptTokens < 0 {
+			return parsed{}, badRequest("switchyard.prompt_tokens", "prompt_tokens must not be negative")
+		}
+		if len(x.HashIDs) > 0 {
+			bt := x.HashBlockTokens
+			if bt == 0 {
+				bt = 512
+			}
+			h, err := idBlockHashes(x.HashIDs, bt, lim.blockSize, hashLimit)
+			if err != nil {
+				return parsed{}, badRequest("switchyard.hash_block_tokens", "%v", err)
+			}
+			p.hashes = h
+			if x.PromptTokens == 0 && len(x.HashIDs) <= lim.maxModelLen {
+				p.promptTokens = len(x.HashIDs) * bt
+			}
+		}
+		if x.PromptTokens > 0 {
+			p.promptTokens = x.PromptTokens
+		}
+	}
+	if p.promptTokens >= lim.maxModelLen || p.promptTokens+p.maxTokens > lim.maxModelLen {
+		return parsed{}, contextTooLong(lim.maxModelLen, p.promptTokens, p.maxTokens)
+	}
+	return p, nil
+}
+
+func contextTooLong(maxLen, prompt, output int) *apiError {
+	e := badRequest("messages", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+		maxLen, prompt+output, prompt, output)
+	e.code = "context_length_exceeded"
+	return e
+}
+
+// messageText returns the text of a message content: a string, null, or
+// an array of parts whose "text" parts are concatenated.
+func messageText(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return "", nil
+	}
+	var s string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("content: %w", err)
+		}
+		return s, nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", fmt.Errorf("content must be a string or an array of parts: %w", err)
+	}
+	var b strings.Builder
+	for _, p := range parts {
+		if p.Type == "text" {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String(), nil
+}
+
+// completionPrompt fills p's prompt length and hashes from a completions
+// prompt: a string, an array of one string, an array of token ids, or an
+// array of one array of token ids.
+func completionPrompt(raw json.RawMessage, blockSize, hashLimit int, p *parsed) *apiError {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return badRequest("prompt", "you must provide a prompt")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		p.promptTokens = estimateTokens(len(s))
+		p.hashes = textBlockHashes(s, blockSize, hashLimit)
+		return nil
+	}
+	var ss []string
+	if err := json.Unmarshal(raw, &ss); err == nil {
+		if len(ss) != 1 {
+			return badRequest("prompt", "exactly one prompt is supported, got %d", len(ss))
+		}
+		p.promptTokens = estimateTokens(len(ss[0]))
+		p.hashes = textBlockHashes(ss[0], blockSize, hashLimit)
+		return nil
+	}
+	var toks []int64
+	if err := json.Unmarshal(raw, &toks); err == nil {
+		if len(toks) == 0 {
+			return badRequest("prompt", "prompt must not be empty")
+		}
+		p.promptTokens = len(toks)
+		p.hashes = tokenBlockHashes(toks, blockSize, hashLimit)
+		return nil
+	}
+	var batch [][]int64
+	if err := json.Unmarshal(raw, &batch); err == nil {
+		if len(batch) != 1 || len(batch[0]) == 0 {
+			return badRequest("prompt", "exactly one non-empty prompt is supported")
+		}
+		p.promptTokens = len(batch[0])
+		p.hashes = tokenBlockHashes(batch[0], blockSize, hashLimit)
+		return nil
+	}
+	return badRequest("prompt", "prompt must be a string, an array of one string, or an array of token ids")
+}
+
+// Response bodies.
+
+type usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	PromptTokensDetails *promptDetail `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptDetail struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+type message struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+type delta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type choice struct {
+	Index        int      `json:"index"`
+	Message      *message `json:"message,omitempty"`
+	Delta        *delta   `json:"delta,omitempty"`
+	Text         *string  `json:"text,omitempty"`
+	Logprobs     any      `json:"logprobs"`
+	FinishReason *string  `json:"finish_reason"`
+}
+
+type completion struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *usage   `json:"usage,omitempty"`
+}
+
+type modelList struct {
+	Object string      `json:"object"`
+	Data   []modelCard `json:"data"`
+}
+
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+// Fault is the engine's injected failure state (see /admin/fault).
+type Fault struct {
+	// ErrorRate is the fraction of completion requests answered with a
+	// 500 error, in [0, 1].
+	ErrorRate float64 `json:"error_rate"`
+	// Unhealthy makes /health answer 503.
+	Unhealthy bool `json:"unhealthy"`
+}
+
+type faultUpdate struct {
+	ErrorRate *float64 `json:"error_rate"`
+	Unhealthy *bool    `json:"unhealthy"`
+}

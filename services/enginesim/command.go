@@ -1,0 +1,47 @@
+package enginesim
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+)
+
+// Command returns `switchyard enginesim`: one simulated engine endpoint.
+func Command() cli.Command {
+	return cli.Command{
+		Name:    "enginesim",
+		Summary: "serve a simulated LLM engine (OpenAI API, vLLM metrics)",
+		Run:     run,
+	}
+}
+
+func run(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("enginesim", flag.ContinueOnError)
+	var cfg Config
+	var conn cli.Connection
+	fs.StringVar(&cfg.Listen, "listen", DefaultListen, "address to serve the OpenAI API and /metrics on")
+	fs.StringVar(&cfg.ID, "id", DefaultID, "engine id (logs and switchyard_enginesim_info)")
+	fs.StringVar(&cfg.GPUClass, "gpu-class", DefaultGPUClass, "engine preset: h100, a100 or l4")
+	fs.StringVar(&cfg.Model, "model", DefaultModel, "served model name")
+	fs.IntVar(&cfg.Replicas, "replicas", 1, "engine replicas behind this endpoint")
+	fs.Int64Var(&cfg.Seed, "seed", 0, "seed of generated text and injected faults")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", 1, "run the engine model this many times faster than real time")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", DefaultMaxTokens, "output tokens when a request sets no max_tokens")
+	conn.Register(fs) // unused: the engine publishes nothing itself; every service takes them
+	if err := cli.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	s, err := New(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	return s.Run(ctx)
+}

@@ -1,0 +1,102 @@
+package enginesim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchyard-llm/switchyard/simulator/engine"
+)
+
+// Defaults of Config fields left zero.
+const (
+	DefaultListen    = "127.0.0.1:8000"
+	DefaultID        = "enginesim"
+	DefaultGPUClass  = "h100"
+	DefaultModel     = "switchyard-sim-8b"
+	DefaultMaxTokens = 64
+)
+
+// ErrInvalidConfig marks a Config that New refuses.
+var ErrInvalidConfig = errors.New("invalid enginesim config")
+
+// Config configures a Service.
+type Config struct {
+	// ID names the engine in logs and in switchyard_enginesim_info
+	// (default "enginesim").
+	ID string
+	// Listen is the address Run listens on (default 127.0.0.1:8000; port 0
+	// picks a free one, see Addr).
+	Listen string
+	// GPUClass selects the engine preset: "h100" (default), "a100", "l4".
+	GPUClass string
+	// Model is the served model name (default "switchyard-sim-8b").
+	Model string
+	// Replicas is the number of engine replicas behind the endpoint
+	// (default 1).
+	Replicas int
+	// Seed makes the generated text and the injected faults reproducible.
+	Seed int64
+	// TimeScale runs the engine model that many times faster than real
+	// time (default 1; e.g. 10 makes every step a tenth as long). Latency
+	// metrics are in real time.
+	TimeScale float64
+	// DefaultMaxTokens is the output length when a request sets neither
+	// max_tokens nor max_completion_tokens (default 64).
+	DefaultMaxTokens int
+	// Logger receives diagnostics (default: discarded).
+	Logger *slog.Logger
+	// Registerer, when set, also receives the engine's metrics with an
+	// extra "engine" label set to ID. /metrics always serves them from the
+	// Service's own registry.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.ID == "" {
+		c.ID = DefaultID
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.GPUClass == "" {
+		c.GPUClass = DefaultGPUClass
+	}
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.TimeScale == 0 {
+		c.TimeScale = 1
+	}
+	if c.DefaultMaxTokens == 0 {
+		c.DefaultMaxTokens = DefaultMaxTokens
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// validate checks a defaulted config and returns its engine preset.
+func (c *Config) validate() (engine.Preset, error) {
+	p, err := engine.LookupPreset(c.GPUClass)
+	if err != nil {
+		return p, fmt.Errorf("%w: gpu class: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case !utf8.ValidString(c.ID) || !utf8.ValidString(c.Model):
+		return p, fmt.Errorf("%w: id and model must be valid UTF-8", ErrInvalidConfig)
+	case c.Replicas < 1 || c.Replicas > 1024:
+		return p, fmt.Errorf("%w: replicas must be in [1, 1024], got %d", ErrInvalidConfig, c.Replicas)
+	case math.IsNaN(c.TimeScale) || c.TimeScale < 0.001 || c.TimeScale > 1e6:
+		return p, fmt.Errorf("%w: time scale must be in [0.001, 1e6], got %v", ErrInvalidConfig, c.TimeScale)
+	case c.DefaultMaxTokens < 1 || c.DefaultMaxTokens >= p.MaxModelLen:
+		return p, fmt.Errorf("%w: default max tokens must be in [1, %d), got %d", ErrInvalidConfig, p.MaxModelLen, c.DefaultMaxTokens)
+	}
+	return p, nil
+}

@@ -1,0 +1,301 @@
+package enginesim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/simulator/engine"
+)
+
+// maxBodyBytes bounds a request body.
+const maxBodyBytes = 8 << 20
+
+func (s *Service) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, true) })
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, false) })
+	mux.HandleFunc("GET /v1/models", s.serveModels)
+	mux.HandleFunc("GET /health", s.serveHealth)
+	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.HandleFunc("GET /admin/fault", s.serveFault)
+	mux.HandleFunc("POST /admin/fault", s.serveFault)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{status: http.StatusNotFound, message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path), typ: "invalid_request_error", code: "not_found"})
+	})
+	return mux
+}
+
+func (s *Service) serveModels(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
+		ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "switchyard", MaxModelLen: s.preset.MaxModelLen,
+	}}})
+}
+
+func (s *Service) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if s.Fault().Unhealthy {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, message: "engine unhealthy (injected fault)", typ: "server_error"})
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Service) serveFault(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		var u faultUpdate
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&u); err != nil {
+			writeError(w, badRequest("", "invalid JSON body: %v", err))
+			return
+		}
+		f := s.Fault()
+		if u.ErrorRate != nil {
+			f.ErrorRate = *u.ErrorRate
+		}
+		if u.Unhealthy != nil {
+			f.Unhealthy = *u.Unhealthy
+		}
+		if err := s.SetFault(f); err != nil {
+			writeError(w, badRequest("error_rate", "%v", err))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.Fault())
+}
+
+func (s *Service) reject(w http.ResponseWriter, reason string, e *apiError) {
+	s.met.rejected.WithLabelValues(reason).Inc()
+	writeError(w, e)
+}
+
+func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, &apiError{status: http.StatusMethodNotAllowed, message: "use POST", typ: "invalid_request_error"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.reject(w, "invalid", &apiError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("request body larger than %d bytes", maxBodyBytes), typ: "invalid_request_error"})
+			return
+		}
+		s.reject(w, "invalid", badRequest("", "reading body: %v", err))
+		return
+	}
+	p, apiErr := parseRequest(body, chat, limits{blockSize: s.preset.BlockSize, maxModelLen: s.preset.MaxModelLen, defaultMaxTokens: s.cfg.DefaultMaxTokens})
+	if apiErr != nil {
+		reason := "invalid"
+		if apiErr.code == "context_length_exceeded" {
+			reason = "too_long"
+		}
+		s.reject(w, reason, apiErr)
+		return
+	}
+	if p.model != s.cfg.Model {
+		s.reject(w, "invalid", &apiError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", p.model), typ: "invalid_request_error", param: "model", code: "model_not_found"})
+		return
+	}
+	if s.injectError() {
+		s.reject(w, "fault", &apiError{status: http.StatusInternalServerError, message: "injected engine fault", typ: "server_error"})
+		return
+	}
+	id := s.nextID.Add(1)
+	events, err := s.submit(r.Context(), engine.Request{ID: id, PromptTokens: p.promptTokens, OutputTokens: p.maxTokens, PrefixHashes: p.hashes})
+	switch {
+	case err == nil:
+	case errors.Is(err, engine.ErrTooLong):
+		s.reject(w, "too_long", contextTooLong(s.preset.MaxModelLen, p.promptTokens, p.maxTokens))
+		return
+	case errors.Is(err, engine.ErrQueueFull):
+		s.reject(w, "queue_full", &apiError{status: http.StatusServiceUnavailable, message: "engine overloaded: waiting queue full", typ: "server_error"})
+		return
+	case errors.Is(err, errStopped):
+		s.reject(w, "stopped", &apiError{status: http.StatusServiceUnavailable, message: "engine stopped", typ: "server_error"})
+		return
+	case r.Context().Err() != nil:
+		return // client gone
+	default:
+		s.reject(w, "invalid", badRequest("", "%v", err))
+		return
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			s.cancel(id)
+		}
+	}()
+	resp := responder{s: s, chat: chat, id: id, p: p}
+	if p.stream {
+		finished = resp.stream(r.Context(), w, events)
+	} else {
+		finished = resp.whole(r.Context(), w, events)
+	}
+}
+
+// responder renders one request's events as an OpenAI response.
+type responder struct {
+	s    *Service
+	chat bool
+	id   uint64
+	p    parsed
+}
+
+func (rs responder) respID() string {
+	if rs.chat {
+		return fmt.Sprintf("chatcmpl-%s-%d", rs.s.cfg.ID, rs.id)
+	}
+	return fmt.Sprintf("cmpl-%s-%d", rs.s.cfg.ID, rs.id)
+}
+
+func (rs responder) object(chunk bool) string {
+	switch {
+	case rs.chat && chunk:
+		return "chat.completion.chunk"
+	case rs.chat:
+		return "chat.completion"
+	}
+	return "text_completion"
+}
+
+func (rs responder) finishReason() *string {
+	r := "stop"
+	if rs.p.explicitMax {
+		r = "length"
+	}
+	return &r
+}
+
+func (rs responder) usage(res engine.Result) *usage {
+	return &usage{
+		PromptTokens: res.PromptTokens, CompletionTokens: res.OutputTokens, TotalTokens: res.PromptTokens + res.OutputTokens,
+		PromptTokensDetails: &promptDetail{CachedTokens: res.CachedTokens},
+	}
+}
+
+func (rs responder) countSuccess() {
+	rs.s.met.success.WithLabelValues(*rs.finishReason()).Inc()
+}
+
+// whole waits for the request to finish and writes one JSON response. It
+// reports whether the request finished.
+func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case ev, ok := <-events:
+			if !ok {
+				writeError(w, &apiError{status: http.StatusServiceUnavailable, message: "engine stopped", typ: "server_error"})
+				return true
+			}
+			if ev.Kind != engine.EventFinished {
+				continue
+			}
+			var text strings.Builder
+			for i := range ev.Result.OutputTokens {
+				text.WriteString(word(rs.s.vocab, rs.s.cfg.Seed, rs.id, i))
+			}
+			c := choice{Index: 0, FinishReason: rs.finishReason()}
+			if rs.chat {
+				c.Message = &message{Role: "assistant", Content: text.String()}
+			} else {
+				t := text.String()
+				c.Text = &t
+			}
+			rs.countSuccess()
+			writeJSON(w, http.StatusOK, completion{
+				ID: rs.respID(), Object: rs.object(false), Created: rs.s.created, Model: rs.s.cfg.Model,
+				Choices: []choice{c}, Usage: rs.usage(ev.Result),
+			})
+			return true
+		}
+	}
+}
+
+// stream writes one SSE chunk per token, a final chunk with the finish
+// reason, an optional usage chunk, and data: [DONE]. It reports whether
+// the request finished.
+func (rs responder) stream(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		return false
+	}
+	base := completion{ID: rs.respID(), Object: rs.object(true), Created: rs.s.created, Model: rs.s.cfg.Model}
+	send := func(c completion) bool {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return false
+		}
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	sent := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case ev, ok := <-events:
+			if !ok {
+				_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":\"engine stopped\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n")
+				_ = rc.Flush()
+				return true
+			}
+			for ; sent < ev.Tokens; sent++ {
+				tok := word(rs.s.vocab, rs.s.cfg.Seed, rs.id, sent)
+				c := choice{Index: 0}
+				if rs.chat {
+					c.Delta = &delta{Content: &tok}
+					if sent == 0 {
+						c.Delta.Role = "assistant"
+					}
+				} else {
+					c.Text = &tok
+				}
+				chunk := base
+				chunk.Choices = []choice{c}
+				if !send(chunk) {
+					return ev.Kind == engine.EventFinished
+				}
+			}
+			if ev.Kind != engine.EventFinished {
+				continue
+			}
+			rs.countSuccess()
+			final := choice{Index: 0, FinishReason: rs.finishReason()}
+			if rs.chat {
+				final.Delta = &delta{}
+			} else {
+				empty := ""
+				final.Text = &empty
+			}
+			chunk := base
+			chunk.Choices = []choice{final}
+			if !send(chunk) {
+				return true
+			}
+			if rs.p.includeUsage {
+				chunk = base
+				chunk.Choices = []choice{}
+				chunk.Usage = rs.usage(ev.Result)
+				if !send(chunk) {
+					return true
+				}
+			}
+			_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+			_ = rc.Flush()
+			return true
+		}
+	}
+}
