@@ -36,7 +36,7 @@ func TestEjectionBackoffAndShare(t *testing.T) {
 	// Back-off: 1s, then 2s, then 4s (cap).
 	for _, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
 		now := t0
-		if d.Tick(now.Add(want-time.Millisecond)); !st[0].Ejected() {
+		if d.Tick(now.Add(want - time.Millisecond)); !st[0].Ejected() {
 			t.Fatalf("returned before %v", want)
 		}
 		t0 = t0.Add(want)

@@ -56,7 +56,7 @@ func ParsePriority(s string) (Priority, error) {
 // recomputes the probabilities from the recent mix.
 type Shedder struct {
 	counts [classes]atomic.Int64
-	share  [classes]float64    // smoothed mix; Update only
+	share  [classes]float64       // smoothed mix; Update only
 	prob   [classes]atomic.Uint64 // float64 bits
 	init   bool
 }

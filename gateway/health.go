@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+)
+
+// healthFailures marks an engine down after this many failed checks in a
+// row; one good check marks it up.
+const healthFailures = 2
+
+// healthLoop checks GET <engine>/health of the routed engines every
+// HealthInterval, at most 16 at a time.
+func (g *Gateway) healthLoop(ctx context.Context) {
+	t := time.NewTicker(g.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			g.checkAll(ctx)
+		}
+	}
+}
+
+func (g *Gateway) checkAll(ctx context.Context) {
+	rt := g.cur.Load()
+	if rt == nil || rt.table == nil {
+		return
+	}
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i := 0; i < rt.table.Len(); i++ {
+		e := rt.table.Engine(i)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			g.checkOne(ctx, e)
+		}()
+	}
+	wg.Wait()
+}
+
+func (g *Gateway) checkOne(ctx context.Context, e *pick.Engine) {
+	timeout := min(g.cfg.HealthInterval, 2*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ok := false
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, e.URL+"/health", nil)
+	if err == nil {
+		if resp, err := g.cfg.Transport.RoundTrip(req); err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			ok = resp.StatusCode < 300
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	g.healthMu.Lock()
+	defer g.healthMu.Unlock()
+	if ok {
+		g.healthFail[e.ID] = 0
+		if e.State.Down() {
+			g.log.Info("engine healthy again", "engine", e.ID)
+		}
+		e.State.SetDown(false)
+		return
+	}
+	g.healthFail[e.ID]++
+	if g.healthFail[e.ID] >= healthFailures && !e.State.Down() {
+		g.log.Warn("engine failed health checks", "engine", e.ID)
+		e.State.SetDown(true)
+	}
+}

@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the gateway's Prometheus metrics, all labelled by cluster so
+// several gateways can share one registry.
+type metrics struct {
+	requests      *prometheus.CounterVec   // cluster, outcome
+	ttft          *prometheus.HistogramVec // cluster
+	e2e           *prometheus.HistogramVec // cluster
+	retries       *prometheus.CounterVec   // cluster
+	budgetDenied  *prometheus.CounterVec   // cluster
+	shed          *prometheus.CounterVec   // cluster, reason, priority
+	ejections     *prometheus.CounterVec   // cluster, engine
+	upstreamFails *prometheus.CounterVec   // cluster, reason
+	picks         *prometheus.CounterVec   // cluster, reason
+	applied       *prometheus.CounterVec   // cluster
+	rejected      *prometheus.CounterVec   // cluster, reason
+	dropped       *prometheus.CounterVec   // cluster
+}
+
+var (
+	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help}, labels))
+	}
+	hv := func(name, help string) *prometheus.HistogramVec {
+		return register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help, Buckets: latencyBuckets}, []string{"cluster"}))
+	}
+	return &metrics{
+		requests:      cv("requests_total", "Requests by outcome: ok, error, shed, client_error, canceled.", "cluster", "outcome"),
+		ttft:          hv("ttft_seconds", "Time from request arrival to the first token (first SSE data event; whole response when not streaming)."),
+		e2e:           hv("request_duration_seconds", "End-to-end request latency at the gateway."),
+		retries:       cv("retries_total", "Attempts after the first, to a different engine.", "cluster"),
+		budgetDenied:  cv("retry_budget_exhausted_total", "Retries not made because the retry budget was spent.", "cluster"),
+		shed:          cv("shed_total", "Requests answered 429: reason snapshot (the plan sheds) or capacity (every engine at its in-flight cap).", "cluster", "reason", "priority"),
+		ejections:     cv("ejections_total", "Outlier ejections of an engine.", "cluster", "engine"),
+		upstreamFails: cv("upstream_failures_total", "Failed attempts by reason: connect, status_5xx, first_token_timeout, idle_timeout, stream.", "cluster", "reason"),
+		picks:         cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
+		applied:       cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
+		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale.", "cluster", "reason"),
+		dropped:       cv("events_dropped_total", "Routing events dropped (emitter buffer full or no Kafka configured).", "cluster"),
+	}
+}
+
+// register registers c, reusing an identical collector already there.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if ex, ok := are.ExistingCollector.(C); ok {
+				return ex
+			}
+		}
+	}
+	return c
+}

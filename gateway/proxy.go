@@ -1,0 +1,620 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/gateway/shed"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Causes of an attempt's cancellation.
+var (
+	errFirstToken = errors.New("first token timeout")
+	errIdle       = errors.New("idle timeout between events")
+)
+
+const (
+	maxResponseBytes = 64 << 20
+	maxErrorBytes    = 1 << 20
+	maxUsageLine     = 64 << 10
+)
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+func (g *Gateway) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", g.serveInference)
+	mux.HandleFunc("/v1/completions", g.serveInference)
+	mux.HandleFunc("/v1/models", g.serveModels)
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, "{\"status\":\"ok\",\"cluster\":%q,\"snapshot_version\":%d}\n", g.cfg.Cluster, g.Stats().SnapshotVersion)
+	})
+	if h := g.metricsHandler(); h != nil {
+		mux.Handle("/metrics", h)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, typeInvalid, "unknown_url", "", "unknown URL "+r.URL.Path)
+	})
+	return mux
+}
+
+// outcome of a request.
+type outcome struct {
+	status     schemas.RequestStatus
+	httpStatus int
+}
+
+func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use POST")
+		return
+	}
+	start := g.cfg.Now()
+	g.requests.Add(1)
+	g.budget.Request(start)
+	ev := &schemas.RoutingEvent{
+		SchemaVersion:   schemas.Version,
+		Cluster:         g.cfg.Cluster,
+		EventTimeUnixMs: start.UnixMilli(),
+	}
+	ctx, span := g.tracer.Start(g.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)),
+		"switchyard.gateway "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	out := g.handleInference(ctx, w, r, ev, start)
+	ev.Status = out.status
+	ev.HttpStatus = uint32(out.httpStatus)
+	ev.E2EMs = ms(g.cfg.Now().Sub(start))
+	g.record(ev, out, start)
+	span.SetAttributes(
+		attribute.String("switchyard.engine", ev.EngineId),
+		attribute.Int64("switchyard.snapshot", int64(ev.SnapshotVersion)),
+		attribute.Int("switchyard.attempts", int(ev.Attempts)),
+		attribute.Int("http.response.status_code", out.httpStatus),
+	)
+	if out.status == schemas.RequestStatus_REQUEST_STATUS_ERROR {
+		span.SetStatus(codes.Error, "upstream failed")
+	}
+}
+
+func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time) {
+	cl := g.cfg.Cluster
+	label := "ok"
+	switch out.status {
+	case schemas.RequestStatus_REQUEST_STATUS_OK:
+		g.succeeded.Add(1)
+		if ev.TtftMs > 0 {
+			g.m.ttft.WithLabelValues(cl).Observe(ev.TtftMs / 1000)
+		}
+		g.m.e2e.WithLabelValues(cl).Observe(ev.E2EMs / 1000)
+	case schemas.RequestStatus_REQUEST_STATUS_SHED:
+		g.shedN.Add(1)
+		label = "shed"
+	case schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR:
+		g.clientErr.Add(1)
+		label = "client_error"
+	case schemas.RequestStatus_REQUEST_STATUS_CANCELED:
+		g.canceled.Add(1)
+		label = "canceled"
+	default:
+		g.failed.Add(1)
+		label = "error"
+	}
+	g.m.requests.WithLabelValues(cl, label).Inc()
+	if g.emitter == nil || !g.emitter.Emit(cl, ev) {
+		g.dropped.Add(1)
+		g.m.dropped.WithLabelValues(cl).Inc()
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func newRequestID() string {
+	var b [8]byte
+	v := rand.Uint64()
+	for i := range b {
+		b[i] = byte(v >> (8 * i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+var (
+	statusClientErr = schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR
+	statusShed      = schemas.RequestStatus_REQUEST_STATUS_SHED
+	statusErr       = schemas.RequestStatus_REQUEST_STATUS_ERROR
+	statusOK        = schemas.RequestStatus_REQUEST_STATUS_OK
+	statusCanceled  = schemas.RequestStatus_REQUEST_STATUS_CANCELED
+)
+
+func clientError(w http.ResponseWriter, status int, code, param, msg string) outcome {
+	writeError(w, status, typeInvalid, code, param, msg)
+	return outcome{statusClientErr, status}
+}
+
+func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r *http.Request, ev *schemas.RoutingEvent, start time.Time) outcome {
+	reqID := r.Header.Get(HeaderRequestID)
+	if reqID == "" {
+		reqID = newRequestID()
+	} else if !validHeaderValue(reqID) {
+		reqID = newRequestID()
+		ev.RequestId = reqID
+		w.Header().Set(HeaderRequestID, reqID)
+		return clientError(w, 400, "invalid_header", HeaderRequestID, "header "+HeaderRequestID+" must be printable ASCII of at most 256 bytes")
+	}
+	ev.RequestId = reqID
+	w.Header().Set(HeaderRequestID, reqID)
+	prio, err := shed.ParsePriority(r.Header.Get(HeaderPriority))
+	if err != nil {
+		return clientError(w, 400, "invalid_header", HeaderPriority, "header "+HeaderPriority+": "+err.Error())
+	}
+	session := r.Header.Get(HeaderSession)
+	if !validHeaderValue(session) {
+		return clientError(w, 400, "invalid_header", HeaderSession, "header "+HeaderSession+" must be printable ASCII of at most 256 bytes")
+	}
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body of %d bytes exceeds the limit of %d", r.ContentLength, g.cfg.MaxBodyBytes))
+	}
+	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), r.ContentLength)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+		}
+		if r.Context().Err() != nil {
+			return outcome{statusCanceled, 499}
+		}
+		return clientError(w, 400, "invalid_body", "", "reading request body: "+err.Error())
+	}
+	in, err := parseInference(body)
+	if err != nil {
+		var br *badRequest
+		if errors.As(err, &br) {
+			return clientError(w, br.status, br.code, br.param, br.msg)
+		}
+		return clientError(w, 400, "invalid_json", "", err.Error())
+	}
+	ev.Model, ev.Stream = in.Model, in.Stream
+	if g.models != nil && !g.models[in.Model] {
+		return clientError(w, 404, "model_not_found", "model", fmt.Sprintf("the model %q does not exist", in.Model))
+	}
+	rt := g.cur.Load()
+	if rt == nil {
+		writeError(w, 503, typeUnavailable, "no_engines", "", "no snapshot and no static engines: nothing to route to")
+		return outcome{statusErr, 503}
+	}
+	ev.SnapshotVersion = rt.version
+	w.Header().Set(HeaderSnapshot, strconv.FormatUint(rt.version, 10))
+	if rt.shed > 0 {
+		g.shedder.Count(prio)
+		if rt.table == nil || g.shedder.Decide(prio, rand.Float64()) {
+			ev.DecisionReason = "shed"
+			return g.shed(w, "snapshot", prio)
+		}
+	}
+	key := affinityKey(session, in)
+	return g.route(ctx, w, r, rt, key, body, in.Stream, prio, ev, start)
+}
+
+func (g *Gateway) shed(w http.ResponseWriter, reason string, prio shed.Priority) outcome {
+	g.m.shed.WithLabelValues(g.cfg.Cluster, reason, prio.String()).Inc()
+	w.Header().Set("Retry-After", "1")
+	msg := "the cluster is shedding load; retry after 1s"
+	if reason == "capacity" {
+		msg = "every engine is at its in-flight limit; retry after 1s"
+	}
+	writeError(w, http.StatusTooManyRequests, typeRateLimit, "rate_limit_exceeded", "", msg)
+	return outcome{statusShed, http.StatusTooManyRequests}
+}
+
+func readBody(r io.Reader, n int64) ([]byte, error) {
+	if n < 0 || n > 1<<20 {
+		n = 512
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, n+1))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}
+
+// route runs up to MaxAttempts attempts on different engines.
+func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, key uint64, body []byte, stream bool, prio shed.Priority, ev *schemas.RoutingEvent, start time.Time) outcome {
+	var tried [DefaultMaxAttempts]int32
+	n := 0
+	var last attemptResult
+	for attempt := 0; attempt < g.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			if r.Context().Err() != nil {
+				return outcome{statusCanceled, 499}
+			}
+			if !g.budget.TryRetry(g.cfg.Now()) {
+				g.m.budgetDenied.WithLabelValues(g.cfg.Cluster).Inc()
+				break
+			}
+			g.retries.Add(1)
+			g.m.retries.WithLabelValues(g.cfg.Cluster).Inc()
+		}
+		i, reason := rt.table.Pick(key, tried[:n])
+		if i < 0 {
+			if attempt == 0 {
+				ev.DecisionReason = "shed"
+				return g.shed(w, "capacity", prio)
+			}
+			break
+		}
+		tried[n] = int32(i)
+		n++
+		g.m.picks.WithLabelValues(g.cfg.Cluster, reason.String()).Inc()
+		eng := rt.table.Engine(i)
+		ev.EngineId = eng.ID
+		ev.Attempts = uint32(attempt + 1)
+		ev.DecisionReason = reason.String()
+		if attempt > 0 {
+			ev.DecisionReason = "retry"
+		}
+		res := g.attempt(ctx, w, r, rt, eng, body, stream, start)
+		rt.table.Done(i)
+		ev.TtftMs, ev.MeanTbotMs = ms(res.ttft), ms(res.tbot)
+		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.promptTokens, res.outputTokens, res.cachedTokens
+		if res.failReason != "" && r.Context().Err() == nil {
+			g.m.upstreamFails.WithLabelValues(g.cfg.Cluster, res.failReason).Inc()
+			if g.outlier.Failure(eng.State, g.cfg.Now()) {
+				g.m.ejections.WithLabelValues(g.cfg.Cluster, eng.ID).Inc()
+				g.log.Warn("engine ejected", "engine", eng.ID)
+			}
+		} else if res.failReason == "" {
+			g.outlier.Success(eng.State, res.ttft-res.queued)
+		}
+		switch {
+		case r.Context().Err() != nil:
+			return outcome{statusCanceled, 499}
+		case res.committed && res.failReason != "":
+			return outcome{statusErr, res.status}
+		case res.committed && res.status >= 400:
+			return outcome{statusClientErr, res.status}
+		case res.committed:
+			return outcome{statusOK, res.status}
+		}
+		last = res
+	}
+	status, code := http.StatusBadGateway, "upstream_error"
+	if last.failReason == "first_token_timeout" {
+		status, code = http.StatusGatewayTimeout, "upstream_timeout"
+	}
+	msg := "no engine answered"
+	if last.err != nil {
+		msg = fmt.Sprintf("engine %s: %v", ev.EngineId, last.err)
+	}
+	writeError(w, status, typeServer, code, "", msg)
+	return outcome{statusErr, status}
+}
+
+// attemptResult says what one attempt did.
+type attemptResult struct {
+	committed  bool   // bytes reached the client: no retry possible
+	status     int    // HTTP status sent (or received)
+	failReason string // "" unless the engine failed
+	err        error
+	ttft, tbot time.Duration
+	queued     time.Duration // time before this attempt started
+
+	promptTokens, outputTokens, cachedTokens uint32
+}
+
+func upstreamURL(base, path string) string {
+	if strings.HasSuffix(base, "/v1") && strings.HasPrefix(path, "/v1/") {
+		base = base[:len(base)-3]
+	}
+	return base + path
+}
+
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body []byte, stream bool, start time.Time) (res attemptResult) {
+	res.queued = g.cfg.Now().Sub(start)
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, span := g.tracer.Start(actx, "switchyard.gateway.upstream", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
+	defer span.End()
+	firstTimer := time.AfterFunc(g.cfg.FirstTokenTimeout, func() { cancel(errFirstToken) })
+	defer firstTimer.Stop()
+
+	req, err := http.NewRequestWithContext(ctx, r.Method, upstreamURL(eng.URL, r.URL.Path), bytes.NewReader(body))
+	if err != nil {
+		res.failReason, res.err = "connect", err
+		return res
+	}
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	for _, h := range []string{"Accept", "Authorization", "User-Agent", HeaderRequestID, HeaderSession} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	if w.Header().Get(HeaderRequestID) != "" {
+		req.Header.Set(HeaderRequestID, w.Header().Get(HeaderRequestID))
+	}
+	g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	resp, err := g.cfg.Transport.RoundTrip(req)
+	if err != nil {
+		res.failReason, res.err = failReason(actx, "connect"), fmt.Errorf("%s: %w", eng.ID, causeOr(actx, err))
+		span.SetStatus(codes.Error, res.failReason)
+		return res
+	}
+	defer resp.Body.Close()
+	res.status = resp.StatusCode
+	switch {
+	case resp.StatusCode >= 500:
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
+		res.failReason, res.err = "status_5xx", fmt.Errorf("status %d", resp.StatusCode)
+		span.SetStatus(codes.Error, res.failReason)
+		return res
+	case resp.StatusCode >= 400:
+		// The request's fault: pass the engine's answer through, no retry.
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
+		if err != nil {
+			res.failReason, res.err = failReason(actx, "stream"), causeOr(actx, err)
+			return res
+		}
+		g.setHeaders(w, resp, eng, rt)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(b)
+		res.committed = true
+		return res
+	}
+	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		g.streamSSE(actx, w, resp, eng, rt, start, firstTimer, cancel, &res)
+	} else {
+		g.copyWhole(actx, w, resp, eng, rt, start, &res)
+	}
+	if res.failReason != "" {
+		span.SetStatus(codes.Error, res.failReason)
+	}
+	return res
+}
+
+func failReason(ctx context.Context, def string) string {
+	switch context.Cause(ctx) {
+	case errFirstToken:
+		return "first_token_timeout"
+	case errIdle:
+		return "idle_timeout"
+	}
+	return def
+}
+
+func causeOr(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c == errFirstToken || c == errIdle {
+		return c
+	}
+	return err
+}
+
+func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing) {
+	h := w.Header()
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	h.Set(HeaderEngine, eng.ID)
+	h.Set(HeaderSnapshot, strconv.FormatUint(rt.version, 10))
+}
+
+// copyWhole relays a non-streaming response, read whole first so that a
+// failure before its end can still be retried.
+func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, res *attemptResult) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		res.failReason, res.err = failReason(ctx, "stream"), causeOr(ctx, err)
+		return
+	}
+	res.ttft = g.cfg.Now().Sub(start)
+	if bytes.Contains(b, []byte(`"usage"`)) {
+		res.setUsage(b)
+	}
+	g.setHeaders(w, resp, eng, rt)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(b)
+	res.committed = true
+}
+
+type usage struct {
+	PromptTokens        uint32 `json:"prompt_tokens"`
+	CompletionTokens    uint32 `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens uint32 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (res *attemptResult) setUsage(b []byte) bool {
+	var v struct {
+		Usage *usage `json:"usage"`
+	}
+	if json.Unmarshal(b, &v) != nil || v.Usage == nil {
+		return false
+	}
+	res.promptTokens, res.outputTokens = v.Usage.PromptTokens, v.Usage.CompletionTokens
+	if d := v.Usage.PromptTokensDetails; d != nil {
+		res.cachedTokens = d.CachedTokens
+	}
+	return true
+}
+
+var (
+	dataPrefix   = []byte("data:")
+	donePayload  = []byte("[DONE]")
+	usageMarker  = []byte(`"usage":{`)
+	emptyChoices = []byte(`"choices":[]`)
+)
+
+// streamSSE relays an event stream event by event with a flush per event.
+// Nothing reaches the client before the first whole event, so a failure
+// before it can be retried.
+func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, res *attemptResult) {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(resp.Body)
+	defer func() { br.Reset(nil); readerPool.Put(br) }()
+	flusher, _ := w.(http.Flusher)
+	var (
+		pending    []byte // before commit
+		idle       *time.Timer
+		lineStart  = true
+		firstData  time.Time
+		lastData   time.Time
+		contentN   int
+		sawUsage   bool
+		usageLine  []byte
+		inUsage    bool
+		eventEnded bool
+	)
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
+	write := func(b []byte) error {
+		if !res.committed {
+			pending = append(pending, b...)
+			return nil
+		}
+		_, err := w.Write(b)
+		return err
+	}
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			complete := chunk[len(chunk)-1] == '\n'
+			if lineStart {
+				inUsage = false
+				line := bytes.TrimRight(chunk, "\r\n")
+				switch {
+				case len(line) == 0 && complete:
+					eventEnded = true
+				case bytes.HasPrefix(line, dataPrefix):
+					payload := bytes.TrimSpace(line[len(dataPrefix):])
+					if !bytes.Equal(payload, donePayload) {
+						now := g.cfg.Now()
+						if firstData.IsZero() {
+							firstData = now
+							res.ttft = now.Sub(start)
+						}
+						if !bytes.Contains(payload, emptyChoices) {
+							contentN++
+							lastData = now
+						}
+						if bytes.Contains(payload, usageMarker) {
+							inUsage = true
+							usageLine = append(usageLine[:0], payload...)
+						}
+					}
+				}
+			} else if inUsage && len(usageLine) < maxUsageLine {
+				usageLine = append(usageLine, bytes.TrimRight(chunk, "\r\n")...)
+			}
+			if inUsage && complete {
+				if res.setUsage(usageLine) {
+					sawUsage = true
+				}
+				inUsage = false
+			}
+			if werr := write(chunk); werr != nil {
+				res.committed = true
+				res.err = werr // client gone; ctx is canceled too
+				return
+			}
+			lineStart = complete
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if eventEnded || (err != nil && res.committed) {
+			eventEnded = false
+			if !res.committed {
+				firstTimer.Stop()
+				g.setHeaders(w, resp, eng, rt)
+				h := w.Header()
+				h.Set("Cache-Control", "no-cache")
+				h.Set("X-Accel-Buffering", "no")
+				w.WriteHeader(resp.StatusCode)
+				res.committed = true
+				if _, werr := w.Write(pending); werr != nil {
+					res.err = werr
+					return
+				}
+				pending = nil
+				idle = time.AfterFunc(g.cfg.IdleTimeout, func() { cancel(errIdle) })
+			} else if idle != nil {
+				idle.Reset(g.cfg.IdleTimeout)
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				res.failReason, res.err = failReason(ctx, "stream"), causeOr(ctx, err)
+				if (res.committed && ctx.Err() == nil) || context.Cause(ctx) == errIdle {
+					// Tell an OpenAI client why the stream ends early.
+					_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":%q,\"type\":%q,\"param\":null,\"code\":\"upstream_error\"}}\n\n", "engine stream failed: "+res.err.Error(), typeServer)
+					if flusher != nil {
+						flusher.Flush()
+					}
+				}
+			} else if !res.committed {
+				res.failReason, res.err = "stream", errors.New("stream ended before its first event")
+			}
+			break
+		}
+	}
+	if !sawUsage {
+		res.outputTokens = uint32(contentN)
+	}
+	if contentN > 1 && lastData.After(firstData) {
+		res.tbot = lastData.Sub(firstData) / time.Duration(contentN-1)
+	}
+}
+
+func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")
+		return
+	}
+	rt := g.cur.Load()
+	if rt == nil || rt.table == nil {
+		writeError(w, 503, typeUnavailable, "no_engines", "", "no engines to ask for models")
+		return
+	}
+	var tried [DefaultMaxAttempts]int32
+	key := rand.Uint64()
+	for n := 0; n < g.cfg.MaxAttempts; n++ {
+		i, _ := rt.table.Pick(key, tried[:n])
+		if i < 0 {
+			break
+		}
+		tried[n] = int32(i)
+		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, g.cfg.Now())
+		rt.table.Done(i)
+		if res.committed || r.Context().Err() != nil {
+			return
+		}
+	}
+	writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "no engine answered")
+}

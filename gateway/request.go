@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+)
+
+// Request headers the gateway reads.
+const (
+	// HeaderSession names a conversation or session: requests with the
+	// same value share an affinity key (and so a KV cache).
+	HeaderSession = "X-Switchyard-Session"
+	// HeaderPriority is the request's priority class: low, normal
+	// (default) or high (or 0, 1, 2). Lower classes are shed first.
+	HeaderPriority = "X-Switchyard-Priority"
+	// HeaderRequestID is echoed, or generated when absent.
+	HeaderRequestID = "X-Request-Id"
+	// Response headers.
+	HeaderEngine   = "X-Switchyard-Engine"
+	HeaderSnapshot = "X-Switchyard-Snapshot"
+)
+
+// prefixBytes is how much of the prompt (the JSON of messages or prompt)
+// forms the affinity key when neither a session header nor a user is
+// given: enough to cover a system prompt and the first turn, so later
+// turns of a conversation share the key.
+const prefixBytes = 1024
+
+// maxHeaderValue bounds the session and request id headers.
+const maxHeaderValue = 256
+
+// inference is the part of a completion request the gateway reads.
+type inference struct {
+	Model    string          `json:"model"`
+	Stream   bool            `json:"stream"`
+	User     string          `json:"user"`
+	Messages json.RawMessage `json:"messages"`
+	Prompt   json.RawMessage `json:"prompt"`
+}
+
+// badRequest is a client error: status, OpenAI code and param.
+type badRequest struct {
+	status      int
+	code, param string
+	msg         string
+}
+
+func (e *badRequest) Error() string { return e.msg }
+
+// parseInference decodes and checks body.
+func parseInference(body []byte) (*inference, error) {
+	trim := bytes.TrimLeft(body, " \t\r\n")
+	if len(trim) == 0 || trim[0] != '{' {
+		return nil, &badRequest{400, "invalid_json", "", "request body must be a JSON object"}
+	}
+	var in inference
+	if err := json.Unmarshal(body, &in); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, &badRequest{400, "invalid_type", te.Field, fmt.Sprintf("invalid type for %q: expected %s", te.Field, te.Type)}
+		}
+		return nil, &badRequest{400, "invalid_json", "", "request body is not valid JSON: " + err.Error()}
+	}
+	if in.Model == "" {
+		return nil, &badRequest{400, "missing_required_parameter", "model", "you must provide a model parameter"}
+	}
+	return &in, nil
+}
+
+// affinityKey derives the KV-cache affinity key: the session header, else
+// the user field, else a hash of the leading part of the prompt, else a
+// random key.
+func affinityKey(session string, in *inference) uint64 {
+	switch {
+	case session != "":
+		return pick.HashString("s:" + session)
+	case in.User != "":
+		return pick.HashString("u:" + in.User)
+	}
+	p := in.Messages
+	if len(p) == 0 || string(p) == "null" {
+		p = in.Prompt
+	}
+	if len(p) == 0 || string(p) == "null" {
+		return rand.Uint64()
+	}
+	if len(p) > prefixBytes {
+		p = p[:prefixBytes]
+	}
+	return pick.HashBytes(p)
+}
+
+// validHeaderValue: printable ASCII, bounded.
+func validHeaderValue(s string) bool {
+	if len(s) > maxHeaderValue {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
