@@ -1,0 +1,34 @@
+package gateway
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+)
+
+func TestParseFlags(t *testing.T) {
+	env := map[string]string{"SWITCHYARD_KAFKA_BROKERS": "k1:9092,k2:9092"}
+	cfg, level, err := ParseFlags([]string{"--cluster", "eu", "--engines", "a=http://127.0.0.1:1,b=http://127.0.0.1:2", "--models", "m1, m2", "--nats-url", ""},
+		func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster != "eu" || len(cfg.Engines) != 2 || cfg.Engines[1].URL != "http://127.0.0.1:2" || len(cfg.Models) != 2 || level != "info" {
+		t.Fatalf("%+v", cfg)
+	}
+	if len(cfg.KafkaBrokers) != 2 || cfg.NATSURL != "" || cfg.Listen != "127.0.0.1:8080" {
+		t.Fatalf("connection %+v", cfg)
+	}
+	for _, args := range [][]string{
+		{},
+		{"--cluster", "eu", "--engines", "nourl"},
+		{"--cluster", "eu", "--engines", "a=ftp://x"},
+		{"--cluster", "eu", "extra"},
+		{"--cluster", "eu", "--bogus"},
+	} {
+		if _, _, err := ParseFlags(args, func(string) string { return "" }); !errors.Is(err, cli.ErrUsage) {
+			t.Errorf("%q: %v, want usage error", args, err)
+		}
+	}
+}
