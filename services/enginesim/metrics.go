@@ -27,6 +27,8 @@ type metrics struct {
 	ttft     prometheus.Histogram
 	itl      prometheus.Histogram
 	e2e      prometheus.Histogram
+	queue    prometheus.Histogram
+	prefill  prometheus.Histogram
 	success  *prometheus.CounterVec // finished_reason
 	rejected *prometheus.CounterVec // reason
 	canceled prometheus.Counter
@@ -48,6 +50,14 @@ func newMetrics(model string, info engineInfo) *metrics {
 			Name: "vllm:e2e_request_latency_seconds", Help: "Histogram of end to end request latency in seconds.",
 			ConstLabels: ml, Buckets: e2eBuckets(),
 		}),
+		queue: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vllm:request_queue_time_seconds", Help: "Histogram of time spent in WAITING phase for request.",
+			ConstLabels: ml, Buckets: e2eBuckets(),
+		}),
+		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vllm:request_prefill_time_seconds", Help: "Histogram of time spent in PREFILL phase for request.",
+			ConstLabels: ml, Buckets: e2eBuckets(),
+		}),
 		success: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: ml,
 		}, []string{"finished_reason"}),
@@ -62,7 +72,7 @@ func newMetrics(model string, info engineInfo) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ttft, m.itl, m.e2e, m.success, m.rejected, m.canceled, m.engine}
+	return []prometheus.Collector{m.ttft, m.itl, m.e2e, m.queue, m.prefill, m.success, m.rejected, m.canceled, m.engine}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {

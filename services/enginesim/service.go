@@ -265,6 +265,8 @@ func (s *Service) dispatch(evs []engine.Event, inflight map[uint64]*pending) {
 				s.met.itl.Observe(secs(ev.Time - p.last))
 			}
 			s.met.e2e.Observe(secs(ev.Time - p.arrival))
+			s.met.queue.Observe(secs(ev.Result.QueueTime()))
+			s.met.prefill.Observe(secs(ev.Result.FirstToken - ev.Result.Admitted))
 			delete(inflight, ev.ID)
 		}
 		p.last = ev.Time

@@ -364,6 +364,8 @@ func TestMetricsAndPrefixCache(t *testing.T) {
 		"vllm:time_to_first_token_seconds":  dto.MetricType_HISTOGRAM,
 		"vllm:inter_token_latency_seconds":  dto.MetricType_HISTOGRAM,
 		"vllm:e2e_request_latency_seconds":  dto.MetricType_HISTOGRAM,
+		"vllm:request_queue_time_seconds":   dto.MetricType_HISTOGRAM,
+		"vllm:request_prefill_time_seconds": dto.MetricType_HISTOGRAM,
 		"vllm:cache_config_info":            dto.MetricType_GAUGE,
 		"switchyard_enginesim_max_num_seqs": dto.MetricType_GAUGE,
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -65,8 +66,9 @@ type Event struct {
 type Result struct {
 	ID      uint64
 	Replica int
-	// Arrival, FirstToken and Finish are virtual times.
-	Arrival, FirstToken, Finish time.Duration
+	// Arrival, Admitted (into the batch), FirstToken and Finish are
+	// virtual times.
+	Arrival, Admitted, FirstToken, Finish time.Duration
 	PromptTokens                int
 	// CachedTokens is the part of the prompt served from the prefix cache.
 	CachedTokens int
@@ -75,6 +77,9 @@ type Result struct {
 
 // TTFT is the time from arrival to the first token.
 func (r Result) TTFT() time.Duration { return r.FirstToken - r.Arrival }
+
+// QueueTime is the time from arrival to admission into the batch.
+func (r Result) QueueTime() time.Duration { return r.Admitted - r.Arrival }
 
 // E2E is the time from arrival to the last token.
 func (r Result) E2E() time.Duration { return r.Finish - r.Arrival }
@@ -272,6 +277,28 @@ func (e *Engine) Cancel(now time.Duration, id uint64) bool {
 	}
 	e.st.Canceled++
 	return true
+}
+
+// Reset advances the model to now and then drops every request and empties
+// every replica's KV cache, as when an engine is lost and restarted. It
+// returns the ids of the dropped requests in increasing order (counted as
+// canceled); counters are kept.
+func (e *Engine) Reset(now time.Duration) []uint64 {
+	e.advance(now)
+	ids := make([]uint64, 0, len(e.byID))
+	for id := range e.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e.Cancel(now, id)
+	}
+	for _, r := range e.replicas {
+		r.head(e) // recycles the canceled queue entries
+		r.busy = false
+		r.cache = newBlockCache(e.cfg.Preset.KVBlocks)
+	}
+	return ids
 }
 
 // NextEvent returns the virtual time at which the model's state next

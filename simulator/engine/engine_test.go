@@ -397,3 +397,30 @@ func TestConfigValidation(t *testing.T) {
 }
 
 func nanValue() float64 { zero := 0.0; return zero / zero }
+
+func TestResetDropsEverything(t *testing.T) {
+	e := newEngine(t, "l4", func(c *Config) { c.Preset.MaxSeqs = 2 })
+	for i := range 4 {
+		if err := e.Submit(0, Request{ID: uint64(10 - i), PromptTokens: 64, OutputTokens: 100, PrefixHashes: []uint64{1, 2, 3}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Advance(time.Second)
+	ids := e.Reset(time.Second)
+	if !reflect.DeepEqual(ids, []uint64{7, 8, 9, 10}) {
+		t.Fatalf("reset dropped %v", ids)
+	}
+	if _, busy := e.NextEvent(); busy {
+		t.Fatal("busy after reset")
+	}
+	if got := e.PrefixMatch([]uint64{1, 2, 3}, 64); got != 0 {
+		t.Fatalf("cache kept %d tokens", got)
+	}
+	_, res := drive(t, e, []arrival{{2 * time.Second, Request{ID: 1, PromptTokens: 64, OutputTokens: 2}}})
+	if r := res[1]; r.Arrival != 2*time.Second || r.Admitted != 2*time.Second || r.QueueTime() != 0 {
+		t.Fatalf("after reset: %+v", r)
+	}
+	if st := e.Stats(); st.Canceled != 4 || st.Finished != 1 || st.Running != 0 || st.KVBlocksUsed != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -34,7 +34,7 @@ func FuzzEngine(f *testing.F) {
 		for len(ops) >= 3 {
 			op, a, b := ops[0], ops[1], ops[2]
 			ops = ops[3:]
-			switch op % 4 {
+			switch op % 5 {
 			case 0:
 				var h []uint64
 				for i := range int(a % 8) {
@@ -50,6 +50,10 @@ func FuzzEngine(f *testing.F) {
 				if next, ok := e.NextEvent(); ok {
 					now = max(now, next)
 					check(e.Advance(now))
+				}
+			case 4:
+				if a == 0 {
+					e.Reset(now)
 				}
 			}
 		}

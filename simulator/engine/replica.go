@@ -17,6 +17,7 @@ type seq struct {
 	rep      *replica
 	state    seqState
 	arrival  time.Duration
+	admitted time.Duration
 	firstTok time.Duration
 	prompt   int
 	output   int
@@ -106,6 +107,7 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 		}
 		r.pop()
 		r.nWaiting--
+		s.admitted = t
 		c := min(s.remaining, budget)
 		s.chunk = c
 		budget -= c
@@ -209,7 +211,7 @@ func (e *Engine) finish(r *replica, s *seq, t time.Duration) {
 	e.st.Finished++
 	e.emit(Event{Kind: EventFinished, ID: s.id, Time: t, Tokens: s.output, Result: Result{
 		ID: s.id, Replica: r.idx,
-		Arrival: s.arrival, FirstToken: s.firstTok, Finish: t,
+		Arrival: s.arrival, Admitted: s.admitted, FirstToken: s.firstTok, Finish: t,
 		PromptTokens: s.prompt, CachedTokens: s.cached, OutputTokens: s.output,
 	}})
 	e.recycle(s)
