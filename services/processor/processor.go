@@ -1,0 +1,492 @@
+// Package processor is the `switchyard processor` service: it consumes
+// engine signals and routing events in a consumer group, windows them by
+// event time and publishes per-engine, per-cluster and per-(cluster,
+// engine) estimates to the estimates topic (see docs/processor.md).
+//
+// Delivery: estimates are idempotent outputs keyed by entity, each a
+// deterministic function of (entity, window, input records). Offsets and
+// the window clock are checkpointed to PREFIX.processor.checkpoints only
+// after every estimate and dead-letter record they cover is acknowledged
+// by Kafka; the group's committed offsets follow. A restart resumes from
+// the lowest offset any open window needs, rebuilds those windows, and
+// publishes exactly the estimates an uninterrupted run would have (a
+// window published just before a crash may be published again,
+// byte-identical).
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+	"github.com/switchyard-llm/switchyard/streams/window"
+)
+
+// Config configures the processor.
+type Config struct {
+	// KafkaBrokers are the bootstrap brokers. Required.
+	KafkaBrokers []string
+	// TopicPrefix names the topics (streams.TopicsFor). Default "switchyard".
+	TopicPrefix string
+	// Group is the consumer group and the checkpoint key. Default
+	// "switchyard-processor".
+	Group string
+	// Window is the window size. Default 30s.
+	Window time.Duration
+	// Slide is the distance between window starts; Window must be a
+	// multiple of it. Default 10s.
+	Slide time.Duration
+	// AllowedLateness is how far out of event-time order a record may
+	// arrive and still count. Default 5s.
+	AllowedLateness time.Duration
+	// Partitions is the partition count used when creating missing topics.
+	// Default 3.
+	Partitions int32
+	// Fitter fits latency profiles. Default estimate.ConvexFit.
+	Fitter estimate.Fitter
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the processor's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) defaults() {
+	if c.Group == "" {
+		c.Group = "switchyard-processor"
+	}
+	if c.Window == 0 {
+		c.Window = 30 * time.Second
+	}
+	if c.Slide == 0 {
+		c.Slide = 10 * time.Second
+		if c.Window%c.Slide != 0 || c.Slide > c.Window {
+			c.Slide = c.Window
+		}
+	}
+	if c.AllowedLateness == 0 {
+		c.AllowedLateness = 5 * time.Second
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports a configuration error (after defaults).
+func (c Config) Validate() error {
+	if len(c.KafkaBrokers) == 0 {
+		return errors.New("no kafka brokers")
+	}
+	return c.Spec().Validate()
+}
+
+// Spec is the window spec of c.
+func (c Config) Spec() window.Spec {
+	return window.Spec{Size: c.Window, Slide: c.Slide, AllowedLateness: c.AllowedLateness}
+}
+
+// CheckpointTopic is the compacted topic the processor keeps its
+// checkpoints in, keyed by group.
+func CheckpointTopic(prefix string) string {
+	if prefix == "" {
+		prefix = streams.DefaultPrefix
+	}
+	return prefix + ".processor.checkpoints"
+}
+
+// Stats counts what the processor has done since it started.
+type Stats struct {
+	SignalsConsumed       uint64
+	RoutingEventsConsumed uint64
+	EstimatesPublished    uint64
+	DeadLettered          uint64
+	Late                  uint64
+	WindowsFired          uint64
+	Checkpoints           uint64
+}
+
+// Service is a running processor.
+type Service struct {
+	cfg    Config
+	topics streams.Topics
+	log    *slog.Logger
+	m      *metrics
+
+	signals, routing, published, dead, lateN, fired, ckpts atomic.Uint64
+
+	// Test hooks.
+	// beforeCheckpoint runs after outputs are flushed and before the
+	// checkpoint is written; an error stops Run (a crash).
+	beforeCheckpoint func() error
+	// noFinalCheckpoint makes Run return on cancel without flushing or
+	// checkpointing (a kill).
+	noFinalCheckpoint bool
+	// maxPoll bounds the records handled per loop iteration (default 10000).
+	maxPoll int
+}
+
+// New validates cfg and returns a processor.
+func New(cfg Config) (*Service, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("processor config: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, m: m, maxPoll: 10000}, nil
+}
+
+// Stats returns the counters.
+func (s *Service) Stats() Stats {
+	return Stats{
+		SignalsConsumed: s.signals.Load(), RoutingEventsConsumed: s.routing.Load(),
+		EstimatesPublished: s.published.Load(), DeadLettered: s.dead.Load(), Late: s.lateN.Load(),
+		WindowsFired: s.fired.Load(), Checkpoints: s.ckpts.Load(),
+	}
+}
+
+// Run consumes until ctx is done. On cancel it flushes and checkpoints
+// (bounded by 10s) and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(s.cfg.KafkaBrokers...),
+		kgo.ConsumerGroup(s.cfg.Group),
+		kgo.ConsumeTopics(s.topics.Signals, s.topics.RoutingEvents),
+		kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+	)
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	if err := s.ensureTopics(ctx, cl); err != nil {
+		return err
+	}
+	core, err := NewCore(s.topics, s.cfg.Spec(), s.cfg.Fitter)
+	if err != nil {
+		return err
+	}
+	cp, found, err := readCheckpoint(ctx, cl, s.cfg.KafkaBrokers, CheckpointTopic(s.cfg.TopicPrefix), s.cfg.Group)
+	if err != nil {
+		return err
+	}
+	if found {
+		core.Restore(cp)
+		s.log.Info("restored checkpoint", "group", s.cfg.Group, "watermark_unix_ms", cp.Watermark, "partitions", len(cp.Partitions))
+	}
+	if err := trackPartitions(ctx, cl, core, cp, s.topics.Signals, s.topics.RoutingEvents); err != nil {
+		return err
+	}
+	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), lastCkpt: time.Now()}
+	return r.loop(ctx)
+}
+
+type runner struct {
+	s    *Service
+	cl   *kgo.Client
+	core *Core
+	dlq  *streams.DeadLetter
+
+	mu       sync.Mutex
+	prodErr  error
+	dirty    bool // dead letters since the last checkpoint
+	lastCkpt time.Time
+}
+
+func (r *runner) promise(_ *kgo.Record, err error) {
+	if err != nil {
+		r.mu.Lock()
+		if r.prodErr == nil {
+			r.prodErr = err
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *runner) estimatePromise(rec *kgo.Record, err error) {
+	if err != nil {
+		r.promise(rec, err)
+		return
+	}
+	r.s.published.Add(1)
+	kind, _, _ := estimate.ParseKey(string(rec.Key))
+	r.s.m.estimates.WithLabelValues(kind).Inc()
+}
+
+func (r *runner) loop(ctx context.Context) error {
+	s := r.s
+	for {
+		fetches := r.cl.PollRecords(ctx, s.maxPoll)
+		if ctx.Err() != nil {
+			if s.noFinalCheckpoint {
+				return nil
+			}
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := r.checkpoint(fctx); err != nil {
+				return fmt.Errorf("final checkpoint: %w", err)
+			}
+			return nil
+		}
+		var fetchErr error
+		fetches.EachError(func(t string, p int32, err error) {
+			if fetchErr == nil && !errors.Is(err, context.Canceled) {
+				fetchErr = fmt.Errorf("fetching %s/%d: %w", t, p, err)
+			}
+		})
+		if fetchErr != nil {
+			s.log.Warn("fetch error", "err", fetchErr)
+		}
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			r.core.SetEnd(p.Topic, p.Partition, p.HighWatermark)
+			p.EachRecord(r.handle)
+		})
+		fired := r.core.Fire()
+		for _, f := range fired {
+			s.fired.Add(1)
+			s.m.windows.Inc()
+			for _, e := range f.Estimates {
+				b, err := estimate.Marshal(e)
+				if err != nil {
+					return err
+				}
+				// Outputs are produced without ctx: once fired they must
+				// reach Kafka before the final checkpoint.
+				r.cl.Produce(context.WithoutCancel(ctx), &kgo.Record{
+					Topic: s.topics.Estimates, Key: []byte(estimate.Key(e)), Value: b, Timestamp: time.UnixMilli(f.End),
+				}, r.estimatePromise)
+			}
+		}
+		s.m.watermark.Set(float64(r.core.Watermark().UnixMilli()) / 1000)
+		s.m.openPanes.Set(float64(r.core.OpenPanes()))
+		if len(fired) > 0 || (r.dirty && time.Since(r.lastCkpt) > time.Second) {
+			if err := r.checkpoint(ctx); err != nil {
+				if ctx.Err() != nil {
+					continue // the final checkpoint runs above
+				}
+				return err
+			}
+		}
+	}
+}
+
+func (r *runner) handle(rec *kgo.Record) {
+	s := r.s
+	out, reason := r.core.Handle(rec)
+	input := "signals"
+	if rec.Topic == s.topics.RoutingEvents {
+		input = "routing_events"
+	}
+	switch out {
+	case Accepted:
+		if input == "signals" {
+			s.signals.Add(1)
+		} else {
+			s.routing.Add(1)
+		}
+		s.m.records.WithLabelValues(input, "accepted").Inc()
+	case Late:
+		s.lateN.Add(1)
+		s.m.records.WithLabelValues(input, "late").Inc()
+	case Replayed:
+		s.m.records.WithLabelValues(input, "replayed").Inc()
+	case DeadLettered:
+		s.dead.Add(1)
+		s.m.records.WithLabelValues(input, "dead_lettered").Inc()
+		code, _, _ := cutReason(reason)
+		s.m.deadLetters.WithLabelValues(code).Inc()
+		s.log.Debug("dead-lettering record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
+		r.dirty = true
+		r.cl.Produce(context.Background(), r.dlq.Record(rec, reason), r.promise)
+	}
+}
+
+func cutReason(reason string) (code, detail string, ok bool) {
+	for i := 0; i+1 < len(reason); i++ {
+		if reason[i] == ':' && reason[i+1] == ' ' {
+			return reason[:i], reason[i+2:], true
+		}
+	}
+	return reason, "", false
+}
+
+// checkpoint waits until every produced output is acknowledged, then
+// writes the checkpoint and commits the resume offsets to the group.
+func (r *runner) checkpoint(ctx context.Context) error {
+	if err := r.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flushing outputs: %w", err)
+	}
+	r.mu.Lock()
+	perr := r.prodErr
+	r.mu.Unlock()
+	if perr != nil {
+		return fmt.Errorf("producing outputs: %w", perr)
+	}
+	if h := r.s.beforeCheckpoint; h != nil {
+		if err := h(); err != nil {
+			return err
+		}
+	}
+	cp := r.core.Checkpoint()
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return fmt.Errorf("encoding checkpoint: %w", err)
+	}
+	rec := &kgo.Record{Topic: CheckpointTopic(r.s.cfg.TopicPrefix), Key: []byte(r.s.cfg.Group), Value: b}
+	if err := r.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("writing checkpoint: %w", err)
+	}
+	offs := map[string]map[int32]kgo.EpochOffset{}
+	for _, m := range cp.Partitions {
+		if offs[m.Topic] == nil {
+			offs[m.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		offs[m.Topic][m.Partition] = kgo.EpochOffset{Epoch: -1, Offset: m.Resume}
+	}
+	var commitErr error
+	r.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			commitErr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && commitErr == nil {
+					commitErr = e
+				}
+			}
+		}
+	})
+	if commitErr != nil {
+		// The checkpoint already holds the offsets; a failed group commit
+		// only means the next start replays a little more.
+		r.s.log.Warn("committing group offsets", "err", commitErr)
+	}
+	r.dirty = false
+	r.lastCkpt = time.Now()
+	r.s.ckpts.Add(1)
+	r.s.m.checkpoints.Inc()
+	return nil
+}
+
+func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) error {
+	if err := streams.EnsureTopics(ctx, cl, s.topics, s.cfg.Partitions); err != nil {
+		return err
+	}
+	compact := "compact"
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, CheckpointTopic(s.cfg.TopicPrefix))
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating checkpoint topic: %w", err)
+	}
+	return nil
+}
+
+// readCheckpoint returns the latest checkpoint of group.
+func readCheckpoint(ctx context.Context, cl *kgo.Client, brokers []string, topic, group string) (Checkpoint, bool, error) {
+	var cp Checkpoint
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return cp, false, fmt.Errorf("listing checkpoint offsets: %w", err)
+	}
+	end, ok := ends.Lookup(topic, 0)
+	if !ok || end.Err != nil {
+		return cp, false, fmt.Errorf("listing checkpoint offsets: %v", end.Err)
+	}
+	if end.Offset <= 0 {
+		return cp, false, nil
+	}
+	rd, err := kgo.NewClient(
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+	)
+	if err != nil {
+		return cp, false, fmt.Errorf("creating checkpoint reader: %w", err)
+	}
+	defer rd.Close()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	found := false
+	for done := false; !done; {
+		fs := rd.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return cp, false, fmt.Errorf("reading checkpoints: %w", err)
+		}
+		var derr error
+		fs.EachRecord(func(rec *kgo.Record) {
+			if rec.Offset >= end.Offset-1 {
+				done = true
+			}
+			if string(rec.Key) != group {
+				return
+			}
+			var c Checkpoint
+			if err := json.Unmarshal(rec.Value, &c); err != nil {
+				derr = fmt.Errorf("decoding checkpoint at offset %d: %w", rec.Offset, err)
+				return
+			}
+			cp, found = c, true
+		})
+		if derr != nil {
+			return cp, false, derr
+		}
+	}
+	return cp, found, nil
+}
+
+// trackPartitions tells core where each input partition's reading starts
+// (the checkpoint's resume offset, else the log start) and ends. The
+// processor is meant to be the group's only active member: it tracks all
+// partitions of its inputs.
+func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, cp Checkpoint, topics ...string) error {
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("listing start offsets: %w", err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return fmt.Errorf("listing end offsets: %w", err)
+	}
+	resume := map[tp]int64{}
+	for _, m := range cp.Partitions {
+		resume[tp{m.Topic, m.Partition}] = m.Resume
+	}
+	var lerr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			lerr = fmt.Errorf("listing end offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
+			return
+		}
+		start := int64(0)
+		if so, ok := starts.Lookup(o.Topic, o.Partition); ok && so.Err == nil {
+			start = so.Offset
+		}
+		if r, ok := resume[tp{o.Topic, o.Partition}]; ok {
+			start = max(start, r)
+		}
+		core.Track(o.Topic, o.Partition, start, o.Offset)
+	})
+	return lerr
+}

@@ -1,0 +1,143 @@
+package estimate
+
+import (
+	"sort"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+type pair struct{ cluster, engine string }
+
+// Pane is the state of one slice of event time: per-engine, per-cluster
+// and per-(cluster, engine) accumulators. Its size grows with the number
+// of entities, not records.
+type Pane struct {
+	engines map[string]*Engine
+	demand  map[string]*Demand
+	network map[pair]*Network
+}
+
+// NewPane returns an empty pane.
+func NewPane() *Pane {
+	return &Pane{engines: map[string]*Engine{}, demand: map[string]*Demand{}, network: map[pair]*Network{}}
+}
+
+// AddSignal folds in a validated signal.
+func (p *Pane) AddSignal(s *schemas.EngineSignal) {
+	e := p.engines[s.GetEngineId()]
+	if e == nil {
+		e = &Engine{}
+		p.engines[s.GetEngineId()] = e
+	}
+	e.Add(s)
+}
+
+// AddRoutingEvent folds in a validated routing event.
+func (p *Pane) AddRoutingEvent(ev *schemas.RoutingEvent) {
+	d := p.demand[ev.GetCluster()]
+	if d == nil {
+		d = &Demand{}
+		p.demand[ev.GetCluster()] = d
+	}
+	d.Add(ev)
+	if ev.GetEngineId() == "" {
+		return
+	}
+	k := pair{ev.GetCluster(), ev.GetEngineId()}
+	n := p.network[k]
+	if n == nil {
+		n = &Network{}
+		p.network[k] = n
+	}
+	n.Add(ev)
+}
+
+// Entities is the number of accumulators the pane holds.
+func (p *Pane) Entities() int { return len(p.engines) + len(p.demand) + len(p.network) }
+
+// Window describes the window being computed: its bounds (Unix ms), the
+// slide (pane length, ms), and its panes with their start times, in order.
+type Window struct {
+	Start, End, Slide int64
+	PaneStarts        []int64
+	Panes             []*Pane
+}
+
+// Compute merges the window's panes and returns its estimates in a fixed
+// order: engines by id, then demand by cluster, then network by (cluster,
+// engine). fit nil means ConvexFit.
+func Compute(w Window, fit Fitter) []*schemas.Estimate {
+	engines := map[string]*Engine{}
+	network := map[pair]*Network{}
+	demand := map[string][]*Demand{}
+	np := int((w.End - w.Start) / max(w.Slide, 1))
+	for i, p := range w.Panes {
+		for id, e := range p.engines {
+			m := engines[id]
+			if m == nil {
+				m = &Engine{}
+				engines[id] = m
+			}
+			m.Merge(e)
+		}
+		for k, n := range p.network {
+			m := network[k]
+			if m == nil {
+				m = &Network{}
+				network[k] = m
+			}
+			m.merge(n)
+		}
+		idx := 0
+		if i < len(w.PaneStarts) && w.Slide > 0 {
+			idx = int((w.PaneStarts[i] - w.Start) / w.Slide)
+		}
+		if idx < 0 || idx >= np {
+			continue
+		}
+		for c, d := range p.demand {
+			s := demand[c]
+			if s == nil {
+				s = make([]*Demand, np)
+				demand[c] = s
+			}
+			s[idx] = d
+		}
+	}
+	var out []*schemas.Estimate
+	for _, id := range sortedKeys(engines) {
+		out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: engines[id].Estimate(id, w.Start, w.End, fit)}})
+	}
+	for _, c := range sortedKeys(demand) {
+		out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Demand{Demand: demandEstimate(c, w.Start, w.End, w.Slide, demand[c])}})
+	}
+	pairs := make([]pair, 0, len(network))
+	for k := range network {
+		pairs = append(pairs, k)
+	}
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i].cluster != pairs[j].cluster {
+			return pairs[i].cluster < pairs[j].cluster
+		}
+		return pairs[i].engine < pairs[j].engine
+	})
+	for _, k := range pairs {
+		var ttft float64
+		if e := engines[k.engine]; e != nil {
+			ttft = e.MeanTTFTMs()
+		}
+		if n := networkEstimate(k.cluster, k.engine, w.End, network[k], ttft); n != nil {
+			out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Network{Network: n}})
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,86 @@
+package estimate
+
+import (
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Prior is what the processor assumes about a GPU class before it has
+// data: latency at zero load, the shape of its growth with utilization,
+// and the sustainable request rate of one replica.
+type Prior struct {
+	// TTFTBaseMs and TBOTBaseMs are latencies at zero utilization.
+	TTFTBaseMs, TBOTBaseMs float64
+	// ReplicaRPS is the sustainable requests/s of one replica.
+	ReplicaRPS float64
+	// MaxBatch is the concurrent-request limit of one replica, used when
+	// the engine does not advertise one.
+	MaxBatch float64
+	// TokensPerRequest converts request capacity to token capacity when
+	// the window has no finished requests.
+	TokensPerRequest float64
+}
+
+// Priors per GPU class; unknown classes use "default".
+func priorFor(gpuClass string) Prior {
+	switch strings.ToLower(gpuClass) {
+	case "h100":
+		return Prior{TTFTBaseMs: 40, TBOTBaseMs: 12, ReplicaRPS: 16, MaxBatch: 256, TokensPerRequest: 256}
+	case "a100":
+		return Prior{TTFTBaseMs: 70, TBOTBaseMs: 20, ReplicaRPS: 9, MaxBatch: 128, TokensPerRequest: 256}
+	case "l4":
+		return Prior{TTFTBaseMs: 180, TBOTBaseMs: 45, ReplicaRPS: 3, MaxBatch: 32, TokensPerRequest: 256}
+	}
+	return Prior{TTFTBaseMs: 100, TBOTBaseMs: 25, ReplicaRPS: 6, MaxBatch: 64, TokensPerRequest: 256}
+}
+
+// PriorFor returns the prior of gpuClass ("h100", "a100", "l4"; anything
+// else gets a middle-of-the-road default).
+func PriorFor(gpuClass string) Prior { return priorFor(gpuClass) }
+
+// Kind says which latency a profile describes.
+type Kind int
+
+const (
+	// TTFT is time to first token.
+	TTFT Kind = iota
+	// TBOT is time between output tokens.
+	TBOT
+)
+
+func (k Kind) String() string {
+	if k == TBOT {
+		return "tbot"
+	}
+	return "ttft"
+}
+
+// Knots returns the utilizations at which profiles are given.
+func Knots() []float64 {
+	return []float64{0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2}
+}
+
+// PriorLatency is the prior latency in ms of kind at utilization u:
+// base·(1 + 0.5u + 6u³) for TTFT (queueing dominates near saturation) and
+// base·(1 + 0.3u + 1.5u²) for TBOT (decode steps slow with batch size).
+// Both are convex and non-decreasing in u >= 0.
+func (p Prior) PriorLatency(k Kind, u float64) float64 {
+	if u < 0 {
+		u = 0
+	}
+	if k == TBOT {
+		return p.TBOTBaseMs * (1 + 0.3*u + 1.5*u*u)
+	}
+	return p.TTFTBaseMs * (1 + 0.5*u + 6*u*u*u)
+}
+
+// PriorProfile is the prior curve of kind for gpuClass, flagged prior.
+func PriorProfile(gpuClass string, k Kind) *schemas.LatencyProfile {
+	p := priorFor(gpuClass)
+	out := &schemas.LatencyProfile{Prior: true}
+	for _, u := range Knots() {
+		out.Points = append(out.Points, &schemas.ProfilePoint{Utilization: u, LatencyMs: p.PriorLatency(k, u)})
+	}
+	return out
+}

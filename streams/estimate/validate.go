@@ -1,0 +1,284 @@
+package estimate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Reason codes of rejected records; the dead-letter reason header is
+// "<code>: <detail>".
+const (
+	ReasonUndecodable   = "undecodable"
+	ReasonSchemaVersion = "unsupported_schema_version"
+	ReasonMissingField  = "missing_field"
+	ReasonInvalidValue  = "invalid_value"
+	ReasonFutureTime    = "future_event_time"
+	ReasonInvalidTime   = "invalid_event_time"
+)
+
+// MaxFutureSkew is how far past its Kafka timestamp a record's event time
+// may be before the record is rejected.
+const MaxFutureSkew = 5 * time.Minute
+
+// ErrInvalid is wrapped by every *Invalid.
+var ErrInvalid = errors.New("invalid record")
+
+// Invalid says why a record was rejected.
+type Invalid struct {
+	Code   string
+	Detail string
+}
+
+func (e *Invalid) Error() string { return e.Code + ": " + e.Detail }
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *Invalid) Unwrap() error { return ErrInvalid }
+
+func invalid(code, format string, args ...any) *Invalid {
+	return &Invalid{Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Reason is the dead-letter reason for err: its Invalid text, or
+// "undecodable: ..." for any other error.
+func Reason(err error) string {
+	var in *Invalid
+	if errors.As(err, &in) {
+		return in.Error()
+	}
+	return ReasonUndecodable + ": " + err.Error()
+}
+
+// DecodeSignal decodes and validates an EngineSignal. recordTime is the
+// Kafka record's timestamp (zero: no future check).
+func DecodeSignal(b []byte, recordTime time.Time) (*schemas.EngineSignal, error) {
+	var s schemas.EngineSignal
+	if err := proto.Unmarshal(b, &s); err != nil {
+		return nil, invalid(ReasonUndecodable, "%v", err)
+	}
+	if err := ValidateSignal(&s, recordTime); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DecodeRoutingEvent decodes and validates a RoutingEvent.
+func DecodeRoutingEvent(b []byte, recordTime time.Time) (*schemas.RoutingEvent, error) {
+	var ev schemas.RoutingEvent
+	if err := proto.Unmarshal(b, &ev); err != nil {
+		return nil, invalid(ReasonUndecodable, "%v", err)
+	}
+	if err := ValidateRoutingEvent(&ev, recordTime); err != nil {
+		return nil, err
+	}
+	return &ev, nil
+}
+
+func checkVersion(v uint32) error {
+	if v == 0 {
+		return invalid(ReasonMissingField, "schema_version")
+	}
+	if v > schemas.Version {
+		return invalid(ReasonSchemaVersion, "schema_version %d newer than %d", v, schemas.Version)
+	}
+	return nil
+}
+
+func checkTime(ms int64, recordTime time.Time) error {
+	if ms <= 0 {
+		return invalid(ReasonInvalidTime, "event_time_unix_ms %d", ms)
+	}
+	if !recordTime.IsZero() && ms > recordTime.Add(MaxFutureSkew).UnixMilli() {
+		return invalid(ReasonFutureTime, "event time %d ms is %v past the record timestamp", ms,
+			time.Duration(ms-recordTime.UnixMilli())*time.Millisecond)
+	}
+	return nil
+}
+
+// checkNum rejects NaN, ±Inf, negatives and values above max (max <= 0:
+// no upper bound).
+func checkNum(name string, v, max float64) error {
+	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || (max > 0 && v > max) {
+		return invalid(ReasonInvalidValue, "%s=%v", name, v)
+	}
+	return nil
+}
+
+func checkHist(name string, h *schemas.Histogram) error {
+	if h == nil {
+		return nil
+	}
+	if len(h.Counts) != len(h.Bounds)+1 && !(len(h.Counts) == 0 && len(h.Bounds) == 0) {
+		return invalid(ReasonInvalidValue, "%s has %d counts for %d bounds", name, len(h.Counts), len(h.Bounds))
+	}
+	for i, b := range h.Bounds {
+		if math.IsNaN(b) || math.IsInf(b, 0) || b < 0 || (i > 0 && b <= h.Bounds[i-1]) {
+			return invalid(ReasonInvalidValue, "%s bound %d=%v", name, i, b)
+		}
+	}
+	if err := checkNum(name+".sum", h.Sum, 0); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ValidateSignal checks s: schema version, engine id, event time, and
+// that every number is finite and non-negative (KV usage at most 1).
+func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
+	if err := checkVersion(s.GetSchemaVersion()); err != nil {
+		return err
+	}
+	if s.GetEngineId() == "" {
+		return invalid(ReasonMissingField, "engine_id")
+	}
+	if err := checkTime(s.GetEventTimeUnixMs(), recordTime); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name   string
+		v, max float64
+	}{
+		{"running_requests", s.GetRunningRequests(), 0},
+		{"waiting_requests", s.GetWaitingRequests(), 0},
+		{"kv_cache_usage", s.GetKvCacheUsage(), 1},
+		{"prefix_cache_hits", s.GetPrefixCacheHits(), 0},
+		{"prefix_cache_queries", s.GetPrefixCacheQueries(), 0},
+		{"interval_seconds", s.GetIntervalSeconds(), 0},
+		{"requests_finished", s.GetRequestsFinished(), 0},
+		{"prompt_tokens", s.GetPromptTokens(), 0},
+		{"generation_tokens", s.GetGenerationTokens(), 0},
+	} {
+		if err := checkNum(f.name, f.v, f.max); err != nil {
+			return err
+		}
+	}
+	if err := checkHist("ttft_seconds", s.GetTtftSeconds()); err != nil {
+		return err
+	}
+	return checkHist("tbot_seconds", s.GetTbotSeconds())
+}
+
+// ValidateRoutingEvent checks ev: schema version, cluster, event time and
+// finite non-negative latencies.
+func ValidateRoutingEvent(ev *schemas.RoutingEvent, recordTime time.Time) error {
+	if err := checkVersion(ev.GetSchemaVersion()); err != nil {
+		return err
+	}
+	if ev.GetCluster() == "" {
+		return invalid(ReasonMissingField, "cluster")
+	}
+	if err := checkTime(ev.GetEventTimeUnixMs(), recordTime); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"ttft_ms", ev.GetTtftMs()},
+		{"mean_tbot_ms", ev.GetMeanTbotMs()},
+		{"e2e_ms", ev.GetE2EMs()},
+		{"engine_ttft_ms", ev.GetEngineTtftMs()},
+	} {
+		if err := checkNum(f.name, f.v, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DecodeEstimate decodes and validates an Estimate envelope from the
+// estimates topic: a known kind, a supported schema version, an entity id,
+// and finite non-negative numbers (profiles included).
+func DecodeEstimate(b []byte) (*schemas.Estimate, error) {
+	var e schemas.Estimate
+	if err := proto.Unmarshal(b, &e); err != nil {
+		return nil, invalid(ReasonUndecodable, "%v", err)
+	}
+	if err := ValidateEstimate(&e); err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// ValidateEstimate checks an Estimate envelope (see DecodeEstimate).
+func ValidateEstimate(e *schemas.Estimate) error {
+	switch k := e.GetKind().(type) {
+	case *schemas.Estimate_Engine:
+		en := k.Engine
+		if err := checkVersion(en.GetSchemaVersion()); err != nil {
+			return err
+		}
+		if en.GetEngineId() == "" {
+			return invalid(ReasonMissingField, "engine_id")
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{
+			{"capacity_rps", en.GetCapacityRps()}, {"capacity_tokens_per_s", en.GetCapacityTokensPerS()},
+			{"kv_cache_usage", en.GetKvCacheUsage()}, {"prefix_hit_rate", en.GetPrefixHitRate()},
+			{"observed_rps", en.GetObservedRps()}, {"utilization", en.GetUtilization()},
+		} {
+			if err := checkNum(f.name, f.v, 0); err != nil {
+				return err
+			}
+		}
+		if err := checkProfile("ttft_profile", en.GetTtftProfile()); err != nil {
+			return err
+		}
+		return checkProfile("tbot_profile", en.GetTbotProfile())
+	case *schemas.Estimate_Demand:
+		d := k.Demand
+		if err := checkVersion(d.GetSchemaVersion()); err != nil {
+			return err
+		}
+		if d.GetCluster() == "" {
+			return invalid(ReasonMissingField, "cluster")
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{
+			{"demand_rps", d.GetDemandRps()}, {"forecast_rps", d.GetForecastRps()},
+			{"mean_prompt_tokens", d.GetMeanPromptTokens()}, {"mean_output_tokens", d.GetMeanOutputTokens()},
+		} {
+			if err := checkNum(f.name, f.v, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *schemas.Estimate_Network:
+		n := k.Network
+		if err := checkVersion(n.GetSchemaVersion()); err != nil {
+			return err
+		}
+		if n.GetCluster() == "" || n.GetEngineId() == "" {
+			return invalid(ReasonMissingField, "cluster or engine_id")
+		}
+		return checkNum("rtt_ms", n.GetRttMs(), 0)
+	}
+	return invalid(ReasonMissingField, "estimate kind")
+}
+
+func checkProfile(name string, p *schemas.LatencyProfile) error {
+	if p == nil {
+		return nil
+	}
+	if err := checkNum(name+".fit_rmse_ms", p.GetFitRmseMs(), 0); err != nil {
+		return err
+	}
+	for i, pt := range p.GetPoints() {
+		if err := checkNum(fmt.Sprintf("%s.points[%d].utilization", name, i), pt.GetUtilization(), 0); err != nil {
+			return err
+		}
+		if err := checkNum(fmt.Sprintf("%s.points[%d].latency_ms", name, i), pt.GetLatencyMs(), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
