@@ -67,16 +67,20 @@ func (c *blockCache) match(hashes []uint64, limit int) int {
 	return n
 }
 
-// reviveCount returns how many of the first hits hashes sit in the LRU
-// (ref 0) and would leave the free pool when reused.
-func (c *blockCache) reviveCount(hashes []uint64, hits int) int {
-	n := 0
-	for _, h := range hashes[:hits] {
-		if c.byHash[h].ref == 0 {
-			n++
+// lookup is match that also counts how many of the matched blocks sit in
+// the LRU (ref 0) and would leave the free pool when reused.
+func (c *blockCache) lookup(hashes []uint64, limit int) (hits, revive int) {
+	for hits < limit && hits < len(hashes) {
+		b, ok := c.byHash[hashes[hits]]
+		if !ok {
+			break
 		}
+		if b.ref == 0 {
+			revive++
+		}
+		hits++
 	}
-	return n
+	return hits, revive
 }
 
 // fits reports whether fresh new blocks plus revive cached blocks can be

@@ -130,9 +130,9 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 // prefix; false when they do not fit now.
 func (e *Engine) admit(r *replica, s *seq) bool {
 	bs := e.cfg.Preset.BlockSize
-	hits := r.cache.match(s.hashes, (s.prompt-1)/bs)
+	hits, revive := r.cache.lookup(s.hashes, (s.prompt-1)/bs)
 	fresh := blocksFor(s.prompt+s.output, bs) - hits
-	if !r.cache.fits(fresh, r.cache.reviveCount(s.hashes, hits)) {
+	if !r.cache.fits(fresh, revive) {
 		return false
 	}
 	s.held = r.cache.acquire(s.hashes, hits, fresh, s.held[:0])
