@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
@@ -313,3 +315,5 @@ func counter(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }

@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/internal/brokers"
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+func openStore(t *testing.T, url string) *snapshots.Store {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := snapshots.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func publish(t *testing.T, st *snapshots.Store, snap *schemas.WeightSnapshot) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := st.Publish(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// engineOf sends one request and returns the engine that served it.
+func engineOf(t *testing.T, base string) string {
+	t.Helper()
+	status, h, body := post(t, context.Background(), base, chatBody(false, "x"), nil)
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	return h.Get(HeaderEngine)
+}
+
+// TestStaticStabilityAcrossNATSOutage: the gateway starts on its static
+// engines, applies snapshots from NATS, rejects a bad one, keeps routing
+// on the last good snapshot while NATS is down, and applies a new one
+// once NATS is back on the same port and store, without a restart.
+func TestStaticStabilityAcrossNATSOutage(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	ns, err := brokers.StartNATS(ctx, "127.0.0.1:0", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ns.Addr().(*net.TCPAddr).Port
+	url := ns.ClientURL()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
+	g, base := startGateway(t, Config{NATSURL: url, Engines: static(a)})
+	if e := engineOf(t, base); e != "a" {
+		t.Fatalf("fallback routed to %q", e)
+	}
+	st := openStore(t, url)
+	publish(t, st, snapshot(1, "us-east", 0, map[*fakeEngine]float64{a: 0, b: 1}))
+	testenv.Eventually(t, 10*time.Second, func() bool { return g.Stats().SnapshotVersion == 1 }, "snapshot 1 not applied")
+	if e := engineOf(t, base); e != "b" {
+		t.Fatalf("snapshot 1 routed to %q", e)
+	}
+	publish(t, st, snapshot(2, "us-east", 0, map[*fakeEngine]float64{a: 0.2, b: 0.2})) // sums to 0.4
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		return counter(g.m.rejected.WithLabelValues("us-east", "invalid")) == 1
+	}, "bad snapshot not rejected")
+	if v := g.Stats().SnapshotVersion; v != 1 {
+		t.Fatalf("holding %d after a bad snapshot, want 1", v)
+	}
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	for i := 0; i < 5; i++ {
+		if e := engineOf(t, base); e != "b" {
+			t.Fatalf("NATS down: routed to %q", e)
+		}
+	}
+
+	ns, err = brokers.StartNATS(ctx, fmt.Sprintf("127.0.0.1:%d", port), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = openStore(t, url)
+	publish(t, st, snapshot(3, "us-east", 0, map[*fakeEngine]float64{a: 1, b: 0}))
+	testenv.Eventually(t, 30*time.Second, func() bool { return g.Stats().SnapshotVersion == 3 }, "snapshot 3 not applied after NATS restart")
+	if e := engineOf(t, base); e != "a" {
+		t.Fatalf("snapshot 3 routed to %q", e)
+	}
+}
+
+// TestRoutingEventsToKafka: one RoutingEvent per request, keyed by
+// cluster, with TTFT, TBOT and token counts from the engine's usage.
+func TestRoutingEventsToKafka(t *testing.T) {
+	kc := testenv.Kafka(t)
+	topics := streams.TopicsFor("sy")
+	admin := testenv.Client(t, kc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := streams.EnsureTopics(ctx, admin, topics, 1); err != nil {
+		t.Fatal(err)
+	}
+	e := newFakeEngine(t, "a")
+	e.delay = 2 * time.Millisecond
+	_, base := startGateway(t, Config{Engines: static(e), KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "sy"})
+	for i := 0; i < 3; i++ {
+		if s, _, body := post(t, ctx, base, chatBody(true, "x"), nil); s != 200 {
+			t.Fatalf("%d %s", s, body)
+		}
+	}
+	post(t, ctx, base, `{"model":`, nil) // a client error is an event too
+	cons := testenv.Client(t, kc, kgo.ConsumeTopics(topics.RoutingEvents), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var evs []*schemas.RoutingEvent
+	for len(evs) < 4 && ctx.Err() == nil {
+		fs := cons.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			var ev schemas.RoutingEvent
+			if err := proto.Unmarshal(r.Value, &ev); err != nil {
+				t.Errorf("bad event: %v", err)
+			}
+			if string(r.Key) != "us-east" {
+				t.Errorf("key %q", r.Key)
+			}
+			evs = append(evs, &ev)
+		})
+	}
+	if len(evs) != 4 {
+		t.Fatalf("%d events, want 4", len(evs))
+	}
+	ok := 0
+	for _, ev := range evs {
+		if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR {
+			if ev.GetHttpStatus() != 400 {
+				t.Errorf("client error event %v", ev)
+			}
+			continue
+		}
+		ok++
+		if ev.GetStatus() != schemas.RequestStatus_REQUEST_STATUS_OK || ev.GetEngineId() != "a" || ev.GetCluster() != "us-east" ||
+			ev.GetTtftMs() <= 0 || ev.GetMeanTbotMs() <= 0 || ev.GetE2EMs() < ev.GetTtftMs() || ev.GetOutputTokens() != 5 || ev.GetPromptTokens() != 11 ||
+			ev.GetCachedTokens() != 4 || ev.GetRequestId() == "" || ev.GetAttempts() != 1 || !ev.GetStream() || ev.GetModel() != "sim" ||
+			ev.GetSchemaVersion() != schemas.Version || ev.GetDecisionReason() != "fallback" || ev.GetHttpStatus() != 200 {
+			t.Errorf("event %v", ev)
+		}
+	}
+	if ok != 3 {
+		t.Errorf("%d ok events, want 3", ok)
+	}
+}
+
+// TestOpenAISDKStreaming drives a streaming chat completion through the
+// gateway with the official OpenAI Go SDK.
+func TestOpenAISDKStreaming(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	_, base := startGateway(t, Config{Engines: static(e)})
+	client := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+		Model:         "sim",
+		Messages:      []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	})
+	acc := openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := acc.Choices[0].Message.Content; got != "t0 t1 t2 t3 t4 " {
+		t.Fatalf("content %q", got)
+	}
+	if acc.Usage.CompletionTokens != 5 {
+		t.Errorf("usage %+v", acc.Usage)
+	}
+	// And an error the SDK understands.
+	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
+	var apiErr *openai.Error
+	if err == nil || !asAPIError(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "model") {
+		t.Fatalf("want a 400 API error about the model, got %v", err)
+	}
+}
