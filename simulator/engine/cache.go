@@ -67,20 +67,21 @@ func (c *blockCache) match(hashes []uint64, limit int) int {
 	return n
 }
 
-// lookup is match that also counts how many of the matched blocks sit in
-// the LRU (ref 0) and would leave the free pool when reused.
-func (c *blockCache) lookup(hashes []uint64, limit int) (hits, revive int) {
-	for hits < limit && hits < len(hashes) {
-		b, ok := c.byHash[hashes[hits]]
+// lookup appends to held the cached blocks of the leading hashes (at most
+// limit) and counts how many of them sit in the LRU (ref 0) and would leave
+// the free pool when reused. It takes no references: see acquire.
+func (c *blockCache) lookup(hashes []uint64, limit int, held []*block) (_ []*block, revive int) {
+	for i := 0; i < limit && i < len(hashes); i++ {
+		b, ok := c.byHash[hashes[i]]
 		if !ok {
 			break
 		}
 		if b.ref == 0 {
 			revive++
 		}
-		hits++
+		held = append(held, b)
 	}
-	return hits, revive
+	return held, revive
 }
 
 // fits reports whether fresh new blocks plus revive cached blocks can be
@@ -89,24 +90,21 @@ func (c *blockCache) fits(fresh, revive int) bool {
 	return c.used+fresh+revive <= c.capacity
 }
 
-// acquire takes references on the first hits hashes (appending them to
-// held) and allocates fresh private blocks, evicting LRU blocks as needed.
-// The caller checked fits.
-func (c *blockCache) acquire(hashes []uint64, hits, fresh int, held []*block) []*block {
-	for _, h := range hashes[:hits] {
-		b := c.byHash[h]
+// acquire takes references on the blocks found by lookup and allocates
+// fresh private blocks, evicting LRU blocks as needed. The caller checked
+// fits.
+func (c *blockCache) acquire(held []*block, fresh int) {
+	for _, b := range held {
 		if b.ref == 0 {
 			c.lru.remove(b)
 			c.used++
 		}
 		b.ref++
-		held = append(held, b)
 	}
 	c.used += fresh
 	for c.used+c.lru.n > c.capacity {
 		c.evict()
 	}
-	return held
 }
 
 func (c *blockCache) evict() {

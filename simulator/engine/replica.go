@@ -130,12 +130,16 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 // prefix; false when they do not fit now.
 func (e *Engine) admit(r *replica, s *seq) bool {
 	bs := e.cfg.Preset.BlockSize
-	hits, revive := r.cache.lookup(s.hashes, (s.prompt-1)/bs)
+	held, revive := r.cache.lookup(s.hashes, (s.prompt-1)/bs, s.held[:0])
+	s.held = held
+	hits := len(held)
 	fresh := blocksFor(s.prompt+s.output, bs) - hits
 	if !r.cache.fits(fresh, revive) {
+		clear(held)
+		s.held = held[:0]
 		return false
 	}
-	s.held = r.cache.acquire(s.hashes, hits, fresh, s.held[:0])
+	r.cache.acquire(held, fresh)
 	s.private = fresh
 	s.cached = hits * bs
 	s.remaining = s.prompt - s.cached
