@@ -424,3 +424,41 @@ func TestResetDropsEverything(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func TestChunkedPrefill(t *testing.T) {
+	p, _ := LookupPreset("h100")
+	e := newEngine(t, "h100", func(c *Config) { c.TokenEvents = true })
+	// A decoding request, then a long prompt that needs three chunks.
+	long := 2*p.MaxBatchedTokens + 1000
+	evs, res := drive(t, e, []arrival{
+		{0, Request{ID: 1, PromptTokens: 100, OutputTokens: 40}},
+		{100 * time.Millisecond, Request{ID: 2, PromptTokens: long, OutputTokens: 2}},
+	})
+	r := res[2]
+	// Chunks of budget-1 tokens while request 1 decodes (it takes one
+	// token of each step's budget).
+	if got, want := r.TTFT(), time.Duration(float64(long)*1e9/p.PrefillTokensPerSec); got < want || got > want+5*p.StepBase {
+		t.Errorf("TTFT %v, want just above %v", got, want)
+	}
+	// Request 1's tokens during the chunks are spaced by whole chunks.
+	var gaps []time.Duration
+	var last time.Duration
+	for _, ev := range evs {
+		if ev.ID == 1 && ev.Kind != EventFinished && ev.Kind != EventFirstToken {
+			if last > 0 && ev.Time > 100*time.Millisecond {
+				gaps = append(gaps, ev.Time-last)
+			}
+			last = ev.Time
+		}
+	}
+	chunk := time.Duration(float64(p.MaxBatchedTokens-1) * 1e9 / p.PrefillTokensPerSec)
+	stalls := 0
+	for _, g := range gaps {
+		if g > chunk {
+			stalls++
+		}
+	}
+	if stalls != 2 {
+		t.Errorf("%d decode stalls longer than a full chunk (%v), want 2: %v", stalls, chunk, gaps)
+	}
+}

@@ -27,7 +27,8 @@ type Preset struct {
 	MaxSeqs int
 	// MaxBatchedTokens is the token budget of one step (vLLM's
 	// max_num_batched_tokens): one per decoding sequence, the rest goes to
-	// prefill chunks.
+	// prefill chunks. It bounds how long a prefill chunk stalls the
+	// decoding sequences of its step (about 200-300 ms in the presets).
 	MaxBatchedTokens int
 	// BlockSize is the number of tokens per KV-cache block.
 	BlockSize int
@@ -48,7 +49,7 @@ func presets() []Preset {
 			StepPerSeq:          50 * time.Microsecond,
 			StepPerContextToken: 40 * time.Nanosecond,
 			MaxSeqs:             256,
-			MaxBatchedTokens:    8192,
+			MaxBatchedTokens:    4096,
 			BlockSize:           16,
 			KVBlocks:            24000,
 			MaxModelLen:         32768,
@@ -61,7 +62,7 @@ func presets() []Preset {
 			StepPerSeq:          80 * time.Microsecond,
 			StepPerContextToken: 65 * time.Nanosecond,
 			MaxSeqs:             128,
-			MaxBatchedTokens:    4096,
+			MaxBatchedTokens:    2048,
 			BlockSize:           16,
 			KVBlocks:            9000,
 			MaxModelLen:         32768,
@@ -74,7 +75,7 @@ func presets() []Preset {
 			StepPerSeq:          150 * time.Microsecond,
 			StepPerContextToken: 400 * time.Nanosecond,
 			MaxSeqs:             48,
-			MaxBatchedTokens:    2048,
+			MaxBatchedTokens:    1024,
 			BlockSize:           16,
 			KVBlocks:            2400,
 			MaxModelLen:         16384,
