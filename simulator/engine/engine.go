@@ -69,7 +69,7 @@ type Result struct {
 	// Arrival, Admitted (into the batch), FirstToken and Finish are
 	// virtual times.
 	Arrival, Admitted, FirstToken, Finish time.Duration
-	PromptTokens                int
+	PromptTokens                          int
 	// CachedTokens is the part of the prompt served from the prefix cache.
 	CachedTokens int
 	OutputTokens int
