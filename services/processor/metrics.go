@@ -47,14 +47,42 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.records, m.deadLetters, m.estimates, m.windows, m.checkpoints, m.watermark, m.openPanes} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			return nil, fmt.Errorf("registering processor metrics: %w", err)
-		}
+	var err error
+	if m.records, err = register(reg, m.records); err != nil {
+		return nil, err
+	}
+	if m.deadLetters, err = register(reg, m.deadLetters); err != nil {
+		return nil, err
+	}
+	if m.estimates, err = register(reg, m.estimates); err != nil {
+		return nil, err
+	}
+	if m.windows, err = register(reg, m.windows); err != nil {
+		return nil, err
+	}
+	if m.checkpoints, err = register(reg, m.checkpoints); err != nil {
+		return nil, err
+	}
+	if m.watermark, err = register(reg, m.watermark); err != nil {
+		return nil, err
+	}
+	if m.openPanes, err = register(reg, m.openPanes); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// register registers c, or returns the collector already registered under
+// its name (several services in one process may share a Registerer).
+func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if ex, ok := are.ExistingCollector.(T); ok {
+				return ex, nil
+			}
+		}
+		return c, fmt.Errorf("registering %s metrics: %w", "processor", err)
+	}
+	return c, nil
 }

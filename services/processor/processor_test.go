@@ -30,7 +30,7 @@ func signal(engine, gpu string, at time.Time, running, finished float64) *schema
 		EventTimeUnixMs: at.UnixMilli(), ReadyReplicas: 1, Health: schemas.Health_HEALTH_HEALTHY,
 		RunningRequests: running, KvCacheUsage: 0.2, PrefixCacheHits: 30, PrefixCacheQueries: 100,
 		IntervalSeconds: 2, RequestsFinished: finished, PromptTokens: finished * 500, GenerationTokens: finished * 100,
-		MaxBatch: 64,
+		MaxBatch:    64,
 		TtftSeconds: &schemas.Histogram{Bounds: []float64{0.1, 1}, Counts: []uint64{uint64(finished), 0, 0}, Sum: finished * (0.05 + running/1000), Count: uint64(finished)},
 		TbotSeconds: &schemas.Histogram{Bounds: []float64{0.1, 1}, Counts: []uint64{uint64(finished), 0, 0}, Sum: finished * 0.02, Count: uint64(finished)},
 	}
@@ -330,7 +330,7 @@ func TestDeadLetter(t *testing.T) {
 // run's.
 func TestRestartReproducesEstimates(t *testing.T) {
 	kc := testenv.Kafka(t)
-	first := workload(t0, 33*time.Second)    // ends mid-window
+	first := workload(t0, 33*time.Second) // ends mid-window
 	second := workload(t0.Add(33*time.Second), 27*time.Second)
 	first = append(first, input{"signals", "e1", nil, []byte("garbage")})
 

@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Metric names accepted for each quantity, newest first: vLLM (current and
+// deprecated names), SGLang, TensorRT-LLM, TGI, Dynamo, and enginesim's
+// own gauges. Counters are matched with and without the _total suffix.
+func names(q string) []string {
+	switch q {
+	case "running":
+		return []string{"vllm:num_requests_running", "sglang:num_running_reqs", "trtllm_num_requests_running", "tgi_batch_current_size", "dynamo_frontend_inflight_requests"}
+	case "waiting":
+		return []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs", "trtllm_num_requests_waiting", "tgi_queue_size", "dynamo_frontend_queued_requests"}
+	case "kv":
+		return []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "trtllm_kv_cache_utilization"}
+	case "hits":
+		return []string{"vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"}
+	case "queries":
+		return []string{"vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"}
+	case "prompt":
+		return []string{"vllm:prompt_tokens", "sglang:prompt_tokens"}
+	case "generation":
+		return []string{"vllm:generation_tokens", "sglang:generation_tokens"}
+	case "success":
+		return []string{"vllm:request_success", "sglang:num_requests", "tgi_request_success"}
+	case "ttft":
+		return []string{"vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds", "dynamo_frontend_time_to_first_token_seconds"}
+	case "itl":
+		return []string{"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds", "dynamo_frontend_inter_token_latency_seconds"}
+	case "e2e":
+		return []string{"vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "trtllm_e2e_request_latency_seconds"}
+	case "max_batch":
+		// enginesim's gauge is max_num_seqs times replicas.
+		return []string{"switchyard_enginesim_max_num_seqs", "vllm:max_num_seqs"}
+	case "replicas":
+		return []string{"switchyard_enginesim_replicas"}
+	}
+	return nil
+}
+
+// hist is a cumulative histogram: cum[i] observations at or below
+// bounds[i], count in total.
+type hist struct {
+	bounds []float64
+	cum    []float64
+	sum    float64
+	count  float64
+}
+
+// reading is one parsed scrape.
+type reading struct {
+	gauges   map[string]float64 // running, waiting, kv, max_batch, replicas
+	counters map[string]float64 // hits, queries, prompt, generation, success
+	hists    map[string]*hist   // ttft, itl, e2e
+	model    string
+}
+
+// parse reads Prometheus text exposition format.
+func parse(r io.Reader) (*reading, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parsing metrics: %w", err)
+	}
+	out := &reading{gauges: map[string]float64{}, counters: map[string]float64{}, hists: map[string]*hist{}}
+	find := func(q string) *dto.MetricFamily {
+		for _, n := range names(q) {
+			for _, cand := range []string{n, n + "_total"} {
+				if f := fams[cand]; f != nil && len(f.GetMetric()) > 0 {
+					return f
+				}
+			}
+		}
+		return nil
+	}
+	for _, q := range []string{"running", "waiting", "kv", "max_batch", "replicas"} {
+		f := find(q)
+		if f == nil {
+			continue
+		}
+		var sum, n float64
+		for _, m := range f.GetMetric() {
+			v := value(m)
+			if !finite(v) {
+				continue
+			}
+			sum += v
+			n++
+			if out.model == "" {
+				out.model = label(m, "model_name")
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		if q == "kv" {
+			sum /= n // usage is a fraction per engine: average over series
+		}
+		out.gauges[q] = sum
+	}
+	for _, q := range []string{"hits", "queries", "prompt", "generation", "success"} {
+		f := find(q)
+		if f == nil {
+			continue
+		}
+		var sum float64
+		for _, m := range f.GetMetric() {
+			if v := value(m); finite(v) {
+				sum += v
+			}
+		}
+		out.counters[q] = sum
+	}
+	for _, q := range []string{"ttft", "itl", "e2e"} {
+		f := find(q)
+		if f == nil {
+			continue
+		}
+		var h *hist
+		for _, m := range f.GetMetric() {
+			x := toHist(m.GetHistogram())
+			if x == nil {
+				continue
+			}
+			if h == nil {
+				h = x
+				continue
+			}
+			h.add(x)
+		}
+		if h != nil {
+			out.hists[q] = h
+		}
+	}
+	return out, nil
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return math.NaN()
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+func toHist(h *dto.Histogram) *hist {
+	if h == nil {
+		return nil
+	}
+	out := &hist{sum: h.GetSampleSum(), count: float64(h.GetSampleCount())}
+	if !finite(out.sum) {
+		return nil
+	}
+	bs := append([]*dto.Bucket(nil), h.GetBucket()...)
+	sort.Slice(bs, func(i, j int) bool { return bs[i].GetUpperBound() < bs[j].GetUpperBound() })
+	for _, b := range bs {
+		if math.IsInf(b.GetUpperBound(), 1) || !finite(b.GetUpperBound()) {
+			continue
+		}
+		out.bounds = append(out.bounds, b.GetUpperBound())
+		out.cum = append(out.cum, float64(b.GetCumulativeCount()))
+	}
+	return out
+}
+
+// add merges o into h when they share bounds (other series are ignored).
+func (h *hist) add(o *hist) {
+	if len(o.bounds) != len(h.bounds) {
+		return
+	}
+	for i := range h.bounds {
+		if h.bounds[i] != o.bounds[i] {
+			return
+		}
+	}
+	for i := range h.cum {
+		h.cum[i] += o.cum[i]
+	}
+	h.sum += o.sum
+	h.count += o.count
+}
+
+// counterDelta is cur−prev, or cur after a counter reset.
+func counterDelta(cur, prev float64, hasPrev bool) float64 {
+	if !hasPrev {
+		return 0
+	}
+	if d := cur - prev; d >= 0 {
+		return d
+	}
+	return cur
+}
+
+// histDelta returns the per-bucket counts of cur−prev (cur alone after a
+// reset or a change of bounds; nil on the first scrape).
+func histDelta(cur, prev *hist) *schemas.Histogram {
+	if cur == nil || prev == nil {
+		return nil
+	}
+	cum, sum, count := cur.cum, cur.sum, cur.count
+	same := len(prev.bounds) == len(cur.bounds) && prev.count <= cur.count && prev.sum <= cur.sum
+	for i := 0; same && i < len(cur.bounds); i++ {
+		same = cur.bounds[i] == prev.bounds[i] && prev.cum[i] <= cur.cum[i]
+	}
+	if same {
+		cum = make([]float64, len(cur.cum))
+		for i := range cum {
+			cum[i] = cur.cum[i] - prev.cum[i]
+		}
+		sum, count = cur.sum-prev.sum, cur.count-prev.count
+	}
+	out := &schemas.Histogram{Bounds: append([]float64(nil), cur.bounds...), Sum: math.Max(0, sum), Count: uint64(math.Max(0, count))}
+	var below float64
+	for _, c := range cum {
+		out.Counts = append(out.Counts, uint64(math.Max(0, c-below)))
+		below = math.Max(below, c)
+	}
+	out.Counts = append(out.Counts, uint64(math.Max(0, count-below)))
+	return out
+}
+
+// baseURL strips a trailing /metrics.
+func baseURL(u string) string {
+	u = strings.TrimRight(u, "/")
+	return strings.TrimSuffix(u, "/metrics")
+}
