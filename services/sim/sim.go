@@ -1,0 +1,209 @@
+// Package sim is the `switchyard sim` command: it replays a scenario's
+// workload through each routing policy on a virtual clock and prints
+// their latency, goodput, cache and stability metrics side by side.
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/simulator/des"
+	"github.com/switchyard-llm/switchyard/simulator/plots"
+	"github.com/switchyard-llm/switchyard/simulator/policy"
+	"github.com/switchyard-llm/switchyard/simulator/scenario"
+)
+
+// Command returns the `sim` subcommand.
+func Command() cli.Command {
+	return cli.Command{
+		Name:    "sim",
+		Summary: "simulate routing policies on a scenario in virtual time",
+		Run:     run,
+	}
+}
+
+// Config is one simulation run.
+type Config struct {
+	Scenario string
+	Trace    string
+	Policies []string
+	// Seed overrides the scenario's seed when >= 0.
+	Seed     int64
+	JSON     bool
+	PlotsDir string
+	Strict   bool
+	// Parallel bounds the policies simulated at once (default GOMAXPROCS).
+	Parallel int
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	var cfg Config
+	var pols string
+	fs.StringVar(&cfg.Scenario, "scenario", "", "scenario file (JSON; see docs/sim.md)")
+	fs.StringVar(&cfg.Trace, "trace", "", "trace file overriding the scenario's (Mooncake JSONL or Azure CSV)")
+	fs.StringVar(&pols, "policies", strings.Join(policy.Names(), ","), "comma-separated policies to compare")
+	fs.Int64Var(&cfg.Seed, "seed", -1, "random seed (default: the scenario's)")
+	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object with every policy's metrics as the last line")
+	fs.StringVar(&cfg.PlotsDir, "plots", "", "directory to write PNG plots into (TTFT CDF, weights, utilization)")
+	fs.BoolVar(&cfg.Strict, "strict", false, "fail on the first malformed trace row instead of skipping it")
+	if err := cli.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if cfg.Scenario == "" {
+		return fmt.Errorf("%w: --scenario is required\n%s", cli.ErrUsage, cli.Usage(fs))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	for _, p := range strings.Split(pols, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			cfg.Policies = append(cfg.Policies, p)
+		}
+	}
+	return Run(ctx, cfg, stdout, stderr)
+}
+
+// Output is the `--json` object.
+type Output struct {
+	Scenario string                 `json:"scenario"`
+	Seed     uint64                 `json:"seed"`
+	Requests int                    `json:"requests"`
+	SpanS    float64                `json:"span_s"`
+	Trace    *TraceReport           `json:"trace,omitempty"`
+	Policies map[string]des.Metrics `json:"policies"`
+}
+
+// TraceReport says what the trace reader skipped.
+type TraceReport struct {
+	Rows           int   `json:"rows"`
+	Skipped        int   `json:"skipped"`
+	FirstBadLines  []int `json:"first_bad_lines,omitempty"`
+	StrictRejected bool  `json:"-"`
+}
+
+// ErrUnknownPolicy is wrapped when --policies names a policy that does
+// not exist.
+var ErrUnknownPolicy = errors.New("unknown policy")
+
+// Run simulates cfg and writes the table (and JSON) to stdout.
+func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
+	if len(cfg.Policies) == 0 {
+		cfg.Policies = policy.Names()
+	}
+	factories := make([]des.Factory, len(cfg.Policies))
+	seen := map[string]bool{}
+	for i, name := range cfg.Policies {
+		if seen[name] {
+			return fmt.Errorf("%w: policy %q listed twice", cli.ErrUsage, name)
+		}
+		seen[name] = true
+		f, err := policy.New(name, 0)
+		if err != nil {
+			return fmt.Errorf("%w: %w: %v", cli.ErrUsage, ErrUnknownPolicy, err)
+		}
+		factories[i] = f
+	}
+	sc, err := scenario.Load(cfg.Scenario)
+	if err != nil {
+		return err
+	}
+	seed := sc.Seed
+	if cfg.Seed >= 0 {
+		seed = uint64(cfg.Seed)
+	}
+	for i, name := range cfg.Policies {
+		factories[i], _ = policy.New(name, seed)
+	}
+	wl, err := sc.Build(scenario.BuildOptions{Seed: seed, Trace: cfg.Trace, Strict: cfg.Strict})
+	if err != nil {
+		return err
+	}
+	out := Output{Scenario: sc.Name, Seed: seed, Requests: len(wl.Requests), SpanS: wl.Span.Seconds(), Policies: map[string]des.Metrics{}}
+	if sc.Workload.Kind != scenario.KindGenerator {
+		out.Trace = &TraceReport{Rows: wl.Report.Rows, Skipped: wl.Report.Skipped, FirstBadLines: wl.Report.FirstBad}
+		if wl.Report.Skipped > 0 {
+			fmt.Fprintf(stderr, "sim: trace: skipped %d malformed rows (first at lines %s); --strict makes this an error\n",
+				wl.Report.Skipped, joinInts(wl.Report.FirstBad))
+		}
+	}
+	results := make([]*des.Result, len(cfg.Policies))
+	g, gctx := errgroup.WithContext(ctx)
+	par := cfg.Parallel
+	if par <= 0 {
+		par = runtime.GOMAXPROCS(0)
+	}
+	g.SetLimit(par)
+	keep := cfg.PlotsDir != ""
+	for i, name := range cfg.Policies {
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			r, err := des.Run(sc, wl, name, factories[i], des.Options{Series: keep})
+			if err != nil {
+				return err
+			}
+			results[i] = r
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, r := range results {
+		out.Policies[r.Policy] = r.Metrics
+	}
+	writeTable(stdout, out, cfg.Policies, sc)
+	if keep {
+		files, err := plots.Write(cfg.PlotsDir, sc.Name, results)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "sim: wrote %d plots to %s\n", len(files), cfg.PlotsDir)
+	}
+	if cfg.JSON {
+		b, err := json.Marshal(out)
+		if err != nil {
+			return fmt.Errorf("encoding results: %w", err)
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	}
+	return nil
+}
+
+func writeTable(w io.Writer, out Output, order []string, sc *scenario.Scenario) {
+	fmt.Fprintf(w, "scenario %s: %d requests over %.0f s, seed %d, SLO TTFT <= %g ms and TBOT <= %g ms\n",
+		out.Scenario, out.Requests, out.SpanS, out.Seed, sc.SLO.TTFTms, sc.SLO.TBOTms)
+	if out.Trace != nil {
+		fmt.Fprintf(w, "trace: %d rows, %d malformed rows skipped\n", out.Trace.Rows, out.Trace.Skipped)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tttft p50\tp90\tp99\ttbot p99\te2e p50\tp99\tgoodput/s\tslo\tkv hit\tshed\tfailed\treversals\tamplitude\tcross-region\t")
+	for _, name := range order {
+		m := out.Policies[name]
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t%.2f\t%.1f%%\t%.1f%%\t%d\t%d\t%d\t%.3f\t%.1f%%\t\n",
+			name, m.TTFTms.P50, m.TTFTms.P90, m.TTFTms.P99, m.TBOTms.P99, m.E2Ems.P50, m.E2Ems.P99,
+			m.GoodputRPS, 100*m.SLOAttainment, 100*m.KVHitRate, m.Shed, m.Failed, m.WeightReversals, m.WeightReversalAmplitude, 100*m.CrossRegionShare)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "latencies in ms; goodput = requests/s meeting the SLO; slo = share of all requests meeting it")
+}
+
+func joinInts(x []int) string {
+	s := make([]string, len(x))
+	for i, v := range x {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ", ")
+}

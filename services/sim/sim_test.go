@@ -1,0 +1,162 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+)
+
+const scenarioJSON = `{
+  "name": "cmd", "duration_s": 8, "slo": {"ttft_ms": 2000, "tbot_ms": 100},
+  "regions": ["a", "b"], "rtt_ms": {"a": {"b": 40}},
+  "clusters": [{"id": "a", "region": "a", "share": 3}, {"id": "b", "region": "b", "share": 1}],
+  "engines": [{"id": "a-0", "region": "a", "gpu": "h100"}, {"id": "b-0", "region": "b", "gpu": "h100"}],
+  "workload": {"kind": "generator", "rate_rps": 40},
+  "control": {"optimizer_period_s": 2, "window_s": 4, "slide_s": 1, "allowed_lateness_s": 1}
+}`
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runCmd(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := Command().Run(context.Background(), args, &out, &errb)
+	return out.String(), errb.String(), err
+}
+
+func TestJSONLastLineHasTheIssueKeysAndIsDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	sc := writeFile(t, dir, "s.json", scenarioJSON)
+	out1, _, err := runCmd(t, "--scenario", sc, "--json", "--seed", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2, _, err := runCmd(t, "--scenario", sc, "--json", "--seed", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out1 != out2 {
+		t.Fatalf("same seed, different output:\n%s\n---\n%s", out1, out2)
+	}
+	lines := strings.Split(strings.TrimSpace(out1), "\n")
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &obj); err != nil {
+		t.Fatalf("last line is not JSON: %v", err)
+	}
+	pols, ok := obj["policies"].(map[string]any)
+	if !ok || len(pols) != 10 {
+		t.Fatalf("policies: %v", obj["policies"])
+	}
+	for name, v := range pols {
+		m := v.(map[string]any)
+		for _, k := range []string{"goodput_rps", "kv_hit_rate", "shed", "failed", "weight_reversals", "cross_region_share"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("%s: missing %s", name, k)
+			}
+		}
+		for k, subs := range map[string][]string{"ttft_ms": {"p50", "p90", "p99"}, "tbot_ms": {"p99"}, "e2e_ms": {"p50", "p99"}} {
+			sub, _ := m[k].(map[string]any)
+			for _, s := range subs {
+				if _, ok := sub[s]; !ok {
+					t.Errorf("%s: missing %s.%s", name, k, s)
+				}
+			}
+		}
+	}
+	if !strings.Contains(out1, "switchyard") || !strings.Contains(out1, "llmd-scorer") {
+		t.Fatalf("table lacks policies:\n%s", out1)
+	}
+	out3, _, err := runCmd(t, "--scenario", sc, "--json", "--seed", "4", "--policies", "random,p2c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out3 == out1 {
+		t.Fatal("a different seed gave the same output")
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	sc := writeFile(t, dir, "s.json", scenarioJSON)
+	bad := writeFile(t, dir, "bad.json", strings.Replace(scenarioJSON, `"gpu": "h100"}]`, `"gpu": "v100"}]`, 1))
+	writeFile(t, dir, "t.jsonl", `{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]}
+{"timestamp": "soon"}
+{"timestamp": 500, "input_length": 900, "output_length": 20, "hash_ids": [0, 1]}
+`)
+	tr := writeFile(t, dir, "tr.json", strings.Replace(scenarioJSON, `"workload": {"kind": "generator", "rate_rps": 40}`, `"workload": {"kind": "mooncake", "trace": "t.jsonl"}`, 1))
+
+	t.Run("invalid scenario names the field", func(t *testing.T) {
+		_, _, err := runCmd(t, "--scenario", bad)
+		if err == nil || !strings.Contains(err.Error(), "engines[1].gpu") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("missing scenario flag", func(t *testing.T) {
+		_, _, err := runCmd(t)
+		if !errors.Is(err, cli.ErrUsage) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("unknown policy", func(t *testing.T) {
+		_, _, err := runCmd(t, "--scenario", sc, "--policies", "switchyard,magic")
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), "magic") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("malformed rows are skipped and reported", func(t *testing.T) {
+		out, stderr, err := runCmd(t, "--scenario", tr, "--policies", "round-robin", "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(stderr, "skipped 1 malformed rows (first at lines 2)") {
+			t.Fatalf("stderr %q", stderr)
+		}
+		if !strings.Contains(out, `"skipped":1`) || !strings.Contains(out, `"first_bad_lines":[2]`) {
+			t.Fatalf("json lacks the trace report:\n%s", out)
+		}
+	})
+	t.Run("strict fails on the bad row", func(t *testing.T) {
+		_, _, err := runCmd(t, "--scenario", tr, "--policies", "round-robin", "--strict")
+		if err == nil || !strings.Contains(err.Error(), "line 2") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("trace flag overrides", func(t *testing.T) {
+		_, _, err := runCmd(t, "--scenario", tr, "--policies", "round-robin", "--trace", filepath.Join(dir, "missing.jsonl"))
+		if err == nil || !strings.Contains(err.Error(), "missing.jsonl") {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestPlots(t *testing.T) {
+	dir := t.TempDir()
+	sc := writeFile(t, dir, "s.json", scenarioJSON)
+	plots := filepath.Join(dir, "plots")
+	if _, _, err := runCmd(t, "--scenario", sc, "--policies", "switchyard,legacy-irb,p2c", "--plots", plots); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"ttft-cdf.png", "weights-switchyard.png", "weights-legacy-irb.png", "utilization-p2c.png", "utilization-switchyard.png"} {
+		b, err := os.ReadFile(filepath.Join(plots, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Fatalf("%s is not a PNG", f)
+		}
+	}
+}

@@ -1,0 +1,68 @@
+package des
+
+import (
+	"time"
+
+	"github.com/switchyard-llm/switchyard/simulator/engine"
+	"github.com/switchyard-llm/switchyard/simulator/workload"
+)
+
+// Policy routes requests. The simulator calls it from one goroutine, in
+// virtual-time order.
+//
+// Contract: Pick returns the index of a currently healthy-looking engine
+// (World.Healthy) not in exclude, or -1 to shed the request. Every
+// non-negative Pick is matched by exactly one Done for that engine when
+// the attempt ends (finished, failed or refused), so in-flight counts
+// balance. Tick is called every control tick with the current time.
+type Policy interface {
+	Pick(now time.Duration, r *Request, exclude []int32) int
+	Done(now time.Duration, r *Request, engine int, o Outcome)
+	Tick(now time.Duration)
+}
+
+// Weighted is implemented by policies that publish routing weights
+// (switchyard, legacy-irb). Weights returns the current weights per
+// cluster and engine and a version that changes whenever they do; the
+// simulator samples it at every tick to count weight reversals.
+type Weighted interface {
+	Weights() (version uint64, w [][]float64)
+}
+
+// Request is one request as a policy sees it.
+type Request struct {
+	// Index is the request's position in the workload.
+	Index int
+	// Cluster is the index of the cluster the request entered.
+	Cluster int
+	// Key is the affinity key: a hash of the session, which the gateway
+	// reads from the session header or the OpenAI user field.
+	Key uint64
+	// W is the workload request (read only).
+	W *workload.Request
+	// Attempt counts attempts, from 1.
+	Attempt int
+}
+
+// Outcome is what the gateway observed for one attempt.
+type Outcome struct {
+	OK bool
+	// TTFT and E2E are as seen at the gateway (network included);
+	// EngineTTFT is the engine's own.
+	TTFT, E2E, EngineTTFT time.Duration
+	// MeanTBOT is the mean time between output tokens.
+	MeanTBOT                                 time.Duration
+	PromptTokens, OutputTokens, CachedTokens int
+}
+
+// EngineInfo is the static description of an engine.
+type EngineInfo struct {
+	ID, Region, GPU string
+	Preset          engine.Preset
+	Replicas        int
+}
+
+// ClusterInfo is the static description of a gateway cluster.
+type ClusterInfo struct {
+	ID, Region string
+}

@@ -1,0 +1,271 @@
+package des
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Result is one policy's run.
+type Result struct {
+	Policy  string  `json:"-"`
+	Metrics Metrics `json:"metrics"`
+	// Series is set when Options.Series was.
+	Series *Series `json:"-"`
+}
+
+// Percentiles of a latency, in ms.
+type Percentiles struct {
+	P50 float64 `json:"p50,omitempty"`
+	P90 float64 `json:"p90,omitempty"`
+	P99 float64 `json:"p99"`
+}
+
+// Metrics are the per-policy numbers of `switchyard sim --json`.
+type Metrics struct {
+	TTFTms Percentiles `json:"ttft_ms"`
+	TBOTms Percentiles `json:"tbot_ms"`
+	E2Ems  Percentiles `json:"e2e_ms"`
+	// GoodputRPS is completed requests meeting the scenario's SLO per
+	// second of the arrival window.
+	GoodputRPS float64 `json:"goodput_rps"`
+	// KVHitRate is the share of prompt tokens served from prefix caches.
+	KVHitRate float64 `json:"kv_hit_rate"`
+	// Shed counts requests the router refused; Failed those that got an
+	// error (engine lost mid-response, attempts exhausted, timed out).
+	Shed   int `json:"shed"`
+	Failed int `json:"failed"`
+	// WeightReversals counts changes of direction of a (cluster, engine)
+	// weight (changes below 0.01 ignored); the amplitude is their mean
+	// size. Policies without weights have none.
+	WeightReversals         int     `json:"weight_reversals"`
+	WeightReversalAmplitude float64 `json:"weight_reversal_amplitude"`
+	// CrossRegionShare is the share of completed requests served outside
+	// the cluster's region.
+	CrossRegionShare float64 `json:"cross_region_share"`
+	Requests         int     `json:"requests"`
+	Completed        int     `json:"completed"`
+	// FailedAttempts counts attempts that failed (retried or not).
+	FailedAttempts int `json:"failed_attempts"`
+	// SLOAttainment is the share of all requests that met the SLO.
+	SLOAttainment float64 `json:"slo_attainment"`
+}
+
+// Series are time series for plots.
+type Series struct {
+	Engines []string
+	// T is the sample time in seconds.
+	T []float64
+	// Util[e] is engine e's utilization: max(running / max seqs, KV
+	// usage); NaN-free, 0 while down.
+	Util [][]float64
+	// Weight[e] is engine e's weight averaged over clusters (nil for
+	// policies without weights).
+	Weight [][]float64
+	// TTFTms holds every completed request's TTFT, sorted.
+	TTFTms []float64
+}
+
+// reversalEps is the smallest weight change that counts as a move.
+const reversalEps = 0.01
+
+type collector struct {
+	name          string
+	keep          bool
+	ttft, tbot    []float32
+	e2e           []float32
+	good, cross   int
+	shed, failed  int
+	attemptFailed int
+	sloTTFT       time.Duration
+	sloTBOT       time.Duration
+
+	wver     uint64
+	last     [][]float64 // last weights
+	dir      [][]int8    // direction of the last significant change
+	anchor   [][]float64 // weight at the last significant change
+	revs     int
+	revAmp   float64
+	series   *Series
+	haveWeig bool
+}
+
+func newCollector(name string, s *sim, keep bool) *collector {
+	n := len(s.wl.Requests)
+	c := &collector{
+		name: name, keep: keep,
+		ttft: make([]float32, 0, n), tbot: make([]float32, 0, n), e2e: make([]float32, 0, n),
+		sloTTFT: time.Duration(s.sc.SLO.TTFTms * float64(time.Millisecond)),
+		sloTBOT: time.Duration(s.sc.SLO.TBOTms * float64(time.Millisecond)),
+	}
+	if keep {
+		c.series = &Series{}
+		for _, e := range s.world.Engines {
+			c.series.Engines = append(c.series.Engines, e.ID)
+		}
+		c.series.Util = make([][]float64, len(s.slots))
+		if s.weight != nil {
+			c.series.Weight = make([][]float64, len(s.slots))
+		}
+	}
+	return c
+}
+
+func ms(d time.Duration) float32 { return float32(float64(d) / 1e6) }
+
+func (c *collector) done(s *sim, v *Request, e int, o Outcome) {
+	c.ttft = append(c.ttft, ms(o.TTFT))
+	c.tbot = append(c.tbot, ms(o.MeanTBOT))
+	c.e2e = append(c.e2e, ms(o.E2E))
+	if o.TTFT <= c.sloTTFT && o.MeanTBOT <= c.sloTBOT {
+		c.good++
+	}
+	if s.world.Clusters[v.Cluster].Region != s.world.Engines[e].Region {
+		c.cross++
+	}
+}
+
+// tick samples the policy's weights and counts reversals.
+func (c *collector) tick(s *sim, _ time.Duration) {
+	if s.weight == nil {
+		return
+	}
+	ver, w := s.weight.Weights()
+	if ver == c.wver && c.last != nil {
+		return
+	}
+	c.wver = ver
+	if len(w) == 0 {
+		return
+	}
+	if len(c.last) != len(w) {
+		c.last = make([][]float64, len(w))
+		c.dir = make([][]int8, len(w))
+		c.anchor = make([][]float64, len(w))
+		for i := range w {
+			c.last[i] = slices.Clone(w[i])
+			c.dir[i] = make([]int8, len(w[i]))
+			c.anchor[i] = slices.Clone(w[i])
+		}
+		return
+	}
+	for i := range w {
+		for e := range w[i] {
+			x := w[i][e]
+			d := x - c.anchor[i][e]
+			if math.Abs(d) < reversalEps {
+				continue
+			}
+			dir := int8(1)
+			if d < 0 {
+				dir = -1
+			}
+			if c.dir[i][e] != 0 && dir != c.dir[i][e] {
+				c.revs++
+				c.revAmp += math.Abs(d)
+			}
+			c.dir[i][e] = dir
+			c.anchor[i][e] = x
+			c.last[i][e] = x
+		}
+	}
+}
+
+func (c *collector) sample(s *sim, t time.Duration) {
+	if !c.keep {
+		return
+	}
+	c.series.T = append(c.series.T, t.Seconds())
+	for e := range s.slots {
+		st := s.world.Stats(e)
+		u := 0.0
+		if st.MaxSeqs > 0 {
+			u = float64(st.Running) / float64(st.MaxSeqs)
+		}
+		u = math.Max(u, st.KVUsage())
+		c.series.Util[e] = append(c.series.Util[e], u)
+	}
+	if s.weight != nil {
+		_, w := s.weight.Weights()
+		for e := range s.slots {
+			sum, n := 0.0, 0
+			for i := range w {
+				if e < len(w[i]) {
+					sum += w[i][e]
+					n++
+				}
+			}
+			if n > 0 {
+				sum /= float64(n)
+			}
+			c.series.Weight[e] = append(c.series.Weight[e], sum)
+		}
+	}
+}
+
+func (c *collector) result(s *sim) *Result {
+	m := Metrics{
+		Requests: len(s.wl.Requests), Completed: len(c.ttft),
+		Shed: c.shed, Failed: c.failed, FailedAttempts: c.attemptFailed,
+		WeightReversals: c.revs,
+	}
+	if c.revs > 0 {
+		m.WeightReversalAmplitude = round(c.revAmp/float64(c.revs), 4)
+	}
+	ttft := sorted(c.ttft)
+	tbot := sorted(c.tbot)
+	e2e := sorted(c.e2e)
+	m.TTFTms = Percentiles{P50: pct(ttft, 50), P90: pct(ttft, 90), P99: pct(ttft, 99)}
+	m.TBOTms = Percentiles{P99: pct(tbot, 99)}
+	m.E2Ems = Percentiles{P50: pct(e2e, 50), P99: pct(e2e, 99)}
+	if span := s.wl.Span.Seconds(); span > 0 {
+		m.GoodputRPS = round(float64(c.good)/span, 3)
+	}
+	if m.Requests > 0 {
+		m.SLOAttainment = round(float64(c.good)/float64(m.Requests), 4)
+	}
+	if m.Completed > 0 {
+		m.CrossRegionShare = round(float64(c.cross)/float64(m.Completed), 4)
+	}
+	var hit, query int64
+	for e := range s.slots {
+		st := s.world.Stats(e)
+		hit += st.PrefixHitTokens
+		query += st.PrefixQueryTokens
+	}
+	if query > 0 {
+		m.KVHitRate = round(float64(hit)/float64(query), 4)
+	}
+	r := &Result{Policy: c.name, Metrics: m, Series: c.series}
+	if c.keep {
+		c.series.TTFTms = make([]float64, len(ttft))
+		for i, v := range ttft {
+			c.series.TTFTms[i] = float64(v)
+		}
+	}
+	return r
+}
+
+func sorted(x []float32) []float32 {
+	out := slices.Clone(x)
+	slices.Sort(out)
+	return out
+}
+
+// pct is the nearest-rank percentile (0 for no data).
+func pct(x []float32, p float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p/100*float64(len(x)))) - 1
+	k = min(max(k, 0), len(x)-1)
+	return round(float64(x[k]), 1)
+}
+
+func round(v float64, digits int) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	p := math.Pow(10, float64(digits))
+	return math.Round(v*p) / p
+}

@@ -1,0 +1,513 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/optimizer"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/simulator/des"
+	"github.com/switchyard-llm/switchyard/simulator/engine"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+	"github.com/switchyard-llm/switchyard/streams/window"
+)
+
+// switchyard is the product, wired as in production but on the virtual
+// clock: engine agents scrape every engine each signal interval into
+// schemas.EngineSignal; gateways emit a schemas.RoutingEvent per attempt;
+// the processor's estimators (streams/estimate: panes, windows, the
+// convex profile fit) turn a sliding window of both into estimates; every
+// optimizer period the real optimizer (optimizer.Solve) plans weights from
+// them; after the propagation delay every gateway installs its cluster's
+// weights in the real selector (gateway/pick: weighted Maglev with
+// affinity and bounded load) and sheds the planned fraction. Before the
+// first snapshot gateways use pick's least-loaded fallback table, as the
+// gateway does without a snapshot.
+type switchyard struct {
+	w   *des.World
+	ctl struct {
+		signal, slide, window, lateness, period, propagation time.Duration
+	}
+	rng *rand.Rand
+
+	gw []*gateway
+
+	// agent state per engine: the previous scrape and what finished since.
+	prev    []engine.Stats
+	ttft    []acc
+	tbot    []acc
+	sig     schemas.EngineSignal
+	ev      schemas.RoutingEvent
+	ttftH   schemas.Histogram
+	tbotH   schemas.Histogram
+	nextSig time.Duration
+
+	// processor state: event-time panes (the processor's windowing) and
+	// the newest estimate per entity (what the optimizer service keeps).
+	panes   *window.Panes[estimate.Pane]
+	latest  map[string]*schemas.Estimate
+	latestT map[string]int64
+	late    int
+
+	nextSolve time.Duration
+	pending   []pendingSnap
+	version   uint64
+	weights   [][]float64 // installed, [cluster][engine]
+	previous  map[string]map[string]float64
+}
+
+type acc struct{ n, sum float64 }
+
+// estimateTTL is the optimizer service's default: older estimates are
+// not planned for.
+const estimateTTL = 30 * time.Second
+
+type pendingSnap struct {
+	at      time.Duration
+	weights [][]float64
+	shed    []float64
+}
+
+// gateway is one cluster's gateway: its pick pool and current table.
+type gateway struct {
+	pool    *pick.Pool
+	table   *pick.Table
+	toWorld []int // table index -> engine
+	toTable []int // engine -> table index, -1 when absent
+	states  []*pick.State
+	shed    float64
+	ex      []int32
+}
+
+func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
+	p := &switchyard{w: w, rng: rand.New(rand.NewPCG(seed, 0x5717))}
+	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	p.ctl.signal = sec(w.Control.SignalIntervalS)
+	p.ctl.slide = sec(w.Control.SlideS)
+	p.ctl.window = max(sec(w.Control.WindowS), p.ctl.slide)
+	p.ctl.window = p.ctl.window / p.ctl.slide * p.ctl.slide
+	p.ctl.lateness = sec(w.Control.AllowedLatenessS)
+	p.ctl.period = sec(w.Control.OptimizerPeriodS)
+	p.ctl.propagation = time.Duration(w.Control.PropagationMs * float64(time.Millisecond))
+	n := len(w.Engines)
+	p.prev = make([]engine.Stats, n)
+	p.ttft = make([]acc, n)
+	p.tbot = make([]acc, n)
+	p.nextSig, p.nextSolve = p.ctl.signal, p.ctl.period
+	panes, err := window.New(window.Spec{Size: p.ctl.window, Slide: p.ctl.slide, AllowedLateness: p.ctl.lateness}, estimate.NewPane)
+	if err != nil {
+		return nil, fmt.Errorf("processor window: %w", err)
+	}
+	p.panes = panes
+	p.latest, p.latestT = map[string]*schemas.Estimate{}, map[string]int64{}
+	p.previous = map[string]map[string]float64{}
+	for range w.Clusters {
+		g := &gateway{pool: pick.NewPool()}
+		for _, e := range w.Engines {
+			g.states = append(g.states, g.pool.State(e.ID))
+		}
+		specs := make([]pick.Spec, n)
+		for e, info := range w.Engines {
+			specs[e] = pick.Spec{ID: info.ID, Weight: 1}
+		}
+		t, err := g.pool.Build(specs, pick.Options{LeastLoaded: true})
+		if err != nil {
+			return nil, err
+		}
+		g.install(t, w)
+		p.gw = append(p.gw, g)
+	}
+	return p, nil
+}
+
+func (g *gateway) install(t *pick.Table, w *des.World) {
+	g.table = t
+	g.toWorld = g.toWorld[:0]
+	g.toTable = slices.Repeat([]int{-1}, len(w.Engines))
+	idx := map[string]int{}
+	for e, info := range w.Engines {
+		idx[info.ID] = e
+	}
+	for i := range t.Len() {
+		e := idx[t.Engine(i).ID]
+		g.toWorld = append(g.toWorld, e)
+		g.toTable[e] = i
+	}
+}
+
+func (p *switchyard) Pick(_ time.Duration, r *des.Request, exclude []int32) int {
+	g := p.gw[r.Cluster]
+	if g.table == nil || (g.shed > 0 && r.Attempt == 1 && p.rng.Float64() < g.shed) {
+		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, des.Outcome{})
+		return -1
+	}
+	g.ex = g.ex[:0]
+	for _, e := range exclude {
+		if i := g.toTable[e]; i >= 0 {
+			g.ex = append(g.ex, int32(i))
+		}
+	}
+	i, _ := g.table.Pick(r.Key, g.ex)
+	if i < 0 {
+		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, des.Outcome{})
+		return -1
+	}
+	return g.toWorld[i]
+}
+
+func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome) {
+	p.gw[r.Cluster].states[e].Release()
+	status := schemas.RequestStatus_REQUEST_STATUS_ERROR
+	if o.OK {
+		status = schemas.RequestStatus_REQUEST_STATUS_OK
+		p.ttft[e].n++
+		p.ttft[e].sum += o.EngineTTFT.Seconds()
+		if o.OutputTokens > 1 {
+			n := float64(o.OutputTokens - 1)
+			p.tbot[e].n += n
+			p.tbot[e].sum += o.MeanTBOT.Seconds() * n
+		}
+	}
+	p.record(r, e, status, o)
+}
+
+// record emits the gateway's routing event into the processor's pane.
+func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus, o des.Outcome) {
+	ev := &p.ev
+	*ev = schemas.RoutingEvent{
+		SchemaVersion: schemas.Version,
+		Cluster:       p.w.Clusters[r.Cluster].ID,
+		Status:        status,
+		Attempts:      uint32(r.Attempt),
+		PromptTokens:  uint32(min(r.W.PromptTokens, math.MaxUint32)),
+		OutputTokens:  uint32(min(r.W.OutputTokens, math.MaxUint32)),
+	}
+	if e >= 0 {
+		ev.EngineId = p.w.Engines[e].ID
+	}
+	if o.OK {
+		ev.TtftMs = float64(o.TTFT) / 1e6
+		ev.EngineTtftMs = float64(o.EngineTTFT) / 1e6
+		ev.E2EMs = float64(o.E2E) / 1e6
+		ev.MeanTbotMs = float64(o.MeanTBOT) / 1e6
+		ev.CachedTokens = uint32(min(o.CachedTokens, math.MaxUint32))
+	}
+	// The gateway stamps the event with the request's start; it reaches
+	// the processor when the request ends, and is late (dropped) when its
+	// windows have already fired.
+	ev.EventTimeUnixMs = r.W.Arrival.Milliseconds()
+	pane, _, ok := p.panes.Pane(ev.EventTimeUnixMs)
+	if !ok {
+		p.late++
+		return
+	}
+	pane.AddRoutingEvent(ev)
+}
+
+func (p *switchyard) Tick(now time.Duration) {
+	for _, g := range p.gw {
+		for e, st := range g.states {
+			st.SetDown(!p.w.Healthy(e))
+		}
+	}
+	for now >= p.nextSig {
+		p.scrape(p.nextSig)
+		p.nextSig += p.ctl.signal
+	}
+	p.panes.AdvanceTo(now.Milliseconds())
+	for _, win := range p.panes.Fire() {
+		ew := estimate.Window{Start: win.Start, End: win.End, Slide: p.ctl.slide.Milliseconds()}
+		for _, pn := range win.Panes {
+			ew.PaneStarts = append(ew.PaneStarts, pn.Start)
+			ew.Panes = append(ew.Panes, pn.State)
+		}
+		for _, est := range estimate.Compute(ew, nil) {
+			k := estimate.Key(est)
+			p.latest[k], p.latestT[k] = est, win.End
+		}
+	}
+	for now >= p.nextSolve {
+		p.solve(p.nextSolve)
+		p.nextSolve += p.ctl.period
+	}
+	for len(p.pending) > 0 && now >= p.pending[0].at {
+		p.installSnap(p.pending[0])
+		p.pending = p.pending[1:]
+	}
+}
+
+// scrape is the engine agents' work: one EngineSignal per engine.
+func (p *switchyard) scrape(now time.Duration) {
+	pane, _, ok := p.panes.Pane(now.Milliseconds())
+	if !ok {
+		return
+	}
+	for e, info := range p.w.Engines {
+		st := p.w.Stats(e)
+		prev := p.prev[e]
+		p.prev[e] = st
+		ready := p.w.Replicas(e)
+		health := schemas.Health_HEALTH_HEALTHY
+		if ready == 0 {
+			health = schemas.Health_HEALTH_UNHEALTHY
+		}
+		p.ttftH = schemas.Histogram{Count: uint64(p.ttft[e].n), Sum: p.ttft[e].sum}
+		p.tbotH = schemas.Histogram{Count: uint64(p.tbot[e].n), Sum: p.tbot[e].sum}
+		p.ttft[e], p.tbot[e] = acc{}, acc{}
+		p.sig = schemas.EngineSignal{
+			SchemaVersion:      schemas.Version,
+			EngineId:           info.ID,
+			Region:             info.Region,
+			GpuClass:           info.GPU,
+			EventTimeUnixMs:    now.Milliseconds(),
+			ReadyReplicas:      uint32(ready),
+			Health:             health,
+			RunningRequests:    float64(st.Running),
+			WaitingRequests:    float64(st.Waiting),
+			KvCacheUsage:       st.KVUsage(),
+			PrefixCacheHits:    float64(st.PrefixHitTokens - prev.PrefixHitTokens),
+			PrefixCacheQueries: float64(st.PrefixQueryTokens - prev.PrefixQueryTokens),
+			IntervalSeconds:    p.ctl.signal.Seconds(),
+			RequestsFinished:   float64(st.Finished - prev.Finished),
+			PromptTokens:       float64(st.PromptTokens - prev.PromptTokens),
+			GenerationTokens:   float64(st.GenerationTokens - prev.GenerationTokens),
+			MaxBatch:           uint32(info.Preset.MaxSeqs),
+		}
+		if p.ttftH.Count > 0 {
+			p.sig.TtftSeconds = &p.ttftH
+		}
+		if p.tbotH.Count > 0 {
+			p.sig.TbotSeconds = &p.tbotH
+		}
+		pane.AddSignal(&p.sig)
+	}
+}
+
+// solve runs the processor's window computation and the optimizer, and
+// schedules the snapshot's arrival at the gateways.
+func (p *switchyard) solve(now time.Duration) {
+	// The optimizer service plans from the newest estimates no older
+	// than its TTL.
+	cutoff := now.Milliseconds() - estimateTTL.Milliseconds()
+	keys := make([]string, 0, len(p.latest))
+	for k := range p.latest {
+		if p.latestT[k] >= cutoff {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	ests := make([]*schemas.Estimate, 0, len(keys))
+	for _, k := range keys {
+		ests = append(ests, p.latest[k])
+	}
+	in := p.instance(ests)
+	if in == nil {
+		return
+	}
+	sol, err := optimizer.Solve(in)
+	if err != nil {
+		return // keep routing on the last good snapshot
+	}
+
+	snap := pendingSnap{at: now + p.ctl.propagation, weights: make([][]float64, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
+	for c, ci := range p.w.Clusters {
+		snap.weights[c] = make([]float64, len(p.w.Engines))
+		for e, info := range p.w.Engines {
+			snap.weights[c][e] = sol.Weights[ci.ID][info.ID]
+		}
+		snap.shed[c] = sol.Shed[ci.ID]
+		prev := map[string]float64{}
+		for id, v := range sol.Weights[ci.ID] {
+			if v > 0 {
+				prev[id] = v
+			}
+		}
+		p.previous[ci.ID] = prev
+	}
+	p.pending = append(p.pending, snap)
+}
+
+// instance builds the optimizer's problem from the processor's estimates
+// the way the optimizer service does (services/optimizer State.Instance):
+// engine latency = TTFT(u) + mean output tokens × TBOT(u), demand = max of
+// the window rate and its forecast, network latency measured where there
+// are enough samples and the configured region RTT elsewhere.
+func (p *switchyard) instance(ests []*schemas.Estimate) *optimizer.Instance {
+	in := &optimizer.Instance{
+		MaxUtilization: p.w.Control.MaxUtilization, ChurnWeight: p.w.Control.ChurnWeight,
+		RTTms: map[string]map[string]float64{},
+	}
+	engines := map[string]*schemas.EngineEstimate{}
+	demand := map[string]*schemas.DemandEstimate{}
+	network := map[[2]string]*schemas.NetworkEstimate{}
+	for _, e := range ests {
+		switch k := e.GetKind().(type) {
+		case *schemas.Estimate_Engine:
+			engines[k.Engine.GetEngineId()] = k.Engine
+		case *schemas.Estimate_Demand:
+			demand[k.Demand.GetCluster()] = k.Demand
+		case *schemas.Estimate_Network:
+			network[[2]string{k.Network.GetCluster(), k.Network.GetEngineId()}] = k.Network
+		}
+	}
+	var outTok, outW float64
+	const minDemand = 0.1
+	for _, c := range p.w.Clusters {
+		rps := minDemand
+		if d := demand[c.ID]; d != nil {
+			v := math.Max(d.GetDemandRps(), d.GetForecastRps())
+			if finite(v) && v > rps {
+				rps = v
+			}
+			if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
+				outTok += mo * v
+				outW += v
+			}
+		}
+		in.Clusters = append(in.Clusters, optimizer.Cluster{ID: c.ID, DemandRPS: rps})
+	}
+	meanOut := 0.0
+	if outW > 0 {
+		meanOut = outTok / outW
+	}
+	for _, info := range p.w.Engines {
+		e := engines[info.ID]
+		if e == nil || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
+			continue
+		}
+		prof := engineLatency(e, meanOut)
+		if len(prof) == 0 {
+			continue
+		}
+		in.Engines = append(in.Engines, optimizer.Engine{
+			ID: info.ID, CapacityRPS: e.GetCapacityRps(),
+			Healthy:   e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0,
+			LatencyMs: prof,
+		})
+	}
+	if len(in.Engines) == 0 {
+		return nil
+	}
+	for c, ci := range p.w.Clusters {
+		row := map[string]float64{}
+		for e, info := range p.w.Engines {
+			if n := network[[2]string{ci.ID, info.ID}]; n != nil && n.GetSamples() >= 20 && finite(n.GetRttMs()) && n.GetRttMs() >= 0 {
+				row[info.ID] = n.GetRttMs()
+				continue
+			}
+			row[info.ID] = float64(p.w.RTT[c][e]) / 1e6
+		}
+		in.RTTms[ci.ID] = row
+	}
+	if len(p.previous) > 0 {
+		in.Previous = map[string]map[string]float64{}
+		have := map[string]bool{}
+		for _, e := range in.Engines {
+			have[e.ID] = true
+		}
+		for c, m := range p.previous {
+			row := map[string]float64{}
+			for id, v := range m {
+				if have[id] {
+					row[id] = v
+				}
+			}
+			in.Previous[c] = row
+		}
+	}
+	if in.Validate() != nil {
+		return nil
+	}
+	return in
+}
+
+func (p *switchyard) installSnap(s pendingSnap) {
+	for c, g := range p.gw {
+		var specs []pick.Spec
+		for e, info := range p.w.Engines {
+			if w := s.weights[c][e]; w > 0 {
+				specs = append(specs, pick.Spec{ID: info.ID, Weight: w})
+			}
+		}
+		g.shed = s.shed[c]
+		if len(specs) == 0 {
+			if g.shed >= 1-1e-9 {
+				g.table = nil // everything shed
+			}
+			continue // nothing routable: keep the last good table
+		}
+		t, err := g.pool.Build(specs, pick.Options{})
+		if err != nil {
+			continue // an invalid snapshot is rejected; the last good one stays
+		}
+		g.install(t, p.w)
+	}
+	p.version++
+	p.weights = s.weights
+}
+
+// Weights implements des.Weighted.
+func (p *switchyard) Weights() (uint64, [][]float64) { return p.version, p.weights }
+
+// engineLatency merges the TTFT and TBOT profiles into one end-to-end
+// profile on the union of their knots, as the optimizer service does.
+func engineLatency(e *schemas.EngineEstimate, outTokens float64) [][2]float64 {
+	ttft := points(e.GetTtftProfile())
+	if len(ttft) == 0 {
+		return nil
+	}
+	tbot := points(e.GetTbotProfile())
+	if len(tbot) == 0 || outTokens <= 0 {
+		return ttft
+	}
+	var us []float64
+	for _, q := range ttft {
+		us = append(us, q[0])
+	}
+	for _, q := range tbot {
+		us = append(us, q[0])
+	}
+	slices.Sort(us)
+	us = slices.Compact(us)
+	out := make([][2]float64, 0, len(us))
+	for _, u := range us {
+		out = append(out, [2]float64{u, interp(ttft, u) + outTokens*interp(tbot, u)})
+	}
+	return out
+}
+
+func points(lp *schemas.LatencyProfile) [][2]float64 {
+	var out [][2]float64
+	for _, q := range lp.GetPoints() {
+		if finite(q.GetUtilization()) && finite(q.GetLatencyMs()) {
+			out = append(out, [2]float64{q.GetUtilization(), q.GetLatencyMs()})
+		}
+	}
+	return out
+}
+
+func interp(pts [][2]float64, u float64) float64 {
+	if len(pts) == 1 || u <= pts[0][0] {
+		return pts[0][1]
+	}
+	for i := 1; i < len(pts); i++ {
+		if u <= pts[i][0] {
+			a, b := pts[i-1], pts[i]
+			if b[0] <= a[0] {
+				return b[1]
+			}
+			return a[1] + (b[1]-a[1])*(u-a[0])/(b[0]-a[0])
+		}
+	}
+	a, b := pts[len(pts)-2], pts[len(pts)-1]
+	if b[0] <= a[0] {
+		return b[1]
+	}
+	return b[1] + (b[1]-a[1])*(u-b[0])/(b[0]-a[0])
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -1,0 +1,306 @@
+package scenario
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/simulator/workload"
+)
+
+// Stream is the request stream of a run, sorted by arrival, every
+// request assigned to a cluster.
+type Stream struct {
+	Requests []workload.Request
+	// BlockTokens is the size of the requests' prefix blocks.
+	BlockTokens int
+	// Report says what the trace reader skipped (zero for the generator).
+	Report workload.Report
+	// Span is the arrival window: goodput is counted over it.
+	Span time.Duration
+}
+
+// BuildOptions select the seed and the trace.
+type BuildOptions struct {
+	Seed uint64
+	// Trace overrides the scenario's trace file when non-empty.
+	Trace string
+	// Strict makes a malformed trace row an error instead of a skip.
+	Strict bool
+}
+
+// mooncakeTick is the quantum of Mooncake timestamps: each tick releases
+// a batch of requests, which Build spreads evenly across the tick.
+const mooncakeTick = 3 * time.Second
+
+// generatorBlockTokens is the prefix-block size the generator uses.
+const generatorBlockTokens = 64
+
+// Build produces the scenario's workload.
+func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
+	dur := time.Duration(s.DurationS * float64(time.Second))
+	shares := s.shares()
+	out := &Stream{}
+	var reqs []workload.Request
+	var baseRate float64
+	switch s.Workload.Kind {
+	case KindGenerator:
+		out.BlockTokens = generatorBlockTokens
+		peak := s.peakMultiplier()
+		for i, c := range s.Clusters {
+			rate := s.Workload.RateRPS * shares[i]
+			if rate <= 0 {
+				continue
+			}
+			reqs = append(reqs, s.generate(c.ID, i+1, rate*peak, 0, dur, opt.Seed)...)
+		}
+		baseRate = s.Workload.RateRPS
+	case KindMooncake, KindAzure:
+		path := opt.Trace
+		if path == "" {
+			path = s.TracePath()
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("opening trace: %w", err)
+		}
+		defer f.Close()
+		var rep workload.Report
+		reqs, rep, err = readTrace(f, s.Workload.Kind, opt)
+		if err != nil {
+			return nil, fmt.Errorf("reading trace %s: %w", path, err)
+		}
+		out.Report = rep
+		out.BlockTokens = workload.DefaultBlockTokens
+		if s.Workload.Kind == KindMooncake {
+			spreadTicks(reqs)
+		}
+		scale := s.Workload.TimeScale
+		if scale == 0 {
+			scale = 1
+		}
+		kept := reqs[:0]
+		for _, r := range reqs {
+			r.Arrival = time.Duration(float64(r.Arrival) / scale)
+			if dur > 0 && r.Arrival >= dur {
+				continue
+			}
+			kept = append(kept, r)
+		}
+		reqs = kept
+		s.assignClusters(reqs, shares)
+		if dur == 0 && len(reqs) > 0 {
+			dur = reqs[len(reqs)-1].Arrival + time.Millisecond
+		}
+		if dur > 0 {
+			baseRate = float64(len(reqs)) / dur.Seconds()
+		}
+	}
+	// Thin by the rate profile and by rate events with factor < 1; add
+	// flash crowds (factor > 1) as extra conversations.
+	rng := rand.New(rand.NewPCG(opt.Seed, 0x7417))
+	peak := s.peakMultiplier()
+	if s.Workload.Kind != KindGenerator {
+		peak = 1 // traces are only thinned relative to their own rate
+	}
+	kept := reqs[:0]
+	for _, r := range reqs {
+		keep := s.multiplier(r.Arrival, dur) / peak
+		for _, ev := range s.Events {
+			if ev.Kind == EventRate && ev.Factor < 1 && s.inEvent(ev, r.Arrival, r.Cluster) {
+				keep *= ev.Factor
+			}
+		}
+		if keep >= 1 || rng.Float64() < keep {
+			kept = append(kept, r)
+		}
+	}
+	reqs = kept
+	for k, ev := range s.Events {
+		if ev.Kind != EventRate || ev.Factor <= 1 {
+			continue
+		}
+		from := time.Duration(ev.AtS * float64(time.Second))
+		until := time.Duration(ev.UntilS * float64(time.Second))
+		if dur > 0 {
+			until = min(until, dur)
+		}
+		for i, c := range s.Clusters {
+			if ev.Cluster != "" && ev.Cluster != c.ID {
+				continue
+			}
+			rate := (ev.Factor - 1) * baseRate * shares[i]
+			if rate <= 0 || until <= from {
+				continue
+			}
+			extra := s.generate(c.ID, 1000*(k+1)+i+1, rate, from, until, opt.Seed)
+			if s.Workload.Kind != KindGenerator {
+				// Trace blocks are 512 tokens; rescale the generator's ids
+				// so they never collide with the trace's.
+				for j := range extra {
+					for b := range extra[j].Blocks {
+						extra[j].Blocks[b] |= 1 << 62
+					}
+				}
+			}
+			reqs = append(reqs, extra...)
+		}
+	}
+	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Arrival < reqs[j].Arrival })
+	out.Requests = reqs
+	out.Span = dur
+	return out, nil
+}
+
+func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, workload.Report, error) {
+	if kind == KindMooncake {
+		reqs, rep, err := workload.ReadMooncake(r, opt.Strict)
+		if err != nil {
+			return nil, rep, err
+		}
+		// Mooncake has no session ids: a conversation is the chain that
+		// shares its second block (the first is the shared system prompt).
+		for i := range reqs {
+			b := reqs[i].Blocks
+			switch {
+			case len(b) >= 2:
+				reqs[i].Session = "mc" + strconv.FormatUint(b[1], 36)
+			case len(b) == 1:
+				reqs[i].Session = "mc" + strconv.FormatUint(b[0], 36)
+			default:
+				reqs[i].Session = "mc-row" + strconv.Itoa(i)
+			}
+		}
+		return reqs, rep, nil
+	}
+	return workload.ReadAzure(r, opt.Strict, workload.AzureConversations{Seed: opt.Seed})
+}
+
+// spreadTicks spreads each batch of equal Mooncake timestamps evenly over
+// its 3-second tick, in trace order.
+func spreadTicks(reqs []workload.Request) {
+	for i := 0; i < len(reqs); {
+		j := i
+		for j < len(reqs) && reqs[j].Arrival == reqs[i].Arrival {
+			j++
+		}
+		n := j - i
+		for k := i; k < j; k++ {
+			reqs[k].Arrival += mooncakeTick * time.Duration(k-i) / time.Duration(n)
+		}
+		i = j
+	}
+	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].Arrival < reqs[b].Arrival })
+}
+
+// assignClusters assigns trace requests to clusters by a hash of their
+// session, in proportion to the shares, so a conversation stays in one
+// cluster.
+func (s *Scenario) assignClusters(reqs []workload.Request, shares []float64) {
+	cum := make([]float64, len(shares))
+	acc := 0.0
+	for i, v := range shares {
+		acc += v
+		cum[i] = acc
+	}
+	for i := range reqs {
+		u := float64(hash64(reqs[i].Session)>>11) / (1 << 53) * acc
+		k, _ := slices.BinarySearch(cum, u)
+		reqs[i].Cluster = s.Clusters[min(k, len(cum)-1)].ID
+	}
+}
+
+func (s *Scenario) shares() []float64 {
+	out := make([]float64, len(s.Clusters))
+	sum := 0.0
+	for i, c := range s.Clusters {
+		out[i] = c.Share
+		sum += c.Share
+	}
+	for i := range out {
+		if sum > 0 {
+			out[i] /= sum
+		} else {
+			out[i] = 1 / float64(len(out))
+		}
+	}
+	return out
+}
+
+// generate runs the built-in generator for one cluster over [from,
+// until), with session ids and conversation blocks unique to stream.
+func (s *Scenario) generate(cluster string, stream int, rate float64, from, until time.Duration, seed uint64) []workload.Request {
+	w := s.Workload
+	g := workload.Generator{
+		RatePerSecond: rate, Clusters: []string{cluster},
+		Sessions: w.Sessions, SystemPrompts: w.SystemPrompts, SystemTokens: w.SystemTokens,
+		TurnTokens: w.TurnTokens, OutputTokens: w.OutputTokens, MaxTurns: w.MaxTurns,
+		BlockTokens: generatorBlockTokens, Seed: seed*1_000_003 + uint64(stream),
+	}
+	reqs := g.Generate(until - from)
+	prefix := strconv.Itoa(stream) + "/"
+	for i := range reqs {
+		reqs[i].Arrival += from
+		reqs[i].Session = prefix + reqs[i].Session
+		for b, id := range reqs[i].Blocks {
+			if id >= 1<<20 { // conversation blocks: unique per stream
+				reqs[i].Blocks[b] = id + uint64(stream)<<40
+			}
+		}
+	}
+	return reqs
+}
+
+// multiplier evaluates the rate profile at t (1 without a profile).
+func (s *Scenario) multiplier(t, dur time.Duration) float64 {
+	p := s.Workload.RateProfile
+	if len(p) == 0 || dur <= 0 {
+		return 1
+	}
+	x := float64(t) / float64(dur)
+	if x <= p[0][0] {
+		return p[0][1]
+	}
+	for i := 1; i < len(p); i++ {
+		if x <= p[i][0] {
+			a, b := p[i-1], p[i]
+			return a[1] + (b[1]-a[1])*(x-a[0])/(b[0]-a[0])
+		}
+	}
+	return p[len(p)-1][1]
+}
+
+func (s *Scenario) peakMultiplier() float64 {
+	peak := 0.0
+	for _, p := range s.Workload.RateProfile {
+		peak = math.Max(peak, p[1])
+	}
+	if peak == 0 {
+		return 1
+	}
+	return peak
+}
+
+func (s *Scenario) inEvent(ev Event, t time.Duration, cluster string) bool {
+	from := time.Duration(ev.AtS * float64(time.Second))
+	until := time.Duration(ev.UntilS * float64(time.Second))
+	return t >= from && t < until && (ev.Cluster == "" || ev.Cluster == cluster)
+}
+
+func hash64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 31
+	h *= 0x94d049bb133111eb
+	h ^= h >> 29
+	return h
+}

@@ -1,0 +1,167 @@
+package scenario
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const good = `{
+  "name": "t", "duration_s": 10, "slo": {"ttft_ms": 2000, "tbot_ms": 100},
+  "regions": ["a", "b"], "rtt_ms": {"a": {"b": 40}},
+  "clusters": [{"id": "a", "region": "a", "share": 3}, {"id": "b", "region": "b", "share": 1}],
+  "engines": [{"id": "a-0", "region": "a", "gpu": "h100"}, {"id": "b-0", "region": "b", "gpu": "l4", "replicas": 2}],
+  "workload": {"kind": "generator", "rate_rps": 20},
+  "events": [{"at_s": 3, "kind": "engine_down", "engine": "a-0"}, {"at_s": 2, "until_s": 4, "kind": "rate", "factor": 2, "cluster": "a"}]
+}`
+
+func TestParseNamesTheBadField(t *testing.T) {
+	tests := []struct {
+		name, from, to, field string
+	}{
+		{"unknown field", `"duration_s": 10,`, `"duration_s": 10, "bogus": 1,`, `unknown field "bogus"`},
+		{"negative duration", `"duration_s": 10`, `"duration_s": -1`, "duration_s"},
+		{"missing slo", `"slo": {"ttft_ms": 2000, "tbot_ms": 100}`, `"slo": {"tbot_ms": 100}`, "slo.ttft_ms"},
+		{"bad gpu", `"gpu": "h100"`, `"gpu": "tpu"`, "engines[0].gpu"},
+		{"unknown region", `{"id": "b-0", "region": "b"`, `{"id": "b-0", "region": "z"`, "engines[1].region"},
+		{"duplicate engine", `{"id": "b-0"`, `{"id": "a-0"`, "engines[1].id"},
+		{"rtt unknown region", `"rtt_ms": {"a": {"b": 40}}`, `"rtt_ms": {"a": {"q": 40}}`, `rtt_ms["a"]["q"]`},
+		{"bad kind", `"kind": "generator"`, `"kind": "poisson"`, "workload.kind"},
+		{"no rate", `"rate_rps": 20`, `"rate_rps": 0`, "workload.rate_rps"},
+		{"event engine", `"engine": "a-0"}`, `"engine": "x"}`, "events[0].engine"},
+		{"event until", `"until_s": 4`, `"until_s": 1`, "events[1].until_s"},
+		{"event kind", `"kind": "engine_down"`, `"kind": "meteor"`, "events[0].kind"},
+		{"cluster share", `"share": 3`, `"share": -3`, "clusters[0].share"},
+		{"trailing", `"cluster": "a"}]`, `"cluster": "a"}]}{"x": 1`, "trailing data"},
+	}
+	if _, err := Parse([]byte(good)); err != nil {
+		t.Fatalf("good scenario: %v", err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := strings.Replace(good, tc.from, tc.to, 1)
+			if bad == good {
+				t.Fatalf("replacement %q did not apply", tc.from)
+			}
+			_, err := Parse([]byte(bad))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("got %v, want an ErrInvalid naming %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestShippedScenariosLoadAndBuild(t *testing.T) {
+	files, err := filepath.Glob("../testdata/scenarios/*.json")
+	if err != nil || len(files) < 6 {
+		t.Fatalf("scenarios: %v %v", files, err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, ".schema.json") {
+			continue
+		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			s, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Workload.Kind == KindGenerator {
+				s.DurationS = 5 // keep the test short
+			}
+			wl, err := s.Build(BuildOptions{Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(wl.Requests) == 0 {
+				t.Fatal("no requests")
+			}
+			for i, r := range wl.Requests {
+				if i > 0 && r.Arrival < wl.Requests[i-1].Arrival {
+					t.Fatal("not sorted")
+				}
+				if r.Cluster == "" || r.Session == "" {
+					t.Fatalf("request %d has no cluster or session: %+v", i, r)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildAppliesSharesProfileAndFlashCrowd(t *testing.T) {
+	s, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := s.Build(BuildOptions{Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	crowd := 0
+	for _, r := range wl.Requests {
+		per[r.Cluster]++
+		if r.Cluster == "a" && r.Arrival.Seconds() >= 2 && r.Arrival.Seconds() < 4 {
+			crowd++
+		}
+	}
+	// a: 15 rps for 10 s plus 15 rps extra for 2 s = 180; b: 5 rps = 50.
+	if per["a"] < 130 || per["a"] > 230 || per["b"] < 25 || per["b"] > 80 {
+		t.Fatalf("per-cluster counts %v, want about a=180 b=50", per)
+	}
+	if crowd < 40 {
+		t.Fatalf("flash crowd window has %d requests, want about 60", crowd)
+	}
+}
+
+func TestMalformedTraceRows(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "t.jsonl")
+	rows := `{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]}
+not json
+{"timestamp": 10, "input_length": 700, "output_length": 10, "hash_ids": [0, 1]}
+{"timestamp": 20, "output_length": 10}
+`
+	if err := os.WriteFile(trace, []byte(rows), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := strings.Replace(good, `"workload": {"kind": "generator", "rate_rps": 20}`, `"workload": {"kind": "mooncake", "trace": "t.jsonl"}`, 1)
+	sc = strings.Replace(sc, `, {"at_s": 2, "until_s": 4, "kind": "rate", "factor": 2, "cluster": "a"}`, "", 1)
+	path := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(path, []byte(sc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := s.Build(BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wl.Report.Skipped != 2 || len(wl.Report.FirstBad) != 2 || wl.Report.FirstBad[0] != 2 || wl.Report.FirstBad[1] != 4 || len(wl.Requests) != 2 {
+		t.Fatalf("report %+v with %d requests, want 2 skipped at lines 2 and 4", wl.Report, len(wl.Requests))
+	}
+	if _, err := s.Build(BuildOptions{Strict: true}); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("strict: got %v, want an error naming line 2", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(good))
+	f.Add([]byte(`{"name":"x"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Parse(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("parsed scenario fails validation: %v", err)
+		}
+	})
+}
