@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
 	"time"
 
@@ -209,7 +210,7 @@ func (c *Core) Fire() []Fired {
 			ew.PaneStarts = append(ew.PaneStarts, p.Start)
 			ew.Panes = append(ew.Panes, p.State.est)
 		}
-		out = append(out, Fired{Start: w.Start, End: w.End, Estimates: estimate.Compute(ew, c.fit)})
+		out = append(out, Fired{Start: w.Start, End: w.End, Estimates: estimate.ComputeParallel(ew, c.fit, runtime.GOMAXPROCS(0))})
 	}
 	return out
 }

@@ -15,6 +15,9 @@ type metrics struct {
 	checkpoints prometheus.Counter
 	watermark   prometheus.Gauge
 	openPanes   prometheus.Gauge
+
+	// outcomes[input][Outcome] are the records counters, resolved once.
+	outcomes [2][4]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,6 +48,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg == nil {
+		m.resolve()
 		return m, nil
 	}
 	var err error
@@ -69,7 +73,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.openPanes, err = register(reg, m.openPanes); err != nil {
 		return nil, err
 	}
+	m.resolve()
 	return m, nil
+}
+
+func (m *metrics) resolve() {
+	for i, in := range []string{"signals", "routing_events"} {
+		for o, out := range []string{"accepted", "late", "dead_lettered", "replayed"} {
+			m.outcomes[i][o] = m.records.WithLabelValues(in, out)
+		}
+	}
 }
 
 // register registers c, or returns the collector already registered under

@@ -118,6 +118,9 @@ type Stats struct {
 	Late                  uint64
 	WindowsFired          uint64
 	Checkpoints           uint64
+	// LastWindowEnd is the end of the latest window whose estimates are
+	// checkpointed (zero before the first).
+	LastWindowEnd time.Time
 }
 
 // Service is a running processor.
@@ -128,6 +131,7 @@ type Service struct {
 	m      *metrics
 
 	signals, routing, published, dead, lateN, fired, ckpts atomic.Uint64
+	lastEnd                                                atomic.Int64
 
 	// Test hooks.
 	// beforeCheckpoint runs after outputs are flushed and before the
@@ -136,6 +140,8 @@ type Service struct {
 	// noFinalCheckpoint makes Run return on cancel without flushing or
 	// checkpointing (a kill).
 	noFinalCheckpoint bool
+	// onCheckpoint runs after each checkpoint.
+	onCheckpoint func()
 	// maxPoll bounds the records handled per loop iteration (default 10000).
 	maxPoll int
 }
@@ -155,11 +161,16 @@ func New(cfg Config) (*Service, error) {
 
 // Stats returns the counters.
 func (s *Service) Stats() Stats {
-	return Stats{
+	st := Stats{
 		SignalsConsumed: s.signals.Load(), RoutingEventsConsumed: s.routing.Load(),
 		EstimatesPublished: s.published.Load(), DeadLettered: s.dead.Load(), Late: s.lateN.Load(),
 		WindowsFired: s.fired.Load(), Checkpoints: s.ckpts.Load(),
+		LastWindowEnd: time.UnixMilli(s.lastEnd.Load()),
 	}
+	if st.LastWindowEnd.UnixMilli() == 0 {
+		st.LastWindowEnd = time.Time{}
+	}
+	return st
 }
 
 // Run consumes until ctx is done. On cancel it flushes and checkpoints
@@ -206,10 +217,12 @@ type runner struct {
 	core *Core
 	dlq  *streams.DeadLetter
 
-	mu       sync.Mutex
-	prodErr  error
-	dirty    bool // dead letters since the last checkpoint
-	lastCkpt time.Time
+	mu      sync.Mutex
+	prodErr error
+	dirty   bool // dead letters since the last checkpoint
+	// pendingEnd is the end of the latest fired window.
+	pendingEnd int64
+	lastCkpt   time.Time
 }
 
 func (r *runner) promise(_ *kgo.Record, err error) {
@@ -262,6 +275,7 @@ func (r *runner) loop(ctx context.Context) error {
 		})
 		fired := r.core.Fire()
 		for _, f := range fired {
+			r.pendingEnd = max(r.pendingEnd, f.End)
 			s.fired.Add(1)
 			s.m.windows.Inc()
 			for _, e := range f.Estimates {
@@ -292,26 +306,24 @@ func (r *runner) loop(ctx context.Context) error {
 func (r *runner) handle(rec *kgo.Record) {
 	s := r.s
 	out, reason := r.core.Handle(rec)
-	input := "signals"
+	in := 0
 	if rec.Topic == s.topics.RoutingEvents {
-		input = "routing_events"
+		in = 1
+	}
+	if int(out) < len(s.m.outcomes[in]) {
+		s.m.outcomes[in][out].Inc()
 	}
 	switch out {
 	case Accepted:
-		if input == "signals" {
+		if in == 0 {
 			s.signals.Add(1)
 		} else {
 			s.routing.Add(1)
 		}
-		s.m.records.WithLabelValues(input, "accepted").Inc()
 	case Late:
 		s.lateN.Add(1)
-		s.m.records.WithLabelValues(input, "late").Inc()
-	case Replayed:
-		s.m.records.WithLabelValues(input, "replayed").Inc()
 	case DeadLettered:
 		s.dead.Add(1)
-		s.m.records.WithLabelValues(input, "dead_lettered").Inc()
 		code, _, _ := cutReason(reason)
 		s.m.deadLetters.WithLabelValues(code).Inc()
 		s.log.Debug("dead-lettering record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
@@ -383,7 +395,13 @@ func (r *runner) checkpoint(ctx context.Context) error {
 	}
 	r.dirty = false
 	r.lastCkpt = time.Now()
+	if r.pendingEnd > r.s.lastEnd.Load() {
+		r.s.lastEnd.Store(r.pendingEnd)
+	}
 	r.s.ckpts.Add(1)
+	if h := r.s.onCheckpoint; h != nil {
+		h()
+	}
 	r.s.m.checkpoints.Inc()
 	return nil
 }

@@ -3,7 +3,9 @@ package estimate
 import (
 	"math"
 
-	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack/lapack64"
 
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -28,7 +30,7 @@ const MinSamples = 20
 // ConvexFit is the built-in Fitter: a piecewise-linear curve on Knots(),
 // written f(u) = c0 + c1·u + Σ cj·max(0, u−kj) with every c ≥ 0 (so f is
 // non-negative, non-decreasing and convex), fitted by weighted
-// non-negative least squares (Lawson–Hanson, gonum QR) to obs plus
+// non-negative least squares (Lawson–Hanson on the normal equations, gonum Cholesky) to obs plus
 // pseudo-observations of the GPU-class prior at every knot. The prior is
 // first rescaled to the data's level, and its pseudo-observations weigh
 // 1% of the data each (plus 0.5), so it only shapes the curve where there
@@ -56,27 +58,16 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 		scale = math.Max(0.2, math.Min(5, dataMean/priorMean))
 	}
 	ks := Knots()
-	nb := len(ks) // c0, c1, and one hinge per interior knot (ks[1:len-1])
+	var prob normal
+	prob.n = len(ks) // c0, c1, and one hinge per interior knot (ks[1:len-1])
 	pw := 0.01*total + 0.5
-	rows := len(clean) + len(ks)
-	a := mat.NewDense(rows, nb, nil)
-	b := mat.NewVecDense(rows, nil)
-	fillRow := func(i int, u, l, w float64) {
-		sw := math.Sqrt(w)
-		a.Set(i, 0, sw)
-		a.Set(i, 1, sw*u)
-		for j := 1; j < len(ks)-1; j++ {
-			a.Set(i, j+1, sw*math.Max(0, u-ks[j]))
-		}
-		b.SetVec(i, sw*l)
+	for _, o := range clean {
+		prob.add(ks, o.Utilization, o.LatencyMs, o.Weight)
 	}
-	for i, o := range clean {
-		fillRow(i, o.Utilization, o.LatencyMs, o.Weight)
+	for _, u := range ks {
+		prob.add(ks, u, scale*p.PriorLatency(k, u), pw)
 	}
-	for j, u := range ks {
-		fillRow(len(clean)+j, u, scale*p.PriorLatency(k, u), pw)
-	}
-	c, ok := nnls(a, b)
+	c, ok := prob.nnls()
 	if !ok {
 		out := PriorProfile(gpuClass, k)
 		out.Samples = samples
@@ -107,53 +98,95 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
-// nnls solves min ‖Ax − b‖ subject to x ≥ 0 (Lawson and Hanson, 1974).
-// ok is false when it did not converge or produced a non-finite value.
-func nnls(a *mat.Dense, b *mat.VecDense) (x []float64, ok bool) {
-	m, n := a.Dims()
-	x = make([]float64, n)
-	passive := make([]bool, n)
-	const tol = 1e-10
-	grad := func() []float64 { // Aᵀ(b − Ax)
-		r := mat.NewVecDense(m, nil)
-		r.MulVec(a, mat.NewVecDense(n, append([]float64(nil), x...)))
-		r.SubVec(b, r)
-		g := mat.NewVecDense(n, nil)
-		g.MulVec(a.T(), r)
-		return g.RawVector().Data
+// maxBasis bounds the number of basis functions (len(Knots())).
+const maxBasis = 16
+
+// normal holds the normal equations G c = h of a weighted least-squares
+// problem over at most maxBasis non-negative coefficients.
+type normal struct {
+	n int
+	g [maxBasis * maxBasis]float64
+	h [maxBasis]float64
+}
+
+// add adds the observation (u, l) with weight w; the basis at u is
+// 1, u, max(0, u−ks[j]) for the interior knots.
+func (p *normal) add(ks []float64, u, l, w float64) {
+	var phi [maxBasis]float64
+	phi[0], phi[1] = 1, u
+	for j := 1; j < len(ks)-1; j++ {
+		phi[j+1] = math.Max(0, u-ks[j])
 	}
-	solve := func() ([]float64, bool) { // least squares on the passive columns
-		var idx []int
-		for j := range passive {
+	for a := 0; a < p.n; a++ {
+		if phi[a] == 0 {
+			continue
+		}
+		p.h[a] += w * l * phi[a]
+		for b := 0; b < p.n; b++ {
+			p.g[a*maxBasis+b] += w * phi[a] * phi[b]
+		}
+	}
+}
+
+// nnls minimises the weighted squared error subject to c ≥ 0 (Lawson and
+// Hanson's active-set method on the normal equations; each passive-set
+// solve is a Cholesky factorisation with gonum's LAPACK, allocation-free).
+// ok is false when it did not converge or produced a non-finite value.
+func (p *normal) nnls() (x []float64, ok bool) {
+	n := p.n
+	x = make([]float64, n)
+	var passive [maxBasis]bool
+	var hmax float64
+	for j := 0; j < n; j++ {
+		hmax = math.Max(hmax, math.Abs(p.h[j]))
+	}
+	tol := 1e-12 * math.Max(hmax, 1)
+	var z [maxBasis]float64
+	var buf [maxBasis * maxBasis]float64
+	var rhs [maxBasis]float64
+	var idx [maxBasis]int
+	solve := func() bool { // z = argmin on the passive set
+		k := 0
+		for j := 0; j < n; j++ {
+			z[j] = 0
 			if passive[j] {
-				idx = append(idx, j)
+				idx[k] = j
+				k++
 			}
 		}
-		z := make([]float64, n)
-		if len(idx) == 0 {
-			return z, true
+		if k == 0 {
+			return true
 		}
-		sub := mat.NewDense(m, len(idx), nil)
-		for c, j := range idx {
-			for i := 0; i < m; i++ {
-				sub.Set(i, c, a.At(i, j))
+		for a := 0; a < k; a++ {
+			rhs[a] = p.h[idx[a]]
+			for b := 0; b < k; b++ {
+				buf[a*k+b] = p.g[idx[a]*maxBasis+idx[b]]
 			}
+			buf[a*k+a] *= 1 + 1e-12 // guard against round-off singularity
 		}
-		var s mat.VecDense
-		if err := s.SolveVec(sub, b); err != nil {
-			return nil, false
+		sym := blas64.Symmetric{Uplo: blas.Upper, N: k, Stride: k, Data: buf[:k*k]}
+		tri, ok := lapack64.Potrf(sym)
+		if !ok {
+			return false
 		}
-		for c, j := range idx {
-			z[j] = s.AtVec(c)
+		lapack64.Potrs(tri, blas64.General{Rows: k, Cols: 1, Stride: 1, Data: rhs[:k]})
+		for a := 0; a < k; a++ {
+			z[idx[a]] = rhs[a]
 		}
-		return z, true
+		return true
 	}
 	for outer := 0; outer < 3*n; outer++ {
-		g := grad()
 		best, bj := tol, -1
-		for j := range g {
-			if !passive[j] && g[j] > best {
-				best, bj = g[j], j
+		for j := 0; j < n; j++ { // gradient h − G x
+			if passive[j] {
+				continue
+			}
+			gj := p.h[j]
+			for b := 0; b < n; b++ {
+				gj -= p.g[j*maxBasis+b] * x[b]
+			}
+			if gj > best {
+				best, bj = gj, j
 			}
 		}
 		if bj < 0 {
@@ -161,17 +194,13 @@ func nnls(a *mat.Dense, b *mat.VecDense) (x []float64, ok bool) {
 		}
 		passive[bj] = true
 		for inner := 0; ; inner++ {
-			if inner > 3*n {
-				return nil, false
-			}
-			z, ok := solve()
-			if !ok {
+			if inner > 3*n || !solve() {
 				return nil, false
 			}
 			neg := false
 			alpha := math.Inf(1)
-			for j := range z {
-				if passive[j] && z[j] <= tol {
+			for j := 0; j < n; j++ {
+				if passive[j] && z[j] <= 0 {
 					neg = true
 					if d := x[j] - z[j]; d > 0 {
 						alpha = math.Min(alpha, x[j]/d)
@@ -179,15 +208,15 @@ func nnls(a *mat.Dense, b *mat.VecDense) (x []float64, ok bool) {
 				}
 			}
 			if !neg {
-				copy(x, z)
+				copy(x, z[:n])
 				break
 			}
 			if math.IsInf(alpha, 1) {
 				alpha = 0
 			}
-			for j := range x {
+			for j := 0; j < n; j++ {
 				x[j] += alpha * (z[j] - x[j])
-				if passive[j] && x[j] <= tol {
+				if passive[j] && x[j] <= 0 {
 					passive[j] = false
 					x[j] = 0
 				}

@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"sort"
+	"sync"
 
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -66,7 +67,11 @@ type Window struct {
 // Compute merges the window's panes and returns its estimates in a fixed
 // order: engines by id, then demand by cluster, then network by (cluster,
 // engine). fit nil means ConvexFit.
-func Compute(w Window, fit Fitter) []*schemas.Estimate {
+func Compute(w Window, fit Fitter) []*schemas.Estimate { return ComputeParallel(w, fit, 1) }
+
+// ComputeParallel is Compute with the per-engine work (profile fits)
+// spread over up to workers goroutines; the result is identical.
+func ComputeParallel(w Window, fit Fitter, workers int) []*schemas.Estimate {
 	engines := map[string]*Engine{}
 	network := map[pair]*Network{}
 	demand := map[string][]*Demand{}
@@ -104,9 +109,27 @@ func Compute(w Window, fit Fitter) []*schemas.Estimate {
 			s[idx] = d
 		}
 	}
-	var out []*schemas.Estimate
-	for _, id := range sortedKeys(engines) {
-		out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: engines[id].Estimate(id, w.Start, w.End, fit)}})
+	ids := sortedKeys(engines)
+	out := make([]*schemas.Estimate, len(ids), len(ids)+len(demand)+len(network))
+	one := func(i int) {
+		out[i] = &schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: engines[ids[i]].Estimate(ids[i], w.Start, w.End, fit)}}
+	}
+	if workers <= 1 || len(ids) < 64 {
+		for i := range ids {
+			one(i)
+		}
+	} else {
+		var wg sync.WaitGroup
+		chunk := (len(ids) + workers - 1) / workers
+		for lo := 0; lo < len(ids); lo += chunk {
+			hi := min(lo+chunk, len(ids))
+			wg.Go(func() {
+				for i := lo; i < hi; i++ {
+					one(i)
+				}
+			})
+		}
+		wg.Wait()
 	}
 	for _, c := range sortedKeys(demand) {
 		out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Demand{Demand: demandEstimate(c, w.Start, w.End, w.Slide, demand[c])}})
