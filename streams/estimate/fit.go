@@ -19,8 +19,9 @@ type Obs struct {
 // Fitter fits a convex non-decreasing latency profile of kind k for an
 // engine of gpuClass from obs (any order; callers pass them sorted by
 // utilization). It must not return NaN and must fall back to a prior when
-// obs are too few (flagging the profile prior). The optimizer package may
-// provide one; ConvexFit is the built-in.
+// obs are too few (flagging the profile prior), and be safe for concurrent
+// use (ComputeParallel calls it from several goroutines). The optimizer
+// package may provide one; ConvexFit is the built-in.
 type Fitter func(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile
 
 // MinSamples is the number of requests below which a profile is flagged
