@@ -161,6 +161,10 @@ func newSim(sc *scenario.Scenario, wl *scenario.Stream) (*sim, error) {
 		if e.MaxModelLen > 0 {
 			p.MaxModelLen = e.MaxModelLen
 		}
+		if e.MaxSeqs > 0 {
+			p.MaxSeqs = e.MaxSeqs
+			p.MaxBatchedTokens = max(p.MaxBatchedTokens, e.MaxSeqs+1)
+		}
 		reps := max(e.Replicas, 1)
 		info := EngineInfo{ID: e.ID, Region: e.Region, GPU: e.GPU, Preset: p, Replicas: reps}
 		w.Engines = append(w.Engines, info)
@@ -418,6 +422,12 @@ func (s *sim) route(i int, now time.Duration) bool {
 	v.Attempt = int(st.attempt)
 	e := s.policy.Pick(now, v, st.tried[:st.attempt-1])
 	if e < 0 || e >= len(s.slots) {
+		if st.attempt > 1 {
+			// A retry with nowhere left to go: the request failed.
+			st.state = stFailed
+			s.col.failed++
+			return true
+		}
 		st.state = stShed
 		s.col.shed++
 		return true

@@ -78,6 +78,9 @@ type Engine struct {
 	// MaxModelLen overrides the preset's context limit (long-context
 	// traces need more than the default).
 	MaxModelLen int `json:"max_model_len,omitempty"`
+	// MaxSeqs overrides the preset's batch limit (vLLM's max_num_seqs),
+	// as operators tune it to where the GPU saturates.
+	MaxSeqs int `json:"max_seqs,omitempty"`
 }
 
 // Workload kinds.
@@ -340,6 +343,8 @@ func (s *Scenario) Validate() error {
 			return invalid("engines[%d].replicas = %d, want in [1, 1024]", i, e.Replicas)
 		case e.MaxWaiting < 0:
 			return invalid("engines[%d].max_waiting = %d, want >= 0", i, e.MaxWaiting)
+		case e.MaxSeqs < 0 || e.MaxSeqs > 1<<16:
+			return invalid("engines[%d].max_seqs = %d, want in [1, %d]", i, e.MaxSeqs, 1<<16)
 		case e.MaxModelLen < 0 || e.MaxModelLen == 1 || e.MaxModelLen > 1<<20:
 			return invalid("engines[%d].max_model_len = %d, want in [2, %d]", i, e.MaxModelLen, 1<<20)
 		}
