@@ -1,0 +1,265 @@
+package optimizer
+
+import "math"
+
+// cancelCycle looks for a negative-cost cycle of flow exchanges in the
+// residual graph reduced to cluster nodes plus a load node t, and pushes
+// flow around it with an exact line search. It reports whether it found
+// one. Arcs:
+//
+//	i -> k via j: cluster i raises its flow on j, cluster k lowers it
+//	              (j's load unchanged), cost up(ij) - down(kj);
+//	i -> t via j: cluster i raises its flow on j, cost up(ij) + g'+(L_j);
+//	t -> k via j: cluster k lowers its flow on j, cost -down(kj) - g'-(L_j).
+func (s *solver) cancelCycle() bool {
+	p := s.p
+	nc := len(p.demand)
+	n := nc + 1
+	t := nc
+	if s.byEngine == nil {
+		s.indexEngines()
+	}
+	inf := math.Inf(1)
+	w := make([]float64, n*n)
+	via := make([]int32, n*n) // edge index realising the arc (the raised one; -1 for t->k uses lowered edge)
+	low := make([]int32, n*n) // lowered edge, -1 if none
+	for k := range w {
+		w[k], via[k], low[k] = inf, -1, -1
+	}
+	scale := 1.0
+	for e, x := range s.x {
+		if x <= 1e-12 {
+			continue
+		}
+		k := s.edgeCluster[e]
+		j := p.eng[e]
+		dk := s.down(e)
+		// t -> k via j
+		c := &p.curves[j]
+		if v := -dk - c.dLeft(s.load[j]); v < w[t*n+int(k)] {
+			w[t*n+int(k)], via[t*n+int(k)], low[t*n+int(k)] = v, -1, int32(e)
+		}
+		for _, f := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
+			i := s.edgeCluster[f]
+			if i == k {
+				continue
+			}
+			if v := s.up(int(f)) - dk; v < w[int(i)*n+int(k)] {
+				w[int(i)*n+int(k)], via[int(i)*n+int(k)], low[int(i)*n+int(k)] = v, f, int32(e)
+			}
+		}
+		scale = math.Max(scale, math.Abs(dk))
+	}
+	for e := range s.x {
+		j := p.eng[e]
+		c := &p.curves[j]
+		if s.load[j] >= c.cap {
+			continue
+		}
+		i := int(s.edgeCluster[e])
+		if v := s.up(e) + c.dRight(s.load[j]); v < w[i*n+t] {
+			w[i*n+t], via[i*n+t], low[i*n+t] = v, int32(e), -1
+		}
+	}
+	// Bellman-Ford from a virtual source connected to every node.
+	dist := make([]float64, n)
+	pred := make([]int, n)
+	for k := range pred {
+		pred[k] = -1
+	}
+	eps := 1e-9 * scale
+	last := -1
+	for round := 0; round <= n; round++ {
+		last = -1
+		for u := 0; u < n; u++ {
+			du := dist[u]
+			row := w[u*n : (u+1)*n]
+			for v, c := range row {
+				if du+c < dist[v]-eps {
+					dist[v] = du + c
+					pred[v] = u
+					last = v
+				}
+			}
+		}
+		if last < 0 {
+			return false
+		}
+	}
+	// Walk back n steps to land on the cycle, then collect it.
+	v := last
+	for range n {
+		v = pred[v]
+	}
+	var arcs []int // arc indices u*n+v along the cycle
+	for u := v; ; {
+		pu := pred[u]
+		arcs = append(arcs, pu*n+u)
+		u = pu
+		if u == v {
+			break
+		}
+		if len(arcs) > n {
+			return false
+		}
+	}
+	// Direction: +1 on raised edges, -1 on lowered ones.
+	dEdge := map[int32]float64{}
+	for _, a := range arcs {
+		if via[a] >= 0 {
+			dEdge[via[a]]++
+		}
+		if low[a] >= 0 {
+			dEdge[low[a]]--
+		}
+	}
+	return s.lineSearch(dEdge)
+}
+
+// indexEngines builds the engine -> edges index and edge -> cluster map.
+func (s *solver) indexEngines() {
+	p := s.p
+	ne := len(p.curves)
+	s.engStart = make([]int32, ne+1)
+	for _, j := range p.eng {
+		s.engStart[j+1]++
+	}
+	for j := 0; j < ne; j++ {
+		s.engStart[j+1] += s.engStart[j]
+	}
+	s.byEngine = make([]int32, len(p.eng))
+	fill := make([]int32, ne)
+	s.edgeCluster = make([]int32, len(p.eng))
+	for i := range p.demand {
+		for e := p.start[i]; e < p.start[i+1]; e++ {
+			j := p.eng[e]
+			s.byEngine[s.engStart[j]+fill[j]] = e
+			fill[j]++
+			s.edgeCluster[e] = int32(i)
+		}
+	}
+}
+
+// lineSearch moves the flows along direction d (per edge) by the step
+// that minimises the objective, keeping every constraint. It reports
+// whether the objective decreased.
+func (s *solver) lineSearch(d map[int32]float64) bool {
+	p := s.p
+	edges := make([]int32, 0, len(d))
+	for e, v := range d {
+		if v != 0 {
+			edges = append(edges, e)
+		}
+	}
+	if len(edges) == 0 {
+		return false
+	}
+	sortInt32(edges)
+	dLoad := map[int32]float64{}
+	for _, e := range edges {
+		dLoad[p.eng[e]] += d[e]
+	}
+	engines := make([]int32, 0, len(dLoad))
+	for j, v := range dLoad {
+		if v != 0 {
+			engines = append(engines, j)
+		}
+	}
+	sortInt32(engines)
+	// Largest feasible step.
+	smax := math.Inf(1)
+	for _, e := range edges {
+		if d[e] < 0 {
+			smax = math.Min(smax, s.x[e]/-d[e])
+		}
+	}
+	for _, j := range engines {
+		if dl := dLoad[j]; dl > 0 {
+			smax = math.Min(smax, (p.curves[j].cap-s.load[j])/dl)
+		}
+	}
+	if !(smax > 0) || math.IsInf(smax, 0) {
+		return false
+	}
+	// Right derivative of the objective along d at step a.
+	deriv := func(a float64) float64 {
+		v := 0.0
+		for _, e := range edges {
+			x := s.x[e] + a*d[e]
+			v += d[e] * p.rtt[e]
+			if p.cw > 0 {
+				away := (d[e] > 0 && x >= p.prev[e]) || (d[e] < 0 && x <= p.prev[e])
+				if away {
+					v += math.Abs(d[e]) * p.cw
+				} else {
+					v -= math.Abs(d[e]) * p.cw
+				}
+			}
+		}
+		for _, j := range engines {
+			c := &p.curves[j]
+			l := s.load[j] + a*dLoad[j]
+			if dLoad[j] > 0 {
+				v += dLoad[j] * c.dRight(l)
+			} else {
+				v += dLoad[j] * c.dLeft(l)
+			}
+		}
+		return v
+	}
+	if deriv(0) >= 0 {
+		return false
+	}
+	lo, hi := 0.0, smax
+	if deriv(smax*(1-1e-12)) < 0 {
+		lo = smax
+	} else {
+		for range 60 {
+			mid := 0.5 * (lo + hi)
+			if deriv(mid) < 0 {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+	}
+	if lo <= 0 {
+		return false
+	}
+	for _, e := range edges {
+		s.x[e] = math.Max(0, s.x[e]+lo*d[e])
+	}
+	for _, j := range engines {
+		s.load[j] = 0
+	}
+	for _, e := range s.byEngineOf(engines) {
+		s.load[p.eng[e]] += s.x[e]
+	}
+	for _, j := range engines {
+		s.load[j] = math.Min(s.load[j], p.curves[j].cap)
+	}
+	return true
+}
+
+func (s *solver) byEngineOf(engines []int32) []int32 {
+	var out []int32
+	for _, j := range engines {
+		out = append(out, s.byEngine[s.engStart[j]:s.engStart[j+1]]...)
+	}
+	return out
+}
+
+func sign(v float64) float64 {
+	if v < 0 {
+		return -1
+	}
+	return 1
+}
+
+func sortInt32(a []int32) {
+	for i := 1; i < len(a); i++ {
+		for k := i; k > 0 && a[k] < a[k-1]; k-- {
+			a[k], a[k-1] = a[k-1], a[k]
+		}
+	}
+}

@@ -1,0 +1,321 @@
+package optimizer
+
+import (
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// newton maximises the entropy-smoothed Lagrangian dual over the cluster
+// prices mu (one per cluster with routed demand):
+//
+//	F(mu) = sum_i mu_i R_i - sum_j H_j(m_j),  m_j = tau*log sum_i exp((mu_i - r_ij)/tau)
+//
+// where H_j(m) = max_{0<=L<=cap_j} m*L - g_j(L) is the conjugate of the
+// engine cost (its derivative is the engine's supply L_j(m), continuous
+// even across profile knots). At the maximiser the flows
+// x_ij = L_j(m_j) * softmax_i((mu_i - r_ij)/tau) meet every cluster's
+// routed amount and every capacity, and are optimal for the problem with
+// an entropy term of weight tau; tau is driven down geometrically to
+// tauFinal. Each Newton step solves an nc×nc system (gonum Cholesky). It
+// ignores churn (the coordinate-descent polish handles it). It leaves the
+// recovered flows in s.x and the prices in s.mu.
+func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
+	p := s.p
+	if s.byEngine == nil {
+		s.indexEngines()
+	}
+	var act []int
+	pos := make([]int, len(p.demand))
+	for i := range p.demand {
+		pos[i] = -1
+		if s.routed[i] > 0 && p.start[i+1] > p.start[i] {
+			if math.IsNaN(s.mu[i]) {
+				m := math.Inf(-1)
+				for e := p.start[i]; e < p.start[i+1]; e++ {
+					c := &p.curves[p.eng[e]]
+					m = math.Max(m, p.rtt[e]+c.dLeft(math.Max(s.load[p.eng[e]], 1e-9*c.cap)))
+				}
+				s.mu[i] = m
+			}
+			pos[i] = len(act)
+			act = append(act, i)
+		}
+	}
+	n := len(act)
+	if n == 0 {
+		return 0
+	}
+	// Engine-major copy of the active edges: positions and rtts.
+	eStart := make([]int32, len(p.curves)+1)
+	ePos := make([]int32, 0, len(s.x))
+	eRTT := make([]float64, 0, len(s.x))
+	eEdge := make([]int32, 0, len(s.x))
+	for j := range p.curves {
+		if p.usable[j] {
+			for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
+				if a := pos[s.edgeCluster[e]]; a >= 0 {
+					ePos = append(ePos, int32(a))
+					eRTT = append(eRTT, p.rtt[e])
+					eEdge = append(eEdge, e)
+				}
+			}
+		}
+		eStart[j+1] = int32(len(ePos))
+	}
+	qd := make([]float64, n*n)
+	mu := make([]float64, n)
+	// Clusters that only use always-full engines compete for fixed
+	// capacity; only their price differences matter, and coordinate
+	// descent leaves them far apart, so start them level.
+	level, nl := 0.0, 0
+	for a, i := range act {
+		mu[a] = s.mu[i]
+		if s.tightCluster[i] {
+			level += mu[a]
+			nl++
+		}
+	}
+	if nl > 0 {
+		level /= float64(nl)
+		for a, i := range act {
+			if s.tightCluster[i] {
+				mu[a] = level
+			}
+		}
+	}
+	grad := make([]float64, n)
+	q := mat.NewSymDense(n, nil)
+	trial := make([]float64, n)
+	var ents []int32 // significant clusters at one engine
+	var probs []float64
+	total := 0.0
+	for _, i := range act {
+		total += s.routed[i]
+	}
+
+	const cut = -30.0 // exp(-30) ~ 1e-13: entries below are dropped
+	var zs []float64
+	// eval returns F and fills grad (and qd when hess).
+	eval := func(mu []float64, tau float64, hess bool) float64 {
+		f := 0.0
+		for a, i := range act {
+			f += mu[a] * s.routed[i]
+			grad[a] = s.routed[i]
+		}
+		if hess {
+			clear(qd)
+		}
+		for j := range p.curves {
+			lo, hi := eStart[j], eStart[j+1]
+			if lo == hi {
+				continue
+			}
+			pj, rj := ePos[lo:hi], eRTT[lo:hi]
+			best := math.Inf(-1)
+			for k, a := range pj {
+				if b := mu[a] - rj[k]; b > best {
+					best = b
+				}
+			}
+			ents, probs = ents[:0], probs[:0]
+			zs = zs[:0]
+			sum := 0.0
+			for k, a := range pj {
+				z := (mu[a] - rj[k] - best) / tau
+				if z < cut {
+					continue
+				}
+				w := math.Exp(z)
+				ents = append(ents, a)
+				probs = append(probs, w)
+				sum += w
+			}
+			m := best + tau*math.Log(sum)
+			c := &p.curves[j]
+			L, dL := c.inv(m)
+			if s.fullEngine[j] {
+				L, dL = c.cap, 0
+			}
+			f -= m*L - c.g(L)
+			inv := 1 / sum
+			for k, a := range ents {
+				probs[k] *= inv
+				grad[a] -= L * probs[k]
+			}
+			if !hess {
+				continue
+			}
+			lt := L / tau
+			for u, au := range ents {
+				pu := probs[u]
+				row := qd[int(au)*n:]
+				row[au] += lt * pu
+				for v, av := range ents {
+					row[av] += (dL - lt) * pu * probs[v]
+				}
+			}
+		}
+		return f
+	}
+	// Temperature schedule: start wide (spread of network latencies),
+	// shrink 4x per stage.
+	tau := math.Max(tauFinal, s.tau0)
+	steps := 0
+	var chol mat.Cholesky
+	rhs := mat.NewVecDense(n, nil)
+	var dir mat.VecDense
+	damp := 1e-10
+	for {
+		final := tau <= tauFinal
+		want := 1e-2 * total
+		if final {
+			want = math.Min(1e-2*tol, 1e-9) * total
+		}
+		for it := 0; it < 60 && steps < maxSteps; it++ {
+			f := eval(mu, tau, true)
+			g1 := 0.0
+			for _, g := range grad {
+				g1 += math.Abs(g)
+			}
+			if g1 <= want {
+				break
+			}
+			steps++
+			for a := range n {
+				for b := a; b < n; b++ {
+					q.SetSym(a, b, qd[a*n+b])
+				}
+			}
+			tr := 0.0
+			for a := range n {
+				tr += qd[a*n+a]
+			}
+			avg := tr/float64(n) + 1e-12
+			improved := false
+			for try := 0; try < 8 && !improved; try++ {
+				// Levenberg–Marquardt damping, raised when the step fails.
+				for a := range n {
+					for b := a; b < n; b++ {
+						q.SetSym(a, b, qd[a*n+b])
+					}
+					q.SetSym(a, a, qd[a*n+a]+damp*avg)
+					rhs.SetVec(a, grad[a])
+				}
+				ok := chol.Factorize(q)
+				if ok {
+					ok = chol.SolveVecTo(&dir, rhs) == nil
+				}
+				if !ok {
+					damp *= 100
+					continue
+				}
+				slope := 0.0
+				for a := range n {
+					slope += grad[a] * dir.AtVec(a)
+				}
+				alpha := 1.0
+				for range 12 {
+					for a := range n {
+						trial[a] = mu[a] + alpha*dir.AtVec(a)
+					}
+					if ft := eval(trial, tau, false); ft >= f+1e-4*alpha*slope {
+						improved = true
+						break
+					}
+					alpha /= 4
+				}
+				if !improved {
+					damp = math.Max(damp*100, 1e-6)
+				} else if alpha == 1 {
+					damp = math.Max(damp/10, 1e-12)
+				}
+			}
+			if !improved {
+				if s.debug != nil {
+					s.debug("step failed: f %v g1 %v damp %v", f, g1, damp)
+				}
+				break
+			}
+			copy(mu, trial)
+		}
+		if s.debug != nil {
+			eval(mu, tau, false)
+			g1 := 0.0
+			for _, g := range grad {
+				g1 += math.Abs(g)
+			}
+			s.debug("tau %.4g steps %d grad1 %.4g total %.4g", tau, steps, g1, total)
+		}
+		if final || steps >= maxSteps {
+			break
+		}
+		tau = math.Max(tauFinal, tau/4)
+	}
+	// Recover the flows at the final prices.
+	eval(mu, tau, false)
+	for e := range s.x {
+		s.x[e] = 0
+	}
+	for j := range p.curves {
+		if !p.usable[j] {
+			continue
+		}
+		edges := s.byEngine[s.engStart[j]:s.engStart[j+1]]
+		best := math.Inf(-1)
+		for _, e := range edges {
+			if a := pos[s.edgeCluster[e]]; a >= 0 {
+				best = math.Max(best, mu[a]-p.rtt[e])
+			}
+		}
+		if math.IsInf(best, -1) {
+			continue
+		}
+		sum := 0.0
+		for _, e := range edges {
+			if a := pos[s.edgeCluster[e]]; a >= 0 {
+				if z := (mu[a] - p.rtt[e] - best) / tau; z >= cut {
+					sum += math.Exp(z)
+				}
+			}
+		}
+		m := best + tau*math.Log(sum)
+		L, _ := p.curves[j].inv(m)
+		if s.fullEngine[j] {
+			L = p.curves[j].cap
+		}
+		for _, e := range edges {
+			if a := pos[s.edgeCluster[e]]; a >= 0 {
+				if z := (mu[a] - p.rtt[e] - best) / tau; z >= cut {
+					s.x[e] = L * math.Exp(z) / sum
+				}
+			}
+		}
+	}
+	// Prices of clusters that only use always-full engines are fixed up
+	// to a common shift; raise them until every such engine's price is at
+	// least its marginal latency at capacity, which makes the prices
+	// valid for the unsmoothed dual.
+	shift := 0.0
+	for j := range p.curves {
+		if !s.fullEngine[j] || eStart[j] == eStart[j+1] {
+			continue
+		}
+		best := math.Inf(-1)
+		for k := eStart[j]; k < eStart[j+1]; k++ {
+			if a := ePos[k]; s.tightCluster[act[a]] {
+				best = math.Max(best, mu[a]-eRTT[k])
+			}
+		}
+		if !math.IsInf(best, -1) {
+			shift = math.Max(shift, p.curves[j].dLeft(p.curves[j].cap)-best)
+		}
+	}
+	for a, i := range act {
+		s.mu[i] = mu[a]
+		if s.tightCluster[i] {
+			s.mu[i] += shift
+		}
+	}
+	return steps
+}

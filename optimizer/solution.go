@@ -1,0 +1,272 @@
+package optimizer
+
+import (
+	"math"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// SolverName identifies this solver in schemas.SolveStats.
+const SolverName = "switchyard-kkt-bcd"
+
+// Solution is the optimal plan for an Instance. Its JSON form is what
+// `switchyard solve --json` prints.
+type Solution struct {
+	// ObjectiveMs is the mean end-to-end latency over routed requests
+	// (network plus engine latency, without the churn term).
+	ObjectiveMs float64 `json:"objective_ms"`
+	// Weights[cluster][engine] is the fraction of the cluster's demand
+	// sent to the engine; only positive weights are listed.
+	Weights map[string]map[string]float64 `json:"weights"`
+	// Shed[cluster] is the fraction of the cluster's demand shed; for every
+	// cluster sum(Weights[cluster]) + Shed[cluster] == 1.
+	Shed    map[string]float64     `json:"shed"`
+	Engines map[string]EngineState `json:"engines"`
+	// SolveMs is left zero by Solve (the package reads no clock); callers
+	// that time the call fill it in.
+	SolveMs float64 `json:"solve_ms"`
+	// DualityGap is the certified relative gap (primal - dual)/primal of
+	// the full objective including churn.
+	DualityGap   float64 `json:"duality_gap"`
+	Iterations   int     `json:"iterations"`
+	TotalShedRPS float64 `json:"total_shed_rps"`
+	// ChurnRPS is the traffic moved relative to the previous weights
+	// (sum of |x - previous|, in rps).
+	ChurnRPS float64 `json:"churn_rps"`
+	// ClusterLatencyMs is each cluster's expected mean end-to-end latency.
+	ClusterLatencyMs map[string]float64 `json:"cluster_latency_ms"`
+	// Explanations[cluster] lists, sorted by engine id, every engine the
+	// cluster may use (it has an rtt_ms entry) or used previously.
+	Explanations map[string][]Explanation `json:"explanations"`
+
+	demand map[string]float64
+}
+
+// EngineState is an engine's planned load.
+type EngineState struct {
+	LoadRPS     float64 `json:"load_rps"`
+	Utilization float64 `json:"utilization"`
+	// EngineMs is the engine's latency at the planned load.
+	EngineMs float64 `json:"engine_ms"`
+	// MarginalMs is the engine's dual price: the marginal latency of one
+	// more rps (including the capacity multiplier when it is full).
+	MarginalMs float64 `json:"marginal_ms"`
+}
+
+// Explanation says why cluster traffic got its weight on one engine.
+type Explanation struct {
+	Engine             string  `json:"engine"`
+	Weight             float64 `json:"weight"`
+	NetworkMs          float64 `json:"network_ms"`
+	EngineMs           float64 `json:"engine_ms"`
+	MarginalMs         float64 `json:"marginal_ms"`
+	PlannedUtilization float64 `json:"planned_utilization"`
+	// Binding lists the constraints that bind: "capacity" (the engine is
+	// at max_utilization), "unhealthy", "residency" (no rtt_ms entry),
+	// "zero" (weight 0 because the engine is dearer at the margin than
+	// the cluster's price), "churn" (held at the previous weight).
+	Binding []string `json:"binding,omitempty"`
+}
+
+func (s *solver) solution(gap float64, iters int) *Solution {
+	p := s.p
+	// Enforce the hard constraints exactly against rounding.
+	for j := range s.load {
+		s.load[j] = 0
+	}
+	for e, x := range s.x {
+		if !(x > 0) {
+			s.x[e] = 0
+		}
+		s.load[p.eng[e]] += s.x[e]
+	}
+	for e := range s.x {
+		j := p.eng[e]
+		if c := p.curves[j].cap; s.load[j] > c {
+			s.x[e] *= c / s.load[j]
+		}
+	}
+	for j := range s.load {
+		s.load[j] = 0
+	}
+	for e, x := range s.x {
+		s.load[p.eng[e]] += x
+	}
+	for j := range s.load {
+		s.load[j] = math.Min(s.load[j], p.curves[j].cap)
+	}
+	_, latency := s.primal()
+
+	sol := &Solution{
+		Weights:          map[string]map[string]float64{},
+		Shed:             map[string]float64{},
+		Engines:          map[string]EngineState{},
+		DualityGap:       gap,
+		Iterations:       iters,
+		ClusterLatencyMs: map[string]float64{},
+		Explanations:     map[string][]Explanation{},
+		demand:           map[string]float64{},
+	}
+	util := func(j int32) float64 {
+		if p.capRPS[j] <= 0 {
+			return 0
+		}
+		return math.Min(s.load[j]/p.capRPS[j], p.maxU)
+	}
+	for j, id := range p.engineID {
+		st := EngineState{LoadRPS: s.load[j], Utilization: util(int32(j))}
+		if p.usable[j] {
+			st.EngineMs = p.curves[j].f(s.load[j])
+			st.MarginalMs = s.pi[j]
+		}
+		sol.Engines[id] = st
+	}
+	routedTotal := 0.0
+	for i, cid := range p.clusterID {
+		D := p.demand[i]
+		lo, hi := int(p.start[i]), int(p.start[i+1])
+		w := make([]float64, hi-lo)
+		sum := 0.0
+		if D > 0 {
+			for e := lo; e < hi; e++ {
+				w[e-lo] = s.x[e] / D
+				sum += w[e-lo]
+			}
+			if sum > 1 {
+				for k := range w {
+					w[k] /= sum
+				}
+				sum = 1
+			}
+			routedTotal += sum * D
+		} else {
+			// No demand: point the cluster at its cheapest engine at the
+			// margin, so new traffic has somewhere sensible to go.
+			best, bestCost := -1, math.Inf(1)
+			for e := lo; e < hi; e++ {
+				j := p.eng[e]
+				if s.load[j] >= p.curves[j].cap {
+					continue
+				}
+				if c := p.rtt[e] + s.pi[j]; c < bestCost {
+					best, bestCost = e, c
+				}
+			}
+			if best >= 0 {
+				w[best-lo] = 1
+				sum = 1
+			}
+		}
+		shed := math.Max(0, 1-sum)
+		if shed < 1e-9 { // flow rounding, not shedding
+			shed = 0
+		}
+		sol.Shed[cid] = shed
+		sol.TotalShedRPS += shed * D
+		ws := map[string]float64{}
+		expl := make([]Explanation, 0, hi-lo+len(p.blocked[i]))
+		latSum := 0.0
+		b := 0
+		flush := func(upto int32) {
+			for ; b < len(p.blocked[i]) && p.blocked[i][b].engine < upto; b++ {
+				be := p.blocked[i][b]
+				net := be.rtt
+				if math.IsNaN(net) {
+					net = 0
+				}
+				ex := Explanation{Engine: p.engineID[be.engine], NetworkMs: net,
+					PlannedUtilization: util(be.engine), Binding: []string{be.reason}}
+				if be.reason == "residency" && !p.healthy[be.engine] {
+					ex.Binding = append(ex.Binding, "unhealthy")
+				}
+				expl = append(expl, ex)
+			}
+		}
+		for e := lo; e < hi; e++ {
+			j := p.eng[e]
+			flush(j)
+			c := &p.curves[j]
+			ex := Explanation{
+				Engine:             p.engineID[j],
+				Weight:             w[e-lo],
+				NetworkMs:          p.rtt[e],
+				EngineMs:           c.f(s.load[j]),
+				MarginalMs:         p.rtt[e] + s.pi[j],
+				PlannedUtilization: util(j),
+			}
+			if s.load[j] >= c.cap*(1-1e-9) {
+				ex.Binding = append(ex.Binding, "capacity")
+			}
+			if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
+				ex.Binding = append(ex.Binding, "churn")
+			}
+			if ex.Weight == 0 {
+				ex.Binding = append(ex.Binding, "zero")
+			}
+			if ex.Weight > 0 {
+				ws[ex.Engine] = ex.Weight
+				latSum += ex.Weight * (ex.NetworkMs + ex.EngineMs)
+			}
+			sol.ChurnRPS += math.Abs(s.x[e] - p.prev[e])
+			expl = append(expl, ex)
+		}
+		flush(math.MaxInt32)
+		sol.Weights[cid] = ws
+		sol.Explanations[cid] = expl
+		if sum > 0 {
+			sol.ClusterLatencyMs[cid] = latSum / sum
+		} else {
+			sol.ClusterLatencyMs[cid] = 0
+		}
+		sol.demand[cid] = D
+	}
+	if routedTotal > 0 {
+		sol.ObjectiveMs = latency / routedTotal
+	}
+	return sol
+}
+
+// Stats returns the solve statistics for a snapshot.
+func (s *Solution) Stats() *schemas.SolveStats {
+	return &schemas.SolveStats{
+		Solver:       SolverName,
+		ObjectiveMs:  s.ObjectiveMs,
+		DualityGap:   s.DualityGap,
+		Iterations:   uint32(min(max(s.Iterations, 0), math.MaxUint32)),
+		SolveMs:      s.SolveMs,
+		TotalShedRps: s.TotalShedRPS,
+	}
+}
+
+// ClusterWeights converts the solution to snapshot entries, one per
+// cluster sorted by cluster id, each listing the engines of its
+// explanations sorted by engine id (zero weights included, so `explain`
+// can say why). endpoints maps engine id to endpoint URL; missing ids get
+// an empty URL.
+func (s *Solution) ClusterWeights(endpoints map[string]string) []*schemas.ClusterWeights {
+	out := make([]*schemas.ClusterWeights, 0, len(s.Explanations))
+	for _, cid := range sortedKeys(s.Explanations) {
+		cw := &schemas.ClusterWeights{
+			Cluster:           cid,
+			ShedFraction:      s.Shed[cid],
+			DemandRps:         s.demand[cid],
+			ExpectedLatencyMs: s.ClusterLatencyMs[cid],
+		}
+		for _, ex := range s.Explanations[cid] {
+			cw.Weights = append(cw.Weights, &schemas.EngineWeight{
+				EngineId:    ex.Engine,
+				EndpointUrl: endpoints[ex.Engine],
+				Weight:      ex.Weight,
+				Explanation: &schemas.Explanation{
+					NetworkMs:  ex.NetworkMs,
+					EngineMs:   ex.EngineMs,
+					MarginalMs: ex.MarginalMs,
+					Binding:    append([]string(nil), ex.Binding...),
+				},
+				PlannedUtilization: ex.PlannedUtilization,
+			})
+		}
+		out = append(out, cw)
+	}
+	return out
+}

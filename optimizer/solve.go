@@ -1,0 +1,371 @@
+package optimizer
+
+import (
+	"fmt"
+	"math"
+)
+
+// Option configures Solve.
+type Option interface{ apply(*config) }
+
+type config struct {
+	tol      float64
+	maxIters int
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// Tolerance sets the relative duality gap at which Solve stops.
+// Default 1e-4 (0.01%).
+func Tolerance(gap float64) Option {
+	return optionFunc(func(c *config) { c.tol = gap })
+}
+
+// MaxIterations bounds the number of coordinate-descent sweeps.
+// Default 200.
+func MaxIterations(n int) Option {
+	return optionFunc(func(c *config) { c.maxIters = n })
+}
+
+func (c *config) validate() error {
+	if !(c.tol > 0) || math.IsInf(c.tol, 0) {
+		return fmt.Errorf("%w: tolerance %v, want > 0", ErrInvalid, c.tol)
+	}
+	if c.maxIters < 1 {
+		return fmt.Errorf("%w: max iterations %d, want >= 1", ErrInvalid, c.maxIters)
+	}
+	return nil
+}
+
+func nan() float64 { return math.NaN() }
+
+// solver holds the working state of one Solve call.
+type solver struct {
+	p      *problem
+	routed []float64
+	x      []float64 // flow per edge (rps)
+	load   []float64 // per engine
+	mu     []float64 // cluster prices from coordinate descent (ms)
+	dmu    []float64 // cluster prices of the dual bound (ms)
+	pi     []float64 // engine prices (ms)
+	piW    []float64 // scratch weights for pi
+
+	fn           *flowNet
+	fullEngine   []bool // full in every feasible plan
+	tightCluster []bool // uses only such engines
+	newtonSteps  int
+	debug        func(string, ...any)
+	tau0         float64
+
+	// engine -> edges index, built on first use
+	byEngine, engStart, edgeCluster []int32
+
+	// scratch for one cluster
+	xs, xlo, xhi, base []float64
+}
+
+// Solve computes the optimal routing weights for in. It returns an error
+// wrapping ErrInvalid when in or an option is invalid.
+func Solve(in *Instance, opts ...Option) (*Solution, error) {
+	cfg := config{tol: 1e-4, maxIters: 200}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	p := newProblem(in)
+	s := &solver{p: p, tau0: 2}
+	s.routed, s.x, s.fn = fairRoute(p)
+	s.fullEngine, s.tightCluster = s.fn.tight(p)
+	s.load = make([]float64, len(p.curves))
+	s.spread()
+	s.mu = make([]float64, len(p.demand))
+	for i := range s.mu {
+		s.mu[i] = nan()
+	}
+	s.pi = make([]float64, len(p.curves))
+	s.piW = make([]float64, len(p.curves))
+	s.dmu = make([]float64, len(p.demand))
+	maxDeg := 0
+	for i := range p.demand {
+		maxDeg = max(maxDeg, int(p.start[i+1]-p.start[i]))
+	}
+	s.xs = make([]float64, maxDeg)
+	s.xlo = make([]float64, maxDeg)
+	s.xhi = make([]float64, maxDeg)
+	s.base = make([]float64, maxDeg)
+
+	// Three coordinate-descent sweeps give starting prices; the smoothed
+	// dual Newton method then finds the optimum for all clusters at once;
+	// coordinate descent (with cycle cancelling) polishes, adds churn and
+	// certifies the gap.
+	for range 3 {
+		for i := range p.demand {
+			s.solveCluster(i)
+		}
+	}
+	primal, dual := s.bounds()
+	gap := relGap(primal, dual)
+	iters := 3
+	if gap > cfg.tol {
+		mean := primal / math.Max(1e-9, sumOf(s.routed))
+		s.newtonSteps = s.newton(0.2*cfg.tol*mean, cfg.tol, 400)
+		s.fn.repair(p, s.routed, s.x)
+		s.recomputeLoads()
+		primal, dual = s.bounds()
+		gap = relGap(primal, dual)
+	}
+	prevPrimal := math.Inf(1)
+	for gap > cfg.tol && iters < cfg.maxIters {
+		iters++
+		for i := range p.demand {
+			s.solveCluster(i)
+		}
+		primal, dual = s.bounds()
+		gap = relGap(primal, dual)
+		if gap <= cfg.tol {
+			break
+		}
+		if prevPrimal-primal <= 0.1*(primal-dual) {
+			// Coordinate descent is stalling: exchange capacity between
+			// clusters along negative cycles.
+			found := false
+			for range 8 {
+				if !s.cancelCycle() {
+					break
+				}
+				found = true
+			}
+			if !found && prevPrimal-primal <= 1e-12*math.Abs(primal) {
+				break
+			}
+		}
+		prevPrimal = primal
+	}
+	return s.solution(gap, iters+s.newtonSteps), nil
+}
+
+// spread moves the max-flow start towards spreading each cluster's
+// routed demand over its engines in proportion to capacity (an interior
+// point, so coordinate descent does not start against capacity walls),
+// as far as capacities allow, and recomputes the loads.
+func (s *solver) spread() {
+	p := s.p
+	prop := make([]float64, len(s.x))
+	pload := make([]float64, len(p.curves))
+	for i := range p.demand {
+		tot := 0.0
+		for e := p.start[i]; e < p.start[i+1]; e++ {
+			tot += p.curves[p.eng[e]].cap
+		}
+		if tot <= 0 {
+			continue
+		}
+		for e := p.start[i]; e < p.start[i+1]; e++ {
+			prop[e] = s.routed[i] * p.curves[p.eng[e]].cap / tot
+			pload[p.eng[e]] += prop[e]
+		}
+	}
+	for e, v := range s.x {
+		s.load[p.eng[e]] += v
+	}
+	// Largest theta with theta*prop + (1-theta)*x within capacity.
+	theta := 1.0
+	for j, c := range p.curves {
+		if d := pload[j] - s.load[j]; d > 0 {
+			theta = math.Min(theta, (c.cap-s.load[j])/d)
+		}
+	}
+	theta = math.Max(0, theta) * (1 - 1e-9)
+	for j := range s.load {
+		s.load[j] = 0
+	}
+	for e := range s.x {
+		s.x[e] += theta * (prop[e] - s.x[e])
+		s.load[p.eng[e]] += s.x[e]
+	}
+}
+
+func relGap(primal, dual float64) float64 {
+	g := primal - dual
+	if g <= 0 {
+		return 0
+	}
+	den := math.Max(math.Abs(primal), 1e-9)
+	return g / den
+}
+
+// respond is engine j's best response on edge e to cluster price mu when
+// the other clusters put load b on it: the flow x and dx/dmu.
+func (s *solver) respond(e int, b, mu float64) (float64, float64) {
+	p := s.p
+	c := &p.curves[p.eng[e]]
+	ub := math.Max(0, c.cap-b)
+	r, prev, cw := p.rtt[e], p.prev[e], p.cw
+	clip := func(l, d float64) (float64, float64) {
+		x := l - b
+		if x <= 0 {
+			return 0, 0
+		}
+		if x >= ub {
+			return ub, 0
+		}
+		return x, d
+	}
+	a, da := clip(c.inv(mu - r + cw))
+	if cw == 0 || a < prev {
+		return a, da
+	}
+	bb, db := clip(c.inv(mu - r - cw))
+	if bb > prev {
+		return bb, db
+	}
+	return math.Min(prev, ub), 0
+}
+
+// eval fills s.xs with the responses of cluster i's edges at price mu.
+func (s *solver) eval(i int, mu float64) (sum, slope float64) {
+	p := s.p
+	lo := int(p.start[i])
+	for k := range int(p.start[i+1]) - lo {
+		x, d := s.respond(lo+k, s.base[k], mu)
+		s.xs[k] = x
+		sum += x
+		slope += d
+	}
+	return sum, slope
+}
+
+// solveCluster re-optimises cluster i's flows with the other clusters'
+// flows fixed (marginal-cost equalisation).
+func (s *solver) solveCluster(i int) {
+	p := s.p
+	lo, hi := int(p.start[i]), int(p.start[i+1])
+	n := hi - lo
+	R := s.routed[i]
+	if n == 0 || R <= 0 {
+		return
+	}
+	muLo, muHi := math.Inf(1), math.Inf(-1)
+	for k := range n {
+		e := lo + k
+		j := p.eng[e]
+		b := s.load[j] - s.x[e]
+		s.base[k] = b
+		c := &p.curves[j]
+		if b < c.cap {
+			muLo = math.Min(muLo, p.rtt[e]-p.cw+c.dRight(b))
+		}
+		muHi = math.Max(muHi, p.rtt[e]+p.cw+c.dLeft(c.cap))
+		s.xlo[k] = 0
+		s.xhi[k] = math.Max(0, c.cap-b)
+	}
+	sLo, sHi := 0.0, 0.0
+	for k := range n {
+		sHi += s.xhi[k]
+	}
+	tolAbs := 1e-13 * (R + 1)
+	if sHi <= R {
+		// Every engine is full (R == sHi up to rounding): take all of it.
+		if sHi < R*(1-1e-9) {
+			return // cannot happen for a feasible start; keep the old flows
+		}
+		if math.IsNaN(s.mu[i]) {
+			s.mu[i] = muHi
+		}
+		for k := range n {
+			e := lo + k
+			s.x[e] = s.xhi[k]
+			s.load[p.eng[e]] = s.base[k] + s.xhi[k]
+		}
+		return
+	}
+	mu := s.mu[i]
+	if !(mu > muLo && mu < muHi) {
+		mu = 0.5 * (muLo + muHi)
+	}
+	done := false
+	lastWidth := muHi - muLo
+	for it := 0; it < 200; it++ {
+		sum, slope := s.eval(i, mu)
+		if math.Abs(sum-R) <= tolAbs {
+			done = true
+			break
+		}
+		if sum < R {
+			muLo, sLo = mu, sum
+			copy(s.xlo[:n], s.xs[:n])
+		} else {
+			muHi, sHi = mu, sum
+			copy(s.xhi[:n], s.xs[:n])
+		}
+		width := muHi - muLo
+		if width <= 1e-13*(math.Abs(muLo)+math.Abs(muHi)+1) {
+			break
+		}
+		next := math.NaN()
+		if slope > 0 {
+			next = mu + (R-sum)/slope
+		}
+		if !(next > muLo && next < muHi) || (it%3 == 2 && width > 0.5*lastWidth) {
+			next = 0.5 * (muLo + muHi)
+		}
+		if it%3 == 2 {
+			lastWidth = width
+		}
+		mu = next
+	}
+	if !done {
+		// Interpolate between the bracket ends: both are best responses
+		// at (nearly) the same price.
+		t := 0.0
+		if sHi > sLo {
+			t = (R - sLo) / (sHi - sLo)
+		}
+		for k := range n {
+			s.xs[k] = s.xlo[k] + t*(s.xhi[k]-s.xlo[k])
+		}
+		mu = muLo + t*(muHi-muLo)
+	}
+	// Fix the last rounding residual within the bounds.
+	sum := 0.0
+	for k := range n {
+		sum += s.xs[k]
+	}
+	for k := 0; k < n && sum != R; k++ {
+		ub := math.Max(0, p.curves[p.eng[lo+k]].cap-s.base[k])
+		d := math.Max(-s.xs[k], math.Min(ub-s.xs[k], R-sum))
+		s.xs[k] += d
+		sum += d
+	}
+	s.mu[i] = mu
+	for k := range n {
+		e := lo + k
+		j := p.eng[e]
+		s.load[j] = s.base[k] + s.xs[k]
+		s.x[e] = s.xs[k]
+	}
+}
+
+func sumOf(v []float64) float64 {
+	t := 0.0
+	for _, x := range v {
+		t += x
+	}
+	return t
+}
+
+func (s *solver) recomputeLoads() {
+	for j := range s.load {
+		s.load[j] = 0
+	}
+	for e, x := range s.x {
+		s.load[s.p.eng[e]] += x
+	}
+}
