@@ -3,6 +3,7 @@ package des_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/simulator/des"
 	"github.com/switchyard-llm/switchyard/simulator/policy"
@@ -133,5 +134,50 @@ func BenchmarkRun(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(wl.Requests)*b.N)/b.Elapsed().Seconds(), "requests/s")
 		})
+	}
+}
+
+// flipper alternates its weights between two plans every tick.
+type flipper struct {
+	n   int
+	ver uint64
+	w   [][]float64
+}
+
+func (f *flipper) Pick(time.Duration, *des.Request, []int32) int { return 0 }
+func (f *flipper) Done(time.Duration, *des.Request, int, des.Outcome) {}
+func (f *flipper) Tick(time.Duration) {
+	f.ver++
+	a := 0.2
+	if f.ver%2 == 0 {
+		a = 0.8
+	}
+	f.w = [][]float64{{a, 1 - a, 0}, {0.5, 0.5, 0}}
+}
+func (f *flipper) Weights() (uint64, [][]float64) { return f.ver, f.w }
+
+func TestWeightReversalsAndAmplitude(t *testing.T) {
+	sc, wl := load(t, small)
+	sc.Events = nil
+	var f *flipper
+	r, err := des.Run(sc, wl, "flipper", func(*des.World) (des.Policy, error) { f = &flipper{}; return f, nil }, des.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two weights swing by 0.6 every tick after the first two.
+	ticks := int(f.ver)
+	if got, want := r.Metrics.WeightReversals, 2*(ticks-3); got < want-2 || got > want+2 {
+		t.Fatalf("reversals %d, want about %d over %d ticks", got, want, ticks)
+	}
+	if a := r.Metrics.WeightReversalAmplitude; a < 0.59 || a > 0.61 {
+		t.Fatalf("amplitude %v, want 0.6", a)
+	}
+}
+
+func TestCalibratedVariantRuns(t *testing.T) {
+	sc, wl := load(t, small)
+	r := run(t, sc, wl, policy.Calibrated, 1)
+	if r.Metrics.Completed == 0 {
+		t.Fatal("nothing completed")
 	}
 }

@@ -36,8 +36,9 @@ type Metrics struct {
 	Shed   int `json:"shed"`
 	Failed int `json:"failed"`
 	// WeightReversals counts changes of direction of a (cluster, engine)
-	// weight (changes below 0.01 ignored); the amplitude is their mean
-	// size. Policies without weights have none.
+	// weight (a move back of at least 0.01 from the extreme reached);
+	// the amplitude is the mean swing between consecutive extremes.
+	// Policies without weights have none.
 	WeightReversals         int     `json:"weight_reversals"`
 	WeightReversalAmplitude float64 `json:"weight_reversal_amplitude"`
 	// CrossRegionShare is the share of completed requests served outside
@@ -81,9 +82,9 @@ type collector struct {
 	sloTBOT       time.Duration
 
 	wver     uint64
-	last     [][]float64 // last weights
-	dir      [][]int8    // direction of the last significant change
-	anchor   [][]float64 // weight at the last significant change
+	dir      [][]int8    // current direction of each weight (0: not yet moved)
+	anchor   [][]float64 // the last extreme (where the direction last changed)
+	ext      [][]float64 // the extreme reached in the current direction
 	revs     int
 	revAmp   float64
 	series   *Series
@@ -125,50 +126,59 @@ func (c *collector) done(s *sim, v *Request, e int, o Outcome) {
 	}
 }
 
-// tick samples the policy's weights and counts reversals.
+// tick samples the policy's weights and counts reversals: per (cluster,
+// engine) weight it tracks the current direction and its extreme; a move
+// of at least reversalEps back from the extreme is a reversal, whose
+// amplitude is the swing between the last two extremes.
 func (c *collector) tick(s *sim, _ time.Duration) {
 	if s.weight == nil {
 		return
 	}
 	ver, w := s.weight.Weights()
-	if ver == c.wver && c.last != nil {
+	if ver == c.wver && c.anchor != nil {
 		return
 	}
 	c.wver = ver
 	if len(w) == 0 {
 		return
 	}
-	if len(c.last) != len(w) {
-		c.last = make([][]float64, len(w))
+	if len(c.anchor) != len(w) {
 		c.dir = make([][]int8, len(w))
 		c.anchor = make([][]float64, len(w))
+		c.ext = make([][]float64, len(w))
 		for i := range w {
-			c.last[i] = slices.Clone(w[i])
 			c.dir[i] = make([]int8, len(w[i]))
 			c.anchor[i] = slices.Clone(w[i])
+			c.ext[i] = slices.Clone(w[i])
 		}
 		return
 	}
 	for i := range w {
-		for e := range w[i] {
-			x := w[i][e]
-			d := x - c.anchor[i][e]
-			if math.Abs(d) < reversalEps {
-				continue
-			}
-			dir := int8(1)
-			if d < 0 {
-				dir = -1
-			}
-			if c.dir[i][e] != 0 && dir != c.dir[i][e] {
+		for e, x := range w[i] {
+			switch d := c.dir[i][e]; {
+			case d == 0:
+				if math.Abs(x-c.anchor[i][e]) >= reversalEps {
+					c.dir[i][e] = sign(x - c.anchor[i][e])
+					c.ext[i][e] = x
+				}
+			case float64(d)*(x-c.ext[i][e]) > 0:
+				c.ext[i][e] = x
+			case float64(d)*(c.ext[i][e]-x) >= reversalEps:
 				c.revs++
-				c.revAmp += math.Abs(d)
+				c.revAmp += math.Abs(c.ext[i][e] - c.anchor[i][e])
+				c.anchor[i][e] = c.ext[i][e]
+				c.ext[i][e] = x
+				c.dir[i][e] = -d
 			}
-			c.dir[i][e] = dir
-			c.anchor[i][e] = x
-			c.last[i][e] = x
 		}
 	}
+}
+
+func sign(v float64) int8 {
+	if v < 0 {
+		return -1
+	}
+	return 1
 }
 
 func (c *collector) sample(s *sim, t time.Duration) {

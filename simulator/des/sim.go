@@ -146,7 +146,7 @@ func newSim(sc *scenario.Scenario, wl *scenario.Stream) (*sim, error) {
 		return nil, errors.New("nil scenario or workload")
 	}
 	s := &sim{sc: sc, wl: wl, ctl: sc.Control.Defaults(), hashReq: -1}
-	w := &World{Scenario: sc, Control: s.ctl, BlockTokens: max(wl.BlockTokens, 1), sim: s}
+	w := &World{Scenario: sc, Control: s.ctl, BlockTokens: max(wl.BlockTokens, 1), Stream: wl, sim: s}
 	s.world = w
 	clusterIdx := map[string]int{}
 	for i, c := range sc.Clusters {

@@ -20,6 +20,9 @@ type World struct {
 	RTT [][]time.Duration
 	// BlockTokens is the size of the workload's prefix blocks.
 	BlockTokens int
+	// Stream is the run's workload (read only), for policies that
+	// calibrate themselves offline on it.
+	Stream *scenario.Stream
 
 	sim *sim
 }

@@ -23,12 +23,28 @@ func Names() []string {
 	return []string{"switchyard", "round-robin", "random", "nearest", "least-outstanding", "p2c", "legacy-irb", "chwbl", "prefix-aware", "llmd-scorer"}
 }
 
+// Calibrated is a diagnostic variant of switchyard, not in Names: the
+// same pipeline, but each engine's capacity comes from an offline load
+// test of the engine model on the run's own workload (see calibrate)
+// instead of the processor's capacity estimate. Comparing it with
+// switchyard isolates the effect of the capacity estimator.
+const Calibrated = "switchyard-calibrated"
+
 // New returns the factory of the named policy; seed drives its random
 // choices.
 func New(name string, seed uint64) (des.Factory, error) {
 	switch name {
 	case "switchyard":
 		return func(w *des.World) (des.Policy, error) { return newSwitchyard(w, seed) }, nil
+	case Calibrated:
+		return func(w *des.World) (des.Policy, error) {
+			p, err := newSwitchyard(w, seed)
+			if err != nil {
+				return nil, err
+			}
+			p.capacity, err = calibrate(w)
+			return p, err
+		}, nil
 	case "round-robin":
 		return func(w *des.World) (des.Policy, error) { return &roundRobin{base: newBase(w, seed)}, nil }, nil
 	case "random":
@@ -48,7 +64,7 @@ func New(name string, seed uint64) (des.Factory, error) {
 	case "llmd-scorer":
 		return func(w *des.World) (des.Policy, error) { return newLLMD(w, seed), nil }, nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (known: %s)", name, strings.Join(Names(), ", "))
+	return nil, fmt.Errorf("unknown policy %q (known: %s, %s)", name, strings.Join(Names(), ", "), Calibrated)
 }
 
 // base is what every gateway knows: the world, its own in-flight counts

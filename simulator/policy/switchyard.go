@@ -57,6 +57,9 @@ type switchyard struct {
 	pending   []pendingSnap
 	version   uint64
 	weights   [][]float64 // installed, [cluster][engine]
+	// capacity, when set, replaces the estimated capacity (rps) per engine
+	// (the switchyard-calibrated diagnostic).
+	capacity []float64
 	previous  map[string]map[string]float64
 }
 
@@ -374,17 +377,21 @@ func (p *switchyard) instance(ests []*schemas.Estimate) *optimizer.Instance {
 	if outW > 0 {
 		meanOut = outTok / outW
 	}
-	for _, info := range p.w.Engines {
+	for k, info := range p.w.Engines {
 		e := engines[info.ID]
 		if e == nil || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
 			continue
+		}
+		capRPS := e.GetCapacityRps()
+		if p.capacity != nil {
+			capRPS = p.capacity[k] * float64(max(p.w.Replicas(k), 1)) / float64(max(info.Replicas, 1))
 		}
 		prof := engineLatency(e, meanOut)
 		if len(prof) == 0 {
 			continue
 		}
 		in.Engines = append(in.Engines, optimizer.Engine{
-			ID: info.ID, CapacityRPS: e.GetCapacityRps(),
+			ID: info.ID, CapacityRPS: capRPS,
 			Healthy:   e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0,
 			LatencyMs: prof,
 		})
