@@ -144,7 +144,7 @@ type flipper struct {
 	w   [][]float64
 }
 
-func (f *flipper) Pick(time.Duration, *des.Request, []int32) int { return 0 }
+func (f *flipper) Pick(time.Duration, *des.Request, []int32) int      { return 0 }
 func (f *flipper) Done(time.Duration, *des.Request, int, des.Outcome) {}
 func (f *flipper) Tick(time.Duration) {
 	f.ver++

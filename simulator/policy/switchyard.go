@@ -60,7 +60,7 @@ type switchyard struct {
 	// capacity, when set, replaces the estimated capacity (rps) per engine
 	// (the switchyard-calibrated diagnostic).
 	capacity []float64
-	previous  map[string]map[string]float64
+	previous map[string]map[string]float64
 }
 
 type acc struct{ n, sum float64 }
