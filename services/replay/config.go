@@ -104,4 +104,3 @@ func ParseConfig(b []byte, cfg *Config) error {
 	}
 	return nil
 }
-
