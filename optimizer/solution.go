@@ -37,7 +37,7 @@ type Solution struct {
 	ClusterLatencyMs map[string]float64 `json:"cluster_latency_ms"`
 	// Explanations[cluster] lists, sorted by engine id, every engine the
 	// cluster may use (it has an rtt_ms entry) or used previously.
-	Explanations map[string][]Explanation `json:"explanations"`
+	Explanations map[string][]Explanation `json:"explanations,omitempty"`
 
 	demand map[string]float64
 }

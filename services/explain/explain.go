@@ -1,0 +1,170 @@
+// Package explain implements `switchyard explain`: print why a cluster's
+// traffic is split the way the current weight snapshot says.
+package explain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// MaxSnapshotBytes bounds a snapshot file.
+const MaxSnapshotBytes = 64 << 20
+
+// Command returns the `explain` subcommand.
+func Command() cli.Command {
+	return cli.Command{
+		Name:    "explain",
+		Summary: "print a cluster's weights with their explanations from a snapshot",
+		Run:     run,
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	cluster := fs.String("cluster", "", "cluster id to explain (required)")
+	file := fs.String("snapshot-file", "", "read the snapshot from this protobuf-JSON file instead of NATS")
+	bucket := fs.String("bucket", snapshots.DefaultBucket, "JetStream KV bucket of the snapshots")
+	timeout := fs.Duration("timeout", 10*time.Second, "time limit for reading from NATS")
+	var conn cli.Connection
+	conn.Register(fs)
+	if err := cli.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	if *cluster == "" {
+		return fmt.Errorf("%w: --cluster is required\n%s", cli.ErrUsage, cli.Usage(fs))
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	var (
+		snap *schemas.WeightSnapshot
+		err  error
+	)
+	if *file != "" {
+		snap, err = readFile(*file)
+	} else {
+		ctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		snap, err = readNATS(ctx, conn.NATSURL, *bucket, *cluster)
+	}
+	if err != nil {
+		return err
+	}
+	cw, err := find(snap, *cluster)
+	if err != nil {
+		return err
+	}
+	return Write(stdout, snap, cw)
+}
+
+func readFile(path string) (*schemas.WeightSnapshot, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --snapshot-file: %v", cli.ErrUsage, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSnapshotBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading snapshot %s: %w", path, err)
+	}
+	if len(b) > MaxSnapshotBytes {
+		return nil, fmt.Errorf("snapshot %s: larger than %d bytes", path, MaxSnapshotBytes)
+	}
+	var snap schemas.WeightSnapshot
+	if err := protojson.Unmarshal(b, &snap); err != nil {
+		return nil, fmt.Errorf("decoding snapshot %s (protobuf JSON of WeightSnapshot): %w", path, err)
+	}
+	return &snap, nil
+}
+
+func readNATS(ctx context.Context, url, bucket, cluster string) (*schemas.WeightSnapshot, error) {
+	nc, err := nats.Connect(url, nats.Name("switchyard-explain"))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to NATS %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("opening JetStream: %w", err)
+	}
+	store, err := snapshots.Open(ctx, js, snapshots.Config{Bucket: bucket})
+	if err != nil {
+		return nil, err
+	}
+	snap, err := store.Get(ctx, cluster)
+	if errors.Is(err, snapshots.ErrNotFound) {
+		return nil, fmt.Errorf("no snapshot for cluster %q in bucket %q", cluster, bucket)
+	}
+	return snap, err
+}
+
+func find(snap *schemas.WeightSnapshot, cluster string) (*schemas.ClusterWeights, error) {
+	var ids []string
+	for _, cw := range snap.GetClusters() {
+		if cw.GetCluster() == cluster {
+			return cw, nil
+		}
+		ids = append(ids, cw.GetCluster())
+	}
+	sort.Strings(ids)
+	return nil, fmt.Errorf("snapshot %d has no cluster %q (it has %s)", snap.GetVersion(), cluster, strings.Join(ids, ", "))
+}
+
+// Write prints cw's weights from snap as a table, heaviest first.
+func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	created := "unknown"
+	if ms := snap.GetCreatedUnixMs(); ms > 0 {
+		created = time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+	}
+	fmt.Fprintf(tw, "snapshot\tversion %d, created %s, schema %d\n", snap.GetVersion(), created, snap.GetSchemaVersion())
+	if d := snap.GetInputsDigest(); d != "" {
+		fmt.Fprintf(tw, "inputs digest\t%s\n", d)
+	}
+	if st := snap.GetStats(); st != nil {
+		fmt.Fprintf(tw, "solver\t%s: objective %.3f ms, duality gap %.3g, %d iterations, %.3f ms, %.3f rps shed in total\n",
+			st.GetSolver(), st.GetObjectiveMs(), st.GetDualityGap(), st.GetIterations(), st.GetSolveMs(), st.GetTotalShedRps())
+	}
+	fmt.Fprintf(tw, "cluster\t%s: demand %.3f rps, shed %.2f%%, expected latency %.2f ms\n\n",
+		cw.GetCluster(), cw.GetDemandRps(), 100*cw.GetShedFraction(), cw.GetExpectedLatencyMs())
+	ws := append([]*schemas.EngineWeight(nil), cw.GetWeights()...)
+	sort.SliceStable(ws, func(a, b int) bool {
+		if ws[a].GetWeight() != ws[b].GetWeight() {
+			return ws[a].GetWeight() > ws[b].GetWeight()
+		}
+		return ws[a].GetEngineId() < ws[b].GetEngineId()
+	})
+	fmt.Fprintln(tw, "ENGINE\tWEIGHT\tNETWORK MS\tENGINE MS\tMARGINAL MS\tPLANNED UTIL\tBINDING\tENDPOINT")
+	for _, ew := range ws {
+		ex := ew.GetExplanation()
+		binding := strings.Join(ex.GetBinding(), ",")
+		if binding == "" {
+			binding = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%s\n", ew.GetEngineId(), ew.GetWeight(),
+			ex.GetNetworkMs(), ex.GetEngineMs(), ex.GetMarginalMs(), ew.GetPlannedUtilization(), binding, ew.GetEndpointUrl())
+	}
+	if cw.GetShedFraction() > 0 {
+		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\n", cw.GetShedFraction(), "demand above capacity*max_utilization")
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "marginal ms is the end-to-end latency of one more request from this cluster on that engine")
+	fmt.Fprintln(tw, "(the dual price); engines with traffic share the cluster's lowest marginal ms.")
+	return tw.Flush()
+}

@@ -1,0 +1,127 @@
+package explain
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/optimizer"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// seedSnapshot solves the seed instance (with region-b overloaded so
+// capacity binds) and builds the snapshot the optimizer service would.
+func seedSnapshot(t *testing.T) *schemas.WeightSnapshot {
+	t.Helper()
+	b, err := os.ReadFile("../../optimizer/testdata/region-bc.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in optimizer.Instance
+	if err := json.Unmarshal(b, &in); err != nil {
+		t.Fatal(err)
+	}
+	in.Clusters[0].DemandRPS = 200
+	sol, err := optimizer.Solve(&in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &schemas.WeightSnapshot{
+		SchemaVersion: schemas.Version, Version: 7, CreatedUnixMs: 1_700_000_000_000,
+		Clusters:     sol.ClusterWeights(map[string]string{"b-0": "http://b-0:8000", "c-0": "http://c-0:8000"}),
+		InputsDigest: in.Digest(), Stats: sol.Stats(),
+	}
+}
+
+func runExplain(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := Command().Run(context.Background(), args, &out, &errOut)
+	return out.String(), err
+}
+
+func checkTable(t *testing.T, out string) {
+	t.Helper()
+	for _, want := range []string{"version 7", "region-b", "b-0", "c-0", "capacity", "MARGINAL MS", "http://b-0:8000", "(shed)", optimizer.SolverName} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestExplainFile(t *testing.T) {
+	b, err := protojson.Marshal(seedSnapshot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "snap.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runExplain(t, "--cluster", "region-b", "--snapshot-file", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, out)
+
+	tests := []struct {
+		name  string
+		args  []string
+		usage bool
+		want  string
+	}{
+		{"no cluster", []string{"--snapshot-file", path}, true, "--cluster"},
+		{"unknown cluster", []string{"--cluster", "mars", "--snapshot-file", path}, false, "region-b, region-c"},
+		{"missing file", []string{"--cluster", "region-b", "--snapshot-file", path + ".nope"}, true, "no such file"},
+		{"bad json", []string{"--cluster", "region-b", "--snapshot-file", writeFile(t, "{")}, false, "decoding snapshot"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runExplain(t, tt.args...)
+			if err == nil || errors.Is(err, cli.ErrUsage) != tt.usage || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want usage=%v containing %q", err, tt.usage, tt.want)
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	p := filepath.Join(t.TempDir(), "f.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExplainNATS(t *testing.T) {
+	ns := testenv.NATS(t)
+	js := testenv.JetStream(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := snapshots.Open(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Publish(ctx, seedSnapshot(t)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runExplain(t, "--cluster", "region-b", "--nats-url", ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, out)
+	if _, err := runExplain(t, "--cluster", "region-x", "--nats-url", ns.ClientURL()); err == nil || !strings.Contains(err.Error(), "no snapshot") {
+		t.Fatalf("unknown cluster: %v", err)
+	}
+}
