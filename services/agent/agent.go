@@ -250,23 +250,31 @@ func (s *Service) scrape(ctx context.Context, t Target, st *engineState, now tim
 	} else {
 		prev = &reading{counters: map[string]float64{}, hists: map[string]*hist{}}
 	}
+	// A series missing from the previous scrape (engines create counter
+	// children lazily) started from zero.
 	d := func(q string) float64 {
 		c, ok := cur.counters[q]
 		if !ok {
 			return 0
 		}
-		p, pok := prev.counters[q]
-		return counterDelta(c, p, hasPrev && pok)
+		return counterDelta(c, prev.counters[q], hasPrev)
+	}
+	hd := func(q string) *schemas.Histogram {
+		p := prev.hists[q]
+		if p == nil && hasPrev {
+			p = &hist{}
+		}
+		return histDelta(cur.hists[q], p)
 	}
 	sig.PrefixCacheHits = d("hits")
 	sig.PrefixCacheQueries = d("queries")
 	sig.PromptTokens = d("prompt")
 	sig.GenerationTokens = d("generation")
-	sig.TtftSeconds = histDelta(cur.hists["ttft"], prev.hists["ttft"])
-	sig.TbotSeconds = histDelta(cur.hists["itl"], prev.hists["itl"])
+	sig.TtftSeconds = hd("ttft")
+	sig.TbotSeconds = hd("itl")
 	if _, ok := cur.counters["success"]; ok {
 		sig.RequestsFinished = d("success")
-	} else if e2e := histDelta(cur.hists["e2e"], prev.hists["e2e"]); e2e != nil {
+	} else if e2e := hd("e2e"); e2e != nil {
 		sig.RequestsFinished = float64(e2e.GetCount())
 	}
 	st.prev, st.prevTime = cur, now
