@@ -204,7 +204,7 @@ func (s *Service) Run(ctx context.Context) error {
 		core.Restore(cp)
 		s.log.Info("restored checkpoint", "group", s.cfg.Group, "watermark_unix_ms", cp.Watermark, "partitions", len(cp.Partitions))
 	}
-	if err := trackPartitions(ctx, cl, core, cp, s.topics.Signals, s.topics.RoutingEvents); err != nil {
+	if err := trackPartitions(ctx, cl, core, s.cfg.Group, cp, s.topics.Signals, s.topics.RoutingEvents); err != nil {
 		return err
 	}
 	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), lastCkpt: time.Now()}
@@ -477,7 +477,7 @@ func readCheckpoint(ctx context.Context, cl *kgo.Client, brokers []string, topic
 // (the checkpoint's resume offset, else the log start) and ends. The
 // processor is meant to be the group's only active member: it tracks all
 // partitions of its inputs.
-func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, cp Checkpoint, topics ...string) error {
+func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, group string, cp Checkpoint, topics ...string) error {
 	adm := kadm.NewClient(cl)
 	starts, err := adm.ListStartOffsets(ctx, topics...)
 	if err != nil {
@@ -488,8 +488,22 @@ func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, cp Checkpo
 		return fmt.Errorf("listing end offsets: %w", err)
 	}
 	resume := map[tp]int64{}
+	// Consumption starts at the group's committed offsets (which follow
+	// the checkpoint, see checkpoint); without them, at the checkpoint's
+	// resume offsets; without either, at the log start.
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return fmt.Errorf("fetching committed offsets: %w", err)
+	}
+	committed.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At >= 0 {
+			resume[tp{o.Topic, o.Partition}] = o.At
+		}
+	})
 	for _, m := range cp.Partitions {
-		resume[tp{m.Topic, m.Partition}] = m.Resume
+		if _, ok := resume[tp{m.Topic, m.Partition}]; !ok {
+			resume[tp{m.Topic, m.Partition}] = m.Resume
+		}
 	}
 	var lerr error
 	ends.Each(func(o kadm.ListedOffset) {
