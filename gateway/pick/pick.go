@@ -26,7 +26,7 @@
 //   - is at its hard in-flight limit.
 //
 // After MaxProbes slots the least loaded acceptable engine (in flight
-// relative to weight) is taken; if every engine is ejected or down the
+// relative to penalized weight) is taken; if every engine is ejected or down the
 // least loaded one under its limit is used anyway (panic routing, as a
 // guardrail must never take the whole cluster down). Only when every
 // engine is at its hard limit does Pick fail; the gateway then sheds.
@@ -303,7 +303,7 @@ func (t *Table) Pick(key uint64, exclude []int32) (int, Reason) {
 }
 
 // least picks the acceptable engine with the fewest in flight (relative
-// to its share when weighted), starting the scan at the key so ties split
+// to its penalized share when weighted), starting the scan at the key so ties split
 // by key. force ignores availability.
 func (t *Table) least(key uint64, exclude []int32, weighted, force bool) int {
 	n := len(t.engines)
@@ -328,7 +328,11 @@ func (t *Table) least(key uint64, exclude []int32, weighted, force bool) int {
 			}
 			load := float64(in)
 			if weighted {
-				load = (load + 1) / t.engines[i].Share
+				// Relative to the penalized weight, so that an engine that
+				// fails fast (and so has nothing in flight) attracts no
+				// traffic.
+				eff := t.engines[i].Share * (1 - s.Penalty())
+				load = (load + 1) / (eff + 1e-12)
 			}
 			if load < bestLoad {
 				best, bestLoad = i, load

@@ -244,3 +244,27 @@ func BenchmarkPick(b *testing.B) {
 		}
 	}
 }
+
+// TestOverflowAvoidsPenalized: when the walk finds nothing, the least
+// loaded choice weighs in penalties, so an idle engine that fails fast
+// does not attract the overflow.
+func TestOverflowAvoidsPenalized(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(2, func(int) float64 { return 0.5 }), Options{Floor: 0.5, MaxProbes: 1})
+	tb.Engine(0).State.SetPenalty(0.99)
+	var held []int
+	for k := uint64(0); k < 20; k++ {
+		i, _ := tb.Pick(mix(k), nil)
+		held = append(held, i)
+	}
+	n0 := 0
+	for _, i := range held {
+		if i == 0 {
+			n0++
+		}
+		tb.Done(i)
+	}
+	if n0 > 1 {
+		t.Fatalf("penalized engine got %d of 20 overflow picks", n0)
+	}
+}
