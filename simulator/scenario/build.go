@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"math"
@@ -72,13 +73,15 @@ func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
 		}
 		defer f.Close()
 		var rep workload.Report
-		reqs, rep, err = readTrace(f, s.Workload.Kind, opt)
+		br := bufio.NewReader(f)
+		kind := sniff(br)
+		reqs, rep, err = readTrace(br, kind, opt)
 		if err != nil {
-			return nil, fmt.Errorf("reading trace %s: %w", path, err)
+			return nil, fmt.Errorf("reading %s trace %s: %w", kind, path, err)
 		}
 		out.Report = rep
 		out.BlockTokens = workload.DefaultBlockTokens
-		if s.Workload.Kind == KindMooncake {
+		if kind == KindMooncake {
 			spreadTicks(reqs)
 		}
 		scale := s.Workload.TimeScale
@@ -156,6 +159,26 @@ func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
 	out.Requests = reqs
 	out.Span = dur
 	return out, nil
+}
+
+// sniff tells the trace format by content, so --trace may replace a
+// scenario's trace with one of the other format: JSON lines are Mooncake,
+// anything else Azure CSV.
+func sniff(br *bufio.Reader) string {
+	for i := 1; i <= 4096; i++ {
+		b, err := br.Peek(i)
+		if err != nil || len(b) < i {
+			return KindAzure
+		}
+		switch b[i-1] {
+		case ' ', '\t', '\r', '\n', 0xEF, 0xBB, 0xBF:
+			continue
+		case '{':
+			return KindMooncake
+		}
+		return KindAzure
+	}
+	return KindAzure
 }
 
 func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, workload.Report, error) {

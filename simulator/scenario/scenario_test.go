@@ -165,3 +165,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestTraceFormatIsSniffed(t *testing.T) {
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "a.csv")
+	body := "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46.6805900,1000,100\r\nbad,row\r\n2023-11-16 18:15:47.6805900,2000,50"
+	if err := os.WriteFile(csv, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc := strings.Replace(good, `"workload": {"kind": "generator", "rate_rps": 20}`, `"workload": {"kind": "mooncake", "trace": "none.jsonl"}`, 1)
+	sc = strings.Replace(sc, `, {"at_s": 2, "until_s": 4, "kind": "rate", "factor": 2, "cluster": "a"}`, "", 1)
+	s, err := Parse([]byte(sc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl, err := s.Build(BuildOptions{Trace: csv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(wl.Requests) != 2 || wl.Report.Skipped != 1 || wl.Report.FirstBad[0] != 3 || wl.BlockTokens != 512 {
+		t.Fatalf("got %d requests, report %+v", len(wl.Requests), wl.Report)
+	}
+}
