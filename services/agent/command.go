@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/internal/obs"
 )
 
 // Command is `switchyard agent`.
@@ -40,6 +41,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	gpu := fs.String("gpu-class", "", "GPU class (h100, a100, l4, ...) of engines that do not name one")
 	var cfg Config
 	fs.DurationVar(&cfg.Interval, "interval", 2e9, "scrape interval")
+	metricsListen := fs.String("metrics-listen", "127.0.0.1:9103", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -57,10 +59,18 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg.KafkaBrokers = conn.Brokers()
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
-	cfg.Registerer = prometheus.NewRegistry()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
 	s, err := New(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	if *metricsListen != "" {
+		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	return s.Run(ctx)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/internal/obs"
 )
 
 // Command is `switchyard processor`.
@@ -31,6 +32,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Slide, "slide", 10e9, "window slide (window must be a multiple of it)")
 	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5e9, "how far out of event-time order a record may arrive and still count")
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
+	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -38,10 +40,18 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
-	cfg.Registerer = prometheus.NewRegistry()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
 	s, err := New(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	if *metricsListen != "" {
+		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	return s.Run(ctx)
 }

@@ -176,6 +176,7 @@ func (s *Service) Stats() Stats {
 // Run consumes until ctx is done. On cancel it flushes and checkpoints
 // (bounded by 10s) and returns nil.
 func (s *Service) Run(ctx context.Context) error {
+	s.log.Info("processor starting")
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(s.cfg.KafkaBrokers...),
 		kgo.ConsumerGroup(s.cfg.Group),
@@ -207,6 +208,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := trackPartitions(ctx, cl, core, s.cfg.Group, cp, s.topics.Signals, s.topics.RoutingEvents); err != nil {
 		return err
 	}
+	s.log.Info("processor running", "group", s.cfg.Group, "signals", s.topics.Signals, "routing_events", s.topics.RoutingEvents,
+		"window", s.cfg.Window, "slide", s.cfg.Slide, "allowed_lateness", s.cfg.AllowedLateness)
 	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), lastCkpt: time.Now()}
 	return r.loop(ctx)
 }
