@@ -202,6 +202,7 @@ func (s *solver) muDual() float64 {
 		c := &p.curves[j]
 		floor := c.dRight(0)
 		arcs = arcs[:0]
+		top := math.Inf(-1) // best uncapped bid
 		for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
 			i := s.edgeCluster[e]
 			if math.IsNaN(s.mu[i]) {
@@ -217,9 +218,20 @@ func (s *solver) muDual() float64 {
 					arcs = append(arcs, arc{b, p.prev[e]})
 				}
 			}
-			if b := base - p.cw; b > floor {
-				arcs = append(arcs, arc{b, math.Inf(1)})
+			top = math.Max(top, base-p.cw)
+		}
+		// Only capped arcs bidding above the best uncapped one can be
+		// filled before it; the uncapped one ends the fill.
+		k := 0
+		for _, a := range arcs {
+			if a.bid > top {
+				arcs[k] = a
+				k++
 			}
+		}
+		arcs = arcs[:k]
+		if top > floor {
+			arcs = append(arcs, arc{top, math.Inf(1)})
 		}
 		if len(arcs) == 0 {
 			continue

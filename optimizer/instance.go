@@ -117,15 +117,42 @@ func (in *Instance) Validate() error {
 			return invalid("engines[%d] (%q).latency_ms: %v", k, e.ID, err)
 		}
 	}
-	for _, cid := range sortedKeys(in.RTTms) {
+	// Maps are checked in any order (fast); on an error they are checked
+	// again in sorted order so the reported field is deterministic.
+	if err := in.validateMaps(clusters, engines, false); err != nil {
+		return in.validateMaps(clusters, engines, true)
+	}
+	return nil
+}
+
+func (in *Instance) validateMaps(clusters, engines map[string]bool, sorted bool) error {
+	keys := func(m map[string]float64) []string {
+		if sorted {
+			return sortedKeys(m)
+		}
+		out := make([]string, 0, len(m))
+		for k := range m {
+			out = append(out, k)
+		}
+		return out
+	}
+	cids := make([]string, 0, len(in.RTTms))
+	for k := range in.RTTms {
+		cids = append(cids, k)
+	}
+	if sorted {
+		slices.Sort(cids)
+	}
+	for _, cid := range cids {
 		if !clusters[cid] {
 			return invalid("rtt_ms[%q]: unknown cluster", cid)
 		}
-		for _, eid := range sortedKeys(in.RTTms[cid]) {
+		row := in.RTTms[cid]
+		for _, eid := range keys(row) {
 			if !engines[eid] {
 				return invalid("rtt_ms[%q][%q]: unknown engine", cid, eid)
 			}
-			if v := in.RTTms[cid][eid]; !finite(v) || v < 0 {
+			if v := row[eid]; !finite(v) || v < 0 {
 				return invalid("rtt_ms[%q][%q] = %v, want finite and >= 0", cid, eid, v)
 			}
 		}

@@ -94,10 +94,14 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		total += s.routed[i]
 	}
 
-	const cut = -30.0 // exp(-30) ~ 1e-13: entries below are dropped
+	// Softmax entries below exp(cut) are dropped: exp(-30) ~ 1e-13 in the
+	// final stage, exp(-15) ~ 3e-7 in the coarse ones.
+	cut := -30.0
 	var zs []float64
+	gradT := make([]float64, n)
+	qdT := make([]float64, n*n)
 	// eval returns F and fills grad (and qd when hess).
-	eval := func(mu []float64, tau float64, hess bool) float64 {
+	eval := func(mu []float64, tau float64, hess bool, grad, qd []float64) float64 {
 		f := 0.0
 		for a, i := range act {
 			f += mu[a] * s.routed[i]
@@ -170,10 +174,19 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		final := tau <= tauFinal
 		want := 1e-2 * total
 		if final {
-			want = math.Min(1e-2*tol, 1e-9) * total
+			want = math.Min(1e-2*tol, 1e-7) * total
 		}
+		cut = -15
+		if final {
+			cut = -30
+		}
+		valid := false
+		var f float64
 		for it := 0; it < 60 && steps < maxSteps; it++ {
-			f := eval(mu, tau, true)
+			if !valid {
+				f = eval(mu, tau, true, grad, qd)
+				valid = true
+			}
 			g1 := 0.0
 			for _, g := range grad {
 				g1 += math.Abs(g)
@@ -219,8 +232,11 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					for a := range n {
 						trial[a] = mu[a] + alpha*dir.AtVec(a)
 					}
-					if ft := eval(trial, tau, false); ft >= f+1e-4*alpha*slope {
+					if ft := eval(trial, tau, true, gradT, qdT); ft >= f+1e-4*alpha*slope {
 						improved = true
+						f = ft
+						grad, gradT = gradT, grad
+						qd, qdT = qdT, qd
 						break
 					}
 					alpha /= 4
@@ -240,7 +256,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			copy(mu, trial)
 		}
 		if s.debug != nil {
-			eval(mu, tau, false)
+			eval(mu, tau, false, grad, qd)
 			g1 := 0.0
 			for _, g := range grad {
 				g1 += math.Abs(g)
@@ -253,7 +269,6 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		tau = math.Max(tauFinal, tau/4)
 	}
 	// Recover the flows at the final prices.
-	eval(mu, tau, false)
 	for e := range s.x {
 		s.x[e] = 0
 	}

@@ -51,13 +51,19 @@ func newProblem(in *Instance) *problem {
 	}
 	p.start = make([]int32, 1, len(clusters)+1)
 	p.blocked = make([][]blockedEdge, len(clusters))
+	var idx []int32
 	for i, c := range clusters {
 		p.clusterID = append(p.clusterID, c.ID)
 		p.demand = append(p.demand, c.DemandRPS)
 		rtts := in.RTTms[c.ID]
 		prev := in.Previous[c.ID]
-		for _, id := range sortedKeys(rtts) {
-			j := eidx[id]
+		idx = idx[:0]
+		for id := range rtts {
+			idx = append(idx, eidx[id])
+		}
+		slices.Sort(idx) // engine order is id order
+		for _, j := range idx {
+			id := p.engineID[j]
 			if !p.usable[j] {
 				reason := "unhealthy"
 				if p.healthy[j] {

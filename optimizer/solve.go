@@ -58,6 +58,7 @@ type solver struct {
 	newtonSteps  int
 	debug        func(string, ...any)
 	tau0         float64
+	bcdTol       float64 // relative accuracy of one cluster's solve
 
 	// engine -> edges index, built on first use
 	byEngine, engStart, edgeCluster []int32
@@ -101,18 +102,15 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	s.xhi = make([]float64, maxDeg)
 	s.base = make([]float64, maxDeg)
 
-	// Three coordinate-descent sweeps give starting prices; the smoothed
+	// The marginal costs at the spread start give starting prices; the smoothed
 	// dual Newton method then finds the optimum for all clusters at once;
 	// coordinate descent (with cycle cancelling) polishes, adds churn and
 	// certifies the gap.
-	for range 3 {
-		for i := range p.demand {
-			s.solveCluster(i)
-		}
-	}
+	s.bcdTol = 1e-13
+	s.initPrices()
 	primal, dual := s.bounds()
 	gap := relGap(primal, dual)
-	iters := 3
+	iters := 0
 	if gap > cfg.tol {
 		mean := primal / math.Max(1e-9, sumOf(s.routed))
 		s.newtonSteps = s.newton(0.2*cfg.tol*mean, cfg.tol, 400)
@@ -270,7 +268,7 @@ func (s *solver) solveCluster(i int) {
 	for k := range n {
 		sHi += s.xhi[k]
 	}
-	tolAbs := 1e-13 * (R + 1)
+	tolAbs := s.bcdTol * (R + 1)
 	if sHi <= R {
 		// Every engine is full (R == sHi up to rounding): take all of it.
 		if sHi < R*(1-1e-9) {
@@ -306,7 +304,7 @@ func (s *solver) solveCluster(i int) {
 			copy(s.xhi[:n], s.xs[:n])
 		}
 		width := muHi - muLo
-		if width <= 1e-13*(math.Abs(muLo)+math.Abs(muHi)+1) {
+		if width <= s.bcdTol*(math.Abs(muLo)+math.Abs(muHi)+1) {
 			break
 		}
 		next := math.NaN()
@@ -367,5 +365,23 @@ func (s *solver) recomputeLoads() {
 	}
 	for e, x := range s.x {
 		s.load[s.p.eng[e]] += x
+	}
+}
+
+// initPrices sets each cluster's price to the flow-weighted marginal
+// end-to-end latency of its current (spread) flows.
+func (s *solver) initPrices() {
+	p := s.p
+	for i := range p.demand {
+		num, den := 0.0, 0.0
+		for e := p.start[i]; e < p.start[i+1]; e++ {
+			j := p.eng[e]
+			c := &p.curves[j]
+			num += s.x[e] * (p.rtt[e] + c.dRight(math.Min(s.load[j], c.cap*(1-1e-9))))
+			den += s.x[e]
+		}
+		if den > 0 {
+			s.mu[i] = num / den
+		}
 	}
 }
