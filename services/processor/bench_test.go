@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"testing"
@@ -106,6 +107,7 @@ func BenchmarkProcessorThroughput(b *testing.B) {
 		s, err := New(Config{
 			KafkaBrokers: d.kc.ListenAddrs(), TopicPrefix: "bench", Group: fmt.Sprintf("bench-%d-%d", b.N, i),
 			Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second,
+			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			b.Fatal(err)
