@@ -102,13 +102,17 @@ func TestStaticStabilityAcrossNATSOutage(t *testing.T) {
 		}
 	}
 
+	t1 := time.Now()
 	ns, err = brokers.StartNATS(ctx, fmt.Sprintf("127.0.0.1:%d", port), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("NATS restarted in %v", time.Since(t1))
 	st = openStore(t, url)
 	publish(t, st, snapshot(3, "us-east", 0, map[*fakeEngine]float64{a: 1, b: 0}))
+	t0 := time.Now()
 	testenv.Eventually(t, 30*time.Second, func() bool { return g.Stats().SnapshotVersion == 3 }, "snapshot 3 not applied after NATS restart")
+	t.Logf("snapshot 3 applied %v after publishing", time.Since(t0))
 	if e := engineOf(t, base); e != "a" {
 		t.Fatalf("snapshot 3 routed to %q", e)
 	}

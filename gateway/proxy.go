@@ -563,7 +563,10 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 			} else if idle != nil {
 				idle.Reset(g.cfg.IdleTimeout)
 			}
-			if flusher != nil {
+			// Flush unless another whole event is already buffered: events
+			// that arrived together leave together, and none waits for
+			// the network.
+			if flusher != nil && !wholeEventBuffered(br) {
 				flusher.Flush()
 			}
 		}
@@ -617,4 +620,14 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "no engine answered")
+}
+
+// wholeEventBuffered reports whether br holds a complete SSE event.
+func wholeEventBuffered(br *bufio.Reader) bool {
+	n := br.Buffered()
+	if n == 0 {
+		return false
+	}
+	b, _ := br.Peek(n)
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n"))
 }
