@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/services/agent"
-	"github.com/switchyard-llm/switchyard/services/gateway"
+	"github.com/switchyard-llm/switchyard/gateway"
 	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/services/processor"
 )
@@ -79,10 +79,10 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 	p.optimizer = opt
 
 	regionOf := map[string]string{}
-	var fallback []gateway.Engine
+	var fallback []gateway.StaticEngine
 	for _, e := range fleet {
 		regionOf[hostOf(e.url)] = e.spec.Region
-		fallback = append(fallback, gateway.Engine{ID: e.spec.ID, URL: e.url})
+		fallback = append(fallback, gateway.StaticEngine{ID: e.spec.ID, URL: e.url})
 	}
 	for i, region := range top.Regions {
 		listen, err := nextPort(cfg.GatewayListen, i)
@@ -125,7 +125,8 @@ func (p *pipeline) routingEventsConsumed() uint64 { return p.processor.Stats().R
 func (p *pipeline) routingEventsEmitted() uint64 {
 	var n uint64
 	for _, gw := range p.gateways {
-		n += gw.svc.Stats().EventsEmitted
+		st := gw.svc.Stats()
+		n += st.Requests - st.EventsDropped
 	}
 	return n
 }

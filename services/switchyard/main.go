@@ -13,12 +13,32 @@ import (
 	"syscall"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/services/agent"
 	"github.com/switchyard-llm/switchyard/services/brokers"
+	"github.com/switchyard-llm/switchyard/services/demo"
+	"github.com/switchyard-llm/switchyard/services/enginesim"
+	"github.com/switchyard-llm/switchyard/services/explain"
+	"github.com/switchyard-llm/switchyard/services/gateway"
+	"github.com/switchyard-llm/switchyard/services/optimizer"
+	"github.com/switchyard-llm/switchyard/services/processor"
+	"github.com/switchyard-llm/switchyard/services/replay"
+	"github.com/switchyard-llm/switchyard/services/sim"
+	"github.com/switchyard-llm/switchyard/services/solve"
 )
 
 func commands() []cli.Command {
 	return []cli.Command{
+		demo.Command(),
 		brokers.Command(),
+		enginesim.Command(),
+		agent.Command(),
+		processor.Command(),
+		optimizer.Command(),
+		gateway.Command(),
+		solve.Command(),
+		explain.Command(),
+		replay.Command(),
+		sim.Command(),
 	}
 }
 
