@@ -60,6 +60,12 @@ func invalid(format string, args ...any) error {
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
+// MaxValue bounds demands, capacities, latencies and network latencies,
+// keeping every sum the solver forms far from overflow.
+const MaxValue = 1e9
+
+func inRange(v float64) bool { return finite(v) && v >= 0 && v <= MaxValue }
+
 // convexTol is the relative slack allowed when checking convexity and
 // monotonicity of a profile (fitted profiles carry rounding noise).
 const convexTol = 1e-9
@@ -97,8 +103,8 @@ func (in *Instance) Validate() error {
 			return invalid("clusters[%d].id %q is duplicated", k, c.ID)
 		}
 		clusters[c.ID] = true
-		if !finite(c.DemandRPS) || c.DemandRPS < 0 {
-			return invalid("clusters[%d] (%q).demand_rps = %v, want finite and >= 0", k, c.ID, c.DemandRPS)
+		if !inRange(c.DemandRPS) {
+			return invalid("clusters[%d] (%q).demand_rps = %v, want in [0, %g]", k, c.ID, c.DemandRPS, MaxValue)
 		}
 	}
 	engines := make(map[string]bool, len(in.Engines))
@@ -110,8 +116,8 @@ func (in *Instance) Validate() error {
 			return invalid("engines[%d].id %q is duplicated", k, e.ID)
 		}
 		engines[e.ID] = true
-		if !finite(e.CapacityRPS) || e.CapacityRPS < 0 {
-			return invalid("engines[%d] (%q).capacity_rps = %v, want finite and >= 0", k, e.ID, e.CapacityRPS)
+		if !inRange(e.CapacityRPS) {
+			return invalid("engines[%d] (%q).capacity_rps = %v, want in [0, %g]", k, e.ID, e.CapacityRPS, MaxValue)
 		}
 		if err := validateProfile(e.LatencyMs); err != nil {
 			return invalid("engines[%d] (%q).latency_ms: %v", k, e.ID, err)
@@ -152,8 +158,8 @@ func (in *Instance) validateMaps(clusters, engines map[string]bool, sorted bool)
 			if !engines[eid] {
 				return invalid("rtt_ms[%q][%q]: unknown engine", cid, eid)
 			}
-			if v := row[eid]; !finite(v) || v < 0 {
-				return invalid("rtt_ms[%q][%q] = %v, want finite and >= 0", cid, eid, v)
+			if v := row[eid]; !inRange(v) {
+				return invalid("rtt_ms[%q][%q] = %v, want in [0, %g]", cid, eid, v, MaxValue)
 			}
 		}
 	}
@@ -194,8 +200,11 @@ func validateProfile(pts [][2]float64) error {
 		if p[0] < 0 {
 			return fmt.Errorf("point %d: utilization %v < 0", k, p[0])
 		}
-		if p[1] < 0 {
-			return fmt.Errorf("point %d: latency %v < 0", k, p[1])
+		if p[1] < 0 || p[1] > MaxValue {
+			return fmt.Errorf("point %d: latency %v outside [0, %g]", k, p[1], MaxValue)
+		}
+		if p[0] > MaxValue {
+			return fmt.Errorf("point %d: utilization %v above %g", k, p[0], MaxValue)
 		}
 		if k > 0 && p[0] <= pts[k-1][0] {
 			return fmt.Errorf("point %d: utilization %v not increasing", k, p[0])

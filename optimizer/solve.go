@@ -111,7 +111,7 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	primal, dual := s.bounds()
 	gap := relGap(primal, dual)
 	iters := 0
-	if gap > cfg.tol {
+	{ // always: the start may be within tolerance without equal marginals
 		mean := primal / math.Max(1e-9, sumOf(s.routed))
 		s.newtonSteps = s.newton(0.2*cfg.tol*mean, cfg.tol, 400)
 		s.fn.repair(p, s.routed, s.x)
