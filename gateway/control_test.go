@@ -210,3 +210,44 @@ func TestOpenAISDKStreaming(t *testing.T) {
 		t.Fatalf("want a 400 API error about the model, got %v", err)
 	}
 }
+
+// TestSignalsGuardrail: an engine whose signals say unhealthy gets no
+// traffic until its signals say healthy again.
+func TestSignalsGuardrail(t *testing.T) {
+	kc := testenv.Kafka(t)
+	topics := streams.TopicsFor("sig")
+	prod := testenv.Client(t, kc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := streams.EnsureTopics(ctx, prod, topics, 1); err != nil {
+		t.Fatal(err)
+	}
+	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
+	snap := snapshot(1, "us-east", 0, map[*fakeEngine]float64{a: 0.5, b: 0.5})
+	g, base := startGateway(t, Config{SnapshotFile: snapshotFile(t, snap), KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "sig"})
+	send := func(h schemas.Health, ready uint32) {
+		v, _ := proto.Marshal(&schemas.EngineSignal{SchemaVersion: schemas.Version, EngineId: "a", Health: h, ReadyReplicas: ready, EventTimeUnixMs: time.Now().UnixMilli()})
+		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topics.Signals, Key: []byte("a"), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stA, _ := g.pool.Lookup("a")
+	send(schemas.Health_HEALTH_UNHEALTHY, 1)
+	testenv.Eventually(t, 10*time.Second, stA.SignalDown, "unhealthy signal not applied")
+	for i := 0; i < 20; i++ {
+		if e := engineOf(t, base); e != "b" {
+			t.Fatalf("routed to %q while a is unhealthy", e)
+		}
+	}
+	send(schemas.Health_HEALTH_HEALTHY, 0)
+	testenv.Eventually(t, 10*time.Second, func() bool { return counter(g.m.signals.WithLabelValues("us-east", "applied")) >= 2 }, "second signal not applied")
+	if !stA.SignalDown() {
+		t.Fatal("no ready replicas: still routable")
+	}
+	send(schemas.Health_HEALTH_HEALTHY, 2)
+	testenv.Eventually(t, 10*time.Second, func() bool { return !stA.SignalDown() }, "healthy signal not applied")
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topics.Signals, Value: []byte{0xff}}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return counter(g.m.signals.WithLabelValues("us-east", "malformed")) == 1 }, "malformed signal not counted")
+}

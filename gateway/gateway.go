@@ -93,6 +93,10 @@ type Config struct {
 	KafkaBrokers []string
 	// TopicPrefix of the Kafka topics (streams.TopicsFor).
 	TopicPrefix string
+	// IgnoreSignals turns off following the engine-signal topic (by
+	// default followed whenever KafkaBrokers is set) for health and ready
+	// replicas.
+	IgnoreSignals bool
 	// SnapshotFile is a WeightSnapshot in protobuf JSON applied at start.
 	SnapshotFile string
 	// Engines are routed to (least loaded) until a snapshot arrives.
@@ -475,6 +479,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	eg.Go(func() error { g.control(ectx, watcher); return nil })
 	if g.cfg.HealthInterval > 0 {
 		eg.Go(func() error { g.healthLoop(ectx); return nil })
+	}
+	if len(g.cfg.KafkaBrokers) > 0 && !g.cfg.IgnoreSignals {
+		eg.Go(func() error { return g.consumeSignals(ectx) })
 	}
 	eg.Go(func() error {
 		<-ectx.Done()

@@ -21,6 +21,7 @@ type metrics struct {
 	applied       *prometheus.CounterVec   // cluster
 	rejected      *prometheus.CounterVec   // cluster, reason
 	dropped       *prometheus.CounterVec   // cluster
+	signals       *prometheus.CounterVec   // cluster, result
 }
 
 var (
@@ -47,6 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		applied:       cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
 		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale.", "cluster", "reason"),
 		dropped:       cv("events_dropped_total", "Routing events dropped (emitter buffer full or no Kafka configured).", "cluster"),
+		signals:       cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine.", "cluster", "result"),
 	}
 }
 

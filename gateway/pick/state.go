@@ -7,8 +7,9 @@ import (
 
 // Flags of State.
 const (
-	flagEjected uint32 = 1 << iota // passive outlier ejection
-	flagDown                       // health check or engine signal says down
+	flagEjected    uint32 = 1 << iota // passive outlier ejection
+	flagDown                          // active health checks say down
+	flagSignalDown                    // the engine's signals say down
 )
 
 // State is the live, lock-free state of one engine: requests in flight,
@@ -50,8 +51,15 @@ func (s *State) Limit() int64 { return s.limit.Load() }
 // SetEjected marks the engine ejected (or returns it).
 func (s *State) SetEjected(v bool) { s.setFlag(flagEjected, v) }
 
-// SetDown marks the engine down by health checks or signals (or up).
+// SetDown marks the engine down by active health checks (or up).
 func (s *State) SetDown(v bool) { s.setFlag(flagDown, v) }
+
+// SetSignalDown marks the engine down by its own signals: unhealthy or no
+// ready replicas (or up). It is independent of SetDown.
+func (s *State) SetSignalDown(v bool) { s.setFlag(flagSignalDown, v) }
+
+// SignalDown reports whether the engine's signals say it is down.
+func (s *State) SignalDown() bool { return s.flags.Load()&flagSignalDown != 0 }
 
 // Ejected reports whether the engine is ejected.
 func (s *State) Ejected() bool { return s.flags.Load()&flagEjected != 0 }
@@ -59,7 +67,8 @@ func (s *State) Ejected() bool { return s.flags.Load()&flagEjected != 0 }
 // Down reports whether the engine is marked down.
 func (s *State) Down() bool { return s.flags.Load()&flagDown != 0 }
 
-// Available reports whether the engine is neither ejected nor down.
+// Available reports whether the engine is neither ejected nor down (by
+// health checks or signals).
 func (s *State) Available() bool { return s.flags.Load() == 0 }
 
 func (s *State) setFlag(f uint32, v bool) {
