@@ -10,8 +10,10 @@ import (
 // Policy routes requests. The simulator calls it from one goroutine, in
 // virtual-time order.
 //
-// Contract: Pick returns the index of a currently healthy-looking engine
-// (World.Healthy) not in exclude, or -1 to shed the request. Every
+// Contract: Pick returns the index of an engine not in exclude — one
+// World.Healthy reports up, unless the policy deliberately falls back to
+// any engine (an attempt to a down engine fails and is retried) — or -1
+// to shed the request. Every
 // non-negative Pick is matched by exactly one Done for that engine when
 // the attempt ends (finished, failed or refused), so in-flight counts
 // balance. Tick is called every control tick with the current time.

@@ -554,11 +554,10 @@ func (s *sim) apply(ev scenario.Event, now time.Duration) int {
 				sl.cfg.Replicas = ev.Replicas // applies when it comes back
 				continue
 			}
-			old := sl.cur
+			// The old instance keeps draining what it holds.
 			if err := s.startInstance(e, ev.Replicas); err != nil {
 				continue
 			}
-			_ = old // the old instance keeps draining what it holds
 		}
 	}
 	return left

@@ -340,13 +340,13 @@ func (s *Scenario) Validate() error {
 		case !regions[e.Region]:
 			return invalid("engines[%d].region %q is not in regions", i, e.Region)
 		case e.Replicas < 0 || e.Replicas > 1024:
-			return invalid("engines[%d].replicas = %d, want in [1, 1024]", i, e.Replicas)
+			return invalid("engines[%d].replicas = %d, want in [1, 1024] (0 means 1)", i, e.Replicas)
 		case e.MaxWaiting < 0:
 			return invalid("engines[%d].max_waiting = %d, want >= 0", i, e.MaxWaiting)
 		case e.MaxSeqs < 0 || e.MaxSeqs > 1<<16:
-			return invalid("engines[%d].max_seqs = %d, want in [1, %d]", i, e.MaxSeqs, 1<<16)
+			return invalid("engines[%d].max_seqs = %d, want in [1, %d] (0: the preset's)", i, e.MaxSeqs, 1<<16)
 		case e.MaxModelLen < 0 || e.MaxModelLen == 1 || e.MaxModelLen > 1<<20:
-			return invalid("engines[%d].max_model_len = %d, want in [2, %d]", i, e.MaxModelLen, 1<<20)
+			return invalid("engines[%d].max_model_len = %d, want in [2, %d] (0: the preset's)", i, e.MaxModelLen, 1<<20)
 		}
 		if _, err := engine.LookupPreset(e.GPU); err != nil {
 			return invalid("engines[%d].gpu: %v", i, err)
