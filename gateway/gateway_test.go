@@ -317,3 +317,34 @@ func counter(c prometheus.Counter) float64 {
 }
 
 func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }
+
+// TestSharedRegistry: gateways of several clusters can share one
+// registry (as in the demo); each keeps its own series.
+func TestSharedRegistry(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	reg := prometheus.NewRegistry()
+	g1, b1 := startGateway(t, Config{Cluster: "one", Engines: static(e), Registerer: reg, Gatherer: reg})
+	g2, _ := startGateway(t, Config{Cluster: "two", Engines: static(e), Registerer: reg, Gatherer: reg})
+	post(t, context.Background(), b1, chatBody(false, "x"), nil)
+	if g1.Stats().Requests != 1 || g2.Stats().Requests != 0 {
+		t.Fatalf("%+v %+v", g1.Stats(), g2.Stats())
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ages := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "switchyard_gateway_snapshot_age_seconds" {
+			ages = len(mf.GetMetric())
+		}
+	}
+	if ages != 2 {
+		t.Fatalf("%d snapshot age series, want 2", ages)
+	}
+	resp, err := http.Get(b1 + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %v", err)
+	}
+	resp.Body.Close()
+}

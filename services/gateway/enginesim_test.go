@@ -1,0 +1,71 @@
+package gateway_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	gw "github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/services/enginesim"
+)
+
+// TestThroughEnginesim streams chat completions from real enginesim
+// engines through a gateway with the OpenAI SDK, sharing a session so the
+// second request hits the same engine's prefix cache.
+func TestThroughEnginesim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var engines []gw.StaticEngine
+	for _, id := range []string{"sim-a", "sim-b"} {
+		s, err := enginesim.New(enginesim.Config{ID: id, Listen: "127.0.0.1:0", TimeScale: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		<-s.Ready()
+		engines = append(engines, gw.StaticEngine{ID: id, URL: "http://" + s.Addr()})
+	}
+	g, err := gw.New(gw.Config{Cluster: "local", Listen: "127.0.0.1:0", Engines: engines, HealthInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gdone := make(chan error, 1)
+	go func() { gdone <- g.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-gdone })
+	<-g.Ready()
+
+	client := openai.NewClient(option.WithBaseURL("http://"+g.Addr()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	var served []string
+	for turn := 0; turn < 2; turn++ {
+		var resp *http.Response
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model:         enginesim.DefaultModel,
+			Messages:      []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are a helpful assistant that answers at length about trains."), openai.UserMessage("Tell me about switchyards.")},
+			MaxTokens:     openai.Int(8),
+			StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+		}, option.WithHeader(gw.HeaderSession, "conversation-1"), option.WithResponseInto(&resp))
+		acc := openai.ChatCompletionAccumulator{}
+		for stream.Next() {
+			acc.AddChunk(stream.Current())
+		}
+		if err := stream.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if acc.Usage.CompletionTokens != 8 || acc.Choices[0].Message.Content == "" {
+			t.Fatalf("turn %d: usage %+v content %q", turn, acc.Usage, acc.Choices[0].Message.Content)
+		}
+		served = append(served, resp.Header.Get(gw.HeaderEngine))
+	}
+	if served[0] == "" || served[0] != served[1] {
+		t.Fatalf("session not kept on one engine: %v", served)
+	}
+	if s := g.Stats(); s.Succeeded != 2 || s.Failed != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
