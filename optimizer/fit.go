@@ -125,7 +125,9 @@ func PriorWeight(w float64) FitOption {
 // non-decreasing piecewise-linear function with those knots and a
 // non-negative value at 0 is such a combination, so this is exactly the
 // constrained least-squares fit. The prior enters as pseudo-observations
-// at the knots with total weight PriorWeight. Observations that are not
+// at the knots with total weight PriorWeight, after scaling the prior by
+// the one factor that best fits the data (clamped to [1/4, 4]): the class
+// gives the shape, the data the level. Observations that are not
 // finite, have negative latency or utilization are ignored.
 func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, error) {
 	cfg := fitConfig{knots: []float64{0, .2, .4, .5, .6, .7, .8, .85, .9, .95, 1}, priorWeight: 20}
@@ -184,8 +186,26 @@ func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, e
 				return Profile{}, errors.New("prior has a non-finite point")
 			}
 		}
+		// The prior gives the shape; its level is fitted to the data
+		// (one scale factor, clamped to [1/4, 4]) so a fleet that is
+		// uniformly slower or faster than its class keeps the class's
+		// curvature where the data do not reach.
+		scale := 1.0
+		num, den := 0.0, 0.0
+		for _, o := range used {
+			w := o.Weight
+			if w == 0 {
+				w = 1
+			}
+			pu := prior.At(o.Utilization)
+			num += w * o.LatencyMs * pu
+			den += w * pu * pu
+		}
+		if den > 0 && num > 0 {
+			scale = math.Min(4, math.Max(0.25, num/den))
+		}
 		for _, u := range t {
-			add(u, prior.At(u), cfg.priorWeight/float64(len(t)))
+			add(u, scale*prior.At(u), cfg.priorWeight/float64(len(t)))
 		}
 	}
 	if len(used) == 0 && !hasPrior {
