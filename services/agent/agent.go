@@ -224,20 +224,28 @@ func (s *Service) scrape(ctx context.Context, t Target, st *engineState, now tim
 	if err != nil {
 		return sig, err
 	}
-	sig.Health = s.health(ctx, t)
+	fill(sig, s.health(ctx, t), cur, st, now)
+	return sig, nil
+}
+
+// fill sets sig's values from reading cur, with deltas against the
+// previous reading in st (which it then replaces). Every value it writes
+// is finite and non-negative.
+func fill(sig *schemas.EngineSignal, health schemas.Health, cur *reading, st *engineState, now time.Time) {
+	sig.Health = health
 	sig.Model = cur.model
 	sig.RunningRequests = cur.gauges["running"]
 	sig.WaitingRequests = cur.gauges["waiting"]
 	sig.KvCacheUsage = math.Min(1, math.Max(0, cur.gauges["kv"]))
 	replicas := 1.0
 	if r, ok := cur.gauges["replicas"]; ok && r >= 1 {
-		replicas = math.Round(r)
+		replicas = math.Min(math.Round(r), 1e6)
 	}
 	if sig.Health != schemas.Health_HEALTH_UNHEALTHY {
 		sig.ReadyReplicas = uint32(replicas)
 	}
 	if mb, ok := cur.gauges["max_batch"]; ok && mb > 0 {
-		sig.MaxBatch = uint32(math.Round(mb / replicas))
+		sig.MaxBatch = uint32(math.Min(math.Round(mb/replicas), 1e9))
 	}
 	hasPrev := st.prev != nil
 	var prev *reading
@@ -278,7 +286,6 @@ func (s *Service) scrape(ctx context.Context, t Target, st *engineState, now tim
 		sig.RequestsFinished = float64(e2e.GetCount())
 	}
 	st.prev, st.prevTime = cur, now
-	return sig, nil
 }
 
 func (s *Service) fetchMetrics(ctx context.Context, t Target) (*reading, error) {

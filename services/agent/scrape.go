@@ -93,7 +93,7 @@ func parse(r io.Reader) (*reading, error) {
 		var sum, n float64
 		for _, m := range f.GetMetric() {
 			v := value(m)
-			if !finite(v) {
+			if !finite(v) || v < 0 {
 				continue
 			}
 			sum += v
@@ -102,7 +102,7 @@ func parse(r io.Reader) (*reading, error) {
 				out.model = label(m, "model_name")
 			}
 		}
-		if n == 0 {
+		if n == 0 || !finite(sum) {
 			continue
 		}
 		if q == "kv" {
@@ -117,11 +117,13 @@ func parse(r io.Reader) (*reading, error) {
 		}
 		var sum float64
 		for _, m := range f.GetMetric() {
-			if v := value(m); finite(v) {
+			if v := value(m); finite(v) && v >= 0 {
 				sum += v
 			}
 		}
-		out.counters[q] = sum
+		if finite(sum) {
+			out.counters[q] = sum
+		}
 	}
 	for _, q := range []string{"ttft", "itl", "e2e"} {
 		f := find(q)
@@ -175,14 +177,15 @@ func toHist(h *dto.Histogram) *hist {
 		return nil
 	}
 	out := &hist{sum: h.GetSampleSum(), count: float64(h.GetSampleCount())}
-	if !finite(out.sum) {
+	if !finite(out.sum) || out.sum < 0 {
 		return nil
 	}
 	bs := append([]*dto.Bucket(nil), h.GetBucket()...)
 	sort.Slice(bs, func(i, j int) bool { return bs[i].GetUpperBound() < bs[j].GetUpperBound() })
 	for _, b := range bs {
-		if math.IsInf(b.GetUpperBound(), 1) || !finite(b.GetUpperBound()) {
-			continue
+		ub := b.GetUpperBound()
+		if !finite(ub) || ub < 0 || (len(out.bounds) > 0 && ub <= out.bounds[len(out.bounds)-1]) {
+			continue // +Inf, negative or duplicate bounds
 		}
 		out.bounds = append(out.bounds, b.GetUpperBound())
 		out.cum = append(out.cum, float64(b.GetCumulativeCount()))
@@ -200,6 +203,9 @@ func (h *hist) add(o *hist) {
 			return
 		}
 	}
+	if !finite(h.sum + o.sum) {
+		return
+	}
 	for i := range h.cum {
 		h.cum[i] += o.cum[i]
 	}
@@ -212,7 +218,7 @@ func counterDelta(cur, prev float64, hasPrev bool) float64 {
 	if !hasPrev {
 		return 0
 	}
-	if d := cur - prev; d >= 0 {
+	if d := cur - prev; d >= 0 && finite(d) {
 		return d
 	}
 	return cur
@@ -236,7 +242,10 @@ func histDelta(cur, prev *hist) *schemas.Histogram {
 		}
 		sum, count = cur.sum-prev.sum, cur.count-prev.count
 	}
-	out := &schemas.Histogram{Bounds: append([]float64(nil), cur.bounds...), Sum: math.Max(0, sum), Count: uint64(math.Max(0, count))}
+	if !finite(sum) || sum < 0 {
+		sum = 0
+	}
+	out := &schemas.Histogram{Bounds: append([]float64(nil), cur.bounds...), Sum: sum, Count: uint64(math.Max(0, count))}
 	var below float64
 	for _, c := range cum {
 		out.Counts = append(out.Counts, uint64(math.Max(0, c-below)))
