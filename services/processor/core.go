@@ -104,6 +104,26 @@ func (c *Core) SetEnd(topic string, partition int32, end int64) {
 	p.end = max(p.end, end)
 }
 
+// pending lists the partitions with unread records.
+func (c *Core) pending() []tp {
+	var out []tp
+	for k, p := range c.parts {
+		if p.pos < p.end {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// markCaughtUp treats a partition as fully read, so it stops holding the
+// watermark back (for a partition that has stopped delivering records, e.g.
+// because its log ends in transaction markers).
+func (c *Core) markCaughtUp(k tp) {
+	if p := c.parts[k]; p != nil {
+		p.end = p.pos
+	}
+}
+
 // watermark is the event time up to which all input has been seen: the
 // smallest per-partition maximum event time over the partitions that
 // still have unread records, or, when every partition is caught up, the

@@ -210,7 +210,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.log.Info("processor running", "group", s.cfg.Group, "signals", s.topics.Signals, "routing_events", s.topics.RoutingEvents,
 		"window", s.cfg.Window, "slide", s.cfg.Slide, "allowed_lateness", s.cfg.AllowedLateness)
-	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), lastCkpt: time.Now()}
+	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), lastCkpt: time.Now(), progress: map[tp]time.Time{}}
 	return r.loop(ctx)
 }
 
@@ -225,6 +225,9 @@ type runner struct {
 	dirty   bool // dead letters since the last checkpoint
 	// pendingEnd is the end of the latest fired window.
 	pendingEnd int64
+	// progress is when each partition last delivered a record (or was
+	// first seen waiting), for the stalled-partition rule.
+	progress map[tp]time.Time
 	lastCkpt   time.Time
 }
 
@@ -272,10 +275,15 @@ func (r *runner) loop(ctx context.Context) error {
 		if fetchErr != nil {
 			s.log.Warn("fetch error", "err", fetchErr)
 		}
+		now := time.Now()
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			r.core.SetEnd(p.Topic, p.Partition, p.HighWatermark)
+			if len(p.Records) > 0 {
+				r.progress[tp{p.Topic, p.Partition}] = now
+			}
 			p.EachRecord(r.handle)
 		})
+		r.releaseStalled(now)
 		fired := r.core.Fire()
 		for _, f := range fired {
 			r.pendingEnd = max(r.pendingEnd, f.End)
@@ -302,6 +310,28 @@ func (r *runner) loop(ctx context.Context) error {
 				}
 				return err
 			}
+		}
+	}
+}
+
+// stalledAfter is how long a partition may have unread records without
+// delivering any before it stops holding the watermark back.
+const stalledAfter = 30 * time.Second
+
+// releaseStalled marks partitions that have had unread records but
+// delivered nothing for stalledAfter as caught up (wall-clock liveness
+// rule; it never applies while records flow).
+func (r *runner) releaseStalled(now time.Time) {
+	for _, k := range r.core.pending() {
+		since, ok := r.progress[k]
+		if !ok {
+			r.progress[k] = now
+			continue
+		}
+		if now.Sub(since) > stalledAfter {
+			r.s.log.Warn("partition stalled; no longer holding the watermark", "topic", k.Topic, "partition", k.Partition)
+			r.core.markCaughtUp(k)
+			delete(r.progress, k)
 		}
 	}
 }
