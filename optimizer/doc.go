@@ -40,28 +40,47 @@
 // # Solver
 //
 // With R fixed the problem is a convex separable transportation problem.
-// The solver starts from the max-flow plan (feasible) and runs block
-// coordinate descent over clusters: each block is solved exactly by
-// marginal-cost equalisation — a safeguarded regula falsi on the cluster's
-// price μ_i so that every engine with flow has r_ij + g'_j(L_j) (+/- the
-// churn subgradient) equal to μ_i — which keeps every iterate feasible.
-// Coordinate descent can stall where a capacity or a profile knot binds, so
-// when a sweep no longer improves, the solver looks for a negative cycle in
-// the residual graph reduced to cluster nodes (one cluster takes an
-// engine's capacity from another) by Bellman–Ford and pushes flow around it
-// with an exact line search.
+// Its Lagrangian dual in the cluster prices μ (one per cluster, ms) is
 //
-// The stopping rule is a certified duality gap: engine prices π_j are taken
-// in the subdifferential of g_j at the current load (raised on saturated
-// engines to the clusters' prices), cluster prices μ_i are then optimised
-// exactly, and the Lagrangian dual value D(π, μ) is a lower bound on the
-// optimum. The solver stops when (primal − D)/primal <= Tolerance (default
-// 1e-4) and reports that gap; marginal_ms in the explanations is r_ij + π_j.
+//	D(μ) = Σ_i μ_i R_i − Σ_j H_j(max_i (μ_i − r_ij)),  H_j(m) = max_{0≤L≤cap_j} m·L − g_j(L)
+//
+// where H_j' = L_j(m) is the engine's supply at marginal price m — a
+// continuous function even across profile knots, which is why the dual is
+// the easier side. Solve
+//
+//  1. starts from the max-flow plan spread towards capacity-proportional
+//     flows, and prices each cluster at its flow-weighted marginal cost;
+//  2. maximises the entropy-smoothed dual (max replaced by a log-sum-exp
+//     of temperature τ) by damped Newton steps on μ — an nc×nc system per
+//     step, factorised with gonum's Cholesky — with τ cut 4× per stage
+//     from 2 ms down to 0.2·Tolerance·(mean latency). Engines that are
+//     full in every feasible plan (the tight sets of the shedding step)
+//     supply exactly their capacity. The flows x_ij = L_j·softmax are
+//     then optimal for the smoothed problem;
+//  3. repairs rounding with the max-flow network (exact row sums, no
+//     engine above capacity), so the hard constraints hold exactly;
+//  4. certifies the result with a duality gap: the primal objective of the
+//     plan against the larger of two Lagrangian lower bounds (D(μ) at the
+//     Newton prices, and the bound from engine prices π_j), both exact
+//     for any prices. If the relative gap exceeds Tolerance (default
+//     1e-4), it continues with block coordinate descent over clusters —
+//     each block solved exactly by marginal-cost equalisation, a
+//     safeguarded Newton/bisection on μ_i — and, where descent stalls at
+//     a capacity wall or a profile knot, negative-cycle cancelling on the
+//     residual graph reduced to cluster nodes (Bellman–Ford, exact line
+//     search). The churn term (per-edge |x − prev| kinks) is handled
+//     exactly by this second phase and by the dual bound; the Newton phase
+//     ignores it.
+//
+// Everything iterates in sorted id order (map iteration order never
+// reaches the arithmetic), so the same input gives byte-identical output. marginal_ms in an
+// explanation is r_ij + π_j.
 //
 // # Profiles
 //
 // FitProfile fits the latency profile from observations by non-negative
 // least squares over a hinge basis, which is exactly the set of convex
-// non-decreasing piecewise-linear functions on a fixed knot grid; see
-// fit.go.
+// non-decreasing piecewise-linear functions on a fixed knot grid, shrunk
+// towards the GPU class's prior (PriorProfile) where data are thin; see
+// FitProfile and docs/solve.md.
 package optimizer

@@ -7,7 +7,7 @@ import (
 )
 
 // SolverName identifies this solver in schemas.SolveStats.
-const SolverName = "switchyard-kkt-bcd"
+const SolverName = "switchyard-dual-newton"
 
 // Solution is the optimal plan for an Instance. Its JSON form is what
 // `switchyard solve --json` prints.
