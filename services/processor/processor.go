@@ -175,7 +175,12 @@ func (s *Service) Stats() Stats {
 
 // Run consumes until ctx is done. On cancel it flushes and checkpoints
 // (bounded by 10s) and returns nil.
-func (s *Service) Run(ctx context.Context) error {
+func (s *Service) Run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = nil // stopped during startup
+		}
+	}()
 	s.log.Info("processor starting")
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(s.cfg.KafkaBrokers...),
