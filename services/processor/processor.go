@@ -233,7 +233,7 @@ type runner struct {
 	// progress is when each partition last delivered a record (or was
 	// first seen waiting), for the stalled-partition rule.
 	progress map[tp]time.Time
-	lastCkpt   time.Time
+	lastCkpt time.Time
 }
 
 func (r *runner) promise(_ *kgo.Record, err error) {
