@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -40,20 +41,35 @@ type Config struct {
 type Brokers struct {
 	NATS  *server.Server
 	Kafka *kfake.Cluster
+	tmp   string // JetStream's temporary store, removed by Close
 }
 
 // Start starts both brokers and waits until they accept connections.
 func Start(ctx context.Context, cfg Config) (*Brokers, error) {
-	ns, err := StartNATS(ctx, cfg.NATSListen, dataSub(cfg.DataDir, "jetstream"))
+	store, tmp := dataSub(cfg.DataDir, "jetstream"), ""
+	if store == "" {
+		d, err := os.MkdirTemp("", "switchyard-jetstream-")
+		if err != nil {
+			return nil, fmt.Errorf("jetstream store: %w", err)
+		}
+		store, tmp = d, d
+	}
+	ns, err := StartNATS(ctx, cfg.NATSListen, store)
 	if err != nil {
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
 		return nil, err
 	}
 	kc, err := StartKafka(cfg.KafkaListen, dataSub(cfg.DataDir, "kafka"), cfg.KafkaPartitions)
 	if err != nil {
 		ns.Shutdown()
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
 		return nil, err
 	}
-	return &Brokers{NATS: ns, Kafka: kc}, nil
+	return &Brokers{NATS: ns, Kafka: kc, tmp: tmp}, nil
 }
 
 func dataSub(dir, sub string) string {
@@ -74,6 +90,9 @@ func (b *Brokers) Close() {
 	b.Kafka.Close()
 	b.NATS.Shutdown()
 	b.NATS.WaitForShutdown()
+	if b.tmp != "" {
+		_ = os.RemoveAll(b.tmp)
+	}
 }
 
 func splitHostPort(addr, def string) (string, int, error) {
@@ -96,7 +115,8 @@ func splitHostPort(addr, def string) (string, int, error) {
 
 // StartNATS starts a NATS server with JetStream on listen (host:port; port
 // 0 picks a free one). storeDir empty keeps JetStream in a temporary
-// directory.
+// directory of the server's choosing, shared between runs: Start gives
+// each run its own.
 func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, error) {
 	host, port, err := splitHostPort(listen, "127.0.0.1:0")
 	if err != nil {
@@ -115,9 +135,6 @@ func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, er
 		// One-process dev server: keep JetStream's reservations small.
 		JetStreamMaxMemory: 256 << 20,
 		JetStreamMaxStore:  1 << 30,
-	}
-	if storeDir == "" {
-		opts.StoreDir = "" // server picks os.TempDir()/nats/jetstream
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

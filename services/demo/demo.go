@@ -365,6 +365,7 @@ type status struct {
 	pipe    *pipeline
 	fleet   []*engineProc
 	js      jetstream.JetStream
+	store   *snapshots.Store
 	started time.Time
 
 	mu       sync.Mutex
@@ -374,10 +375,14 @@ type status struct {
 
 func (s *status) weights(ctx context.Context) map[string]string {
 	out := map[string]string{}
-	st, err := snapshots.Open(ctx, s.js)
-	if err != nil {
-		return out
+	if s.store == nil {
+		st, err := snapshots.Open(ctx, s.js)
+		if err != nil {
+			return out
+		}
+		s.store = st
 	}
+	st := s.store
 	for _, r := range s.cfg.Topology.Regions {
 		snap, err := st.Get(ctx, r)
 		if err != nil {
