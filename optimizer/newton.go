@@ -95,7 +95,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	}
 
 	// Softmax entries below exp(cut) are dropped: exp(-30) ~ 1e-13 in the
-	// final stage, exp(-15) ~ 3e-7 in the coarse ones.
+	// final stage, exp(-10) ~ 5e-5 in the coarse ones.
 	cut := -30.0
 	var zs []float64
 	gradT := make([]float64, n)
@@ -116,6 +116,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				continue
 			}
 			pj, rj := ePos[lo:hi], eRTT[lo:hi]
+			itau := 1 / tau
 			best := math.Inf(-1)
 			for k, a := range pj {
 				if b := mu[a] - rj[k]; b > best {
@@ -126,7 +127,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			zs = zs[:0]
 			sum := 0.0
 			for k, a := range pj {
-				z := (mu[a] - rj[k] - best) / tau
+				z := (mu[a] - rj[k] - best) * itau
 				if z < cut {
 					continue
 				}
@@ -150,13 +151,17 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			if !hess {
 				continue
 			}
+			// Upper triangle only (by cluster position); mirrored after.
 			lt := L / tau
 			for u, au := range ents {
 				pu := probs[u]
-				row := qd[int(au)*n:]
+				row := qd[int(au)*n : int(au+1)*n]
 				row[au] += lt * pu
+				cu := (dL - lt) * pu
 				for v, av := range ents {
-					row[av] += (dL - lt) * pu * probs[v]
+					if av >= au {
+						row[av] += cu * probs[v]
+					}
 				}
 			}
 		}
@@ -176,7 +181,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		if final {
 			want = math.Min(1e-2*tol, 1e-7) * total
 		}
-		cut = -15
+		cut = -10
 		if final {
 			cut = -30
 		}
@@ -195,11 +200,6 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				break
 			}
 			steps++
-			for a := range n {
-				for b := a; b < n; b++ {
-					q.SetSym(a, b, qd[a*n+b])
-				}
-			}
 			tr := 0.0
 			for a := range n {
 				tr += qd[a*n+a]
@@ -266,7 +266,9 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		if final || steps >= maxSteps {
 			break
 		}
-		tau = math.Max(tauFinal, tau/4)
+		if tau /= 4; tau < 2*tauFinal {
+			tau = tauFinal
+		}
 	}
 	// Recover the flows at the final prices.
 	for e := range s.x {
