@@ -78,6 +78,8 @@ type Summary struct {
 	LatestVersion      uint64           `json:"latest_snapshot_version"`
 	SignalsConsumed    uint64           `json:"signals_consumed"`
 	RoutingEvents      uint64           `json:"routing_events"`
+	DeadLettered       uint64           `json:"dead_lettered"`
+	EstimatesPublished uint64           `json:"estimates_published"`
 	KVHitRate          float64          `json:"kv_hit_rate"`
 	TTFTms             Quantiles        `json:"ttft_ms"`
 	Gateways           []GatewaySummary `json:"gateways"`
@@ -440,6 +442,8 @@ func (s *status) summary(_ context.Context, kafka, natsURL string) *Summary {
 		LatestVersion:      s.pipe.latestVersion(),
 		SignalsConsumed:    s.pipe.signalsConsumed(),
 		RoutingEvents:      s.pipe.routingEventsConsumed(),
+		DeadLettered:       s.pipe.processor.Stats().DeadLettered,
+		EstimatesPublished: s.pipe.processor.Stats().EstimatesPublished,
 		KVHitRate:          kvHitRate(s.fleet),
 		TTFTms:             Quantiles{P50: p50, P99: p99},
 		Gateways:           s.pipe.gatewaySummaries(),
