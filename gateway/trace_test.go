@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/switchyard-llm/switchyard/gateway/shed"
+)
+
+// TestTracing: with an SDK tracer provider the gateway records a server
+// span and a client span per attempt, and the engine receives the client
+// span's W3C trace context.
+func TestTracing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	e := newFakeEngine(t, "a")
+	_, base := startGateway(t, Config{Engines: static(e), TracerProvider: tp})
+	if s, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil); s != 200 {
+		t.Fatalf("%d %s", s, body)
+	}
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans, want server + upstream", len(spans))
+	}
+	var upstream sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.Name() == "switchyard.gateway.upstream" {
+			upstream = s
+		}
+	}
+	if upstream == nil {
+		t.Fatal("no upstream span")
+	}
+	tp0 := e.header(0).Get("traceparent")
+	want := "00-" + upstream.SpanContext().TraceID().String() + "-" + upstream.SpanContext().SpanID().String()
+	if !strings.HasPrefix(tp0, want) {
+		t.Fatalf("traceparent %q, want prefix %q", tp0, want)
+	}
+}
+
+func FuzzParsePriority(f *testing.F) {
+	for _, s := range []string{"", "low", "HIGH", "2", "-1", " normal "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := shed.ParsePriority(s)
+		if err == nil && p > shed.High {
+			t.Fatalf("%q parsed to %d", s, p)
+		}
+	})
+}
+
+func FuzzParseEngines(f *testing.F) {
+	f.Add("a=http://127.0.0.1:1,b=https://x/y")
+	f.Add("=,=")
+	f.Add("a=http://[::1]:80")
+	f.Fuzz(func(t *testing.T, s string) {
+		es, err := ParseEngines(s)
+		if err != nil {
+			return
+		}
+		for _, e := range es {
+			if e.ID == "" || checkEndpoint(e.URL) != nil {
+				t.Fatalf("accepted %+v from %q", e, s)
+			}
+		}
+	})
+}
