@@ -118,6 +118,9 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":%d,\"total_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n", e.tokens, e.tokens+11)
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	fl.Flush()
+	if e.mode.Load() == "linger" { // keep the response open after [DONE]
+		<-r.Context().Done()
+	}
 }
 
 func (e *fakeEngine) header(i int) http.Header {

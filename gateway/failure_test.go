@@ -94,7 +94,7 @@ func killEngineMidRun(t *testing.T, consecutive int) {
 		}()
 	}
 	wg.Wait()
-	s := g.Stats()
+	s := settled(t, g)
 	t.Logf("stats %+v, cut streams %d (in flight on the killed engine: %d)", s, cut.Load(), inflightAtKill)
 	if badStatus.Load() != 0 {
 		t.Fatalf("%d clients saw an error status", badStatus.Load())
@@ -129,7 +129,7 @@ func TestRetryBudgetBoundsStorm(t *testing.T) {
 			t.Fatalf("%d %s", status, body)
 		}
 	}
-	if s := g.Stats(); s.Retries > 8 || s.Failed != 60 {
+	if s := settled(t, g); s.Retries > 8 || s.Failed != 60 {
 		t.Fatalf("stats %+v: retries over budget 0.1·60+2", s)
 	}
 	if n := a.requests.Load() + b.requests.Load() + c.requests.Load(); n > 68 {
@@ -168,7 +168,7 @@ func TestOverloadSheds(t *testing.T) {
 			t.Errorf("blocked request ended %d", s)
 		}
 	}
-	if s := g.Stats(); s.Shed != 1 || s.Succeeded != 4 {
+	if s := settled(t, g); s.Shed != 1 || s.Succeeded != 4 {
 		t.Errorf("stats %+v", s)
 	}
 }

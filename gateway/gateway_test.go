@@ -114,7 +114,7 @@ func TestStreamThroughFallback(t *testing.T) {
 	if status != 200 || !strings.Contains(body, `"chat.completion"`) {
 		t.Fatalf("non-stream: %d %s", status, body)
 	}
-	s := g.Stats()
+	s := settled(t, g)
 	if s.Requests != 2 || s.Succeeded != 2 || s.Cluster != "us-east" {
 		t.Errorf("stats %+v", s)
 	}
@@ -208,7 +208,7 @@ func TestEngine4xxNotRetried(t *testing.T) {
 	if n := a.requests.Load() + b.requests.Load(); n != 1 {
 		t.Fatalf("4xx tried on %d engines", n)
 	}
-	if s := g.Stats(); s.Retries != 0 || s.ClientErrors != 1 {
+	if s := settled(t, g); s.Retries != 0 || s.ClientErrors != 1 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -243,7 +243,7 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 					}
 				}
 			}
-			s := g.Stats()
+			s := settled(t, g)
 			if s.Failed != 0 || s.Succeeded != 12 {
 				t.Fatalf("stats %+v", s)
 			}
@@ -271,7 +271,7 @@ func TestMidStreamFailureAndIdleTimeout(t *testing.T) {
 	if !strings.Contains(body, "t0 ") || !strings.Contains(body, `"code":"upstream_error"`) {
 		t.Fatalf("want the first token then an error event, got %q", body)
 	}
-	if s := g.Stats(); s.Failed != 1 || s.Retries != 0 {
+	if s := settled(t, g); s.Failed != 1 || s.Retries != 0 {
 		t.Fatalf("stats %+v", s)
 	}
 }
@@ -326,7 +326,7 @@ func TestSharedRegistry(t *testing.T) {
 	g1, b1 := startGateway(t, Config{Cluster: "one", Engines: static(e), Registerer: reg, Gatherer: reg})
 	g2, _ := startGateway(t, Config{Cluster: "two", Engines: static(e), Registerer: reg, Gatherer: reg})
 	post(t, context.Background(), b1, chatBody(false, "x"), nil)
-	if g1.Stats().Requests != 1 || g2.Stats().Requests != 0 {
+	if settled(t, g1).Requests != 1 || g2.Stats().Requests != 0 {
 		t.Fatalf("%+v %+v", g1.Stats(), g2.Stats())
 	}
 	mfs, err := reg.Gather()
@@ -347,4 +347,33 @@ func TestSharedRegistry(t *testing.T) {
 		t.Fatalf("metrics: %v", err)
 	}
 	resp.Body.Close()
+}
+
+// settled waits until every request the gateway counted has finished its
+// accounting (a client can read the last byte before the handler returns)
+// and returns the stats.
+func settled(t testing.TB, g *Gateway) Stats {
+	t.Helper()
+	var s Stats
+	waitFor(t, 5*time.Second, func() bool {
+		s = g.Stats()
+		return s.InFlight == 0 && s.Requests == s.Succeeded+s.Failed+s.Shed+s.ClientErrors+s.Canceled
+	}, "requests did not settle")
+	return s
+}
+
+// TestEngineLingersAfterDone: a response is complete at data: [DONE]; an
+// engine that keeps the connection open after it neither holds the client
+// past the grace period nor counts as a failure.
+func TestEngineLingersAfterDone(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	e.setMode("linger")
+	g, base := startGateway(t, Config{Engines: static(e)})
+	status, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil)
+	if status != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
+		t.Fatalf("%d %q", status, body)
+	}
+	if s := settled(t, g); s.Succeeded != 1 || s.Failed != 0 {
+		t.Fatalf("stats %+v", s)
+	}
 }

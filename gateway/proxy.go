@@ -36,6 +36,7 @@ const (
 	maxResponseBytes = 64 << 20
 	maxErrorBytes    = 1 << 20
 	maxUsageLine     = 64 << 10
+	doneGrace        = time.Second
 )
 
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
@@ -274,7 +275,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		rt.table.Done(i)
 		ev.TtftMs, ev.MeanTbotMs = ms(res.ttft), ms(res.tbot)
 		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.promptTokens, res.outputTokens, res.cachedTokens
-		if res.failReason != "" && r.Context().Err() == nil {
+		if res.failReason != "" && r.Context().Err() == nil && !res.complete {
 			g.m.upstreamFails.WithLabelValues(g.cfg.Cluster, res.failReason).Inc()
 			if g.outlier.Failure(eng.State, g.cfg.Now()) {
 				g.m.ejections.WithLabelValues(g.cfg.Cluster, eng.ID).Inc()
@@ -284,6 +285,8 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			g.outlier.Success(eng.State, res.ttft-res.queued)
 		}
 		switch {
+		case res.complete:
+			return outcome{statusOK, res.status}
 		case r.Context().Err() != nil:
 			return outcome{statusCanceled, 499}
 		case res.committed && res.failReason != "":
@@ -310,6 +313,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 // attemptResult says what one attempt did.
 type attemptResult struct {
 	committed  bool   // bytes reached the client: no retry possible
+	complete   bool   // the whole response (up to data: [DONE]) was relayed
 	status     int    // HTTP status sent (or received)
 	failReason string // "" unless the engine failed
 	err        error
@@ -432,7 +436,7 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(b)
-	res.committed = true
+	res.committed, res.complete = true, true
 }
 
 type usage struct {
@@ -483,6 +487,7 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 		usageLine  []byte
 		inUsage    bool
 		eventEnded bool
+		sawDone    bool
 	)
 	defer func() {
 		if idle != nil {
@@ -509,7 +514,9 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 					eventEnded = true
 				case bytes.HasPrefix(line, dataPrefix):
 					payload := bytes.TrimSpace(line[len(dataPrefix):])
-					if !bytes.Equal(payload, donePayload) {
+					if bytes.Equal(payload, donePayload) {
+						sawDone = true
+					} else {
 						now := g.cfg.Now()
 						if firstData.IsZero() {
 							firstData = now
@@ -563,6 +570,11 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 			} else if idle != nil {
 				idle.Reset(g.cfg.IdleTimeout)
 			}
+			if sawDone && idle != nil {
+				// After [DONE] the engine only has to end the response;
+				// do not keep the client waiting for one that lingers.
+				idle.Reset(min(g.cfg.IdleTimeout, doneGrace))
+			}
 			// Flush unless another whole event is already buffered: events
 			// that arrived together leave together, and none waits for
 			// the network.
@@ -570,8 +582,17 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 				flusher.Flush()
 			}
 		}
+		if sawDone && res.committed {
+			res.complete = true
+		}
 		if err != nil {
-			if err != io.EOF {
+			if err == io.EOF || res.complete {
+				// Done; what the engine does after [DONE] (or the client
+				// leaving after it) does not matter.
+				if !res.committed {
+					res.failReason, res.err = "stream", errors.New("stream ended before its first event")
+				}
+			} else {
 				res.failReason, res.err = failReason(ctx, "stream"), causeOr(ctx, err)
 				if (res.committed && ctx.Err() == nil) || context.Cause(ctx) == errIdle {
 					// Tell an OpenAI client why the stream ends early.
@@ -580,8 +601,6 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 						flusher.Flush()
 					}
 				}
-			} else if !res.committed {
-				res.failReason, res.err = "stream", errors.New("stream ended before its first event")
 			}
 			break
 		}

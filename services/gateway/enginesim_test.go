@@ -65,7 +65,11 @@ func TestThroughEnginesim(t *testing.T) {
 	if served[0] == "" || served[0] != served[1] {
 		t.Fatalf("session not kept on one engine: %v", served)
 	}
-	if s := g.Stats(); s.Succeeded != 2 || s.Failed != 0 {
-		t.Fatalf("stats %+v", s)
+	deadline := time.Now().Add(5 * time.Second)
+	for s := g.Stats(); s.Succeeded != 2 || s.Failed != 0; s = g.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
 }
