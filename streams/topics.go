@@ -19,7 +19,8 @@ type Topics struct {
 	Signals string
 	// RoutingEvents carries RoutingEvent records keyed by cluster.
 	RoutingEvents string
-	// Estimates carries Estimate envelopes keyed by entity (compacted).
+	// Estimates carries Estimate envelopes keyed by entity (compacted,
+	// one partition, so consumers see windows in order).
 	Estimates string
 	// DeadLetter carries records that could not be processed, with the
 	// reason in the "switchyard-dlq-reason" header.
@@ -51,7 +52,11 @@ func (t Topics) All() []string {
 
 // EnsureTopics creates the topics that do not exist yet, with partitions
 // partitions (default 3) and replication factor -1 (the broker default).
-// The estimates topic is compacted.
+// The estimates topic is compacted and has one partition: the processor
+// publishes each window's estimates in one burst and the optimizer plans a
+// window when the next one starts, which needs them in order (estimates
+// are a few records per engine per slide, far below one partition's
+// capacity).
 func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics, partitions int32) error {
 	if partitions <= 0 {
 		partitions = 3
@@ -60,10 +65,12 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics, partitions int3
 	compact := "compact"
 	for _, name := range t.All() {
 		var cfg map[string]*string
+		n := partitions
 		if name == t.Estimates {
 			cfg = map[string]*string{"cleanup.policy": &compact}
+			n = 1
 		}
-		resp, err := adm.CreateTopic(ctx, partitions, -1, cfg, name)
+		resp, err := adm.CreateTopic(ctx, n, -1, cfg, name)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			return fmt.Errorf("creating topic %q: %w", name, err)
 		}

@@ -285,7 +285,7 @@ loop:
 		}
 	}
 	// Let the last routing events cross Kafka before counting them.
-	drain := time.Now().Add(10 * time.Second)
+	drain := time.Now().Add(5 * time.Second)
 	for time.Now().Before(drain) && pipe.routingEventsConsumed() < pipe.routingEventsEmitted() && gctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond)
 	}

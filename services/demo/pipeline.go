@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/services/agent"
 	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/services/processor"
@@ -65,8 +66,8 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 	p.processor = proc
 
 	opt, err := optsvc.New(optsvc.Config{
-		KafkaBrokers: kafka, NATSURL: natsURL, Period: 2 * time.Second,
-		Settings: optsvc.Settings{
+		KafkaBrokers: kafka, NATSURL: natsURL,
+		Settings: plan.Settings{
 			MaxUtilization: 0.9, ChurnWeight: 5, Clusters: top.Regions, MinDemandRPS: 1,
 			RegionRTTms: top.RTTms,
 		},

@@ -1,7 +1,7 @@
 // Package optimizer is the `switchyard optimizer` service: it consumes the
-// processor's estimates from Kafka, builds the routing problem every
-// period, solves it with package optimizer and publishes a versioned
-// weight snapshot to NATS JetStream.
+// processor's estimates from Kafka and, for every completed processor
+// window, plans the routing with package optimizer/plan and publishes a
+// weight snapshot to NATS JetStream whose version is the window's end.
 package optimizer
 
 import (
@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -35,11 +35,11 @@ type Config struct {
 	KafkaBrokers []string
 	TopicPrefix  string
 	NATSURL      string
-	// Period between solves (default 5s).
-	Period   time.Duration
-	Settings Settings
-	// Now is the clock (default time.Now).
-	Now        func() time.Time
+	// Settle is how long the estimates of a window may be quiet before the
+	// window is planned without waiting for the next one (default 500ms).
+	// The processor publishes a window's estimates in one burst.
+	Settle     time.Duration
+	Settings   plan.Settings
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 }
@@ -56,9 +56,6 @@ type Stats struct {
 type Service struct {
 	cfg    Config
 	topics streams.Topics
-
-	mu    sync.Mutex
-	state *State
 
 	estimates, published, latest, dead atomic.Uint64
 
@@ -79,11 +76,11 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) metrics {
 	m := metrics{
 		published:  prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_snapshots_published_total", Help: "Weight snapshots published."}),
-		failures:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_optimizer_failures_total", Help: "Planning rounds that published nothing, by stage."}, []string{"stage"}),
+		failures:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_optimizer_failures_total", Help: "Windows that published nothing, by stage."}, []string{"stage"}),
 		solveSecs:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "switchyard_optimizer_solve_seconds", Help: "Time to build and solve one instance.", Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10)}),
 		objective:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_objective_ms", Help: "Expected mean end-to-end latency of the latest plan."}),
 		shedRPS:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_shed_rps", Help: "Requests per second the latest plan sheds."}),
-		version:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_snapshot_version", Help: "Version of the latest published snapshot."}),
+		version:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_snapshot_version", Help: "Version of the latest published snapshot (its window end, Unix ms)."}),
 		estimates:  prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_estimates_consumed_total", Help: "Estimate records consumed."}),
 		deadLetter: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_dead_letter_total", Help: "Estimate records sent to the dead-letter topic."}),
 	}
@@ -101,17 +98,13 @@ func New(cfg Config) (*Service, error) {
 	if cfg.NATSURL == "" {
 		return nil, errors.New("optimizer: no NATS URL")
 	}
-	if cfg.Period <= 0 {
-		cfg.Period = 5 * time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Settle <= 0 {
+		cfg.Settle = 500 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	cfg.Settings.defaults()
-	return &Service{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), state: NewState(), m: newMetrics(cfg.Registerer)}, nil
+	return &Service{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), m: newMetrics(cfg.Registerer)}, nil
 }
 
 // Stats returns the service's counters.
@@ -124,8 +117,8 @@ func (s *Service) Stats() Stats {
 	}
 }
 
-// Run consumes estimates and publishes a snapshot every period until ctx
-// is done.
+// Run consumes estimates and publishes a snapshot per completed window
+// until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(s.cfg.KafkaBrokers...),
@@ -160,77 +153,110 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		}
 	}
-	version, err := store.LatestVersion(ctx)
-	if err != nil {
-		return err
+	planner := plan.NewPlanner(s.cfg.Settings)
+	// Continue from what is published: previous weights for the churn
+	// term, and no re-planning of windows already published.
+	for _, c := range s.cfg.Settings.Clusters {
+		if snap, err := store.Get(ctx, c); err == nil {
+			planner.Remember(snap)
+			if snap.GetVersion() > s.latest.Load() {
+				s.latest.Store(snap.GetVersion())
+			}
+		}
 	}
-	s.latest.Store(version)
 	dlq := streams.NewDeadLetter(cl, s.topics.DeadLetter)
 
+	records := make(chan *schemas.Estimate, 1024)
 	consumeDone := make(chan struct{})
 	go func() {
 		defer close(consumeDone)
-		s.consume(ctx, cl, dlq)
+		defer close(records)
+		s.consume(ctx, cl, dlq, records)
 	}()
 	defer func() { <-consumeDone }()
 
-	t := time.NewTicker(s.cfg.Period)
-	defer t.Stop()
+	// Estimates arrive window by window; a window is planned when the next
+	// one starts arriving or when its estimates have been quiet for Settle.
+	var pending []*schemas.Estimate
+	var pendingEnd int64
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
+	flush := func() {
+		if pendingEnd != 0 {
+			s.round(ctx, store, planner, time.UnixMilli(pendingEnd), pending)
+		}
+		pending, pendingEnd = nil, 0
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
-			s.round(ctx, store)
+		case est, ok := <-records:
+			if !ok {
+				return nil
+			}
+			end := windowEnd(est)
+			if pendingEnd != 0 && end > pendingEnd {
+				flush()
+			}
+			pending = append(pending, est)
+			pendingEnd = max(pendingEnd, end)
+			settle.Reset(s.cfg.Settle)
+		case <-settle.C:
+			flush()
 		}
 	}
 }
 
-// round plans and publishes one snapshot.
-func (s *Service) round(ctx context.Context, store *snapshots.Store) {
-	now := s.cfg.Now()
-	start := time.Now()
-	s.mu.Lock()
-	in, endpoints, err := s.state.Instance(now, s.cfg.Settings)
-	s.mu.Unlock()
-	if err != nil {
-		s.m.failures.WithLabelValues("instance").Inc()
-		s.cfg.Logger.Debug("not planning", "err", err)
+func windowEnd(e *schemas.Estimate) int64 {
+	switch k := e.GetKind().(type) {
+	case *schemas.Estimate_Engine:
+		return k.Engine.GetWindowEndUnixMs()
+	case *schemas.Estimate_Demand:
+		return k.Demand.GetWindowEndUnixMs()
+	case *schemas.Estimate_Network:
+		return k.Network.GetWindowEndUnixMs()
+	}
+	return 0
+}
+
+// round plans and publishes the window ending at end.
+func (s *Service) round(ctx context.Context, store *snapshots.Store, planner *plan.Planner, end time.Time, ests []*schemas.Estimate) {
+	if uint64(end.UnixMilli()) <= s.latest.Load() {
+		planner.Apply(ests...) // already published (e.g. before a restart)
 		return
 	}
-	version := s.latest.Load() + 1
-	snap, err := Plan(in, endpoints, version, now)
+	start := time.Now()
+	snap, err := planner.Plan(end, ests)
 	s.m.solveSecs.Observe(time.Since(start).Seconds())
-	if err != nil {
+	switch {
+	case errors.Is(err, plan.ErrNothingToPlan), errors.Is(err, plan.ErrOldWindow):
+		s.m.failures.WithLabelValues("instance").Inc()
+		s.cfg.Logger.Debug("not planning", "window_end", end, "err", err)
+		return
+	case err != nil:
 		s.m.failures.WithLabelValues("solve").Inc()
-		s.cfg.Logger.Error("solve failed", "err", err)
+		s.cfg.Logger.Error("planning failed", "window_end", end, "err", err)
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := store.Publish(pctx, snap); err != nil {
 		s.m.failures.WithLabelValues("publish").Inc()
-		s.cfg.Logger.Warn("publishing snapshot", "version", version, "err", err)
-		if errors.Is(err, snapshots.ErrStaleVersion) {
-			if v, err := store.LatestVersion(pctx); err == nil && v > version {
-				s.latest.Store(v)
-			}
-		}
+		s.cfg.Logger.Warn("publishing snapshot", "version", snap.GetVersion(), "err", err)
 		return
 	}
-	s.mu.Lock()
-	s.state.Remember(snap)
-	s.mu.Unlock()
-	s.latest.Store(version)
+	s.latest.Store(snap.GetVersion())
 	s.published.Add(1)
 	s.m.published.Inc()
-	s.m.version.Set(float64(version))
+	s.m.version.Set(float64(snap.GetVersion()))
 	s.m.objective.Set(snap.GetStats().GetObjectiveMs())
 	s.m.shedRPS.Set(snap.GetStats().GetTotalShedRps())
-	s.cfg.Logger.Info("snapshot published", "version", version, "objective_ms", snap.GetStats().GetObjectiveMs(), "clusters", len(snap.GetClusters()))
+	s.cfg.Logger.Info("snapshot published", "version", snap.GetVersion(), "objective_ms", snap.GetStats().GetObjectiveMs(), "clusters", len(snap.GetClusters()))
 }
 
-func (s *Service) consume(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter) {
+func (s *Service) consume(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter, out chan<- *schemas.Estimate) {
 	for {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -239,13 +265,16 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client, dlq *streams.Dead
 		fetches.EachError(func(t string, p int32, err error) {
 			s.cfg.Logger.Warn("fetching estimates", "topic", t, "partition", p, "err", err)
 		})
-		fetches.EachRecord(func(r *kgo.Record) {
+		for it := fetches.RecordIter(); !it.Done(); {
+			r := it.Next()
 			var est schemas.Estimate
 			reason := ""
 			if err := proto.Unmarshal(r.Value, &est); err != nil {
 				reason = "undecodable estimate: " + err.Error()
 			} else if est.GetKind() == nil {
 				reason = "estimate has no kind"
+			} else if windowEnd(&est) <= 0 {
+				reason = "estimate has no window end"
 			}
 			if reason != "" {
 				if err := dlq.Send(ctx, r, reason); err != nil {
@@ -253,14 +282,16 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client, dlq *streams.Dead
 				}
 				s.dead.Add(1)
 				s.m.deadLetter.Inc()
-				return
+				continue
 			}
-			s.mu.Lock()
-			s.state.Apply(&est)
-			s.mu.Unlock()
 			s.estimates.Add(1)
 			s.m.estimates.Inc()
-		})
+			select {
+			case out <- &est:
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 }
 
@@ -289,7 +320,7 @@ func ParseRTT(s string) (map[string]map[string]float64, error) {
 			return nil, fmt.Errorf("rtt entry %q: want CLUSTER:REGION=MS", part)
 		}
 		v, err := strconv.ParseFloat(ms, 64)
-		if err != nil || !finite(v) || v < 0 {
+		if err != nil || v < 0 || v != v || v > 1e9 {
 			return nil, fmt.Errorf("rtt entry %q: bad milliseconds", part)
 		}
 		if out[from] == nil {
@@ -309,10 +340,10 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("optimizer", flag.ContinueOnError)
 	var conn cli.Connection
 	conn.Register(fs)
-	period := fs.Duration("period", 5*time.Second, "time between solves")
+	settle := fs.Duration("settle", 500*time.Millisecond, "plan a window once its estimates have been quiet this long")
 	maxUtil := fs.Float64("max-utilization", 0.9, "cap on each engine's planned utilization, in (0,1]")
-	churn := fs.Float64("churn-weight", 5, "ms of cost per unit of traffic moved away from the previous weights")
-	ttl := fs.Duration("estimate-ttl", 30*time.Second, "ignore estimates older than this")
+	churn := fs.Float64("churn-weight", plan.DefaultChurnWeight, "ms of cost per unit of traffic moved away from the previous weights")
+	ttl := fs.Duration("estimate-ttl", 30*time.Second, "ignore estimates older than this (in event time)")
 	clusters := fs.String("clusters", "", "comma-separated clusters always planned for (so their gateways get a snapshot before traffic)")
 	minDemand := fs.Float64("min-demand-rps", 1, "demand floor of every planned cluster")
 	rtt := fs.String("region-rtt", "", "static network latency CLUSTER:REGION=MS,... used until measured")
@@ -335,8 +366,8 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	svc, err := New(Config{
-		KafkaBrokers: conn.Brokers(), TopicPrefix: conn.TopicPrefix, NATSURL: conn.NATSURL, Period: *period,
-		Settings: Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, EstimateTTL: *ttl, Clusters: cl,
+		KafkaBrokers: conn.Brokers(), TopicPrefix: conn.TopicPrefix, NATSURL: conn.NATSURL, Settle: *settle,
+		Settings: plan.Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, EstimateTTL: *ttl, Clusters: cl,
 			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
 		Logger: logger, Registerer: reg,
 	})

@@ -2,8 +2,6 @@ package optimizer
 
 import (
 	"context"
-	"errors"
-	"math"
 	"testing"
 	"time"
 
@@ -11,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -39,82 +38,6 @@ func demandEst(cluster string, rps float64, end time.Time) *schemas.Estimate {
 	}}}
 }
 
-func TestStateInstance(t *testing.T) {
-	now := time.Unix(1000, 0)
-	s := NewState()
-	s.Apply(engineEst("b-0", "region-b", 100, now))
-	s.Apply(engineEst("c-0", "region-c", 80, now))
-	s.Apply(engineEst("stale", "region-c", 80, now.Add(-time.Hour)))
-	s.Apply(demandEst("region-b", 120, now))
-	s.Apply(demandEst("region-b", 5, now.Add(-time.Minute))) // older window: ignored
-	in, eps, err := s.Instance(now, Settings{
-		Clusters: []string{"region-c"}, MinDemandRPS: 1,
-		RegionRTTms: map[string]map[string]float64{"region-b": {"region-b": 2, "region-c": 40}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(in.Engines) != 2 || len(eps) != 2 || eps["b-0"] != "http://b-0" {
-		t.Fatalf("engines %+v endpoints %v", in.Engines, eps)
-	}
-	if len(in.Clusters) != 2 || in.Clusters[0].ID != "region-b" || in.Clusters[0].DemandRPS != 120 || in.Clusters[1].DemandRPS != 1 {
-		t.Fatalf("clusters %+v", in.Clusters)
-	}
-	if in.RTTms["region-b"]["c-0"] != 40 || in.RTTms["region-c"]["c-0"] != 0 || in.RTTms["region-c"]["b-0"] != 50 {
-		t.Fatalf("rtt %v", in.RTTms)
-	}
-	// e2e(u) = TTFT(u) + 10 tokens × TBOT(u), on the union of knots.
-	got := in.Engines[0].LatencyMs
-	want := [][2]float64{{0, 200}, {0.5, 400}, {0.9, 1280}, {1, 1300 + 200}}
-	if len(got) != len(want) {
-		t.Fatalf("profile %v, want %v", got, want)
-	}
-	for i := range want {
-		if math.Abs(got[i][0]-want[i][0]) > 1e-9 || math.Abs(got[i][1]-want[i][1]) > 1e-6 {
-			t.Fatalf("profile %v, want %v", got, want)
-		}
-	}
-	if _, _, err := NewState().Instance(now, Settings{}); !errors.Is(err, ErrNothingToPlan) {
-		t.Fatalf("empty state: %v", err)
-	}
-}
-
-func TestPlanDeterministic(t *testing.T) {
-	now := time.Unix(1000, 0)
-	s := NewState()
-	s.Apply(engineEst("b-0", "region-b", 100, now))
-	s.Apply(engineEst("c-0", "region-c", 80, now))
-	s.Apply(demandEst("region-b", 120, now))
-	s.Apply(demandEst("region-c", 40, now))
-	in, eps, err := s.Instance(now, Settings{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := Plan(in, eps, 3, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Plan(in, eps, 3, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Stats.SolveMs, b.Stats.SolveMs = 0, 0
-	ab, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
-	bb, _ := proto.MarshalOptions{Deterministic: true}.Marshal(b)
-	if string(ab) != string(bb) {
-		t.Fatal("same instance gave different snapshots")
-	}
-	for _, cw := range a.GetClusters() {
-		sum := cw.GetShedFraction()
-		for _, w := range cw.GetWeights() {
-			sum += w.GetWeight()
-		}
-		if math.Abs(sum-1) > 1e-6 {
-			t.Fatalf("cluster %s weights sum to %v", cw.GetCluster(), sum)
-		}
-	}
-}
-
 // TestServicePublishesSnapshots runs the service against the real
 // embedded Kafka and NATS: estimates in, versioned snapshots out, and a
 // malformed estimate dead-lettered.
@@ -128,9 +51,13 @@ func TestServicePublishesSnapshots(t *testing.T) {
 	if err := streams.EnsureTopics(ctx, cl, topics, 1); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
+	w1 := time.Now().Truncate(time.Second).Add(-10 * time.Second)
+	w2 := w1.Add(2 * time.Second)
 	var recs []*kgo.Record
-	for _, e := range []*schemas.Estimate{engineEst("b-0", "region-b", 100, now), engineEst("c-0", "region-c", 80, now), demandEst("region-b", 120, now)} {
+	for _, e := range []*schemas.Estimate{
+		engineEst("b-0", "region-b", 100, w1), engineEst("c-0", "region-c", 80, w1), demandEst("region-b", 120, w1),
+		engineEst("b-0", "region-b", 100, w2), engineEst("c-0", "region-c", 80, w2), demandEst("region-b", 120, w2),
+	} {
 		b, _ := proto.Marshal(e)
 		recs = append(recs, &kgo.Record{Topic: topics.Estimates, Value: b})
 	}
@@ -138,15 +65,18 @@ func TestServicePublishesSnapshots(t *testing.T) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(Config{KafkaBrokers: kc.ListenAddrs(), NATSURL: ns.ClientURL(), Period: 100 * time.Millisecond,
-		Settings: Settings{Clusters: []string{"region-c"}}})
+	svc, err := New(Config{KafkaBrokers: kc.ListenAddrs(), NATSURL: ns.ClientURL(), Settle: 50 * time.Millisecond,
+		Settings: plan.Settings{Clusters: []string{"region-c"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
-	testenv.Eventually(t, 30*time.Second, func() bool { return svc.Stats().SnapshotsPublished >= 3 }, "three snapshots published")
+	testenv.Eventually(t, 30*time.Second, func() bool { return svc.Stats().SnapshotsPublished == 2 }, "a snapshot per window")
 	testenv.Eventually(t, 10*time.Second, func() bool { return svc.Stats().DeadLettered == 1 }, "malformed estimate dead-lettered")
+	if v := svc.Stats().LatestVersion; v != uint64(w2.UnixMilli()) {
+		t.Fatalf("latest version %d, want the second window's end %d", v, w2.UnixMilli())
+	}
 
 	st, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
 	if err != nil {
@@ -155,6 +85,9 @@ func TestServicePublishesSnapshots(t *testing.T) {
 	hist, err := st.History(ctx, "region-b")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(hist) != 2 {
+		t.Fatalf("history holds %d snapshots, want 2", len(hist))
 	}
 	for i := 1; i < len(hist); i++ {
 		if hist[i].GetVersion() <= hist[i-1].GetVersion() {

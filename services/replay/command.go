@@ -43,7 +43,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfgFile := fs.String("config", "", "YAML file of processor and optimizer settings (what-if); default the live defaults")
 	outFile := fs.String("out", "", `output file ("-" for stdout); required`)
 	format := fs.String("format", "jsonl", "output format: jsonl (one protojson snapshot per line) or binary (uvarint-length-delimited protobuf)")
-	firstVersion := fs.Uint64("first-version", 1, "version of the first replayed snapshot")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -73,7 +72,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg.KafkaBrokers = conn.Brokers()
 	cfg.TopicPrefix = conn.TopicPrefix
-	cfg.FirstVersion = *firstVersion
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	out := stdout
 	if *outFile != "-" {

@@ -24,8 +24,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
-	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/window"
@@ -57,10 +57,7 @@ type Config struct {
 	// Processor window settings (defaults as the processor's).
 	Window, Slide, AllowedLateness time.Duration
 	// Settings for the default planner.
-	Settings optsvc.Settings
-	// FirstVersion is the version of the first written snapshot (default
-	// 1); written snapshots are numbered consecutively from it.
-	FirstVersion uint64
+	Settings plan.Settings
 	// Planner overrides the default (optimizer service planning with
 	// Settings).
 	Planner Planner
@@ -76,35 +73,18 @@ type Result struct {
 	Snapshots                   int
 }
 
-// OptimizerPlanner is the default planner: the optimizer service's state
-// and planning step, driven by window ends instead of the wall clock. The
-// snapshot's created time is the window end; its solve time (wall clock)
-// is zeroed so output is reproducible. Versions count planned snapshots
-// from 1 (Run renumbers the ones it writes).
-func OptimizerPlanner(set optsvc.Settings) Planner {
-	st := optsvc.NewState()
-	next := uint64(1)
+// OptimizerPlanner is the default planner: the live optimizer service's
+// planner (optimizer/plan), driven by the same window ends, so replaying a
+// range with the live settings reproduces the live snapshots byte for byte
+// (versions and created times are the window ends).
+func OptimizerPlanner(set plan.Settings) Planner {
+	p := plan.NewPlanner(set)
 	return PlannerFunc(func(end time.Time, est []*schemas.Estimate) (*schemas.WeightSnapshot, error) {
-		for _, e := range est {
-			st.Apply(e)
-		}
-		in, endpoints, err := st.Instance(end, set)
-		if errors.Is(err, optsvc.ErrNothingToPlan) {
+		snap, err := p.Plan(end, est)
+		if errors.Is(err, plan.ErrNothingToPlan) || errors.Is(err, plan.ErrOldWindow) {
 			return nil, nil
 		}
-		if err != nil {
-			return nil, err
-		}
-		snap, err := optsvc.Plan(in, endpoints, next, end)
-		if err != nil {
-			return nil, err
-		}
-		if snap.Stats != nil {
-			snap.Stats.SolveMs = 0
-		}
-		st.Remember(snap)
-		next++
-		return snap, nil
+		return snap, err
 	})
 }
 
@@ -195,7 +175,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer, format Format) (Result,
 			if snap == nil || !end.After(cfg.From) {
 				continue
 			}
-			snap.Version = max(cfg.FirstVersion, 1) + uint64(res.Snapshots)
 			if err := write(bw, snap, format); err != nil {
 				return err
 			}

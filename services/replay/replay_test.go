@@ -180,7 +180,8 @@ func TestReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, s := range snaps {
-			if s.GetVersion() != uint64(i+1) || s.GetCreatedUnixMs() != from.Add(time.Duration(i+1)*5*time.Second).UnixMilli() {
+			end := from.Add(time.Duration(i+1) * 5 * time.Second).UnixMilli()
+			if s.GetVersion() != uint64(end) || s.GetCreatedUnixMs() != end {
 				t.Errorf("snapshot %d: version %d created %d", i, s.GetVersion(), s.GetCreatedUnixMs())
 			}
 			if len(s.GetClusters()) != 2 {

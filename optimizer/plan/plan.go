@@ -1,4 +1,9 @@
-package optimizer
+// Package plan turns the processor's estimates into the optimizer's
+// problem and the optimizer's solution into a weight snapshot. It is pure
+// (no I/O, no clock: times are arguments), so the live optimizer service,
+// replay and the simulator plan identically: the same estimate history
+// gives byte-identical snapshots.
+package plan
 
 import (
 	"errors"
@@ -16,7 +21,7 @@ type Settings struct {
 	// MaxUtilization caps each engine's planned load (default 0.9).
 	MaxUtilization float64
 	// ChurnWeight is ms per unit of traffic moved from the previous
-	// weights (default 5).
+	// weights (see optimizer.Instance.ChurnWeight); negative means 0.
 	ChurnWeight float64
 	// EstimateTTL drops engine and demand estimates older than this
 	// (default 30s): a silent engine is not planned for.
@@ -55,6 +60,10 @@ func (s *Settings) defaults() {
 		s.MinNetworkSamples = 20
 	}
 }
+
+// DefaultChurnWeight is the churn weight the optimizer service uses unless
+// told otherwise.
+const DefaultChurnWeight = 5.0
 
 // ErrNothingToPlan: no fresh engine or no cluster to plan for.
 var ErrNothingToPlan = errors.New("no fresh engine estimates or no clusters to plan for")
@@ -216,16 +225,16 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	return in, endpoints, nil
 }
 
-// Plan solves in and returns the snapshot with the given version,
-// created at now.
-func Plan(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
-	start := time.Now()
+// Solve solves in and returns the snapshot with the given version,
+// created at now. Its stats carry no wall-clock solve time, so the bytes
+// depend only on the inputs.
+func Solve(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
 	sol, err := opt.Solve(in)
 	if err != nil {
 		return nil, fmt.Errorf("solving: %w", err)
 	}
 	stats := sol.Stats()
-	stats.SolveMs = float64(time.Since(start).Microseconds()) / 1000
+	stats.SolveMs = 0
 	return &schemas.WeightSnapshot{
 		SchemaVersion: schemas.Version,
 		Version:       version,
@@ -234,6 +243,75 @@ func Plan(in *opt.Instance, endpoints map[string]string, version uint64, now tim
 		InputsDigest:  in.Digest(),
 		Stats:         stats,
 	}, nil
+}
+
+// Planner plans one snapshot per completed processor window: it folds the
+// window's estimates into its state, builds the instance as of the
+// window's end, solves it and remembers the weights for the churn term.
+// The snapshot's version is the window end in Unix milliseconds and its
+// created time the window end, so versions only go up and re-planning a
+// window gives the same version (an idempotent publish). Not safe for
+// concurrent use.
+type Planner struct {
+	set  Settings
+	st   *State
+	last int64
+}
+
+// NewPlanner returns a planner with an empty state.
+func NewPlanner(set Settings) *Planner {
+	set.defaults()
+	return &Planner{set: set, st: NewState()}
+}
+
+// ErrOldWindow: the window ends at or before one already planned.
+var ErrOldWindow = errors.New("window already planned")
+
+// Plan plans the window ending at end. It returns ErrNothingToPlan when
+// there is no fresh engine or cluster, and ErrOldWindow for a window at or
+// before the last planned one (its estimates are still folded in).
+func (p *Planner) Plan(end time.Time, ests []*schemas.Estimate) (*schemas.WeightSnapshot, error) {
+	for _, e := range ests {
+		p.st.Apply(e)
+	}
+	if end.UnixMilli() <= p.last {
+		return nil, fmt.Errorf("%w: %d <= %d", ErrOldWindow, end.UnixMilli(), p.last)
+	}
+	in, endpoints, err := p.st.Instance(end, p.set)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := Solve(in, endpoints, uint64(end.UnixMilli()), end)
+	if err != nil {
+		return nil, err
+	}
+	p.last = end.UnixMilli()
+	p.st.Remember(snap)
+	return snap, nil
+}
+
+// Apply folds estimates into the state without planning.
+func (p *Planner) Apply(ests ...*schemas.Estimate) {
+	for _, e := range ests {
+		p.st.Apply(e)
+	}
+}
+
+// Remember seeds the previous weights (for the churn term) and the last
+// planned window from an already published snapshot, e.g. on restart.
+func (p *Planner) Remember(snap *schemas.WeightSnapshot) {
+	p.st.Remember(snap)
+	if v := int64(snap.GetVersion()); v > p.last {
+		p.last = v
+	}
+}
+
+// LastWindow is the end of the last planned window (0: none).
+func (p *Planner) LastWindow() time.Time {
+	if p.last == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(p.last)
 }
 
 // engineLatency merges the TTFT and TBOT profiles into one end-to-end
