@@ -14,8 +14,7 @@
 #
 # usage: bench/gateway/run.sh [duration=10s] [connections=32]
 # needs: wrk and nginx (apt-get install -y wrk nginx), Go.
-# env:   SWITCHYARD_BIN (default: build /tmp/switchyard from services/switchyard,
-#        or bench/gateway/switchyard-bench when that main lacks the commands),
+# env:   SWITCHYARD_BIN (default: build /tmp/switchyard from services/switchyard),
 #        TIME_SCALE (enginesim speed-up, default 100), REPLICAS (default 16),
 #        RATE (default 2000; 0 skips phase 2), PACED_CONNS (default 128),
 #        PROXY_CPUS (default 1: the gateway's GOMAXPROCS and nginx's
@@ -47,11 +46,6 @@ BIN=${SWITCHYARD_BIN:-}
 if [ -z "$BIN" ]; then
   BIN=/tmp/switchyard
   go build -o "$BIN" ./services/switchyard
-  if ! "$BIN" help 2>&1 | grep -qw gateway || ! "$BIN" help 2>&1 | grep -qw enginesim; then
-    echo "services/switchyard lacks gateway/enginesim; using bench/gateway/switchyard-bench" >&2
-    BIN=/tmp/switchyard-bench
-    go build -o "$BIN" ./bench/gateway/switchyard-bench
-  fi
 fi
 
 WORK=$(mktemp -d)
