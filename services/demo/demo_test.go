@@ -1,9 +1,14 @@
 package demo
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,15 +25,53 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
 	var args = []string{
 		"--duration", "20s", "--json", "--kafka-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
 		"--gateway-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--status-interval", "4s", "--rate", "10",
 	}
+	// Read the demo's stdout as it runs, so outside clients can be pointed
+	// at the addresses it prints.
+	pr, pw := io.Pipe()
+	var out bytes.Buffer
+	addrs := make(chan map[string]string, 1)
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		found := map[string]string{}
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			out.WriteString(line + "\n")
+			f := strings.Fields(line)
+			switch {
+			case len(f) >= 2 && f[0] == "kafka:":
+				found["kafka"] = f[1]
+			case len(f) >= 3 && f[0] == "gateway:" && found["gateway"] == "":
+				found["gateway"] = strings.TrimSuffix(f[2], "/v1/chat/completions")
+			case len(f) >= 2 && f[0] == "engine:" && found["gateway"] != "" && addrs != nil:
+				addrs <- found
+				addrs = nil
+			}
+		}
+	}()
 	var stderr bytes.Buffer
-	if err := Command().Run(ctx, args, &out, &stderr); err != nil {
+	runErr := make(chan error, 1)
+	go func() {
+		err := Command().Run(ctx, args, pw, &stderr)
+		pw.Close()
+		runErr <- err
+	}()
+	var a map[string]string
+	select {
+	case a = <-addrs:
+	case err := <-runErr:
+		t.Fatalf("demo ended before printing its addresses: %v\n%s", err, stderr.String())
+	}
+	outsideClients(t, ctx, a["kafka"], a["gateway"])
+	if err := <-runErr; err != nil {
 		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), stderr.String())
 	}
+	<-scanned
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	last := lines[len(lines)-1]
 	var sum Summary
@@ -99,4 +142,49 @@ func fmtSscan(s string, v *int) (int, error) {
 	var err error
 	*v, err = strconv.Atoi(s[:n])
 	return n, err
+}
+
+// outsideClients uses the running demo the way a person would: curl's
+// streaming chat completion against the first gateway, and kcat reading
+// engine signals from the embedded Kafka (when kcat is installed; CI
+// installs it).
+func outsideClients(t *testing.T, ctx context.Context, kafka, gateway string) {
+	t.Helper()
+	body := `{"model":"switchyard-sim-8b","stream":true,"max_tokens":8,"messages":[{"role":"user","content":"hello from outside"}]}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("streaming request to %s: %v", gateway, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "data: [DONE]") {
+		t.Fatalf("gateway answered %d:\n%s", resp.StatusCode, b)
+	}
+	if resp.Header.Get("X-Switchyard-Engine") == "" {
+		t.Errorf("no X-Switchyard-Engine header")
+	}
+	if _, err := exec.LookPath("kcat"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("kcat not installed: CI must install it")
+		}
+		t.Log("kcat not installed: skipping the kcat check")
+		return
+	}
+	// Signals arrive every second; wait for some with kcat itself.
+	var got []byte
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		got, err = exec.CommandContext(kctx, "kcat", "-b", kafka, "-t", "switchyard.engine.signals", "-C", "-e", "-q", "-f", "%k\n").Output()
+		cancel()
+		if err == nil && len(strings.TrimSpace(string(got))) > 0 {
+			break
+		}
+	}
+	if err != nil || !strings.Contains(string(got), "-") {
+		t.Fatalf("kcat read no engine signals from %s: %v\n%s", kafka, err, got)
+	}
+	t.Logf("kcat read %d signal keys from the demo's Kafka", strings.Count(string(got), "\n"))
 }
