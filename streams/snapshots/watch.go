@@ -63,6 +63,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 }
 
 func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
+	// A KV watch is an ordered consumer that only notices a restarted
+	// server after missed heartbeats; re-watching on reconnect delivers the
+	// current value at once.
+	reconnected := make(chan struct{}, 1)
+	opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
+	}))
 	nc, err := nats.Connect(w.url, opts...)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", w.url, err)
@@ -72,7 +82,23 @@ func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	for {
+		err := w.watchKV(ctx, js, reconnected)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		// Reconnected: watch again on the same connection.
+	}
+}
+
+// watchKV watches the key until ctx is done (ctx.Err()), the connection
+// reconnects (nil) or the watch fails (an error).
+func (w *Watcher) watchKV(ctx context.Context, js jetstream.JetStream, reconnected <-chan struct{}) error {
 	var kv jetstream.KeyValue
+	var err error
 	for {
 		kv, err = js.KeyValue(ctx, w.bucket)
 		if err == nil {
@@ -83,6 +109,8 @@ func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
+		case <-reconnected:
+			t.Stop()
 		case <-t.C:
 		}
 	}
@@ -95,6 +123,8 @@ func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-reconnected:
+			return nil
 		case e, ok := <-kw.Updates():
 			if !ok {
 				return fmt.Errorf("watch of %s/%s ended", w.bucket, w.cluster)
