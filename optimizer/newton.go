@@ -56,7 +56,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
 				if a := pos[s.edgeCluster[e]]; a >= 0 {
 					ePos = append(ePos, int32(a))
-					eRTT = append(eRTT, p.rtt[e])
+					eRTT = append(eRTT, s.effRTT(e))
 					eEdge = append(eEdge, e)
 				}
 			}
@@ -282,7 +282,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		best := math.Inf(-1)
 		for _, e := range edges {
 			if a := pos[s.edgeCluster[e]]; a >= 0 {
-				best = math.Max(best, mu[a]-p.rtt[e])
+				best = math.Max(best, mu[a]-s.effRTT(e))
 			}
 		}
 		if math.IsInf(best, -1) {
@@ -291,7 +291,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		sum := 0.0
 		for _, e := range edges {
 			if a := pos[s.edgeCluster[e]]; a >= 0 {
-				if z := (mu[a] - p.rtt[e] - best) / tau; z >= cut {
+				if z := (mu[a] - s.effRTT(e) - best) / tau; z >= cut {
 					sum += math.Exp(z)
 				}
 			}
@@ -303,7 +303,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		}
 		for _, e := range edges {
 			if a := pos[s.edgeCluster[e]]; a >= 0 {
-				if z := (mu[a] - p.rtt[e] - best) / tau; z >= cut {
+				if z := (mu[a] - s.effRTT(e) - best) / tau; z >= cut {
 					s.x[e] = L * math.Exp(z) / sum
 				}
 			}
@@ -335,4 +335,16 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		}
 	}
 	return steps
+}
+
+// effRTT is the network latency the Newton phase prices edge e at. With
+// churn, keeping previous traffic saves 2*churn_weight per rps relative
+// to moving it (|x - prev| falls on one side and rises on the other), so
+// edges that carried traffic get that discount; its capacity (prev rps)
+// is left to the exact coordinate-descent phase.
+func (s *solver) effRTT(e int32) float64 {
+	if s.p.cw > 0 && s.p.prev[e] > 0 {
+		return s.p.rtt[e] - 2*s.p.cw
+	}
+	return s.p.rtt[e]
 }

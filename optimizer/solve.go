@@ -113,14 +113,40 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	iters := 0
 	{ // always: the start may be within tolerance without equal marginals
 		mean := primal / math.Max(1e-9, sumOf(s.routed))
-		s.newtonSteps = s.newton(0.2*cfg.tol*mean, cfg.tol, 400)
+		tauFinal := 0.2 * cfg.tol * mean
+		if p.cw > 0 {
+			// The Newton phase prices churn only approximately (effRTT);
+			// a finer temperature does not pay off there.
+			tauFinal = 0.2 * math.Max(cfg.tol, 1e-3) * mean
+		}
+		s.newtonSteps = s.newton(tauFinal, cfg.tol, 400)
 		s.fn.repair(p, s.routed, s.x)
 		s.recomputeLoads()
 		primal, dual = s.bounds()
 		gap = relGap(primal, dual)
+		if p.cw > 0 && gap > cfg.tol {
+			// With churn the previous plan itself (made feasible) is often
+			// the better start for the exact phase: keep whichever of the
+			// two has the lower objective.
+			keep := append([]float64(nil), s.x...)
+			copy(s.x, p.prev)
+			s.fn.repair(p, s.routed, s.x)
+			s.recomputeLoads()
+			if alt, _ := s.primal(); alt < primal {
+				primal, dual = s.bounds()
+				gap = relGap(primal, dual)
+			} else {
+				copy(s.x, keep)
+				s.recomputeLoads()
+			}
+		}
 	}
 	prevPrimal := math.Inf(1)
+	bestGap, bestAt := gap, iters
 	for gap > cfg.tol && iters < cfg.maxIters {
+		if iters-bestAt >= 10 {
+			break // no real progress for 10 sweeps: report the gap reached
+		}
 		iters++
 		for i := range p.demand {
 			s.solveCluster(i)
@@ -129,6 +155,9 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		gap = relGap(primal, dual)
 		if gap <= cfg.tol {
 			break
+		}
+		if gap < 0.95*bestGap {
+			bestGap, bestAt = gap, iters
 		}
 		if prevPrimal-primal <= 0.1*(primal-dual) {
 			// Coordinate descent is stalling: exchange capacity between
