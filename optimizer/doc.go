@@ -68,9 +68,13 @@
 //     safeguarded Newton/bisection on μ_i — and, where descent stalls at
 //     a capacity wall or a profile knot, negative-cycle cancelling on the
 //     residual graph reduced to cluster nodes (Bellman–Ford, exact line
-//     search). The churn term (per-edge |x − prev| kinks) is handled
+//     search); it stops after 10 sweeps without progress and reports the
+//     gap reached. The churn term (per-edge |x − prev| kinks) is handled
 //     exactly by this second phase and by the dual bound; the Newton phase
-//     ignores it.
+//     only prices previous edges 2·churn_weight cheaper (without the cap
+//     at their previous rps), and the second phase starts from the better
+//     of that plan and the previous plan. With churn against a very
+//     different previous plan the gap can therefore stay above Tolerance.
 //
 // Everything iterates in sorted id order (map iteration order never
 // reaches the arithmetic), so the same input gives byte-identical output. marginal_ms in an
