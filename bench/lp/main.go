@@ -9,7 +9,8 @@
 //
 // The LP fixes each cluster's routed rps to Switchyard's (equal to demand
 // unless the instance sheds; max-min fair shedding is not an LP
-// objective) and has no churn term.
+// objective). With -churn the churn term is modelled exactly (x - prev =
+// dp - dn, cost churn*(dp + dn)) and objectives include it.
 package main
 
 import (
@@ -42,11 +43,25 @@ func main() {
 	runs := flag.Int("runs", 5, "Switchyard runs per instance (median time reported)")
 	keep := flag.String("keep", "", "directory to keep the .lp and instance files in (default: a temp dir)")
 	limit := flag.Duration("limit", 5*time.Minute, "time limit per external solver run")
+	churn := flag.Float64("churn", 0, "churn_weight; >0 sets previous weights to the optimum for demands changed by -change")
+	change := flag.Float64("change", 0.02, "relative demand change between the previous plan and the instance (with -churn)")
 	flag.Parse()
-	if err := run(*sizes, *load, *seed, *segs, *tol, *runs, *keep, *limit); err != nil {
+	cfg := config{*load, *seed, *segs, *tol, *runs, *keep, *limit, *churn, *change}
+	if err := run(*sizes, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "lp:", err)
 		os.Exit(1)
 	}
+}
+
+type config struct {
+	load          float64
+	seed          uint64
+	segs          int
+	tol           float64
+	runs          int
+	keep          string
+	limit         time.Duration
+	churn, change float64
 }
 
 type result struct {
@@ -57,7 +72,8 @@ type result struct {
 	clpErr, glpkErr            error
 }
 
-func run(sizes string, load float64, seed uint64, segs int, tol float64, runs int, keep string, limit time.Duration) error {
+func run(sizes string, cfg config) error {
+	load, seed, segs, tol, runs, keep, limit := cfg.load, cfg.seed, cfg.segs, cfg.tol, cfg.runs, cfg.keep, cfg.limit
 	dir := keep
 	if dir == "" {
 		d, err := os.MkdirTemp("", "switchyard-lp-")
@@ -76,6 +92,17 @@ func run(sizes string, load float64, seed uint64, segs int, tol float64, runs in
 			return fmt.Errorf("size %q: want CLUSTERSxENGINES", size)
 		}
 		in := synth.Instance(synth.Config{Clusters: nc, Engines: ne, Seed: seed, Load: load})
+		if cfg.churn > 0 {
+			for k := range in.Clusters {
+				in.Clusters[k].DemandRPS *= 1 - cfg.change*float64(k%3-1)
+			}
+			prev, err := optimizer.Solve(in, optimizer.Tolerance(tol))
+			if err != nil {
+				return err
+			}
+			in = synth.Instance(synth.Config{Clusters: nc, Engines: ne, Seed: seed, Load: load})
+			in.Previous, in.ChurnWeight = prev.Weights, cfg.churn
+		}
 		r := result{size: size}
 		var sol *optimizer.Solution
 		var times []float64
@@ -94,7 +121,7 @@ func run(sizes string, load float64, seed uint64, segs int, tol float64, runs in
 		for _, c := range in.Clusters {
 			routed += c.DemandRPS * (1 - sol.Shed[c.ID])
 		}
-		r.ours = sol.ObjectiveMs * routed
+		r.ours = sol.ObjectiveMs*routed + in.ChurnWeight*sol.ChurnRPS
 		path := filepath.Join(dir, fmt.Sprintf("switchyard-%s.lp", size))
 		pwl, err := writeLP(path, in, sol, segs)
 		if err != nil {
@@ -204,10 +231,16 @@ func writeLP(path string, in *optimizer.Instance, sol *optimizer.Solution, segs 
 			fmt.Fprint(w, "\n  ")
 		}
 	}
+	cw := in.ChurnWeight
 	for i, c := range in.Clusters {
 		for _, id := range sortedKeys(in.RTTms[c.ID]) {
 			if j := engines[id]; usable(in.Engines[j]) {
-				term(fmt.Sprintf(" + %.12g x_%d_%d", in.RTTms[c.ID][id], i, j))
+				coef := in.RTTms[c.ID][id]
+				if cw > 0 && in.Previous[c.ID][id] > 0 {
+					term(fmt.Sprintf(" + %.12g x_%d_%d + %.12g dp_%d_%d + %.12g dn_%d_%d", coef, i, j, cw, i, j, cw, i, j))
+					continue
+				}
+				term(fmt.Sprintf(" + %.12g x_%d_%d", coef+cw, i, j))
 			}
 		}
 	}
@@ -232,6 +265,13 @@ func writeLP(path string, in *optimizer.Instance, sol *optimizer.Solution, segs 
 		}
 		fmt.Fprintf(w, " = %.12g\n", c.DemandRPS*(1-sol.Shed[c.ID]))
 	}
+	for i, c := range in.Clusters {
+		for _, id := range sortedKeys(in.RTTms[c.ID]) {
+			if j := engines[id]; usable(in.Engines[j]) && cw > 0 && in.Previous[c.ID][id] > 0 {
+				fmt.Fprintf(w, " churn_%d_%d: x_%d_%d - dp_%d_%d + dn_%d_%d = %.12g\n", i, j, i, j, i, j, i, j, c.DemandRPS*in.Previous[c.ID][id])
+			}
+		}
+	}
 	users := make([][]int, len(in.Engines))
 	for i, c := range in.Clusters {
 		for id := range in.RTTms[c.ID] {
@@ -239,12 +279,11 @@ func writeLP(path string, in *optimizer.Instance, sol *optimizer.Solution, segs 
 			users[j] = append(users[j], i)
 		}
 	}
-	pwlTotal := 0.0
-	for i, c := range in.Clusters {
+	pwlTotal := cw * sol.ChurnRPS
+	for _, c := range in.Clusters {
 		for id, wgt := range sol.Weights[c.ID] {
 			pwlTotal += wgt * c.DemandRPS * in.RTTms[c.ID][id]
 		}
-		_ = i
 	}
 	for j, e := range in.Engines {
 		if !usable(e) {
