@@ -75,6 +75,7 @@ type State struct {
 	demand   map[string]*schemas.DemandEstimate
 	network  map[[2]string]*schemas.NetworkEstimate
 	previous map[string]map[string]float64
+	capacity map[string]*capacityState
 }
 
 // NewState returns an empty state.
@@ -84,14 +85,22 @@ func NewState() *State {
 		demand:   map[string]*schemas.DemandEstimate{},
 		network:  map[[2]string]*schemas.NetworkEstimate{},
 		previous: map[string]map[string]float64{},
+		capacity: map[string]*capacityState{},
 	}
 }
 
-// Apply records est, keeping the newest window per entity.
+// Apply records est, keeping the newest window per entity, and folds an
+// engine estimate into the engine's tracked capacity (see capacityState).
 func (s *State) Apply(est *schemas.Estimate) {
 	switch k := est.GetKind().(type) {
 	case *schemas.Estimate_Engine:
 		e := k.Engine
+		cs := s.capacity[e.GetEngineId()]
+		if cs == nil {
+			cs = &capacityState{}
+			s.capacity[e.GetEngineId()] = cs
+		}
+		cs.observe(e)
 		if cur, ok := s.engines[e.GetEngineId()]; !ok || cur.GetWindowEndUnixMs() <= e.GetWindowEndUnixMs() {
 			s.engines[e.GetEngineId()] = e
 		}
@@ -172,7 +181,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		}
 		in.Engines = append(in.Engines, opt.Engine{
 			ID:          id,
-			CapacityRPS: e.GetCapacityRps(),
+			CapacityRPS: s.capacity[id].capacity(e),
 			Healthy:     e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0,
 			LatencyMs:   prof,
 		})

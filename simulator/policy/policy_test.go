@@ -97,8 +97,11 @@ func TestPoliciesKeepTheContract(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.picks < len(wl.Requests) {
-				t.Fatalf("%d picks for %d requests", c.picks, len(wl.Requests))
+			// Every request is picked at least once or shed on purpose
+			// (Pick returns -1): switchyard sheds what its capacity
+			// estimates cannot place, e.g. while region a is down.
+			if c.picks+res.Metrics.Shed < len(wl.Requests) {
+				t.Fatalf("%d picks and %d shed for %d requests", c.picks, res.Metrics.Shed, len(wl.Requests))
 			}
 			if res.Metrics.Completed < len(wl.Requests)/2 {
 				t.Fatalf("only %d of %d completed", res.Metrics.Completed, len(wl.Requests))

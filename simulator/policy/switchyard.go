@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
-	"github.com/switchyard-llm/switchyard/optimizer"
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/simulator/des"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
@@ -48,10 +48,13 @@ type switchyard struct {
 
 	// processor state: event-time panes (the processor's windowing) and
 	// the newest estimate per entity (what the optimizer service keeps).
-	panes   *window.Panes[estimate.Pane]
-	latest  map[string]*schemas.Estimate
-	latestT map[string]int64
-	late    int
+	panes *window.Panes[estimate.Pane]
+	late  int
+
+	// optimizer service state: the newest estimate per entity and the
+	// last weights (optimizer/plan, as the live service and replay use).
+	plan    *plan.State
+	planSet plan.Settings
 
 	nextSolve time.Duration
 	pending   []pendingSnap
@@ -60,14 +63,9 @@ type switchyard struct {
 	// capacity, when set, replaces the estimated capacity (rps) per engine
 	// (the switchyard-calibrated diagnostic).
 	capacity []float64
-	previous map[string]map[string]float64
 }
 
 type acc struct{ n, sum float64 }
-
-// estimateTTL is the optimizer service's default: older estimates are
-// not planned for.
-const estimateTTL = 30 * time.Second
 
 type pendingSnap struct {
 	at      time.Duration
@@ -106,8 +104,19 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 		return nil, fmt.Errorf("processor window: %w", err)
 	}
 	p.panes = panes
-	p.latest, p.latestT = map[string]*schemas.Estimate{}, map[string]int64{}
-	p.previous = map[string]map[string]float64{}
+	p.plan = plan.NewState()
+	p.planSet = plan.Settings{
+		MaxUtilization: w.Control.MaxUtilization, ChurnWeight: w.Control.ChurnWeight,
+		MinDemandRPS: minDemandRPS, RegionRTTms: map[string]map[string]float64{},
+	}
+	for c, ci := range w.Clusters {
+		p.planSet.Clusters = append(p.planSet.Clusters, ci.ID)
+		row := map[string]float64{}
+		for e, info := range w.Engines {
+			row[info.Region] = float64(w.RTT[c][e]) / 1e6
+		}
+		p.planSet.RegionRTTms[ci.ID] = row
+	}
 	for range w.Clusters {
 		g := &gateway{pool: pick.NewPool()}
 		for _, e := range w.Engines {
@@ -229,8 +238,7 @@ func (p *switchyard) Tick(now time.Duration) {
 			ew.Panes = append(ew.Panes, pn.State)
 		}
 		for _, est := range estimate.Compute(ew, nil) {
-			k := estimate.Key(est)
-			p.latest[k], p.latestT[k] = est, win.End
+			p.plan.Apply(est)
 		}
 	}
 	for now >= p.nextSolve {
@@ -290,146 +298,56 @@ func (p *switchyard) scrape(now time.Duration) {
 	}
 }
 
-// solve runs the processor's window computation and the optimizer, and
-// schedules the snapshot's arrival at the gateways.
+// minDemandRPS is the demand every cluster is planned for at least, so
+// each gateway gets weights before its traffic shows in the estimates.
+const minDemandRPS = 0.1
+
+// solve is the optimizer service's round (optimizer/plan: the newest
+// estimates no older than the TTL become the instance, with the previous
+// weights for the churn term), and schedules the snapshot's arrival at
+// the gateways.
 func (p *switchyard) solve(now time.Duration) {
-	// The optimizer service plans from the newest estimates no older
-	// than its TTL.
-	cutoff := now.Milliseconds() - estimateTTL.Milliseconds()
-	keys := make([]string, 0, len(p.latest))
-	for k := range p.latest {
-		if p.latestT[k] >= cutoff {
-			keys = append(keys, k)
+	at := time.UnixMilli(now.Milliseconds())
+	in, endpoints, err := p.plan.Instance(at, p.planSet)
+	if err != nil {
+		return // nothing to plan: gateways keep what they have
+	}
+	if p.capacity != nil {
+		idx := map[string]int{}
+		for k, info := range p.w.Engines {
+			idx[info.ID] = k
+		}
+		for i := range in.Engines {
+			k := idx[in.Engines[i].ID]
+			in.Engines[i].CapacityRPS = p.capacity[k] * float64(max(p.w.Replicas(k), 1)) / float64(max(p.w.Engines[k].Replicas, 1))
 		}
 	}
-	slices.Sort(keys)
-	ests := make([]*schemas.Estimate, 0, len(keys))
-	for _, k := range keys {
-		ests = append(ests, p.latest[k])
-	}
-	in := p.instance(ests)
-	if in == nil {
-		return
-	}
-	sol, err := optimizer.Solve(in)
+	snapshot, err := plan.Solve(in, endpoints, uint64(now.Milliseconds()), at)
 	if err != nil {
 		return // keep routing on the last good snapshot
 	}
-
+	p.plan.Remember(snapshot)
+	weights := map[string]map[string]float64{}
+	for _, cw := range snapshot.GetClusters() {
+		m := map[string]float64{}
+		for _, w := range cw.GetWeights() {
+			m[w.GetEngineId()] = w.GetWeight()
+		}
+		weights[cw.GetCluster()] = m
+	}
 	snap := pendingSnap{at: now + p.ctl.propagation, weights: make([][]float64, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
 	for c, ci := range p.w.Clusters {
 		snap.weights[c] = make([]float64, len(p.w.Engines))
 		for e, info := range p.w.Engines {
-			snap.weights[c][e] = sol.Weights[ci.ID][info.ID]
+			snap.weights[c][e] = weights[ci.ID][info.ID]
 		}
-		snap.shed[c] = sol.Shed[ci.ID]
-		prev := map[string]float64{}
-		for id, v := range sol.Weights[ci.ID] {
-			if v > 0 {
-				prev[id] = v
+		for _, cw := range snapshot.GetClusters() {
+			if cw.GetCluster() == ci.ID {
+				snap.shed[c] = cw.GetShedFraction()
 			}
 		}
-		p.previous[ci.ID] = prev
 	}
 	p.pending = append(p.pending, snap)
-}
-
-// instance builds the optimizer's problem from the processor's estimates
-// the way the optimizer service does (services/optimizer State.Instance):
-// engine latency = TTFT(u) + mean output tokens × TBOT(u), demand = max of
-// the window rate and its forecast, network latency measured where there
-// are enough samples and the configured region RTT elsewhere.
-func (p *switchyard) instance(ests []*schemas.Estimate) *optimizer.Instance {
-	in := &optimizer.Instance{
-		MaxUtilization: p.w.Control.MaxUtilization, ChurnWeight: p.w.Control.ChurnWeight,
-		RTTms: map[string]map[string]float64{},
-	}
-	engines := map[string]*schemas.EngineEstimate{}
-	demand := map[string]*schemas.DemandEstimate{}
-	network := map[[2]string]*schemas.NetworkEstimate{}
-	for _, e := range ests {
-		switch k := e.GetKind().(type) {
-		case *schemas.Estimate_Engine:
-			engines[k.Engine.GetEngineId()] = k.Engine
-		case *schemas.Estimate_Demand:
-			demand[k.Demand.GetCluster()] = k.Demand
-		case *schemas.Estimate_Network:
-			network[[2]string{k.Network.GetCluster(), k.Network.GetEngineId()}] = k.Network
-		}
-	}
-	var outTok, outW float64
-	const minDemand = 0.1
-	for _, c := range p.w.Clusters {
-		rps := minDemand
-		if d := demand[c.ID]; d != nil {
-			v := math.Max(d.GetDemandRps(), d.GetForecastRps())
-			if finite(v) && v > rps {
-				rps = v
-			}
-			if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
-				outTok += mo * v
-				outW += v
-			}
-		}
-		in.Clusters = append(in.Clusters, optimizer.Cluster{ID: c.ID, DemandRPS: rps})
-	}
-	meanOut := 0.0
-	if outW > 0 {
-		meanOut = outTok / outW
-	}
-	for k, info := range p.w.Engines {
-		e := engines[info.ID]
-		if e == nil || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
-			continue
-		}
-		capRPS := e.GetCapacityRps()
-		if p.capacity != nil {
-			capRPS = p.capacity[k] * float64(max(p.w.Replicas(k), 1)) / float64(max(info.Replicas, 1))
-		}
-		prof := engineLatency(e, meanOut)
-		if len(prof) == 0 {
-			continue
-		}
-		in.Engines = append(in.Engines, optimizer.Engine{
-			ID: info.ID, CapacityRPS: capRPS,
-			Healthy:   e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0,
-			LatencyMs: prof,
-		})
-	}
-	if len(in.Engines) == 0 {
-		return nil
-	}
-	for c, ci := range p.w.Clusters {
-		row := map[string]float64{}
-		for e, info := range p.w.Engines {
-			if n := network[[2]string{ci.ID, info.ID}]; n != nil && n.GetSamples() >= 20 && finite(n.GetRttMs()) && n.GetRttMs() >= 0 {
-				row[info.ID] = n.GetRttMs()
-				continue
-			}
-			row[info.ID] = float64(p.w.RTT[c][e]) / 1e6
-		}
-		in.RTTms[ci.ID] = row
-	}
-	if len(p.previous) > 0 {
-		in.Previous = map[string]map[string]float64{}
-		have := map[string]bool{}
-		for _, e := range in.Engines {
-			have[e.ID] = true
-		}
-		for c, m := range p.previous {
-			row := map[string]float64{}
-			for id, v := range m {
-				if have[id] {
-					row[id] = v
-				}
-			}
-			in.Previous[c] = row
-		}
-	}
-	if in.Validate() != nil {
-		return nil
-	}
-	return in
 }
 
 func (p *switchyard) installSnap(s pendingSnap) {
@@ -459,62 +377,3 @@ func (p *switchyard) installSnap(s pendingSnap) {
 
 // Weights implements des.Weighted.
 func (p *switchyard) Weights() (uint64, [][]float64) { return p.version, p.weights }
-
-// engineLatency merges the TTFT and TBOT profiles into one end-to-end
-// profile on the union of their knots, as the optimizer service does.
-func engineLatency(e *schemas.EngineEstimate, outTokens float64) [][2]float64 {
-	ttft := points(e.GetTtftProfile())
-	if len(ttft) == 0 {
-		return nil
-	}
-	tbot := points(e.GetTbotProfile())
-	if len(tbot) == 0 || outTokens <= 0 {
-		return ttft
-	}
-	var us []float64
-	for _, q := range ttft {
-		us = append(us, q[0])
-	}
-	for _, q := range tbot {
-		us = append(us, q[0])
-	}
-	slices.Sort(us)
-	us = slices.Compact(us)
-	out := make([][2]float64, 0, len(us))
-	for _, u := range us {
-		out = append(out, [2]float64{u, interp(ttft, u) + outTokens*interp(tbot, u)})
-	}
-	return out
-}
-
-func points(lp *schemas.LatencyProfile) [][2]float64 {
-	var out [][2]float64
-	for _, q := range lp.GetPoints() {
-		if finite(q.GetUtilization()) && finite(q.GetLatencyMs()) {
-			out = append(out, [2]float64{q.GetUtilization(), q.GetLatencyMs()})
-		}
-	}
-	return out
-}
-
-func interp(pts [][2]float64, u float64) float64 {
-	if len(pts) == 1 || u <= pts[0][0] {
-		return pts[0][1]
-	}
-	for i := 1; i < len(pts); i++ {
-		if u <= pts[i][0] {
-			a, b := pts[i-1], pts[i]
-			if b[0] <= a[0] {
-				return b[1]
-			}
-			return a[1] + (b[1]-a[1])*(u-a[0])/(b[0]-a[0])
-		}
-	}
-	a, b := pts[len(pts)-2], pts[len(pts)-1]
-	if b[0] <= a[0] {
-		return b[1]
-	}
-	return b[1] + (b[1]-a[1])*(u-b[0])/(b[0]-a[0])
-}
-
-func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

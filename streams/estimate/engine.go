@@ -163,16 +163,6 @@ func (e *Engine) MeanTTFTMs() float64 {
 	return e.ttftSumMs / e.ttftCount
 }
 
-// Capacity policy thresholds.
-const (
-	// saturatedWaiting: a mean waiting queue at least this long means the
-	// engine ran at capacity, so its throughput is its capacity.
-	saturatedWaiting = 1.0
-	// trustUtil: at or above this utilization throughput/utilization is
-	// trusted alone; below it the estimate blends toward the prior.
-	trustUtil = 0.3
-)
-
 // Estimate turns the window's accumulated state into an EngineEstimate.
 func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.EngineEstimate {
 	p := priorFor(e.gpuClass)
@@ -205,29 +195,14 @@ func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.Engi
 	if replicas == 0 && out.Health != schemas.Health_HEALTH_UNHEALTHY {
 		replicas = 1
 	}
-	priorCap := p.ReplicaRPS * replicas
 	waiting := 0.0
 	if n > 0 {
 		waiting = e.waiting / n
 	}
-	u := out.Utilization
-	var capRPS float64
-	switch {
-	case out.Health == schemas.Health_HEALTH_UNHEALTHY:
-		capRPS = 0
-	case rps > 0 && waiting >= saturatedWaiting:
-		capRPS = rps
-	case rps > 0 && u >= trustUtil:
-		capRPS = rps / u
-	case rps > 0 && u > 0:
-		w := u / trustUtil
-		capRPS = w*(rps/u) + (1-w)*math.Max(priorCap, rps)
-	default:
-		capRPS = priorCap
-	}
-	if !finite(capRPS) || capRPS < 0 {
-		capRPS = 0
-	}
+	capRPS := windowCapacity{
+		rps: rps, waiting: waiting, replicas: replicas, util: out.Utilization,
+		healthy: out.Health != schemas.Health_HEALTH_UNHEALTHY, prior: p.ReplicaRPS,
+	}.capacity()
 	out.CapacityRps = capRPS
 	out.CapacityTokensPerS = capRPS * tokPerReq
 	if fit == nil {

@@ -236,3 +236,26 @@ func FuzzDecodeEstimate(f *testing.F) {
 		}
 	})
 }
+
+func TestWindowCapacity(t *testing.T) {
+	tests := []struct {
+		name string
+		w    windowCapacity
+		want float64
+	}{
+		{"unhealthy", windowCapacity{rps: 10, replicas: 1, prior: 16}, 0},
+		{"no traffic: prior", windowCapacity{replicas: 2, healthy: true, prior: 16}, 32},
+		{"queue past half a second: throughput", windowCapacity{rps: 60, waiting: 40, replicas: 1, healthy: true, prior: 16, util: 0.5}, 60},
+		{"prefill-budget queue is not saturation", windowCapacity{rps: 60, waiting: 3, replicas: 1, healthy: true, prior: 16, util: 0.5}, 120},
+		{"occupancy guess", windowCapacity{rps: 40, replicas: 2, healthy: true, prior: 16, util: 0.4}, 100},
+		{"low occupancy leans on the prior", windowCapacity{rps: 3, replicas: 1, healthy: true, prior: 16, util: 0.15}, 0.5*3/0.3 + 0.5*16},
+		{"full batch: throughput", windowCapacity{rps: 50, replicas: 1, healthy: true, prior: 16, util: 1}, 50},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.w.capacity(); math.Abs(got-tc.want) > 1e-9 {
+				t.Fatalf("capacity %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,75 @@
+package plan
+
+import (
+	"math"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Capacity carried across windows.
+//
+// Each window's engine estimate either measured capacity (the engine kept
+// a waiting queue, so its throughput is its capacity: the processor then
+// publishes capacity_rps = observed_rps) or only proves capacity is above
+// the window's throughput, with an occupancy-based guess that is 2–3× too
+// high for a compute-bound engine (see streams/estimate). Planning on the
+// raw per-window value makes the estimate alternate with the load the
+// plan itself puts on the engine (high below saturation, throughput above
+// it), and the weights follow.
+//
+// The planner therefore keeps, per engine, a per-replica capacity that
+//   - starts at the first window's estimate;
+//   - moves halfway toward each measurement (never below it);
+//   - is raised to probeStep × throughput when a window runs the engine at
+//     probeLoad or more of the estimate without a queue (the load proves
+//     capacity is at least the throughput; the step probes above it, and a
+//     later measurement corrects an overshoot);
+//   - otherwise holds.
+//
+// The state is a deterministic function of the sequence of engine
+// estimates (each window counted once, in window order), so replaying the
+// same estimate history reproduces it.
+const (
+	measureGain = 0.5
+	probeLoad   = 0.75
+	probeStep   = 1.25
+)
+
+type capacityState struct {
+	lastEnd    int64   // window end of the last estimate folded in
+	replicaRPS float64 // per-replica capacity
+}
+
+// observe folds e in (a window not newer than the last one is ignored).
+func (s *capacityState) observe(e *schemas.EngineEstimate) {
+	if s.replicaRPS > 0 && e.GetWindowEndUnixMs() <= s.lastEnd {
+		return
+	}
+	c, x := e.GetCapacityRps(), e.GetObservedRps()
+	if !finite(c) || c <= 0 || e.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || e.GetReadyReplicas() == 0 {
+		return // nothing learned; the engine is not planned for anyway
+	}
+	s.lastEnd = e.GetWindowEndUnixMs()
+	r := float64(e.GetReadyReplicas())
+	perRep, xr := c/r, x/r
+	if !finite(xr) || xr < 0 {
+		xr = 0
+	}
+	switch {
+	case s.replicaRPS <= 0 || !finite(s.replicaRPS):
+		s.replicaRPS = perRep
+	case xr > 0 && c <= x*(1+1e-9): // measured
+		s.replicaRPS = math.Max(xr, s.replicaRPS+measureGain*(xr-s.replicaRPS))
+	case xr >= probeLoad*s.replicaRPS:
+		s.replicaRPS = math.Max(s.replicaRPS, probeStep*xr)
+	}
+}
+
+// capacity is the tracked capacity of e's engine (all ready replicas), or
+// e's own estimate when nothing is tracked.
+func (s *capacityState) capacity(e *schemas.EngineEstimate) float64 {
+	if s == nil || s.replicaRPS <= 0 || !finite(s.replicaRPS) {
+		return e.GetCapacityRps()
+	}
+	return s.replicaRPS * float64(max(e.GetReadyReplicas(), 1))
+}

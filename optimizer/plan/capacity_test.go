@@ -1,0 +1,81 @@
+package plan
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// capEst is one window's engine estimate: capacity and throughput (rps).
+func capEst(end int64, capacity, observed float64, replicas uint32) *schemas.EngineEstimate {
+	return &schemas.EngineEstimate{EngineId: "e", WindowEndUnixMs: end, CapacityRps: capacity, ObservedRps: observed,
+		ReadyReplicas: replicas, Health: schemas.Health_HEALTH_HEALTHY}
+}
+
+func TestCapacityTracking(t *testing.T) {
+	tests := []struct {
+		name string
+		ests []*schemas.EngineEstimate
+		want float64
+	}{
+		{"first window: its estimate", []*schemas.EngineEstimate{capEst(1, 200, 50, 1)}, 200},
+		{"light load holds", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 150, 40, 1)}, 200},
+		{"measurement: halfway down", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 60, 60, 1)}, 130},
+		{"measurement above the estimate: taken", []*schemas.EngineEstimate{capEst(1, 50, 10, 1), capEst(2, 70, 70, 1)}, 70},
+		{"busy without a queue: probe above throughput", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1)}, 62.5},
+		{"then holds at light load", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1), capEst(3, 300, 20, 1)}, 62.5},
+		{"per replica", []*schemas.EngineEstimate{capEst(1, 200, 50, 2), capEst(2, 60, 60, 1)}, 80},
+		{"repeated or older windows count once", []*schemas.EngineEstimate{capEst(2, 200, 50, 1), capEst(2, 60, 60, 1), capEst(1, 60, 60, 1)}, 200},
+		{"unhealthy windows teach nothing", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY}}, 200},
+		{"non-finite ignored", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, math.NaN(), 60, 1), capEst(3, 60, math.Inf(1), 1)}, 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var s capacityState
+			for _, e := range tc.ests {
+				s.observe(e)
+			}
+			last := tc.ests[len(tc.ests)-1]
+			if last.GetReadyReplicas() == 0 {
+				last = tc.ests[0]
+			}
+			if got := s.capacity(last); math.Abs(got-tc.want) > 1e-9 || !finite(got) {
+				t.Fatalf("capacity %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestInstanceUsesTrackedCapacity: an engine whose per-window estimate
+// alternates between an occupancy guess (200) and a measurement (60) is
+// planned with a capacity that settles instead of alternating.
+func TestInstanceUsesTrackedCapacity(t *testing.T) {
+	s := NewState()
+	base := time.Unix(1000, 0)
+	var caps []float64
+	for i := range 8 {
+		end := base.Add(time.Duration(i) * 10 * time.Second)
+		e := engineEst("b-0", "region-b", 200, end)
+		e.GetEngine().ObservedRps = 55
+		if i%2 == 1 {
+			e.GetEngine().CapacityRps, e.GetEngine().ObservedRps = 60, 60
+		}
+		s.Apply(e)
+		s.Apply(demandEst("region-b", 50, end))
+		in, _, err := s.Instance(end, Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps = append(caps, in.Engines[0].CapacityRPS)
+	}
+	for i := 1; i < len(caps); i++ {
+		if caps[i] > caps[i-1] || caps[i] < 60 {
+			t.Fatalf("planned capacities %v: want them to fall toward the measured 60 and never rise back", caps)
+		}
+	}
+	if last := caps[len(caps)-1]; last > 70 {
+		t.Fatalf("planned capacities %v: want them near 60 after 4 measurements", caps)
+	}
+}
