@@ -31,8 +31,8 @@ import (
 // same estimate history reproduces it.
 const (
 	measureGain = 0.5
-	probeLoad   = 0.75
-	probeStep   = 1.25
+	probeLoad   = 0.6
+	probeStep   = 1.5
 )
 
 type capacityState struct {

@@ -24,8 +24,8 @@ func TestCapacityTracking(t *testing.T) {
 		{"light load holds", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 150, 40, 1)}, 200},
 		{"measurement: halfway down", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 60, 60, 1)}, 130},
 		{"measurement above the estimate: taken", []*schemas.EngineEstimate{capEst(1, 50, 10, 1), capEst(2, 70, 70, 1)}, 70},
-		{"busy without a queue: probe above throughput", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1)}, 62.5},
-		{"then holds at light load", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1), capEst(3, 300, 20, 1)}, 62.5},
+		{"busy without a queue: probe above throughput", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1)}, 75},
+		{"then holds at light load", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1), capEst(3, 300, 20, 1)}, 75},
 		{"per replica", []*schemas.EngineEstimate{capEst(1, 200, 50, 2), capEst(2, 60, 60, 1)}, 80},
 		{"repeated or older windows count once", []*schemas.EngineEstimate{capEst(2, 200, 50, 1), capEst(2, 60, 60, 1), capEst(1, 60, 60, 1)}, 200},
 		{"unhealthy windows teach nothing", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY}}, 200},
@@ -70,12 +70,11 @@ func TestInstanceUsesTrackedCapacity(t *testing.T) {
 		}
 		caps = append(caps, in.Engines[0].CapacityRPS)
 	}
-	for i := 1; i < len(caps); i++ {
-		if caps[i] > caps[i-1] || caps[i] < 60 {
-			t.Fatalf("planned capacities %v: want them to fall toward the measured 60 and never rise back", caps)
+	// Measurements pull it down; a busy window after them probes at most
+	// probeStep × throughput above: it never goes back to the guess.
+	for i := 5; i < len(caps); i++ {
+		if caps[i] < 60 || caps[i] > probeStep*55 {
+			t.Fatalf("planned capacities %v: want them in [60, %v] from the sixth window", caps, probeStep*55)
 		}
-	}
-	if last := caps[len(caps)-1]; last > 70 {
-		t.Fatalf("planned capacities %v: want them near 60 after 4 measurements", caps)
 	}
 }
