@@ -74,7 +74,11 @@ func newProblem(in *Instance) *problem {
 			}
 			p.eng = append(p.eng, j)
 			p.rtt = append(p.rtt, rtts[id])
-			p.prev = append(p.prev, c.DemandRPS*prev[id])
+			pw := prev[id]
+			if pw < 1e-9 { // rounding dust from an earlier plan, not traffic
+				pw = 0
+			}
+			p.prev = append(p.prev, c.DemandRPS*pw)
 		}
 		p.start = append(p.start, int32(len(p.eng)))
 		for _, id := range sortedKeys(prev) {

@@ -108,8 +108,11 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	// certifies the gap.
 	s.bcdTol = 1e-13
 	s.initPrices()
+	// Every dual value is a valid lower bound, so the best one seen is
+	// kept (coordinate descent may move the prices to a weaker bound).
 	primal, dual := s.bounds()
-	gap := relGap(primal, dual)
+	best := dual
+	gap := relGap(primal, best)
 	iters := 0
 	{ // always: the start may be within tolerance without equal marginals
 		mean := primal / math.Max(1e-9, sumOf(s.routed))
@@ -123,7 +126,8 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		s.fn.repair(p, s.routed, s.x)
 		s.recomputeLoads()
 		primal, dual = s.bounds()
-		gap = relGap(primal, dual)
+		best = math.Max(best, dual)
+		gap = relGap(primal, best)
 		if p.cw > 0 && gap > cfg.tol {
 			// With churn the previous plan itself (made feasible) is often
 			// the better start for the exact phase: keep whichever of the
@@ -134,7 +138,8 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 			s.recomputeLoads()
 			if alt, _ := s.primal(); alt < primal {
 				primal, dual = s.bounds()
-				gap = relGap(primal, dual)
+				best = math.Max(best, dual)
+				gap = relGap(primal, best)
 			} else {
 				copy(s.x, keep)
 				s.recomputeLoads()
@@ -152,14 +157,15 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 			s.solveCluster(i)
 		}
 		primal, dual = s.bounds()
-		gap = relGap(primal, dual)
+		best = math.Max(best, dual)
+		gap = relGap(primal, best)
 		if gap <= cfg.tol {
 			break
 		}
 		if gap < 0.95*bestGap {
 			bestGap, bestAt = gap, iters
 		}
-		if prevPrimal-primal <= 0.1*(primal-dual) {
+		if prevPrimal-primal <= 0.1*(primal-best) {
 			// Coordinate descent is stalling: exchange capacity between
 			// clusters along negative cycles.
 			found := false
