@@ -165,8 +165,11 @@ func (s *solver) bounds() (primal, dual float64) {
 	}
 	// Churn on edges that are no longer allowed is a constant of both
 	// problems and left out of both.
-	if dm := s.muDual(); dm > dual {
+	if dm := s.muDual(); dm > dual || math.IsNaN(dual) {
 		dual = dm
+	}
+	if math.IsNaN(dual) {
+		dual = math.Inf(-1)
 	}
 	return primal, dual
 }

@@ -46,6 +46,26 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	if n == 0 {
 		return 0
 	}
+	// On any numerical failure the flows and prices are restored, so the
+	// exact phase starts from the (feasible) plan it had.
+	saveX := append([]float64(nil), s.x...)
+	saveMu := append([]float64(nil), s.mu...)
+	defer func() {
+		for _, v := range s.x {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				copy(s.x, saveX)
+				copy(s.mu, saveMu)
+				return
+			}
+		}
+		for _, v := range s.mu {
+			if math.IsInf(v, 0) {
+				copy(s.x, saveX)
+				copy(s.mu, saveMu)
+				return
+			}
+		}
+	}()
 	// Engine-major copy of the active edges: positions and rtts.
 	eStart := make([]int32, len(p.curves)+1)
 	ePos := make([]int32, 0, len(s.x))
@@ -101,7 +121,8 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	gradT := make([]float64, n)
 	qdT := make([]float64, n*n)
 	// eval returns F and fills grad (and qd when hess).
-	eval := func(mu []float64, tau float64, hess bool, grad, qd []float64) float64 {
+	var eval func(mu []float64, tau float64, hess bool, grad, qd []float64) float64
+	eval = func(mu []float64, tau float64, hess bool, grad, qd []float64) float64 {
 		f := 0.0
 		for a, i := range act {
 			f += mu[a] * s.routed[i]
@@ -166,6 +187,66 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			}
 		}
 		return f
+	}
+	// With churn the engines see capped arcs (see arcs); the smoothed
+	// engine subproblem is solved per engine for its price m, and the
+	// Hessian keeps the same diagonal-plus-rank-one-per-engine form.
+	var ar *arcs
+	var sAcc []float64
+	var touched []int32
+	if p.cw > 0 && !s.approxChurn {
+		ar = s.buildArcs(pos)
+		sAcc = make([]float64, n)
+		eval = func(mu []float64, tau float64, hess bool, grad, qd []float64) float64 {
+			f := 0.0
+			for a, i := range act {
+				f += mu[a] * s.routed[i]
+				grad[a] = s.routed[i]
+			}
+			if hess {
+				clear(qd)
+			}
+			for j := range p.curves {
+				if ar.start[j] == ar.start[j+1] {
+					continue
+				}
+				phi, dS, _ := s.engine(ar, j, mu, tau)
+				f -= phi
+				touched = touched[:0]
+				free := 0.0
+				for k, x := range ar.x {
+					arc := ar.idx[k]
+					a := ar.pos[arc]
+					grad[a] -= x
+					if x < ar.cap[arc] {
+						if sAcc[a] == 0 {
+							touched = append(touched, a)
+						}
+						sAcc[a] += x
+						free += x
+					}
+				}
+				if hess {
+					den := free/tau + dS
+					for _, u := range touched {
+						su := sAcc[u] / tau
+						row := qd[int(u)*n : int(u+1)*n]
+						row[u] += su
+						if den > 0 {
+							for _, v := range touched {
+								if v >= u {
+									row[v] -= su * (sAcc[v] / tau) / den
+								}
+							}
+						}
+					}
+				}
+				for _, u := range touched {
+					sAcc[u] = 0
+				}
+			}
+			return f
+		}
 	}
 	// Temperature schedule: start wide (spread of network latencies),
 	// shrink 4x per stage.
@@ -274,8 +355,19 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	for e := range s.x {
 		s.x[e] = 0
 	}
+	if ar != nil {
+		for j := range p.curves {
+			if ar.start[j] == ar.start[j+1] {
+				continue
+			}
+			s.engine(ar, j, mu, tau)
+			for k, x := range ar.x {
+				s.x[ar.edge[ar.idx[k]]] += x
+			}
+		}
+	}
 	for j := range p.curves {
-		if !p.usable[j] {
+		if !p.usable[j] || ar != nil {
 			continue
 		}
 		edges := s.byEngine[s.engStart[j]:s.engStart[j+1]]
@@ -332,6 +424,9 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		s.mu[i] = mu[a]
 		if s.tightCluster[i] {
 			s.mu[i] += shift
+		}
+		if math.IsNaN(s.mu[i]) {
+			s.mu[i] = math.Inf(1) // caught by the deferred check
 		}
 	}
 	return steps

@@ -100,7 +100,15 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 		s.load[j] = math.Min(s.load[j], p.curves[j].cap)
 	}
 	_, latency := s.primal()
+	for j, v := range s.pi { // never publish a NaN price
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			s.pi[j] = 0
+		}
+	}
 
+	if math.IsNaN(gap) || math.IsInf(gap, 0) || gap > 1 {
+		gap = 1 // no useful certificate
+	}
 	sol := &Solution{
 		Weights:          map[string]map[string]float64{},
 		Shed:             map[string]float64{},

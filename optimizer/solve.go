@@ -59,6 +59,7 @@ type solver struct {
 	debug        func(string, ...any)
 	tau0         float64
 	bcdTol       float64 // relative accuracy of one cluster's solve
+	approxChurn  bool    // Newton prices churn by effRTT instead of capped arcs
 
 	// engine -> edges index, built on first use
 	byEngine, engStart, edgeCluster []int32
@@ -116,34 +117,50 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	iters := 0
 	{ // always: the start may be within tolerance without equal marginals
 		mean := primal / math.Max(1e-9, sumOf(s.routed))
-		tauFinal := 0.2 * cfg.tol * mean
 		if p.cw > 0 {
-			// The Newton phase prices churn only approximately (effRTT);
-			// a finer temperature does not pay off there.
-			tauFinal = 0.2 * math.Max(cfg.tol, 1e-3) * mean
+			// The churn arcs make the smoothed dual stiff at small
+			// temperatures: a coarser final temperature and a step budget.
+			s.newtonSteps = s.newton(0.2*math.Max(cfg.tol, 1e-3)*mean, cfg.tol, 60)
+		} else {
+			s.newtonSteps = s.newton(0.2*cfg.tol*mean, cfg.tol, 400)
 		}
-		s.newtonSteps = s.newton(tauFinal, cfg.tol, 400)
 		s.fn.repair(p, s.routed, s.x)
 		s.recomputeLoads()
 		primal, dual = s.bounds()
 		best = math.Max(best, dual)
 		gap = relGap(primal, best)
 		if p.cw > 0 && gap > cfg.tol {
-			// With churn the previous plan itself (made feasible) is often
-			// the better start for the exact phase: keep whichever of the
-			// two has the lower objective.
-			keep := append([]float64(nil), s.x...)
-			copy(s.x, p.prev)
-			s.fn.repair(p, s.routed, s.x)
-			s.recomputeLoads()
-			if alt, _ := s.primal(); alt < primal {
-				primal, dual = s.bounds()
-				best = math.Max(best, dual)
-				gap = relGap(primal, best)
-			} else {
-				copy(s.x, keep)
+			// The churn arcs make the smoothed dual stiff at small
+			// temperatures; when that run falls short, also try the plan
+			// of the Newton run that prices churn approximately (previous
+			// edges 2*churn cheaper) and the previous plan itself, and
+			// keep the one with the lowest objective for the exact phase.
+			keepX := append([]float64(nil), s.x...)
+			keepMu := append([]float64(nil), s.mu...)
+			bestPrimal := primal
+			try := func(fill func()) {
+				fill()
+				s.fn.repair(p, s.routed, s.x)
 				s.recomputeLoads()
+				if alt, _ := s.primal(); alt < bestPrimal {
+					bestPrimal = alt
+					copy(keepX, s.x)
+					copy(keepMu, s.mu)
+				}
 			}
+			try(func() {
+				s.approxChurn = true
+				s.initPrices()
+				s.newtonSteps += s.newton(0.2*math.Max(cfg.tol, 1e-3)*mean, cfg.tol, 400)
+				s.approxChurn = false
+			})
+			try(func() { copy(s.x, p.prev) })
+			copy(s.x, keepX)
+			copy(s.mu, keepMu)
+			s.recomputeLoads()
+			primal, dual = s.bounds()
+			best = math.Max(best, dual)
+			gap = relGap(primal, best)
 		}
 	}
 	prevPrimal := math.Inf(1)
