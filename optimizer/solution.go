@@ -26,7 +26,7 @@ type Solution struct {
 	// that time the call fill it in.
 	SolveMs float64 `json:"solve_ms"`
 	// DualityGap is the certified relative gap (primal - dual)/primal of
-	// the full objective including churn.
+	// the full objective including churn (1 when there is no useful bound).
 	DualityGap   float64 `json:"duality_gap"`
 	Iterations   int     `json:"iterations"`
 	TotalShedRPS float64 `json:"total_shed_rps"`
