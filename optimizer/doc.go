@@ -69,12 +69,16 @@
 //     a capacity wall or a profile knot, negative-cycle cancelling on the
 //     residual graph reduced to cluster nodes (Bellman–Ford, exact line
 //     search); it stops after 10 sweeps without progress and reports the
-//     gap reached. The churn term (per-edge |x − prev| kinks) is handled
-//     exactly by this second phase and by the dual bound; the Newton phase
-//     only prices previous edges 2·churn_weight cheaper (without the cap
-//     at their previous rps), and the second phase starts from the better
-//     of that plan and the previous plan. With churn against a very
-//     different previous plan the gap can therefore stay above Tolerance.
+//     gap reached.
+//
+// Churn (per-edge |x − prev| kinks) enters the smoothed dual exactly: an
+// edge that carried traffic is two arcs, rtt − churn capped at its previous
+// rps and rtt + churn uncapped; each engine then picks its price m by a
+// safeguarded 1-D solve so that its arc flows min(cap, exp((bid − m)/τ))
+// add up to its supply at m (churn.go). That dual is stiff at small τ, so
+// the churn run stops at a coarser temperature with a step budget, and
+// the exact phase starts from the best of it, an approximate-churn Newton
+// run (previous edges 2·churn cheaper, uncapped) and the previous plan.
 //
 // Everything iterates in sorted id order (map iteration order never
 // reaches the arithmetic), so the same input gives byte-identical output. marginal_ms in an
