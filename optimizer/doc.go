@@ -81,8 +81,8 @@
 // run (previous edges 2·churn cheaper, uncapped) and the previous plan.
 //
 // Everything iterates in sorted id order (map iteration order never
-// reaches the arithmetic), so the same input gives byte-identical output. marginal_ms in an
-// explanation is r_ij + π_j.
+// reaches the arithmetic), so the same input gives byte-identical output.
+// marginal_ms in an explanation is r_ij + π_j.
 //
 // # Profiles
 //
