@@ -17,6 +17,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
 )
 
@@ -476,7 +477,7 @@ func (c Control) Defaults() Control {
 	def(&c.PropagationMs, 500)
 	def(&c.HealthCheckMs, 2000)
 	def(&c.MaxUtilization, 0.9)
-	def(&c.ChurnWeight, 5)
+	def(&c.ChurnWeight, plan.DefaultChurnWeight)
 	def(&c.LegacyPeriodS, 5)
 	def(&c.LegacyGain, 0.8)
 	def(&c.LegacyLagS, 5)
