@@ -47,7 +47,7 @@ const (
 type Core struct {
 	topics streams.Topics
 	panes  *window.Panes[pane]
-	fit    estimate.Fitter
+	fits   *estimate.FitCache
 	slide  int64
 
 	// consumed is the next offset to read per partition.
@@ -69,7 +69,7 @@ func NewCore(topics streams.Topics, spec window.Spec, fit estimate.Fitter) (*Cor
 		return nil, err
 	}
 	return &Core{
-		topics: topics, panes: ps, fit: fit, slide: spec.Slide.Milliseconds(),
+		topics: topics, panes: ps, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
 		consumed: map[tp]int64{}, replayUntil: map[tp]int64{}, parts: map[tp]*partState{},
 	}, nil
 }
@@ -230,7 +230,8 @@ func (c *Core) Fire() []Fired {
 			ew.PaneStarts = append(ew.PaneStarts, p.Start)
 			ew.Panes = append(ew.Panes, p.State.est)
 		}
-		out = append(out, Fired{Start: w.Start, End: w.End, Estimates: estimate.ComputeParallel(ew, c.fit, runtime.GOMAXPROCS(0))})
+		out = append(out, Fired{Start: w.Start, End: w.End, Estimates: estimate.ComputeParallel(ew, c.fits.Fit, runtime.GOMAXPROCS(0))})
+		c.fits.Rotate()
 	}
 	return out
 }

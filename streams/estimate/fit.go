@@ -1,7 +1,9 @@
 package estimate
 
 import (
+	"encoding/binary"
 	"math"
+	"sync"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -230,4 +232,106 @@ func (p *normal) nnls() (x []float64, ok bool) {
 		}
 	}
 	return x, true
+}
+
+// FitCache memoizes a Fitter by its exact input: the kind, the GPU class
+// and every observation's bits. Fitters are deterministic, so a cached
+// profile is byte for byte the profile a new fit would return; an engine
+// whose window holds the same observations as before (or as another
+// engine of its class) is not refitted. Entries not used since the
+// previous Rotate are dropped at the next one, so the cache holds at most
+// two windows' profiles (memory grows with engines, not records). It is
+// safe for concurrent use.
+type FitCache struct {
+	fit Fitter
+
+	mu           sync.Mutex
+	cur, prev    map[string]*schemas.LatencyProfile
+	hits, misses uint64
+}
+
+// NewFitCache returns an empty cache in front of fit (nil: ConvexFit).
+func NewFitCache(fit Fitter) *FitCache {
+	if fit == nil {
+		fit = ConvexFit
+	}
+	return &FitCache{fit: fit, cur: map[string]*schemas.LatencyProfile{}, prev: map[string]*schemas.LatencyProfile{}}
+}
+
+// Fit is a Fitter: the cached profile for this exact input (a copy the
+// caller owns), else a new fit.
+func (c *FitCache) Fit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
+	var arr [8 + 32 + numBins*24]byte
+	key := arr[:0]
+	key = binary.LittleEndian.AppendUint32(key, uint32(k))
+	key = binary.LittleEndian.AppendUint32(key, uint32(len(gpuClass)))
+	key = append(key, gpuClass...)
+	for _, o := range obs {
+		key = binary.LittleEndian.AppendUint64(key, math.Float64bits(o.Utilization))
+		key = binary.LittleEndian.AppendUint64(key, math.Float64bits(o.LatencyMs))
+		key = binary.LittleEndian.AppendUint64(key, math.Float64bits(o.Weight))
+	}
+	c.mu.Lock()
+	p, ok := c.cur[string(key)]
+	if !ok {
+		if p, ok = c.prev[string(key)]; ok {
+			c.cur[string(key)] = p
+		}
+	}
+	if ok {
+		c.hits++
+	} else {
+		c.misses++
+	}
+	c.mu.Unlock()
+	if ok {
+		return cloneProfile(p)
+	}
+	p = c.fit(obs, gpuClass, k)
+	c.mu.Lock()
+	c.cur[string(key)] = p
+	c.mu.Unlock()
+	return cloneProfile(p)
+}
+
+// Rotate starts a new generation: entries not used since the previous
+// Rotate are dropped.
+func (c *FitCache) Rotate() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prev, c.cur = c.cur, make(map[string]*schemas.LatencyProfile, len(c.cur))
+}
+
+// Stats returns the number of cache hits and misses so far.
+func (c *FitCache) Stats() (hits, misses uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits, c.misses
+}
+
+// Len is the number of profiles held.
+func (c *FitCache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.cur) + len(c.prev)
+}
+
+// cloneProfile copies p (nil stays nil) with its points in one allocation.
+func cloneProfile(p *schemas.LatencyProfile) *schemas.LatencyProfile {
+	if p == nil {
+		return nil
+	}
+	out := &schemas.LatencyProfile{Samples: p.Samples, FitRmseMs: p.FitRmseMs, Prior: p.Prior}
+	if p.Points != nil {
+		pts := make([]schemas.ProfilePoint, len(p.Points))
+		out.Points = make([]*schemas.ProfilePoint, len(p.Points))
+		for i, pt := range p.Points {
+			if pt == nil {
+				continue
+			}
+			pts[i].Utilization, pts[i].LatencyMs = pt.Utilization, pt.LatencyMs
+			out.Points[i] = &pts[i]
+		}
+	}
+	return out
 }
