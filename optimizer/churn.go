@@ -1,6 +1,9 @@
 package optimizer
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // arcs is the engine-major arc list of the smoothed dual with churn: each
 // edge gives an uncapped arc priced rtt+churn and, when it carried
@@ -15,14 +18,16 @@ type arcs struct {
 	// scratch
 	x, bid []float64
 	idx    []int32
-	mEng   []float64
+	// enginePrice scratch
+	ord                 []int32
+	t, sufM, sufS, preC []float64
+	knots               []float64
 }
 
 func (s *solver) buildArcs(pos []int) *arcs {
 	p := s.p
-	ar := &arcs{start: make([]int32, len(p.curves)+1), mEng: make([]float64, len(p.curves))}
+	ar := &arcs{start: make([]int32, len(p.curves)+1)}
 	for j := range p.curves {
-		ar.mEng[j] = math.NaN()
 		if p.usable[j] {
 			for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
 				a := pos[s.edgeCluster[e]]
@@ -73,80 +78,14 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 			ar.x = append(ar.x, 0)
 		}
 	}
-	full := s.fullEngine[j]
-	supply := func(m float64) (float64, float64) {
-		if full {
-			return c.cap, 0
+	m = s.enginePrice(ar, c, s.fullEngine[j], tau)
+	for k, b := range ar.bid {
+		x := math.Exp(math.Min((b-m)/tau, 700))
+		if cp := ar.cap[ar.idx[k]]; x >= cp {
+			x = cp
 		}
-		return c.inv(m)
+		ar.x[k] = x
 	}
-	// h(m) = sum of arc flows - supply(m) is decreasing in m.
-	h := func(m float64) (float64, float64) {
-		sum, free := 0.0, 0.0
-		for k, b := range ar.bid {
-			z := math.Min((b-m)/tau, 700)
-			x := math.Exp(z)
-			if cp := ar.cap[ar.idx[k]]; x >= cp {
-				x = cp
-			} else {
-				free += x
-			}
-			ar.x[k] = x
-			sum += x
-		}
-		sup, ds := supply(m)
-		return sum - sup, -free/tau - ds
-	}
-	m = ar.mEng[j]
-	if math.IsNaN(m) {
-		m = maxb
-	}
-	// Bracket the root by doubling steps, then safeguarded Newton.
-	mLo, mHi := math.Inf(-1), math.Inf(1)
-	step := tau
-	for range 200 {
-		v, _ := h(m)
-		if v > 0 {
-			mLo = m
-			if !math.IsInf(mHi, 1) {
-				break
-			}
-			m += step
-		} else {
-			mHi = m
-			if !math.IsInf(mLo, -1) {
-				break
-			}
-			m -= step
-		}
-		step *= 2
-	}
-	m = 0.5 * (mLo + mHi)
-	lastWidth := mHi - mLo
-	for it := range 200 {
-		v, d := h(m)
-		if v > 0 {
-			mLo = m
-		} else {
-			mHi = m
-		}
-		width := mHi - mLo
-		if math.Abs(v) <= 1e-12*(1+c.cap) || width <= 1e-13*(1+math.Abs(m)) {
-			break
-		}
-		next := m - v/d
-		// Newton crawls (by tau per step) where the exponentials
-		// dominate; bisect unless the bracket halves every two steps.
-		if !(next > mLo && next < mHi) || (it%2 == 1 && width > 0.5*lastWidth) {
-			next = 0.5 * (mLo + mHi)
-		}
-		if it%2 == 1 {
-			lastWidth = width
-		}
-		m = next
-	}
-	h(m)
-	ar.mEng[j] = m
 	L := 0.0
 	for k, x := range ar.x {
 		L += x
@@ -155,6 +94,206 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 		}
 	}
 	phi -= c.g(math.Min(L, c.cap))
-	_, dSupply = supply(m)
+	if !s.fullEngine[j] {
+		_, dSupply = c.inv(m)
+	}
 	return phi, dSupply, m
+}
+
+// enginePrice returns the root m of
+//
+//	h(m) = sum_a min(cap_a, exp((bid_a - m)/tau)) - L(m)
+//
+// for the arcs in ar.idx/ar.bid, where L is the engine's supply (c.inv,
+// or c.cap when full). h is continuous and decreasing. Arc a is saturated
+// exactly when m <= t_a = bid_a - tau*log(cap_a), so between consecutive
+// breakpoints (the t_a and the knots of L) h is S*exp((M-m)/tau) + C -
+// (alpha*m + beta) with the free arcs' log-sum-exp (S, M), the saturated
+// caps C and L linear: the breakpoints are scanned from the top in
+// sorted order (suffix sums, no cancellation) and the root in its
+// interval is found from the scalar equation, so each arc costs one exp
+// instead of one per iteration of a search.
+func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64 {
+	// Order: capped arcs by t descending, then the uncapped ones.
+	nk := len(ar.bid)
+	ar.ord = ar.ord[:0]
+	ar.t = ar.t[:0]
+	for k, b := range ar.bid {
+		ar.ord = append(ar.ord, int32(k))
+		t := math.Inf(-1)
+		if cp := ar.cap[ar.idx[k]]; !math.IsInf(cp, 1) {
+			t = b - tau*math.Log(cp)
+		}
+		ar.t = append(ar.t, t)
+	}
+	slices.SortFunc(ar.ord, func(a, b int32) int {
+		ta, tb := ar.t[a], ar.t[b]
+		switch {
+		case ta > tb:
+			return -1
+		case ta < tb:
+			return 1
+		}
+		return int(a) - int(b)
+	})
+	// Suffix log-sum-exp of the bids (free arcs below position q) and
+	// prefix sums of the caps (saturated arcs above it).
+	ar.sufM = resize(ar.sufM, nk+1)
+	ar.sufS = resize(ar.sufS, nk+1)
+	ar.preC = resize(ar.preC, nk+1)
+	ar.preC[0] = 0
+	ar.sufM[nk], ar.sufS[nk] = math.Inf(-1), 0
+	for q := nk - 1; q >= 0; q-- {
+		b := ar.bid[ar.ord[q]]
+		M, S := ar.sufM[q+1], ar.sufS[q+1]
+		if b > M {
+			S = S*math.Exp((M-b)/tau) + 1
+			M = b
+		} else {
+			S += math.Exp((b - M) / tau)
+		}
+		ar.sufM[q], ar.sufS[q] = M, S
+	}
+	for q := range nk {
+		k := ar.ord[q]
+		cp := ar.cap[ar.idx[k]]
+		if math.IsInf(cp, 1) {
+			cp = 0
+		}
+		ar.preC[q+1] = ar.preC[q] + cp
+	}
+	// Knots of the supply L(m), descending.
+	ar.knots = ar.knots[:0]
+	if !full {
+		for k := len(c.s) - 1; k >= 0; k-- {
+			ar.knots = append(ar.knots, c.v[k+1]+c.l[k+1]*c.s[k], c.v[k]+c.l[k]*c.s[k])
+		}
+	}
+	supply := func(m float64) (float64, float64) {
+		if full {
+			return c.cap, 0
+		}
+		return c.inv(m)
+	}
+	// Sweep down from m = +Inf (every arc free, h < 0). State q: arcs at
+	// positions < q are saturated.
+	q, kn := 0, 0
+	upper := math.Inf(1)
+	for {
+		// Next breakpoint below upper.
+		next, isArc := math.Inf(-1), false
+		if q < nk && ar.t[ar.ord[q]] > next {
+			next, isArc = ar.t[ar.ord[q]], true
+		}
+		for kn < len(ar.knots) && ar.knots[kn] >= upper {
+			kn++
+		}
+		if kn < len(ar.knots) && ar.knots[kn] > next {
+			next, isArc = ar.knots[kn], false
+		}
+		M, S, C := ar.sufM[q], ar.sufS[q], ar.preC[q]
+		hAt := func(m float64) float64 {
+			free := 0.0
+			if S > 0 {
+				free = S * math.Exp(math.Min((M-m)/tau, 700))
+			}
+			L, _ := supply(m)
+			return free + C - L
+		}
+		if math.IsInf(next, -1) || hAt(next) >= 0 {
+			return solveInterval(next, upper, M, S, C, tau, supply)
+		}
+		upper = next
+		if isArc {
+			q++
+		} else {
+			kn++
+		}
+	}
+}
+
+// solveInterval returns the root in [lo, hi] of S*exp((M-m)/tau) + C -
+// L(m), L linear on the interval, decreasing, with h(lo) >= 0 > h(hi)
+// (lo may be -Inf). It solves phi(m) = log S + (M-m)/tau - log(L(m) - C)
+// = 0, convex and decreasing where L > C, by safeguarded Newton.
+func solveInterval(lo, hi, M, S, C, tau float64, supply func(float64) (float64, float64)) float64 {
+	mid := hi
+	switch {
+	case math.IsInf(lo, -1) && math.IsInf(hi, 1):
+		mid = M
+	case math.IsInf(lo, -1):
+		mid = hi - 1
+	case math.IsInf(hi, 1):
+		mid = lo + 1
+	default:
+		mid = 0.5 * (lo + hi)
+	}
+	L0, alpha := supply(mid)
+	beta := L0 - alpha*mid
+	if S <= 0 {
+		if alpha > 0 {
+			return math.Min(math.Max((C-beta)/alpha, lo), hi)
+		}
+		return lo
+	}
+	if alpha == 0 {
+		r := beta - C
+		if r <= 0 {
+			return hi
+		}
+		return math.Min(math.Max(M+tau*(math.Log(S)-math.Log(r)), lo), hi)
+	}
+	// Domain of phi: m > mr.
+	if mr := (C - beta) / alpha; mr > lo || math.IsInf(lo, -1) {
+		lo = math.Max(lo, mr)
+	}
+	if math.IsInf(hi, 1) {
+		// phi(m) -> -Inf; find a finite upper end.
+		step := tau
+		hi = math.Max(lo, M) + step
+		for range 200 {
+			if math.Log(S)+(M-hi)/tau-math.Log(alpha*hi+beta-C) < 0 {
+				break
+			}
+			step *= 2
+			hi += step
+		}
+	}
+	logS := math.Log(S)
+	m := hi
+	for range 200 {
+		r := alpha*m + beta - C
+		if !(r > 0) {
+			m = 0.5 * (lo + hi)
+			if hi-lo <= 1e-15*(1+math.Abs(m)) {
+				break
+			}
+			lo = m
+			continue
+		}
+		phi := logS + (M-m)/tau - math.Log(r)
+		if phi >= 0 {
+			lo = m
+		} else {
+			hi = m
+		}
+		if math.Abs(phi) <= 1e-15 || hi-lo <= 1e-15*(1+math.Abs(m)) {
+			break
+		}
+		d := -1/tau - alpha/r
+		next := m - phi/d
+		if !(next > lo && next < hi) {
+			next = 0.5 * (lo + hi)
+		}
+		m = next
+	}
+	return m
+}
+
+// resize returns v with length n, reusing its storage when it can.
+func resize(v []float64, n int) []float64 {
+	if cap(v) < n {
+		return make([]float64, n, 2*n)
+	}
+	return v[:n]
 }

@@ -268,6 +268,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		}
 		valid := false
 		var f float64
+		bestG1, stall := math.Inf(1), 0
 		for it := 0; it < 60 && steps < maxSteps; it++ {
 			if !valid {
 				f = eval(mu, tau, true, grad, qd)
@@ -278,6 +279,15 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				g1 += math.Abs(g)
 			}
 			if g1 <= want {
+				break
+			}
+			// At the limit of floating-point resolution the line search
+			// accepts steps that change nothing: stop after three steps
+			// without a 10% smaller gradient once it is small (the max-flow
+			// repair and the exact phase take it from there).
+			if g1 < 0.9*bestG1 {
+				bestG1, stall = g1, 0
+			} else if stall++; stall >= 3 && g1 <= 1e-5*total {
 				break
 			}
 			steps++
