@@ -218,7 +218,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					arc := ar.idx[k]
 					a := ar.pos[arc]
 					grad[a] -= x
-					if x < ar.cap[arc] {
+					if x < ar.cap[arc] && x > 0 { // x == 0 (underflow) would list a twice
 						if sAcc[a] == 0 {
 							touched = append(touched, a)
 						}

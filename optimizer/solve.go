@@ -11,6 +11,7 @@ type Option interface{ apply(*config) }
 type config struct {
 	tol      float64
 	maxIters int
+	debug    func(string, ...any) // trace hook for internal tests
 }
 
 type optionFunc func(*config)
@@ -82,7 +83,7 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		return nil, err
 	}
 	p := newProblem(in)
-	s := &solver{p: p, tau0: 2}
+	s := &solver{p: p, tau0: 2, debug: cfg.debug}
 	s.routed, s.x, s.fn = fairRoute(p)
 	s.fullEngine, s.tightCluster = s.fn.tight(p)
 	s.load = make([]float64, len(p.curves))
@@ -129,6 +130,9 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		primal, dual = s.bounds()
 		best = math.Max(best, dual)
 		gap = relGap(primal, best)
+		if s.debug != nil {
+			s.debug("after newton: primal %.10g dual %.10g gap %.3g", primal, dual, gap)
+		}
 		if p.cw > 0 && gap > cfg.tol {
 			// The churn arcs make the smoothed dual stiff at small
 			// temperatures; when that run falls short, also try the plan
@@ -142,7 +146,11 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 				fill()
 				s.fn.repair(p, s.routed, s.x)
 				s.recomputeLoads()
-				if alt, _ := s.primal(); alt < bestPrimal {
+				alt, _ := s.primal()
+				if s.debug != nil {
+					s.debug("candidate primal %.10g (best %.10g)", alt, bestPrimal)
+				}
+				if alt < bestPrimal {
 					bestPrimal = alt
 					copy(keepX, s.x)
 					copy(keepMu, s.mu)
@@ -176,6 +184,9 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		primal, dual = s.bounds()
 		best = math.Max(best, dual)
 		gap = relGap(primal, best)
+		if s.debug != nil {
+			s.debug("sweep %d: primal %.10g dual %.10g gap %.3g", iters, primal, dual, gap)
+		}
 		if gap <= cfg.tol {
 			break
 		}
