@@ -48,16 +48,17 @@ type Core struct {
 	topics streams.Topics
 	panes  *window.Panes[pane]
 	fits   *estimate.FitCache
+	dec    estimate.Decoder
 	slide  int64
 
-	// consumed is the next offset to read per partition.
-	consumed map[tp]int64
-	// parts tracks, per input partition, how far it is read and the
-	// largest event time seen in it (see watermark).
+	// parts tracks, per input partition, how far it is read, the largest
+	// event time seen in it (see watermark), and where the restored
+	// checkpoint's replay ends.
 	parts map[tp]*partState
-	// replayUntil: records below these offsets were handled before the
-	// restored checkpoint.
-	replayUntil map[tp]int64
+	// last caches the partition of the previous record (records come in
+	// runs per partition).
+	lastKey tp
+	last    *partState
 }
 
 // NewCore returns a processor core for the topics under prefix. fit nil
@@ -70,7 +71,7 @@ func NewCore(topics streams.Topics, spec window.Spec, fit estimate.Fitter) (*Cor
 	}
 	return &Core{
 		topics: topics, panes: ps, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
-		consumed: map[tp]int64{}, replayUntil: map[tp]int64{}, parts: map[tp]*partState{},
+		parts: map[tp]*partState{},
 	}, nil
 }
 
@@ -78,6 +79,18 @@ type partState struct {
 	pos, end int64 // next offset to read, log end offset
 	maxT     int64 // largest valid event time read
 	seen     bool  // maxT is set
+	// consumed is the next offset to handle, valid when handled is true
+	// (a record of the partition has been handled).
+	consumed int64
+	handled  bool
+	// replayUntil: records below it were handled before the restored
+	// checkpoint.
+	replayUntil int64
+	// lastPane is the pane the partition's previous record went to, at
+	// offset lastOff: the pane's lowest offset of the partition is at
+	// most lastOff.
+	lastPane *pane
+	lastOff  int64
 }
 
 func (c *Core) part(k tp) *partState {
@@ -158,30 +171,34 @@ func (c *Core) watermark() (int64, bool) {
 // dead-lettered record, the reason.
 func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 	key := tp{rec.Topic, rec.Partition}
-	isReplay := rec.Offset < c.replayUntil[key]
-	if next := rec.Offset + 1; next > c.consumed[key] {
-		c.consumed[key] = next
+	ps := c.last
+	if ps == nil || key != c.lastKey {
+		ps = c.part(key)
+		c.lastKey, c.last = key, ps
 	}
-	ps := c.part(key)
+	isReplay := rec.Offset < ps.replayUntil
+	if next := rec.Offset + 1; !ps.handled || next > ps.consumed {
+		ps.consumed, ps.handled = next, true
+	}
 	ps.pos = max(ps.pos, rec.Offset+1)
 	ps.end = max(ps.end, ps.pos)
 	var (
 		t   int64
-		add func(*estimate.Pane)
+		sig *schemas.EngineSignal
+		ev  *schemas.RoutingEvent
+		err error
 	)
 	switch rec.Topic {
 	case c.topics.Signals:
-		s, err := estimate.DecodeSignal(rec.Value, rec.Timestamp)
-		if err != nil {
+		if sig, err = c.dec.Signal(rec.Value, rec.Timestamp); err != nil {
 			return c.bad(isReplay, err)
 		}
-		t, add = s.GetEventTimeUnixMs(), func(p *estimate.Pane) { p.AddSignal(s) }
+		t = sig.GetEventTimeUnixMs()
 	case c.topics.RoutingEvents:
-		ev, err := estimate.DecodeRoutingEvent(rec.Value, rec.Timestamp)
-		if err != nil {
+		if ev, err = c.dec.RoutingEvent(rec.Value, rec.Timestamp); err != nil {
 			return c.bad(isReplay, err)
 		}
-		t, add = ev.GetEventTimeUnixMs(), func(p *estimate.Pane) { p.AddRoutingEvent(ev) }
+		t = ev.GetEventTimeUnixMs()
 	default:
 		return c.bad(isReplay, fmt.Errorf("unexpected topic %q", rec.Topic))
 	}
@@ -195,10 +212,18 @@ func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 		}
 		return Late, ""
 	}
-	add(p.est)
-	if off, seen := p.minOff[key]; !seen || rec.Offset < off {
-		p.minOff[key] = rec.Offset
+	if sig != nil {
+		p.est.AddSignal(sig)
+	} else {
+		p.est.AddRoutingEvent(ev)
 	}
+	if p != ps.lastPane || rec.Offset < ps.lastOff {
+		if off, seen := p.minOff[key]; !seen || rec.Offset < off {
+			p.minOff[key] = rec.Offset
+		}
+		ps.lastPane = p
+	}
+	ps.lastOff = rec.Offset
 	if isReplay {
 		return Replayed, ""
 	}
@@ -263,8 +288,10 @@ type PartitionMark struct {
 // Checkpoint returns the current checkpoint.
 func (c *Core) Checkpoint() Checkpoint {
 	resume := map[tp]int64{}
-	for k, v := range c.consumed {
-		resume[k] = v
+	for k, p := range c.parts {
+		if p.handled {
+			resume[k] = p.consumed
+		}
 	}
 	for _, s := range c.panes.Starts() {
 		p := c.panes.Get(s)
@@ -276,7 +303,14 @@ func (c *Core) Checkpoint() Checkpoint {
 	}
 	cp := Checkpoint{Version: 1, Watermark: c.panes.Watermark(), Next: c.panes.Next()}
 	for k, r := range resume {
-		cp.Partitions = append(cp.Partitions, PartitionMark{Topic: k.Topic, Partition: k.Partition, Resume: r, Consumed: max(c.consumed[k], c.replayUntil[k])})
+		var consumed int64
+		if p := c.parts[k]; p != nil {
+			if p.handled {
+				consumed = p.consumed
+			}
+			consumed = max(consumed, p.replayUntil)
+		}
+		cp.Partitions = append(cp.Partitions, PartitionMark{Topic: k.Topic, Partition: k.Partition, Resume: r, Consumed: consumed})
 	}
 	sort.Slice(cp.Partitions, func(i, j int) bool {
 		a, b := cp.Partitions[i], cp.Partitions[j]
@@ -294,6 +328,6 @@ func (c *Core) Restore(cp Checkpoint) {
 		c.panes.Restore(cp.Watermark, cp.Next)
 	}
 	for _, m := range cp.Partitions {
-		c.replayUntil[tp{m.Topic, m.Partition}] = m.Consumed
+		c.part(tp{m.Topic, m.Partition}).replayUntil = m.Consumed
 	}
 }

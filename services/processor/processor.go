@@ -202,7 +202,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, found, err := readCheckpoint(ctx, cl, s.cfg.KafkaBrokers, CheckpointTopic(s.cfg.TopicPrefix), s.cfg.Group)
+	cp, found, err := readCheckpoint(ctx, cl, CheckpointTopic(s.cfg.TopicPrefix), s.cfg.Group)
 	if err != nil {
 		return err
 	}
@@ -459,10 +459,14 @@ func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 	return nil
 }
 
-// readCheckpoint returns the latest checkpoint of group.
-func readCheckpoint(ctx context.Context, cl *kgo.Client, brokers []string, topic, group string) (Checkpoint, bool, error) {
+// readCheckpoint returns the latest checkpoint of group. It reads the
+// checkpoint partition with plain Fetch requests through cl (no second
+// client to connect and close), from the log start to the end offset
+// listed when it starts.
+func readCheckpoint(ctx context.Context, cl *kgo.Client, topic, group string) (Checkpoint, bool, error) {
 	var cp Checkpoint
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return cp, false, fmt.Errorf("listing checkpoint offsets: %w", err)
 	}
@@ -473,39 +477,65 @@ func readCheckpoint(ctx context.Context, cl *kgo.Client, brokers []string, topic
 	if end.Offset <= 0 {
 		return cp, false, nil
 	}
-	rd, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
-	)
+	starts, err := adm.ListStartOffsets(ctx, topic)
 	if err != nil {
-		return cp, false, fmt.Errorf("creating checkpoint reader: %w", err)
+		return cp, false, fmt.Errorf("listing checkpoint offsets: %w", err)
 	}
-	defer rd.Close()
+	off := int64(0)
+	if so, ok := starts.Lookup(topic, 0); ok && so.Err == nil {
+		off = so.Offset
+	}
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return cp, false, fmt.Errorf("checkpoint topic metadata: %w", err)
+	}
+	pm, ok := md.Topics[topic].Partitions[0]
+	if !ok || pm.Leader < 0 {
+		return cp, false, fmt.Errorf("checkpoint topic %s has no leader", topic)
+	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	found := false
-	for done := false; !done; {
-		fs := rd.PollFetches(rctx)
-		if err := rctx.Err(); err != nil {
+	for off < end.Offset {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 500, 1, 16<<20
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, md.Topics[topic].ID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, off, 16<<20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(rctx, cl.Broker(int(pm.Leader)))
+		if err != nil {
 			return cp, false, fmt.Errorf("reading checkpoints: %w", err)
 		}
-		var derr error
-		fs.EachRecord(func(rec *kgo.Record) {
-			if rec.Offset >= end.Offset-1 {
-				done = true
-			}
-			if string(rec.Key) != group {
-				return
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return cp, false, fmt.Errorf("reading checkpoints: %w", err)
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return cp, false, errors.New("reading checkpoints: unexpected fetch response")
+		}
+		fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: off, Topic: topic, Partition: 0},
+			&resp.Topics[0].Partitions[0], kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil {
+			return cp, false, fmt.Errorf("reading checkpoints at offset %d: %w", off, fp.Err)
+		}
+		if len(fp.Records) == 0 {
+			// Nothing readable below the end offset listed at start
+			// (e.g. it ends in control records).
+			break
+		}
+		for _, rec := range fp.Records {
+			off = rec.Offset + 1
+			if string(rec.Key) != group || rec.Offset >= end.Offset {
+				continue
 			}
 			var c Checkpoint
 			if err := json.Unmarshal(rec.Value, &c); err != nil {
-				derr = fmt.Errorf("decoding checkpoint at offset %d: %w", rec.Offset, err)
-				return
+				return cp, false, fmt.Errorf("decoding checkpoint at offset %d: %w", rec.Offset, err)
 			}
 			cp, found = c, true
-		})
-		if derr != nil {
-			return cp, false, derr
 		}
 	}
 	return cp, found, nil

@@ -121,8 +121,8 @@ func checkHist(name string, h *schemas.Histogram) error {
 			return invalid(ReasonInvalidValue, "%s bound %d=%v", name, i, b)
 		}
 	}
-	if err := checkNum(name+".sum", h.Sum, 0); err != nil {
-		return err
+	if v := h.Sum; math.IsNaN(v) || math.IsInf(v, 0) || v < 0 { // name built only on error
+		return checkNum(name+".sum", v, 0)
 	}
 	return nil
 }

@@ -1,0 +1,55 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+)
+
+func TestReadCheckpoint(t *testing.T) {
+	kc := testenv.Kafka(t)
+	ctx := context.Background()
+	s, err := New(Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "ckpt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := testenv.Client(t, kc)
+	if err := s.ensureTopics(ctx, cl); err != nil {
+		t.Fatal(err)
+	}
+	topic := CheckpointTopic("ckpt")
+	if _, found, err := readCheckpoint(ctx, cl, topic, "a"); err != nil || found {
+		t.Fatalf("empty topic: found %v, err %v", found, err)
+	}
+	var recs []*kgo.Record
+	for i := range 300 {
+		g := []string{"a", "b", "c"}[i%3]
+		if i > 200 && g == "b" {
+			continue // b's latest is older
+		}
+		v, _ := json.Marshal(Checkpoint{Version: 1, Watermark: int64(i)})
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(g), Value: v})
+	}
+	for _, r := range recs[:150] { // several produce batches
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.ProduceSync(ctx, recs[150:]...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		group string
+		found bool
+		wm    int64
+	}{{"a", true, 297}, {"b", true, 199}, {"c", true, 299}, {"d", false, 0}} {
+		cp, found, err := readCheckpoint(ctx, cl, topic, tc.group)
+		if err != nil || found != tc.found || cp.Watermark != tc.wm {
+			t.Errorf("group %s: watermark %d found %v err %v; want %d %v", tc.group, cp.Watermark, found, err, tc.wm, tc.found)
+		}
+	}
+}

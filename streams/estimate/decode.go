@@ -1,0 +1,320 @@
+package estimate
+
+import (
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Decoder decodes and validates input records like DecodeSignal and
+// DecodeRoutingEvent, with the same results and errors, but without
+// allocating per record: it scans the wire format for the fields the
+// estimates use into messages it reuses, and interns entity names. Any
+// record that is not plainly encoded (an unknown field, a field with an
+// unexpected wire type, a histogram sent in parts, bad UTF-8, truncation)
+// goes through proto.Unmarshal instead, so the outcome is always the
+// same as DecodeSignal's or DecodeRoutingEvent's.
+//
+// A returned message is valid until the next call. Routing events come
+// back without request_id, decision_reason and model (checked, not kept:
+// no estimate uses them). A Decoder is not safe for concurrent use; the
+// zero value is ready to use.
+type Decoder struct {
+	sig        schemas.EngineSignal
+	ttft, tbot schemas.Histogram
+	// Reused histogram slices: bounds and counts of ttft, tbot.
+	bounds [2][]float64
+	counts [2][]uint64
+	ev         schemas.RoutingEvent
+	strs       map[string]string
+}
+
+// maxInterned bounds the interned strings; the table starts over when
+// full.
+const maxInterned = 1 << 16
+
+// str returns b as an interned string, or ok=false when b is not UTF-8.
+func (d *Decoder) str(b []byte) (s string, ok bool) {
+	if s, ok := d.strs[string(b)]; ok {
+		return s, true
+	}
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	if d.strs == nil || len(d.strs) >= maxInterned {
+		d.strs = make(map[string]string, 256)
+	}
+	s = string(b)
+	d.strs[s] = s
+	return s, true
+}
+
+// field is one scanned field: its number and wire type, and its value
+// (a varint or fixed64 in v, a length-delimited field in b).
+type field struct {
+	num protowire.Number
+	typ protowire.Type
+	v   uint64
+	b   []byte
+}
+
+// next scans the field at the start of b; n < 0 when b is malformed or
+// the wire type is one the fast path does not take.
+func next(b []byte) (f field, n int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return f, -1
+	}
+	f.num, f.typ = num, typ
+	var m int
+	switch typ {
+	case protowire.VarintType:
+		f.v, m = protowire.ConsumeVarint(b[n:])
+	case protowire.Fixed64Type:
+		f.v, m = protowire.ConsumeFixed64(b[n:])
+	case protowire.BytesType:
+		f.b, m = protowire.ConsumeBytes(b[n:])
+	default:
+		return f, -1
+	}
+	if m < 0 {
+		return f, -1
+	}
+	return f, n + m
+}
+
+// Signal decodes and validates an EngineSignal (see DecodeSignal).
+func (d *Decoder) Signal(b []byte, recordTime time.Time) (*schemas.EngineSignal, error) {
+	if !d.scanSignal(b) {
+		return DecodeSignal(b, recordTime)
+	}
+	if err := ValidateSignal(&d.sig, recordTime); err != nil {
+		return nil, err
+	}
+	return &d.sig, nil
+}
+
+func (d *Decoder) scanSignal(b []byte) bool {
+	s := &d.sig
+	*s = schemas.EngineSignal{}
+	var haveTTFT, haveTBOT bool
+	for len(b) > 0 {
+		f, n := next(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		var ok bool
+		switch {
+		case f.typ == protowire.VarintType && f.num == 1:
+			s.SchemaVersion = uint32(f.v)
+		case f.typ == protowire.VarintType && f.num == 6:
+			s.EventTimeUnixMs = int64(f.v)
+		case f.typ == protowire.VarintType && f.num == 7:
+			s.ReadyReplicas = uint32(f.v)
+		case f.typ == protowire.VarintType && f.num == 8:
+			s.Health = schemas.Health(int32(f.v))
+		case f.typ == protowire.VarintType && f.num == 21:
+			s.MaxBatch = uint32(f.v)
+		case f.typ == protowire.BytesType && f.num == 2:
+			s.EngineId, ok = d.str(f.b)
+		case f.typ == protowire.BytesType && f.num == 3:
+			s.EndpointUrl, ok = d.str(f.b)
+		case f.typ == protowire.BytesType && f.num == 4:
+			s.Region, ok = d.str(f.b)
+		case f.typ == protowire.BytesType && f.num == 5:
+			s.GpuClass, ok = d.str(f.b)
+		case f.typ == protowire.BytesType && f.num == 20:
+			s.Model, ok = d.str(f.b)
+		case f.typ == protowire.BytesType && f.num == 14:
+			if haveTTFT || !scanHist(&d.ttft, &d.bounds[0], &d.counts[0], f.b) {
+				return false
+			}
+			s.TtftSeconds, haveTTFT = &d.ttft, true
+			continue
+		case f.typ == protowire.BytesType && f.num == 15:
+			if haveTBOT || !scanHist(&d.tbot, &d.bounds[1], &d.counts[1], f.b) {
+				return false
+			}
+			s.TbotSeconds, haveTBOT = &d.tbot, true
+			continue
+		case f.typ == protowire.Fixed64Type:
+			v := math.Float64frombits(f.v)
+			switch f.num {
+			case 9:
+				s.RunningRequests = v
+			case 10:
+				s.WaitingRequests = v
+			case 11:
+				s.KvCacheUsage = v
+			case 12:
+				s.PrefixCacheHits = v
+			case 13:
+				s.PrefixCacheQueries = v
+			case 16:
+				s.IntervalSeconds = v
+			case 17:
+				s.RequestsFinished = v
+			case 18:
+				s.PromptTokens = v
+			case 19:
+				s.GenerationTokens = v
+			default:
+				return false
+			}
+			continue
+		default:
+			return false
+		}
+		if f.typ == protowire.BytesType && !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// scanHist decodes a Histogram into h, reusing the slices bb and cb.
+func scanHist(h *schemas.Histogram, bb *[]float64, cb *[]uint64, b []byte) bool {
+	bounds, counts := (*bb)[:0], (*cb)[:0]
+	defer func() { *bb, *cb = bounds, counts }()
+	*h = schemas.Histogram{}
+	for len(b) > 0 {
+		f, n := next(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case f.num == 1 && f.typ == protowire.Fixed64Type:
+			bounds = append(bounds, math.Float64frombits(f.v))
+		case f.num == 1 && f.typ == protowire.BytesType: // packed
+			if len(f.b)%8 != 0 {
+				return false
+			}
+			for p := f.b; len(p) > 0; p = p[8:] {
+				v, _ := protowire.ConsumeFixed64(p)
+				bounds = append(bounds, math.Float64frombits(v))
+			}
+		case f.num == 2 && f.typ == protowire.VarintType:
+			counts = append(counts, f.v)
+		case f.num == 2 && f.typ == protowire.BytesType: // packed
+			for p := f.b; len(p) > 0; {
+				v, m := protowire.ConsumeVarint(p)
+				if m < 0 {
+					return false
+				}
+				counts = append(counts, v)
+				p = p[m:]
+			}
+		case f.num == 3 && f.typ == protowire.Fixed64Type:
+			h.Sum = math.Float64frombits(f.v)
+		case f.num == 4 && f.typ == protowire.VarintType:
+			h.Count = f.v
+		default:
+			return false
+		}
+	}
+	// proto.Unmarshal leaves absent repeated fields nil.
+	if len(bounds) > 0 {
+		h.Bounds = bounds
+	} else {
+		h.Bounds = nil
+	}
+	if len(counts) > 0 {
+		h.Counts = counts
+	} else {
+		h.Counts = nil
+	}
+	return true
+}
+
+// RoutingEvent decodes and validates a RoutingEvent (see
+// DecodeRoutingEvent; request_id, decision_reason and model are checked
+// but not kept).
+func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.RoutingEvent, error) {
+	if !d.scanRoutingEvent(b) {
+		ev, err := DecodeRoutingEvent(b, recordTime)
+		if err != nil {
+			return nil, err
+		}
+		ev.RequestId, ev.DecisionReason, ev.Model = "", "", ""
+		return ev, nil
+	}
+	if err := ValidateRoutingEvent(&d.ev, recordTime); err != nil {
+		return nil, err
+	}
+	return &d.ev, nil
+}
+
+func (d *Decoder) scanRoutingEvent(b []byte) bool {
+	ev := &d.ev
+	*ev = schemas.RoutingEvent{}
+	for len(b) > 0 {
+		f, n := next(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch f.typ {
+		case protowire.VarintType:
+			switch f.num {
+			case 1:
+				ev.SchemaVersion = uint32(f.v)
+			case 5:
+				ev.SnapshotVersion = f.v
+			case 7:
+				ev.Attempts = uint32(f.v)
+			case 10:
+				ev.PromptTokens = uint32(f.v)
+			case 11:
+				ev.OutputTokens = uint32(f.v)
+			case 12:
+				ev.Status = schemas.RequestStatus(int32(f.v))
+			case 13:
+				ev.EventTimeUnixMs = int64(f.v)
+			case 16:
+				ev.HttpStatus = uint32(f.v)
+			case 17:
+				ev.Stream = f.v != 0
+			case 19:
+				ev.CachedTokens = uint32(f.v)
+			default:
+				return false
+			}
+		case protowire.Fixed64Type:
+			v := math.Float64frombits(f.v)
+			switch f.num {
+			case 8:
+				ev.TtftMs = v
+			case 9:
+				ev.MeanTbotMs = v
+			case 14:
+				ev.E2EMs = v
+			case 18:
+				ev.EngineTtftMs = v
+			default:
+				return false
+			}
+		case protowire.BytesType:
+			var ok bool
+			switch f.num {
+			case 3:
+				ev.Cluster, ok = d.str(f.b)
+			case 4:
+				ev.EngineId, ok = d.str(f.b)
+			case 2, 6, 15: // not kept
+				ok = utf8.Valid(f.b)
+			}
+			if !ok {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
