@@ -29,8 +29,8 @@ type Decoder struct {
 	// Reused histogram slices: bounds and counts of ttft, tbot.
 	bounds [2][]float64
 	counts [2][]uint64
-	ev         schemas.RoutingEvent
-	strs       map[string]string
+	ev     schemas.RoutingEvent
+	strs   map[string]string
 }
 
 // maxInterned bounds the interned strings; the table starts over when
