@@ -18,6 +18,7 @@ type arcs struct {
 	// scratch
 	x, bid []float64
 	idx    []int32
+	calls  int // engine solves, for the trace
 	// enginePrice scratch
 	ord                 []int32
 	t, sufM, sufS, preC []float64
@@ -60,6 +61,7 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 	p := s.p
 	c := &p.curves[j]
 	lo, hi := ar.start[j], ar.start[j+1]
+	ar.calls++
 	ar.idx, ar.bid, ar.x = ar.idx[:0], ar.bid[:0], ar.x[:0]
 	maxb := math.Inf(-1)
 	for k := lo; k < hi; k++ {

@@ -296,8 +296,8 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				tr += qd[a*n+a]
 			}
 			avg := tr/float64(n) + 1e-12
-			improved := false
-			for try := 0; try < 8 && !improved; try++ {
+			improved, roundoff := false, false
+			for try := 0; try < 8 && !improved && !roundoff; try++ {
 				// Levenberg–Marquardt damping, raised when the step fails.
 				for a := range n {
 					for b := a; b < n; b++ {
@@ -320,6 +320,12 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				}
 				alpha := 1.0
 				for range 12 {
+					if alpha*slope <= 1e-13*math.Abs(f) {
+						// The gain is below the resolution of f: the
+						// prices are as good as floating point allows.
+						roundoff = true
+						break
+					}
 					for a := range n {
 						trial[a] = mu[a] + alpha*dir.AtVec(a)
 					}
@@ -332,11 +338,17 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					}
 					alpha /= 4
 				}
+				if s.debug != nil {
+					s.debug("  step tau %.3g try %d alpha %g improved %v g1 %.3g damp %g", tau, try, alpha, improved, g1, damp)
+				}
 				if !improved {
 					damp = math.Max(damp*100, 1e-6)
 				} else if alpha == 1 {
 					damp = math.Max(damp/10, 1e-12)
 				}
+			}
+			if roundoff && !improved {
+				break
 			}
 			if !improved {
 				if s.debug != nil {
@@ -360,6 +372,9 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		if tau /= 4; tau < 2*tauFinal {
 			tau = tauFinal
 		}
+	}
+	if s.debug != nil && ar != nil {
+		s.debug("newton: %d steps, %d engine solves (%d engines)", steps, ar.calls, len(p.curves))
 	}
 	// Recover the flows at the final prices.
 	for e := range s.x {
