@@ -33,11 +33,16 @@ const (
 	measureGain = 0.5
 	probeLoad   = 0.6
 	probeStep   = 1.5
+	boundGain   = 0.2
+	// unmeasuredHeadroom: the share of an unmeasured engine's bound the
+	// planner plans on while demand fits (see capacity).
+	unmeasuredHeadroom = 0.85
 )
 
 type capacityState struct {
 	lastEnd    int64   // window end of the last estimate folded in
 	replicaRPS float64 // per-replica capacity
+	measured   bool    // a window has measured capacity
 }
 
 // observe folds e in (a window not newer than the last one is ignored).
@@ -46,7 +51,7 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 		return
 	}
 	c, x := e.GetCapacityRps(), e.GetObservedRps()
-	if !finite(c) || c <= 0 || e.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || e.GetReadyReplicas() == 0 {
+	if !finite(c) || c <= 0 || !finite(x) || e.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || e.GetReadyReplicas() == 0 {
 		return // nothing learned; the engine is not planned for anyway
 	}
 	s.lastEnd = e.GetWindowEndUnixMs()
@@ -56,20 +61,36 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 		xr = 0
 	}
 	switch {
+	case xr > 0 && c <= x*(1+1e-9): // measured
+		if s.replicaRPS <= 0 || !finite(s.replicaRPS) {
+			s.replicaRPS = xr
+		} else {
+			s.replicaRPS = math.Max(xr, s.replicaRPS+measureGain*(xr-s.replicaRPS))
+		}
+		s.measured = true
 	case s.replicaRPS <= 0 || !finite(s.replicaRPS):
 		s.replicaRPS = perRep
-	case xr > 0 && c <= x*(1+1e-9): // measured
-		s.replicaRPS = math.Max(xr, s.replicaRPS+measureGain*(xr-s.replicaRPS))
+	case !s.measured: // the estimate's bound until measured, smoothed
+		s.replicaRPS += boundGain * (perRep - s.replicaRPS)
 	case xr >= probeLoad*s.replicaRPS:
-		s.replicaRPS = math.Max(s.replicaRPS, probeStep*xr)
+		s.replicaRPS = math.Max(s.replicaRPS, math.Min(probeStep*xr, perRep))
 	}
 }
 
 // capacity is the tracked capacity of e's engine (all ready replicas), or
-// e's own estimate when nothing is tracked.
-func (s *capacityState) capacity(e *schemas.EngineEstimate) float64 {
+// e's own estimate when nothing is tracked: lo is what the planner plans
+// on, hi the most it may plan on rather than shed. They differ only for an
+// engine never measured, whose estimate is a bound from the GPU-class
+// prior at the current token mix: lo keeps unmeasuredHeadroom of it in
+// reserve for traffic whose mix differs (a failover's prompts arrive with
+// cold prefix caches).
+func (s *capacityState) capacity(e *schemas.EngineEstimate) (lo, hi float64) {
 	if s == nil || s.replicaRPS <= 0 || !finite(s.replicaRPS) {
-		return e.GetCapacityRps()
+		return e.GetCapacityRps(), e.GetCapacityRps()
 	}
-	return s.replicaRPS * float64(max(e.GetReadyReplicas(), 1))
+	hi = s.replicaRPS * float64(max(e.GetReadyReplicas(), 1))
+	if s.measured {
+		return hi, hi
+	}
+	return unmeasuredHeadroom * hi, hi
 }

@@ -21,11 +21,12 @@ func TestCapacityTracking(t *testing.T) {
 		want float64
 	}{
 		{"first window: its estimate", []*schemas.EngineEstimate{capEst(1, 200, 50, 1)}, 200},
-		{"light load holds", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 150, 40, 1)}, 200},
+		{"unmeasured: follows the estimate's bound, smoothed", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 150, 40, 1)}, 200 + boundGain*(150-200)},
 		{"measurement: halfway down", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, 60, 60, 1)}, 130},
 		{"measurement above the estimate: taken", []*schemas.EngineEstimate{capEst(1, 50, 10, 1), capEst(2, 70, 70, 1)}, 70},
-		{"busy without a queue: probe above throughput", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1)}, 75},
-		{"then holds at light load", []*schemas.EngineEstimate{capEst(1, 60, 10, 1), capEst(2, 150, 50, 1), capEst(3, 300, 20, 1)}, 75},
+		{"measured, then busy without a queue: probe above throughput, within the bound", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), capEst(2, 150, 50, 1)}, 75},
+		{"probe capped by the bound", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), capEst(2, 70, 50, 1)}, 70},
+		{"measured, then holds at light load", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), capEst(2, 150, 50, 1), capEst(3, 300, 20, 1)}, 75},
 		{"per replica", []*schemas.EngineEstimate{capEst(1, 200, 50, 2), capEst(2, 60, 60, 1)}, 80},
 		{"repeated or older windows count once", []*schemas.EngineEstimate{capEst(2, 200, 50, 1), capEst(2, 60, 60, 1), capEst(1, 60, 60, 1)}, 200},
 		{"unhealthy windows teach nothing", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY}}, 200},
@@ -41,8 +42,16 @@ func TestCapacityTracking(t *testing.T) {
 			if last.GetReadyReplicas() == 0 {
 				last = tc.ests[0]
 			}
-			if got := s.capacity(last); math.Abs(got-tc.want) > 1e-9 || !finite(got) {
-				t.Fatalf("capacity %v, want %v", got, tc.want)
+			lo, hi := s.capacity(last)
+			if math.Abs(hi-tc.want) > 1e-9 || !finite(hi) {
+				t.Fatalf("capacity %v, want %v", hi, tc.want)
+			}
+			wantLo := tc.want
+			if !s.measured {
+				wantLo = unmeasuredHeadroom * tc.want
+			}
+			if math.Abs(lo-wantLo) > 1e-9 {
+				t.Fatalf("planned-on capacity %v, want %v", lo, wantLo)
 			}
 		})
 	}

@@ -174,6 +174,8 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	for _, id := range sortedKeys(demand) {
 		in.Clusters = append(in.Clusters, opt.Cluster{ID: id, DemandRPS: demand[id]})
 	}
+	var his []float64
+	var sumLo, sumHi float64
 	for _, id := range sortedKeys(s.engines) {
 		e := s.engines[id]
 		if e.GetWindowEndUnixMs() < cutoff || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
@@ -183,10 +185,17 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		if err != nil {
 			continue
 		}
+		lo, hi := s.capacity[id].capacity(e)
+		healthy := e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0
+		if healthy {
+			sumLo += lo
+			sumHi += hi
+		}
+		his = append(his, hi)
 		in.Engines = append(in.Engines, opt.Engine{
 			ID:          id,
-			CapacityRPS: s.capacity[id].capacity(e),
-			Healthy:     e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0,
+			CapacityRPS: lo,
+			Healthy:     healthy,
 			LatencyMs:   prof,
 		})
 		endpoints[id] = e.GetEndpointUrl()
@@ -194,6 +203,19 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	}
 	if len(in.Clusters) == 0 || len(in.Engines) == 0 {
 		return nil, nil, ErrNothingToPlan
+	}
+	// Shed only when capacity is certainly short: when the demand does not
+	// fit the capacities planned on, unmeasured engines' reserves are
+	// released, evenly, as far as needed (see capacityState.capacity).
+	var total float64
+	for _, c := range in.Clusters {
+		total += c.DemandRPS
+	}
+	if need := total / set.MaxUtilization; need > sumLo && sumHi > sumLo {
+		t := math.Min(1, (need-sumLo)/(sumHi-sumLo))
+		for i := range in.Engines {
+			in.Engines[i].CapacityRPS += t * (his[i] - in.Engines[i].CapacityRPS)
+		}
 	}
 	for _, c := range in.Clusters {
 		row := map[string]float64{}

@@ -23,6 +23,14 @@ type Policy interface {
 	Tick(now time.Duration)
 }
 
+// FirstTokenObserver is implemented by policies that observe each
+// attempt's first token when the engine produces it, as an engine's TTFT
+// histogram does (Done comes only when the attempt ends). engineTTFT is
+// the engine's own time to first token.
+type FirstTokenObserver interface {
+	FirstToken(now time.Duration, r *Request, engine int, engineTTFT time.Duration)
+}
+
 // Weighted is implemented by policies that publish routing weights
 // (switchyard, legacy-irb). Weights returns the current weights per
 // cluster and engine and a version that changes whenever they do; the

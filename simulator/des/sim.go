@@ -79,6 +79,7 @@ type reqState struct {
 	attempt    uint8
 	state      uint8
 	gotFirst   bool
+	sentAt     time.Duration // when the current attempt reached its engine
 }
 
 const (
@@ -101,14 +102,16 @@ type sim struct {
 	ctl    scenario.Control
 	world  *World
 	policy Policy
-	weight Weighted
-	slots  []slot
-	insts  []*inst
-	reqs   []reqState
-	views  []Request
-	heap   []pending
-	seq    uint64
-	col    *collector
+	// firstTok is policy when it observes first tokens.
+	firstTok FirstTokenObserver
+	weight   Weighted
+	slots    []slot
+	insts    []*inst
+	reqs     []reqState
+	views    []Request
+	heap     []pending
+	seq      uint64
+	col      *collector
 
 	hashReq int
 	hashBuf []uint64
@@ -126,6 +129,7 @@ func Run(sc *scenario.Scenario, wl *scenario.Stream, name string, mk Factory, op
 		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
 	s.policy = p
+	s.firstTok, _ = p.(FirstTokenObserver)
 	s.weight, _ = p.(Weighted)
 	tick := time.Duration(s.ctl.TickMs * float64(time.Millisecond))
 	if tick <= 0 {
@@ -465,6 +469,7 @@ func (s *sim) dispatch(i int, now time.Duration) {
 	st.inst = int32(k)
 	st.state = stInFlight
 	st.gotFirst = false
+	st.sentAt = now
 }
 
 // retry ends a failed attempt and starts the next; it reports whether
@@ -498,6 +503,9 @@ func (s *sim) engineEvents(k int, t time.Duration) int {
 		switch ev.Kind {
 		case engine.EventFirstToken:
 			st.gotFirst = true
+			if s.firstTok != nil {
+				s.firstTok.FirstToken(t, &s.views[i], int(st.slot), ev.Time-st.sentAt)
+			}
 		case engine.EventFinished:
 			v := &s.views[i]
 			res := &ev.Result

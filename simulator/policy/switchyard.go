@@ -171,13 +171,19 @@ func (p *switchyard) Pick(_ time.Duration, r *des.Request, exclude []int32) int 
 	return g.toWorld[i]
 }
 
+// FirstToken implements des.FirstTokenObserver: the engine's TTFT
+// histogram observes a request when its first token is produced, as
+// vLLM's does.
+func (p *switchyard) FirstToken(_ time.Duration, _ *des.Request, e int, engineTTFT time.Duration) {
+	p.ttft[e].n++
+	p.ttft[e].sum += engineTTFT.Seconds()
+}
+
 func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome) {
 	p.gw[r.Cluster].states[e].Release()
 	status := schemas.RequestStatus_REQUEST_STATUS_ERROR
 	if o.OK {
 		status = schemas.RequestStatus_REQUEST_STATUS_OK
-		p.ttft[e].n++
-		p.ttft[e].sum += o.EngineTTFT.Seconds()
 		if o.OutputTokens > 1 {
 			n := float64(o.OutputTokens - 1)
 			p.tbot[e].n += n

@@ -4,18 +4,33 @@ import "math"
 
 // Capacity of one window.
 //
-// A continuous-batching engine saturates on compute (prefill token budget,
-// decode steps slowing with the batch) long before its batch or KV cache
-// is full. A single window can only say two things about capacity:
+// A continuous-batching engine saturates on compute (the prefill of
+// prompt tokens that miss the prefix cache, and decode steps) long before
+// its batch or KV cache is full, and how many requests per second that is
+// depends on the token mix: a 10k-token prompt costs a hundred times what
+// a 100-token one does. So capacity is reasoned about in work, then
+// converted to requests at the window's own mix:
 //
+//   - a request's work, in seconds of one replica, is its uncached prompt
+//     tokens over the GPU class's prefill rate plus its generated tokens
+//     over its decode rate (Prior.PrefillTokensPerS, DecodeTokensPerS),
+//     from the window's token counters: prompt tokens per prefill
+//     completed (the TTFT histogram's count, which is observed at the
+//     first token, so the count does not lag the work as finished
+//     requests do), times the prefix-cache miss rate, and generated
+//     tokens per finished request;
 //   - a window in which the engine kept a real waiting queue ran at
-//     capacity, so its throughput measures capacity (capacity_rps equals
-//     observed_rps: consumers read that equality as "measured");
+//     capacity, so its throughput (prefills completed per second) measures
+//     capacity (capacity_rps equals observed_rps: consumers read that
+//     equality as "measured");
 //   - any other window proves only that capacity is above its throughput;
-//     the estimate is then the occupancy guess (throughput over
-//     max(running / max batch, KV usage), blended toward the GPU-class
-//     prior at low occupancy), right for an engine bound by its batch or
-//     KV cache but 2–3× too high for one bound by compute.
+//     the estimate is then the prior's sustainable work (one second of
+//     work per second per replica) divided by the work per request — the
+//     GPU-class prior is trusted as the upper bound until a measurement
+//     says otherwise — and never below the throughput;
+//   - a window without the token counters falls back to the occupancy
+//     guess (throughput over max(running / max batch, KV usage), blended
+//     toward the prior's request rate at low occupancy).
 //
 // Smoothing across windows (trusting measurements, holding the estimate
 // at light load) is the planner's job (optimizer/plan), so that each
@@ -23,7 +38,7 @@ import "math"
 const (
 	// A window ran at capacity when its mean waiting queue is at least
 	// saturatedWaiting requests and, by Little's law, delays admission by
-	// at least saturatedDelay seconds on average (mean waiting / finished
+	// at least saturatedDelay seconds on average (mean waiting / request
 	// rate). The delay rule keeps the short queue a continuous-batching
 	// engine forms whenever a step's prefill token budget is spent (a few
 	// requests for one step) from counting as saturation.
@@ -35,11 +50,14 @@ const (
 
 // windowCapacity is what one window says about an engine's capacity.
 type windowCapacity struct {
-	rps, waiting float64 // finished requests/s, mean waiting queue
+	rps, waiting float64 // requests/s (prefills completed), mean waiting queue
 	replicas     float64
 	healthy      bool
 	prior        float64 // per-replica prior rps
 	util         float64 // mean max(running / max batch, KV usage)
+	// work is the replica-seconds of work per request at the window's
+	// token mix (0: unknown).
+	work float64
 }
 
 // saturated: the window ran at capacity.
@@ -64,6 +82,8 @@ func (w windowCapacity) capacity() float64 {
 		c = 0
 	case w.saturated():
 		c = w.rps
+	case finite(w.work) && w.work > 0:
+		c = math.Max(w.replicas/w.work, w.rps)
 	default:
 		c = w.replicas * w.guess(w.rps/w.replicas)
 	}
@@ -71,4 +91,23 @@ func (w windowCapacity) capacity() float64 {
 		return 0
 	}
 	return c
+}
+
+// workPerRequest is the replica-seconds of work of one request at a
+// window's token mix (see the comment at the top): prompt tokens per
+// prefill completed and the prefix-cache miss rate, generated tokens per
+// finished request (per prefill when fewer finished). 0 when the window has no completed prefill.
+func workPerRequest(p Prior, prompt, prefills, missRate, gen, finished float64) float64 {
+	if !(prefills > 0) || !(p.PrefillTokensPerS > 0) || !(p.DecodeTokensPerS > 0) || !finite(prompt) || prompt < 0 {
+		return 0
+	}
+	missRate = math.Min(1, math.Max(0, missRate))
+	w := prompt / prefills * missRate / p.PrefillTokensPerS
+	if finite(gen) && gen >= 0 {
+		w += gen / math.Max(finished, prefills) / p.DecodeTokensPerS
+	}
+	if !finite(w) || w <= 0 {
+		return 0
+	}
+	return w
 }

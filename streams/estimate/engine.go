@@ -182,9 +182,15 @@ func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.Engi
 	if e.queries > 0 {
 		out.PrefixHitRate = math.Min(1, e.hits/e.queries)
 	}
+	// Throughput: prefills completed per second (the TTFT histogram's
+	// count), which does not lag the work as finished requests do; the
+	// finished rate without a histogram.
 	var rps, tokPerReq float64
 	if e.interval > 0 {
 		rps = e.finished / e.interval
+		if e.ttftCount > 0 {
+			rps = e.ttftCount / e.interval
+		}
 	}
 	out.ObservedRps = rps
 	tokPerReq = p.TokensPerRequest
@@ -199,9 +205,14 @@ func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.Engi
 	if n > 0 {
 		waiting = e.waiting / n
 	}
+	miss := 1.0
+	if e.queries > 0 {
+		miss = 1 - out.PrefixHitRate
+	}
 	capRPS := windowCapacity{
 		rps: rps, waiting: waiting, replicas: replicas, util: out.Utilization,
 		healthy: out.Health != schemas.Health_HEALTH_UNHEALTHY, prior: p.ReplicaRPS,
+		work: workPerRequest(p, e.prompt, e.ttftCount, miss, e.gen, e.finished),
 	}.capacity()
 	out.CapacityRps = capRPS
 	out.CapacityTokensPerS = capRPS * tokPerReq

@@ -250,11 +250,36 @@ func TestWindowCapacity(t *testing.T) {
 		{"occupancy guess", windowCapacity{rps: 40, replicas: 2, healthy: true, prior: 16, util: 0.4}, 100},
 		{"low occupancy leans on the prior", windowCapacity{rps: 3, replicas: 1, healthy: true, prior: 16, util: 0.15}, 0.5*3/0.3 + 0.5*16},
 		{"full batch: throughput", windowCapacity{rps: 50, replicas: 1, healthy: true, prior: 16, util: 1}, 50},
+		{"token mix: the prior's work bound", windowCapacity{rps: 20, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02}, 100},
+		{"token mix, bound below throughput: throughput", windowCapacity{rps: 120, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02}, 120},
+		{"token mix, queue: throughput", windowCapacity{rps: 40, waiting: 40, replicas: 1, healthy: true, prior: 16, work: 0.02}, 40},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.w.capacity(); math.Abs(got-tc.want) > 1e-9 {
 				t.Fatalf("capacity %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWorkPerRequest(t *testing.T) {
+	h100 := PriorFor("h100")
+	tests := []struct {
+		name                                        string
+		prompt, prefills, miss, gen, finished, want float64
+	}{
+		{"no prefill: unknown", 1000, 0, 1, 100, 1, 0},
+		{"mix", 10000, 10, 0.5, 600, 12, 500.0/20000 + 50.0/6000},
+		{"fewer finished than prefills: per prefill", 10000, 10, 0.5, 600, 2, 500.0/20000 + 60.0/6000},
+		{"miss rate clamped", 1000, 1, 2, 0, 0, 1000.0 / 20000},
+		{"non-finite: unknown", math.NaN(), 1, 1, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := workPerRequest(h100, tc.prompt, tc.prefills, tc.miss, tc.gen, tc.finished)
+			if math.Abs(got-tc.want) > 1e-12 || !finite(got) {
+				t.Fatalf("work %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -20,19 +20,30 @@ type Prior struct {
 	// TokensPerRequest converts request capacity to token capacity when
 	// the window has no finished requests.
 	TokensPerRequest float64
+	// PrefillTokensPerS is the rate at which one replica computes prompt
+	// tokens that miss the prefix cache, and DecodeTokensPerS the rate at
+	// which it generates output tokens, each as if it did nothing else, at
+	// the batch sizes that keep TBOT within a typical 100-ms SLO. One
+	// replica's work in a second is miss/PrefillTokensPerS +
+	// generated/DecodeTokensPerS; 1 is the prior's sustainable load.
+	PrefillTokensPerS, DecodeTokensPerS float64
 }
 
 // Priors per GPU class; unknown classes use "default".
 func priorFor(gpuClass string) Prior {
 	switch strings.ToLower(gpuClass) {
 	case "h100":
-		return Prior{TTFTBaseMs: 40, TBOTBaseMs: 12, ReplicaRPS: 16, MaxBatch: 256, TokensPerRequest: 256}
+		return Prior{TTFTBaseMs: 40, TBOTBaseMs: 12, ReplicaRPS: 16, MaxBatch: 256, TokensPerRequest: 256,
+			PrefillTokensPerS: 20000, DecodeTokensPerS: 6000}
 	case "a100":
-		return Prior{TTFTBaseMs: 70, TBOTBaseMs: 20, ReplicaRPS: 9, MaxBatch: 128, TokensPerRequest: 256}
+		return Prior{TTFTBaseMs: 70, TBOTBaseMs: 20, ReplicaRPS: 9, MaxBatch: 128, TokensPerRequest: 256,
+			PrefillTokensPerS: 11000, DecodeTokensPerS: 3000}
 	case "l4":
-		return Prior{TTFTBaseMs: 180, TBOTBaseMs: 45, ReplicaRPS: 3, MaxBatch: 32, TokensPerRequest: 256}
+		return Prior{TTFTBaseMs: 180, TBOTBaseMs: 45, ReplicaRPS: 3, MaxBatch: 32, TokensPerRequest: 256,
+			PrefillTokensPerS: 3500, DecodeTokensPerS: 700}
 	}
-	return Prior{TTFTBaseMs: 100, TBOTBaseMs: 25, ReplicaRPS: 6, MaxBatch: 64, TokensPerRequest: 256}
+	return Prior{TTFTBaseMs: 100, TBOTBaseMs: 25, ReplicaRPS: 6, MaxBatch: 64, TokensPerRequest: 256,
+		PrefillTokensPerS: 8000, DecodeTokensPerS: 2000}
 }
 
 // PriorFor returns the prior of gpuClass ("h100", "a100", "l4"; anything
