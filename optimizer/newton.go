@@ -320,7 +320,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				}
 				alpha := 1.0
 				for range 12 {
-					if alpha*slope <= 1e-13*math.Abs(f) {
+					if alpha*slope <= 1e-13*math.Abs(f) && g1 <= 1e-6*total {
 						// The gain is below the resolution of f: the
 						// prices are as good as floating point allows.
 						roundoff = true
