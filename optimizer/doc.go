@@ -53,7 +53,7 @@
 //  2. maximises the entropy-smoothed dual (max replaced by a log-sum-exp
 //     of temperature τ) by damped Newton steps on μ — an nc×nc system per
 //     step, factorised with gonum's Cholesky — with τ cut 4× per stage
-//     from 2 ms down to 0.2·Tolerance·(mean latency). Engines that are
+//     from 4 ms (8 with churn) down to 0.2·Tolerance·(mean latency). Engines that are
 //     full in every feasible plan (the tight sets of the shedding step)
 //     supply exactly their capacity. The flows x_ij = L_j·softmax are
 //     then optimal for the smoothed problem;

@@ -114,6 +114,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		total += s.routed[i]
 	}
 
+	nEval, nEnts := 0, 0
 	// Softmax entries below exp(cut) are dropped: exp(-30) ~ 1e-13 in the
 	// final stage, exp(-10) ~ 5e-5 in the coarse ones.
 	cut := -30.0
@@ -157,6 +158,8 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				probs = append(probs, w)
 				sum += w
 			}
+			nEval++
+			nEnts += len(ents)
 			m := best + tau*math.Log(sum)
 			c := &p.curves[j]
 			L, dL := c.inv(m)
@@ -372,6 +375,9 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		if tau /= 4; tau < 2*tauFinal {
 			tau = tauFinal
 		}
+	}
+	if s.debug != nil && ar == nil {
+		s.debug("newton: %d steps, %d engine evals, %d softmax entries", steps, nEval, nEnts)
 	}
 	if s.debug != nil && ar != nil {
 		s.debug("newton: %d steps, %d engine solves (%d engines)", steps, ar.calls, len(p.curves))

@@ -83,7 +83,13 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		return nil, err
 	}
 	p := newProblem(in)
-	s := &solver{p: p, tau0: 2, debug: cfg.debug}
+	// Starting temperature of the smoothed dual (ms): coarse enough that
+	// the first Newton steps from the spread start are not cut to a
+	// sliver by the line search; churn arcs need a little more.
+	s := &solver{p: p, tau0: 4, debug: cfg.debug}
+	if p.cw > 0 {
+		s.tau0 = 8
+	}
 	s.routed, s.x, s.fn = fairRoute(p)
 	s.fullEngine, s.tightCluster = s.fn.tight(p)
 	s.load = make([]float64, len(p.curves))
