@@ -10,11 +10,12 @@ import (
 // traffic before, a second arc priced rtt-churn capped at the previous
 // rps (keeping traffic where it was is cheaper by 2*churn per rps).
 type arcs struct {
-	start []int32   // per engine
-	pos   []int32   // active cluster position
-	cost  []float64 // bid = mu[pos] - cost
-	cap   []float64 // +Inf when uncapped
-	edge  []int32
+	start  []int32   // per engine
+	pos    []int32   // active cluster position
+	cost   []float64 // bid = mu[pos] - cost
+	cap    []float64 // +Inf when uncapped
+	logCap []float64
+	edge   []int32
 	// scratch
 	x, bid []float64
 	idx    []int32
@@ -38,11 +39,13 @@ func (s *solver) buildArcs(pos []int) *arcs {
 				ar.pos = append(ar.pos, int32(a))
 				ar.cost = append(ar.cost, p.rtt[e]+p.cw)
 				ar.cap = append(ar.cap, math.Inf(1))
+				ar.logCap = append(ar.logCap, math.Inf(1))
 				ar.edge = append(ar.edge, e)
 				if p.prev[e] > 0 {
 					ar.pos = append(ar.pos, int32(a))
 					ar.cost = append(ar.cost, p.rtt[e]-p.cw)
 					ar.cap = append(ar.cap, p.prev[e])
+					ar.logCap = append(ar.logCap, math.Log(p.prev[e]))
 					ar.edge = append(ar.edge, e)
 				}
 			}
@@ -122,10 +125,7 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64
 	ar.t = ar.t[:0]
 	for k, b := range ar.bid {
 		ar.ord = append(ar.ord, int32(k))
-		t := math.Inf(-1)
-		if cp := ar.cap[ar.idx[k]]; !math.IsInf(cp, 1) {
-			t = b - tau*math.Log(cp)
-		}
+		t := b - tau*ar.logCap[ar.idx[k]] // -Inf when uncapped
 		ar.t = append(ar.t, t)
 	}
 	slices.SortFunc(ar.ord, func(a, b int32) int {
