@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 	"github.com/switchyard-llm/switchyard/streams/window"
@@ -215,7 +216,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	}
 	s.log.Info("processor running", "group", s.cfg.Group, "signals", s.topics.Signals, "routing_events", s.topics.RoutingEvents,
 		"window", s.cfg.Window, "slide", s.cfg.Slide, "allowed_lateness", s.cfg.AllowedLateness)
-	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), lastCkpt: time.Now(), progress: map[tp]time.Time{}}
+	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), acks: newAcks(), lastCkpt: time.Now(), progress: map[tp]time.Time{}}
 	return r.loop(ctx)
 }
 
@@ -224,10 +225,14 @@ type runner struct {
 	cl   *kgo.Client
 	core *Core
 	dlq  *streams.DeadLetter
+	acks *acks
 
-	mu      sync.Mutex
-	prodErr error
-	dirty   bool // dead letters since the last checkpoint
+	// Owned by the loop.
+	// epoch numbers the batches handed to the writer; outputs produced
+	// for a batch (its estimates, the dead letters before it) carry its
+	// epoch, and its checkpoint waits for every epoch up to its own.
+	epoch uint64
+	dirty bool // dead letters since the last checkpoint
 	// pendingEnd is the end of the latest fired window.
 	pendingEnd int64
 	// progress is when each partition last delivered a record (or was
@@ -236,40 +241,84 @@ type runner struct {
 	lastCkpt time.Time
 }
 
-func (r *runner) promise(_ *kgo.Record, err error) {
-	if err != nil {
-		r.mu.Lock()
-		if r.prodErr == nil {
-			r.prodErr = err
-		}
-		r.mu.Unlock()
-	}
+// batch is what the loop hands the writer: fired windows to publish and
+// the checkpoint taken right after they fired.
+type batch struct {
+	epoch uint64
+	fired []Fired
+	cp    Checkpoint
+	end   int64 // end of the latest window fired so far
 }
 
-func (r *runner) estimatePromise(rec *kgo.Record, err error) {
-	if err != nil {
-		r.promise(rec, err)
-		return
-	}
-	r.s.published.Add(1)
-	kind, _, _ := estimate.ParseKey(string(rec.Key))
-	r.s.m.estimates.WithLabelValues(kind).Inc()
-}
-
-func (r *runner) loop(ctx context.Context) error {
+// loop consumes and handles records and fires windows; a writer
+// goroutine publishes the fired windows' estimates and writes the
+// checkpoints in order (see write), so consuming goes on while outputs
+// are encoded, produced and acknowledged. The channel between them is
+// bounded: a slow writer slows the loop down.
+func (r *runner) loop(ctx context.Context) (err error) {
 	s := r.s
+	// The writer outlives ctx to publish the final checkpoint; pctx stops
+	// polling when the writer fails.
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	in := make(chan batch, 2)
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		if werr = r.write(wctx, in); werr != nil {
+			pcancel()
+		}
+	}()
+	closed := false
+	stop := func() error { // stops the writer at once (a kill or an error)
+		wcancel()
+		if !closed {
+			close(in)
+			closed = true
+		}
+		<-done
+		return werr
+	}
+	send := func(b batch) error {
+		select {
+		case in <- b:
+			return nil
+		case <-done:
+			return werr
+		}
+	}
+	r.epoch = 1
 	for {
-		fetches := r.cl.PollRecords(ctx, s.maxPoll)
+		fetches := r.cl.PollRecords(pctx, s.maxPoll)
 		if ctx.Err() != nil {
 			if s.noFinalCheckpoint {
+				_ = stop()
 				return nil
 			}
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			if err := r.checkpoint(fctx); err != nil {
-				return fmt.Errorf("final checkpoint: %w", err)
+			if err := send(batch{epoch: r.epoch, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
+				_ = stop()
+				return err
+			}
+			close(in)
+			closed = true
+			t := time.NewTimer(10 * time.Second)
+			defer t.Stop()
+			select {
+			case <-done:
+			case <-t.C:
+				wcancel()
+				<-done
+			}
+			if werr != nil {
+				return fmt.Errorf("final checkpoint: %w", werr)
 			}
 			return nil
+		}
+		if pctx.Err() != nil { // the writer failed
+			return stop()
 		}
 		var fetchErr error
 		fetches.EachError(func(t string, p int32, err error) {
@@ -294,28 +343,126 @@ func (r *runner) loop(ctx context.Context) error {
 			r.pendingEnd = max(r.pendingEnd, f.End)
 			s.fired.Add(1)
 			s.m.windows.Inc()
-			for _, e := range f.Estimates {
-				b, err := estimate.Marshal(e)
-				if err != nil {
-					return err
-				}
-				// Outputs are produced without ctx: once fired they must
-				// reach Kafka before the final checkpoint.
-				r.cl.Produce(context.WithoutCancel(ctx), &kgo.Record{
-					Topic: s.topics.Estimates, Key: []byte(estimate.Key(e)), Value: b, Timestamp: time.UnixMilli(f.End),
-				}, r.estimatePromise)
-			}
 		}
 		s.m.watermark.Set(float64(r.core.Watermark().UnixMilli()) / 1000)
 		s.m.openPanes.Set(float64(r.core.OpenPanes()))
 		if len(fired) > 0 || (r.dirty && time.Since(r.lastCkpt) > time.Second) {
-			if err := r.checkpoint(ctx); err != nil {
-				if ctx.Err() != nil {
-					continue // the final checkpoint runs above
-				}
+			if err := send(batch{epoch: r.epoch, fired: fired, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
+				_ = stop()
 				return err
 			}
+			r.epoch++
+			r.dirty = false
+			r.lastCkpt = now
 		}
+	}
+}
+
+// write publishes each batch's estimates and then writes its checkpoint,
+// batch by batch, until in is closed or an error (a failed output or
+// checkpoint) stops it.
+func (r *runner) write(ctx context.Context, in <-chan batch) error {
+	for b := range in {
+		for _, f := range b.fired {
+			for _, e := range f.Estimates {
+				v, err := estimate.Marshal(e)
+				if err != nil {
+					return err
+				}
+				kind := estimateKind(e)
+				r.acks.add(b.epoch)
+				epoch := b.epoch
+				// Outputs are produced without ctx: once fired they must
+				// reach Kafka before the final checkpoint.
+				r.cl.Produce(context.WithoutCancel(ctx), &kgo.Record{
+					Topic: r.s.topics.Estimates, Key: []byte(estimate.Key(e)), Value: v, Timestamp: time.UnixMilli(f.End),
+				}, func(_ *kgo.Record, err error) {
+					r.acks.done(epoch, err)
+					if err == nil {
+						r.s.published.Add(1)
+						r.s.m.estimates.WithLabelValues(kind).Inc()
+					}
+				})
+			}
+		}
+		if err := r.checkpoint(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func estimateKind(e *schemas.Estimate) string {
+	switch e.GetKind().(type) {
+	case *schemas.Estimate_Engine:
+		return estimate.KindEngine
+	case *schemas.Estimate_Demand:
+		return estimate.KindDemand
+	}
+	return estimate.KindNetwork
+}
+
+// acks tracks produced outputs by epoch until Kafka acknowledges them.
+type acks struct {
+	mu      sync.Mutex
+	cond    sync.Cond
+	pending map[uint64]int
+	err     error // the first failed output
+}
+
+func newAcks() *acks {
+	a := &acks{pending: map[uint64]int{}}
+	a.cond.L = &a.mu
+	return a
+}
+
+func (a *acks) add(epoch uint64) {
+	a.mu.Lock()
+	a.pending[epoch]++
+	a.mu.Unlock()
+}
+
+func (a *acks) done(epoch uint64, err error) {
+	a.mu.Lock()
+	if a.pending[epoch]--; a.pending[epoch] <= 0 {
+		delete(a.pending, epoch)
+	}
+	if err != nil && a.err == nil {
+		a.err = err
+	}
+	a.cond.Broadcast()
+	a.mu.Unlock()
+}
+
+// wait returns once every output of the epochs up to epoch is
+// acknowledged, or an output failed, or ctx is done.
+func (a *acks) wait(ctx context.Context, epoch uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		a.mu.Lock()
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer stop()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		if a.err != nil {
+			return fmt.Errorf("producing outputs: %w", a.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for outputs: %w", err)
+		}
+		busy := false
+		for e := range a.pending {
+			if e <= epoch {
+				busy = true
+				break
+			}
+		}
+		if !busy {
+			return nil
+		}
+		a.cond.Wait()
 	}
 }
 
@@ -366,7 +513,9 @@ func (r *runner) handle(rec *kgo.Record) {
 		s.m.deadLetters.WithLabelValues(code).Inc()
 		s.log.Debug("dead-lettering record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
 		r.dirty = true
-		r.cl.Produce(context.Background(), r.dlq.Record(rec, reason), r.promise)
+		r.acks.add(r.epoch)
+		epoch := r.epoch
+		r.cl.Produce(context.Background(), r.dlq.Record(rec, reason), func(_ *kgo.Record, err error) { r.acks.done(epoch, err) })
 	}
 }
 
@@ -379,29 +528,23 @@ func cutReason(reason string) (code, detail string, ok bool) {
 	return reason, "", false
 }
 
-// checkpoint waits until every produced output is acknowledged, then
-// writes the checkpoint and commits the resume offsets to the group.
-func (r *runner) checkpoint(ctx context.Context) error {
-	if err := r.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("flushing outputs: %w", err)
-	}
-	r.mu.Lock()
-	perr := r.prodErr
-	r.mu.Unlock()
-	if perr != nil {
-		return fmt.Errorf("producing outputs: %w", perr)
+// checkpoint waits until every output up to b is acknowledged, then
+// writes b's checkpoint and commits its resume offsets to the group.
+func (r *runner) checkpoint(ctx context.Context, b batch) error {
+	if err := r.acks.wait(ctx, b.epoch); err != nil {
+		return err
 	}
 	if h := r.s.beforeCheckpoint; h != nil {
 		if err := h(); err != nil {
 			return err
 		}
 	}
-	cp := r.core.Checkpoint()
-	b, err := json.Marshal(cp)
+	cp := b.cp
+	v, err := json.Marshal(cp)
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	rec := &kgo.Record{Topic: CheckpointTopic(r.s.cfg.TopicPrefix), Key: []byte(r.s.cfg.Group), Value: b}
+	rec := &kgo.Record{Topic: CheckpointTopic(r.s.cfg.TopicPrefix), Key: []byte(r.s.cfg.Group), Value: v}
 	if err := r.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
 	}
@@ -431,10 +574,8 @@ func (r *runner) checkpoint(ctx context.Context) error {
 		// only means the next start replays a little more.
 		r.s.log.Warn("committing group offsets", "err", commitErr)
 	}
-	r.dirty = false
-	r.lastCkpt = time.Now()
-	if r.pendingEnd > r.s.lastEnd.Load() {
-		r.s.lastEnd.Store(r.pendingEnd)
+	if b.end > r.s.lastEnd.Load() {
+		r.s.lastEnd.Store(b.end)
 	}
 	r.s.ckpts.Add(1)
 	if h := r.s.onCheckpoint; h != nil {
@@ -466,7 +607,7 @@ func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) error {
 func readCheckpoint(ctx context.Context, cl *kgo.Client, topic, group string) (Checkpoint, bool, error) {
 	var cp Checkpoint
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, topic)
+	ends, err := listOffsets(ctx, cl, adm.ListEndOffsets, []string{topic})
 	if err != nil {
 		return cp, false, fmt.Errorf("listing checkpoint offsets: %w", err)
 	}
@@ -477,7 +618,7 @@ func readCheckpoint(ctx context.Context, cl *kgo.Client, topic, group string) (C
 	if end.Offset <= 0 {
 		return cp, false, nil
 	}
-	starts, err := adm.ListStartOffsets(ctx, topic)
+	starts, err := listOffsets(ctx, cl, adm.ListStartOffsets, []string{topic})
 	if err != nil {
 		return cp, false, fmt.Errorf("listing checkpoint offsets: %w", err)
 	}
@@ -547,11 +688,11 @@ func readCheckpoint(ctx context.Context, cl *kgo.Client, topic, group string) (C
 // partitions of its inputs.
 func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, group string, cp Checkpoint, topics ...string) error {
 	adm := kadm.NewClient(cl)
-	starts, err := adm.ListStartOffsets(ctx, topics...)
+	starts, err := listOffsets(ctx, cl, adm.ListStartOffsets, topics)
 	if err != nil {
 		return fmt.Errorf("listing start offsets: %w", err)
 	}
-	ends, err := adm.ListEndOffsets(ctx, topics...)
+	ends, err := listOffsets(ctx, cl, adm.ListEndOffsets, topics)
 	if err != nil {
 		return fmt.Errorf("listing end offsets: %w", err)
 	}
@@ -589,4 +730,31 @@ func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, group stri
 		core.Track(o.Topic, o.Partition, start, o.Offset)
 	})
 	return lerr
+}
+
+// listOffsets lists offsets with list, retrying for up to 5s while the
+// client's metadata does not know a topic yet (just created).
+func listOffsets(ctx context.Context, cl *kgo.Client, list func(context.Context, ...string) (kadm.ListedOffsets, error), topics []string) (kadm.ListedOffsets, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, 500*time.Millisecond) {
+		lo, err := list(ctx, topics...)
+		if err != nil {
+			return lo, err
+		}
+		unknown := false
+		lo.Each(func(o kadm.ListedOffset) {
+			unknown = unknown || errors.Is(o.Err, kerr.UnknownTopicOrPartition)
+		})
+		if !unknown || time.Now().After(deadline) {
+			return lo, nil
+		}
+		cl.ForceMetadataRefresh()
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return lo, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
