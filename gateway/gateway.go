@@ -188,6 +188,9 @@ func (c *Config) defaults() error {
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true,
 			ForceAttemptHTTP2:   false,
+			// One read takes every event the engine has sent so far
+			// (the default 4 KiB holds about 20 tokens).
+			ReadBufferSize: sseBufSize,
 		}
 	}
 	return nil
@@ -242,6 +245,9 @@ type Gateway struct {
 
 	healthMu   sync.Mutex
 	healthFail map[string]int
+
+	bufs   sync.Pool      // *[]byte of sseBufSize, relay buffers
+	drains sync.WaitGroup // tails of complete streams being drained
 }
 
 // New validates cfg and builds a gateway; Run starts it.
@@ -262,6 +268,7 @@ func New(cfg Config) (*Gateway, error) {
 		ready:      make(chan struct{}),
 		healthFail: map[string]int{},
 	}
+	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
 	if len(cfg.Models) > 0 {
 		g.models = map[string]bool{}
 		for _, m := range cfg.Models {
@@ -502,6 +509,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 	}
 	waitErr := eg.Wait()
+	g.drains.Wait() // at most doneGrace
 	stopEmit()
 	if emitDone != nil {
 		<-emitDone

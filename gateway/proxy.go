@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -13,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -38,8 +36,6 @@ const (
 	maxUsageLine     = 64 << 10
 	doneGrace        = time.Second
 )
-
-var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
 
 func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -319,6 +315,7 @@ type attemptResult struct {
 	err        error
 	ttft, tbot time.Duration
 	queued     time.Duration // time before this attempt started
+	drain      bool          // complete with the engine's response still open: drain it
 
 	promptTokens, outputTokens, cachedTokens uint32
 }
@@ -332,28 +329,50 @@ func upstreamURL(base, path string) string {
 
 func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body []byte, stream bool, start time.Time) (res attemptResult) {
 	res.queued = g.cfg.Now().Sub(start)
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// The upstream request follows the client (a client that leaves
+	// cancels it) but is not derived from its context: the tail of a
+	// stream that is complete at data: [DONE] is drained after the handler
+	// returned, which keeps the engine connection for reuse without making
+	// the client wait for it.
+	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stopFollow := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	var respBody io.ReadCloser
+	defer func() {
+		if res.drain && stopFollow() {
+			g.drains.Add(1)
+			go g.drain(respBody, cancel)
+			return
+		}
+		stopFollow()
+		if respBody != nil {
+			respBody.Close()
+		}
+		cancel(nil)
+	}()
 	ctx, span := g.tracer.Start(actx, "switchyard.gateway.upstream", trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
 	defer span.End()
 	firstTimer := time.AfterFunc(g.cfg.FirstTokenTimeout, func() { cancel(errFirstToken) })
 	defer firstTimer.Stop()
 
-	req, err := http.NewRequestWithContext(ctx, r.Method, upstreamURL(eng.URL, r.URL.Path), bytes.NewReader(body))
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, upstreamURL(eng.URL, r.URL.Path), rd)
 	if err != nil {
 		res.failReason, res.err = "connect", err
 		return res
 	}
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Type", "application/json")
-	for _, h := range []string{"Accept", "Authorization", "User-Agent", HeaderRequestID, HeaderSession} {
-		if v := r.Header.Get(h); v != "" {
-			req.Header.Set(h, v)
+	for _, h := range forwardedHeaders {
+		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
+			req.Header[h] = v[:1]
 		}
 	}
-	if w.Header().Get(HeaderRequestID) != "" {
-		req.Header.Set(HeaderRequestID, w.Header().Get(HeaderRequestID))
+	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
+		req.Header[HeaderRequestID] = v[:1]
 	}
 	g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := g.cfg.Transport.RoundTrip(req)
@@ -362,7 +381,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		span.SetStatus(codes.Error, res.failReason)
 		return res
 	}
-	defer resp.Body.Close()
+	respBody = resp.Body
 	res.status = resp.StatusCode
 	switch {
 	case resp.StatusCode >= 500:
@@ -392,6 +411,29 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		span.SetStatus(codes.Error, res.failReason)
 	}
 	return res
+}
+
+// forwardedHeaders are passed from the client to the engine (canonical
+// form).
+var forwardedHeaders = [...]string{"Accept", "Authorization", "User-Agent", HeaderRequestID, HeaderSession}
+
+// drain reads the rest of a complete response (at most maxErrorBytes, for
+// at most doneGrace) so that its connection goes back to the pool, then
+// releases the upstream request.
+func (g *Gateway) drain(body io.ReadCloser, cancel context.CancelCauseFunc) {
+	defer g.drains.Done()
+	t := time.AfterFunc(doneGrace, func() { cancel(errIdle) })
+	var b [512]byte
+	for n := 0; n < maxErrorBytes; {
+		m, err := body.Read(b[:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	t.Stop()
+	body.Close()
+	cancel(nil)
 }
 
 func failReason(ctx context.Context, def string) string {
@@ -468,127 +510,154 @@ var (
 	emptyChoices = []byte(`"choices":[]`)
 )
 
-// streamSSE relays an event stream event by event with a flush per event.
+// sseBufSize is the read buffer of a relayed event stream: room for every
+// event that arrives in one read.
+const sseBufSize = 32 << 10
+
+// sseScan follows an event stream line by line for accounting only (TTFT,
+// TBOT, usage, [DONE]); the bytes are relayed unchanged.
+type sseScan struct {
+	now        func() time.Time
+	start      time.Time
+	batchNow   time.Time // the clock read once per read: events that arrived together share it
+	lineStart  bool
+	inUsage    bool
+	usageLine  []byte
+	eventEnded bool // an event ended since the last flush
+	sawDone    bool
+	sawUsage   bool
+	firstData  time.Time
+	lastData   time.Time
+	contentN   int
+}
+
+// line scans one line (complete: it ends with '\n') or part of a line
+// longer than the read buffer.
+func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
+	if s.lineStart {
+		s.inUsage = false
+		line := bytes.TrimRight(chunk, "\r\n")
+		switch {
+		case len(line) == 0 && complete:
+			s.eventEnded = true
+		case bytes.HasPrefix(line, dataPrefix):
+			payload := bytes.TrimSpace(line[len(dataPrefix):])
+			if bytes.Equal(payload, donePayload) {
+				s.sawDone = true
+				break
+			}
+			if s.batchNow.IsZero() {
+				s.batchNow = s.now()
+			}
+			if s.firstData.IsZero() {
+				s.firstData = s.batchNow
+				res.ttft = s.batchNow.Sub(s.start)
+			}
+			if !bytes.Contains(payload, emptyChoices) {
+				s.contentN++
+				s.lastData = s.batchNow
+			}
+			if bytes.Contains(payload, usageMarker) {
+				s.inUsage = true
+				s.usageLine = append(s.usageLine[:0], payload...)
+			}
+		}
+	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
+		s.usageLine = append(s.usageLine, bytes.TrimRight(chunk, "\r\n")...)
+	}
+	if s.inUsage && complete {
+		if res.setUsage(s.usageLine) {
+			s.sawUsage = true
+		}
+		s.inUsage = false
+	}
+	s.lineStart = complete
+}
+
+// streamSSE relays an event stream as it arrives: whatever one read from
+// the engine returns is written at once and flushed if an event ended in
+// it, so events that arrived together leave together and none waits.
 // Nothing reaches the client before the first whole event, so a failure
-// before it can be retried.
+// before it can be retried. At data: [DONE] the response is complete: the
+// rest is drained in the background (res.drain) and the handler returns,
+// so the end of the response leaves with the last events.
 func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, res *attemptResult) {
-	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(resp.Body)
-	defer func() { br.Reset(nil); readerPool.Put(br) }()
+	bp := g.bufs.Get().(*[]byte)
+	defer g.bufs.Put(bp)
+	buf := *bp
 	flusher, _ := w.(http.Flusher)
+	sc := sseScan{now: g.cfg.Now, start: start, lineStart: true}
 	var (
-		pending    []byte // before commit
-		idle       *time.Timer
-		lineStart  = true
-		firstData  time.Time
-		lastData   time.Time
-		contentN   int
-		sawUsage   bool
-		usageLine  []byte
-		inUsage    bool
-		eventEnded bool
-		sawDone    bool
+		pending []byte // relayed bytes held before the commit
+		idle    *time.Timer
+		end     int // buf[:end] holds data
 	)
 	defer func() {
 		if idle != nil {
 			idle.Stop()
 		}
 	}()
-	write := func(b []byte) error {
-		if !res.committed {
-			pending = append(pending, b...)
-			return nil
-		}
-		_, err := w.Write(b)
-		return err
-	}
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(chunk) > 0 {
-			complete := chunk[len(chunk)-1] == '\n'
-			if lineStart {
-				inUsage = false
-				line := bytes.TrimRight(chunk, "\r\n")
-				switch {
-				case len(line) == 0 && complete:
-					eventEnded = true
-				case bytes.HasPrefix(line, dataPrefix):
-					payload := bytes.TrimSpace(line[len(dataPrefix):])
-					if bytes.Equal(payload, donePayload) {
-						sawDone = true
-					} else {
-						now := g.cfg.Now()
-						if firstData.IsZero() {
-							firstData = now
-							res.ttft = now.Sub(start)
-						}
-						if !bytes.Contains(payload, emptyChoices) {
-							contentN++
-							lastData = now
-						}
-						if bytes.Contains(payload, usageMarker) {
-							inUsage = true
-							usageLine = append(usageLine[:0], payload...)
-						}
-					}
-				}
-			} else if inUsage && len(usageLine) < maxUsageLine {
-				usageLine = append(usageLine, bytes.TrimRight(chunk, "\r\n")...)
+		n, err := resp.Body.Read(buf[end:])
+		end += n
+		sc.batchNow = time.Time{}
+		scan := 0
+		for {
+			i := bytes.IndexByte(buf[scan:end], '\n')
+			if i < 0 {
+				break
 			}
-			if inUsage && complete {
-				if res.setUsage(usageLine) {
-					sawUsage = true
-				}
-				inUsage = false
-			}
-			if werr := write(chunk); werr != nil {
-				res.committed = true
-				res.err = werr // client gone; ctx is canceled too
+			sc.line(buf[scan:scan+i+1], true, res)
+			scan += i + 1
+		}
+		if (scan == 0 && end == len(buf)) || (err != nil && scan < end) {
+			// A line longer than the buffer, or the stream's last bytes.
+			sc.line(buf[scan:end], false, res)
+			scan = end
+		}
+		if !res.committed && (sc.eventEnded || len(pending)+scan > maxResponseBytes) {
+			if !sc.eventEnded {
+				res.failReason, res.err = "stream", errors.New("first event too large")
 				return
 			}
-			lineStart = complete
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if eventEnded || (err != nil && res.committed) {
-			eventEnded = false
-			if !res.committed {
-				firstTimer.Stop()
-				g.setHeaders(w, resp, eng, rt)
-				h := w.Header()
-				h.Set("Cache-Control", "no-cache")
-				h.Set("X-Accel-Buffering", "no")
-				w.WriteHeader(resp.StatusCode)
-				res.committed = true
+			firstTimer.Stop()
+			g.setHeaders(w, resp, eng, rt)
+			h := w.Header()
+			h.Set("Cache-Control", "no-cache")
+			h.Set("X-Accel-Buffering", "no")
+			w.WriteHeader(resp.StatusCode)
+			res.committed = true
+			if len(pending) > 0 {
 				if _, werr := w.Write(pending); werr != nil {
-					res.err = werr
+					res.err = werr // client gone; ctx is canceled too
 					return
 				}
 				pending = nil
-				idle = time.AfterFunc(g.cfg.IdleTimeout, func() { cancel(errIdle) })
-			} else if idle != nil {
-				idle.Reset(g.cfg.IdleTimeout)
 			}
-			if sawDone && idle != nil {
-				// After [DONE] the engine only has to end the response;
-				// do not keep the client waiting for one that lingers.
-				idle.Reset(min(g.cfg.IdleTimeout, doneGrace))
-			}
-			// Flush unless another whole event is already buffered: events
-			// that arrived together leave together, and none waits for
-			// the network.
-			if flusher != nil && !wholeEventBuffered(br) {
-				flusher.Flush()
-			}
+			idle = time.AfterFunc(g.cfg.IdleTimeout, func() { cancel(errIdle) })
+		} else if sc.eventEnded && idle != nil {
+			idle.Reset(g.cfg.IdleTimeout)
 		}
-		if sawDone && res.committed {
+		if res.committed {
+			if scan > 0 {
+				if _, werr := w.Write(buf[:scan]); werr != nil {
+					res.err = werr // client gone; ctx is canceled too
+					return
+				}
+			}
+		} else {
+			pending = append(pending, buf[:scan]...)
+		}
+		end = copy(buf, buf[scan:end])
+		if sc.sawDone && res.committed {
+			// Complete: the handler's return ends the response together
+			// with the last events; the engine's own end is drained.
 			res.complete = true
+			res.drain = err == nil
+			break
 		}
 		if err != nil {
-			if err == io.EOF || res.complete {
-				// Done; what the engine does after [DONE] (or the client
-				// leaving after it) does not matter.
+			if err == io.EOF {
 				if !res.committed {
 					res.failReason, res.err = "stream", errors.New("stream ended before its first event")
 				}
@@ -597,19 +666,23 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 				if (res.committed && ctx.Err() == nil) || context.Cause(ctx) == errIdle {
 					// Tell an OpenAI client why the stream ends early.
 					_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":%q,\"type\":%q,\"param\":null,\"code\":\"upstream_error\"}}\n\n", "engine stream failed: "+res.err.Error(), typeServer)
-					if flusher != nil {
-						flusher.Flush()
-					}
 				}
+			}
+			if res.committed && flusher != nil {
+				flusher.Flush()
 			}
 			break
 		}
+		if sc.eventEnded && res.committed && flusher != nil {
+			flusher.Flush()
+		}
+		sc.eventEnded = false
 	}
-	if !sawUsage {
-		res.outputTokens = uint32(contentN)
+	if !sc.sawUsage {
+		res.outputTokens = uint32(sc.contentN)
 	}
-	if contentN > 1 && lastData.After(firstData) {
-		res.tbot = lastData.Sub(firstData) / time.Duration(contentN-1)
+	if sc.contentN > 1 && sc.lastData.After(sc.firstData) {
+		res.tbot = sc.lastData.Sub(sc.firstData) / time.Duration(sc.contentN-1)
 	}
 }
 
@@ -639,14 +712,4 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "no engine answered")
-}
-
-// wholeEventBuffered reports whether br holds a complete SSE event.
-func wholeEventBuffered(br *bufio.Reader) bool {
-	n := br.Buffered()
-	if n == 0 {
-		return false
-	}
-	b, _ := br.Peek(n)
-	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\r\n\r\n"))
 }

@@ -2,45 +2,117 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 )
 
-// sseTransport answers with a canned 50-token SSE stream from memory.
-type sseTransport struct{ body []byte }
+// sseTransport answers with a canned 50-token SSE stream from memory,
+// delivered one event per Read (apart) or all in the first Read.
+type sseTransport struct {
+	events [][]byte
+	apart  bool
+}
 
 func (s sseTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(s.body)), Request: r}, nil
+		Body: &eventReader{events: s.events, apart: s.apart}, Request: r}, nil
 }
 
-// BenchmarkProxyStream measures the gateway's own CPU per streamed
-// request (parse, route, relay 50 SSE events with usage, account),
-// without network: the engine is in memory and the client a recorder.
-func BenchmarkProxyStream(b *testing.B) {
-	var sb strings.Builder
-	for i := 0; i < 50; i++ {
-		fmt.Fprintf(&sb, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}]}\n\n", i)
-	}
-	sb.WriteString("data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":50}}\n\ndata: [DONE]\n\n")
-	g, err := New(Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: "http://a"}, {ID: "b", URL: "http://b"}},
-		Transport: sseTransport{[]byte(sb.String())}, HealthInterval: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := g.Handler()
-	body := []byte(chatBody(true, "Count from one to fifty, one number per token."))
-	b.ReportAllocs()
-	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != 200 {
-			b.Fatal(rec.Code)
+type eventReader struct {
+	events [][]byte
+	apart  bool
+	cur    []byte
+}
+
+func (e *eventReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(e.cur) == 0 {
+			if len(e.events) == 0 || (e.apart && n > 0) {
+				break
+			}
+			e.cur, e.events = e.events[0], e.events[1:]
 		}
+		m := copy(p[n:], e.cur)
+		e.cur = e.cur[m:]
+		n += m
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (e *eventReader) Close() error { return nil }
+
+// discardWriter is a client that reads nothing back: it counts bytes and
+// flushes.
+type discardWriter struct {
+	h       http.Header
+	code    int
+	n       int
+	flushes int
+}
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) WriteHeader(code int)        { d.code = code }
+func (d *discardWriter) Write(b []byte) (int, error) { d.n += len(b); return len(b), nil }
+func (d *discardWriter) Flush()                      { d.flushes++ }
+
+func benchEvents() [][]byte {
+	var evs [][]byte
+	for i := 0; i < 50; i++ {
+		evs = append(evs, fmt.Appendf(nil, "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"tok%d \"}}]}\n\n", i))
+	}
+	return append(evs,
+		[]byte("data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":50}}\n\n"),
+		[]byte("data: [DONE]\n\n"))
+}
+
+// BenchmarkProxyStream measures the gateway's own CPU and allocations per
+// streamed request (parse, route, relay 50 SSE events with usage,
+// account), without network: the engine is in memory and the client
+// discards. apart: each event arrives alone (a flush each); together: the
+// whole stream arrives in one read (one write, no flush: the handler's
+// return ends the response). The request and response objects are the
+// harness's; the gateway's own allocations are what remains.
+func BenchmarkProxyStream(b *testing.B) {
+	for _, apart := range []bool{true, false} {
+		name := "together"
+		if apart {
+			name = "apart"
+		}
+		b.Run(name, func(b *testing.B) {
+			g, err := New(Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: "http://a"}, {ID: "b", URL: "http://b"}},
+				Transport: sseTransport{events: benchEvents(), apart: apart}, HealthInterval: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := g.Handler()
+			body := []byte(chatBody(true, "Count from one to fifty, one number per token."))
+			tmpl := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil).WithContext(context.Background())
+			rd := bytes.NewReader(body)
+			rc := io.NopCloser(rd)
+			w := &discardWriter{h: http.Header{}}
+			flushes := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				rd.Reset(body)
+				req := *tmpl
+				req.Body, req.ContentLength = rc, int64(len(body))
+				clear(w.h)
+				w.code, w.n, w.flushes = 0, 0, 0
+				h.ServeHTTP(w, &req)
+				if w.code != 200 || w.n < 5000 {
+					b.Fatal(w.code, w.n)
+				}
+				flushes += w.flushes
+			}
+			b.ReportMetric(float64(flushes)/float64(b.N), "flushes/op")
+		})
 	}
 }
