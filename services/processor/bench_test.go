@@ -224,3 +224,55 @@ func BenchmarkCoreMemory(b *testing.B) {
 func specForBench() window.Spec {
 	return window.Spec{Size: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}
 }
+
+// BenchmarkCoreHandle measures the processor core without Kafka over the
+// throughput benchmark's records: decode, validate and window every
+// record, then fire every window (merges, fits with a cold fit cache,
+// estimates; no encoding or publishing).
+func BenchmarkCoreHandle(b *testing.B) {
+	topics := streams.TopicsFor("bench")
+	var recs []*kgo.Record
+	offs := map[string]int64{}
+	from := time.Unix(1_800_000_000, 0)
+	add := func(topic, key string, m proto.Message) {
+		v, _ := proto.Marshal(m)
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(key), Value: v, Offset: offs[topic], Timestamp: from.Add(benchSpan)})
+		offs[topic]++
+	}
+	i := 0
+	for dt := time.Duration(0); dt < benchSpan; dt += time.Second / benchRPS {
+		at := from.Add(dt)
+		if dt%(2*time.Second) == 0 {
+			for e := 0; e < benchEngines; e++ {
+				id := fmt.Sprintf("e%04d", e)
+				add(topics.Signals, id, signal(id, []string{"h100", "a100", "l4"}[e%3], at, float64(e%50), 5))
+			}
+		}
+		c := []string{"us", "eu", "ap"}[i%3]
+		add(topics.RoutingEvents, c, routing(c, fmt.Sprintf("e%04d", i%benchEngines), at, i))
+		i++
+	}
+	add(topics.Signals, "sentinel", signal("sentinel", "h100", from.Add(benchSpan+time.Minute), 1, 1))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var estimates int
+	for b.Loop() {
+		core, err := NewCore(topics, specForBench(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		estimates = 0
+		for j, r := range recs {
+			if out, reason := core.Handle(r); out != Accepted {
+				b.Fatalf("record %d: %v %s", j, out, reason)
+			}
+			if j%10000 == 9999 || j == len(recs)-1 {
+				for _, f := range core.Fire() {
+					estimates += len(f.Estimates)
+				}
+			}
+		}
+	}
+	b.ReportMetric(float64(len(recs))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(estimates), "estimates")
+}

@@ -1,6 +1,7 @@
 package estimate
 
 import (
+	"encoding/binary"
 	"math"
 	"time"
 	"unicode/utf8"
@@ -62,29 +63,49 @@ type field struct {
 	b   []byte
 }
 
-// next scans the field at the start of b; n < 0 when b is malformed or
-// the wire type is one the fast path does not take.
-func next(b []byte) (f field, n int) {
-	num, typ, n := protowire.ConsumeTag(b)
+// uvarint reads a varint at b[i:]; j < 0 when it is malformed.
+func uvarint(b []byte, i int) (v uint64, j int) {
+	if i < len(b) && b[i] < 0x80 {
+		return uint64(b[i]), i + 1
+	}
+	if i >= len(b) {
+		return 0, -1
+	}
+	v, n := protowire.ConsumeVarint(b[i:])
 	if n < 0 {
-		return f, -1
+		return 0, -1
 	}
-	f.num, f.typ = num, typ
-	var m int
-	switch typ {
+	return v, i + n
+}
+
+// next scans the field at b[i:] into f and returns the index after it;
+// j < 0 when b is malformed or the wire type is one the fast path does
+// not take (groups, fixed32).
+func next(b []byte, i int, f *field) (j int) {
+	tag, i := uvarint(b, i)
+	if i < 0 || tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber) {
+		return -1
+	}
+	f.num, f.typ = protowire.Number(tag>>3), protowire.Type(tag&7)
+	switch f.typ {
 	case protowire.VarintType:
-		f.v, m = protowire.ConsumeVarint(b[n:])
+		f.v, i = uvarint(b, i)
+		return i
 	case protowire.Fixed64Type:
-		f.v, m = protowire.ConsumeFixed64(b[n:])
+		if len(b)-i < 8 {
+			return -1
+		}
+		f.v = binary.LittleEndian.Uint64(b[i:])
+		return i + 8
 	case protowire.BytesType:
-		f.b, m = protowire.ConsumeBytes(b[n:])
-	default:
-		return f, -1
+		var n uint64
+		if n, i = uvarint(b, i); i < 0 || n > uint64(len(b)-i) {
+			return -1
+		}
+		f.b = b[i : i+int(n)]
+		return i + int(n)
 	}
-	if m < 0 {
-		return f, -1
-	}
-	return f, n + m
+	return -1
 }
 
 // Signal decodes and validates an EngineSignal (see DecodeSignal).
@@ -102,12 +123,11 @@ func (d *Decoder) scanSignal(b []byte) bool {
 	s := &d.sig
 	*s = schemas.EngineSignal{}
 	var haveTTFT, haveTBOT bool
-	for len(b) > 0 {
-		f, n := next(b)
-		if n < 0 {
+	var f field
+	for i := 0; i < len(b); {
+		if i = next(b, i, &f); i < 0 {
 			return false
 		}
-		b = b[n:]
 		var ok bool
 		switch {
 		case f.typ == protowire.VarintType && f.num == 1:
@@ -182,12 +202,11 @@ func scanHist(h *schemas.Histogram, bb *[]float64, cb *[]uint64, b []byte) bool 
 	bounds, counts := (*bb)[:0], (*cb)[:0]
 	defer func() { *bb, *cb = bounds, counts }()
 	*h = schemas.Histogram{}
-	for len(b) > 0 {
-		f, n := next(b)
-		if n < 0 {
+	var f field
+	for i := 0; i < len(b); {
+		if i = next(b, i, &f); i < 0 {
 			return false
 		}
-		b = b[n:]
 		switch {
 		case f.num == 1 && f.typ == protowire.Fixed64Type:
 			bounds = append(bounds, math.Float64frombits(f.v))
@@ -253,12 +272,11 @@ func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.Routing
 func (d *Decoder) scanRoutingEvent(b []byte) bool {
 	ev := &d.ev
 	*ev = schemas.RoutingEvent{}
-	for len(b) > 0 {
-		f, n := next(b)
-		if n < 0 {
+	var f field
+	for i := 0; i < len(b); {
+		if i = next(b, i, &f); i < 0 {
 			return false
 		}
-		b = b[n:]
 		switch f.typ {
 		case protowire.VarintType:
 			switch f.num {
