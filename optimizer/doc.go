@@ -74,8 +74,9 @@
 // Churn (per-edge |x − prev| kinks) enters the smoothed dual exactly: an
 // edge that carried traffic is two arcs, rtt − churn capped at its previous
 // rps and rtt + churn uncapped; each engine then picks its price m by a
-// safeguarded 1-D solve so that its arc flows min(cap, exp((bid − m)/τ))
-// add up to its supply at m (churn.go). That dual is stiff at small τ, so
+// scan of its sorted breakpoints (saturation points of the capped arcs,
+// profile knots) and a scalar solve, so that its arc flows
+// min(cap, exp((bid − m)/τ)) add up to its supply at m (churn.go). That dual is stiff at small τ, so
 // the churn run stops at a coarser temperature with a step budget, and
 // the exact phase starts from the best of it, an approximate-churn Newton
 // run (previous edges 2·churn cheaper, uncapped) and the previous plan.
