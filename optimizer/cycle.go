@@ -249,13 +249,6 @@ func (s *solver) byEngineOf(engines []int32) []int32 {
 	return out
 }
 
-func sign(v float64) float64 {
-	if v < 0 {
-		return -1
-	}
-	return 1
-}
-
 func sortInt32(a []int32) {
 	for i := 1; i < len(a); i++ {
 		for k := i; k > 0 && a[k] < a[k-1]; k-- {

@@ -70,14 +70,12 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	eStart := make([]int32, len(p.curves)+1)
 	ePos := make([]int32, 0, len(s.x))
 	eRTT := make([]float64, 0, len(s.x))
-	eEdge := make([]int32, 0, len(s.x))
 	for j := range p.curves {
 		if p.usable[j] {
 			for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
 				if a := pos[s.edgeCluster[e]]; a >= 0 {
 					ePos = append(ePos, int32(a))
 					eRTT = append(eRTT, s.effRTT(e))
-					eEdge = append(eEdge, e)
 				}
 			}
 		}

@@ -120,7 +120,7 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	// kept (coordinate descent may move the prices to a weaker bound).
 	primal, dual := s.bounds()
 	best := dual
-	gap := relGap(primal, best)
+	var gap float64
 	iters := 0
 	{ // always: the start may be within tolerance without equal marginals
 		mean := primal / math.Max(1e-9, sumOf(s.routed))

@@ -139,7 +139,6 @@ func BenchmarkRun(b *testing.B) {
 
 // flipper alternates its weights between two plans every tick.
 type flipper struct {
-	n   int
 	ver uint64
 	w   [][]float64
 }

@@ -81,14 +81,13 @@ type collector struct {
 	sloTTFT       time.Duration
 	sloTBOT       time.Duration
 
-	wver     uint64
-	dir      [][]int8    // current direction of each weight (0: not yet moved)
-	anchor   [][]float64 // the last extreme (where the direction last changed)
-	ext      [][]float64 // the extreme reached in the current direction
-	revs     int
-	revAmp   float64
-	series   *Series
-	haveWeig bool
+	wver   uint64
+	dir    [][]int8    // current direction of each weight (0: not yet moved)
+	anchor [][]float64 // the last extreme (where the direction last changed)
+	ext    [][]float64 // the extreme reached in the current direction
+	revs   int
+	revAmp float64
+	series *Series
 }
 
 func newCollector(name string, s *sim, keep bool) *collector {
