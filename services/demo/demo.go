@@ -423,8 +423,14 @@ func (s *status) print(ctx context.Context) {
 	defer cancel()
 	ws := s.weights(wctx)
 	w := s.cfg.Stdout
-	fmt.Fprintf(w, "[%5.1fs] snapshot v%d | rps %.1f | ttft p50 %.0fms p99 %.0fms | kv hit %.1f%% | ok %d errors %d\n",
-		now.Sub(s.started).Seconds(), s.pipe.latestVersion(), rps, p50, p99, 100*kvHitRate(s.fleet),
+	v := s.pipe.latestVersion()
+	window := "none yet"
+	if v > 0 {
+		// A version is its window's end in Unix ms.
+		window = time.UnixMilli(int64(v)).UTC().Format("15:04:05")
+	}
+	fmt.Fprintf(w, "[%5.1fs] snapshot v%d (window %s) | rps %.1f | ttft p50 %.0fms p99 %.0fms | kv hit %.1f%% | ok %d errors %d\n",
+		now.Sub(s.started).Seconds(), v, window, rps, p50, p99, 100*kvHitRate(s.fleet),
 		s.lg.succeeded.Load(), s.lg.failed.Load())
 	for _, r := range s.cfg.Topology.Regions {
 		fmt.Fprintf(w, "          %-9s %s\n", r, ws[r])
