@@ -196,7 +196,7 @@ func (s *Service) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			end := windowEnd(est)
+			end := est.WindowEndUnixMs()
 			if pendingEnd != 0 && end > pendingEnd {
 				flush()
 			}
@@ -209,17 +209,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-func windowEnd(e *schemas.Estimate) int64 {
-	switch k := e.GetKind().(type) {
-	case *schemas.Estimate_Engine:
-		return k.Engine.GetWindowEndUnixMs()
-	case *schemas.Estimate_Demand:
-		return k.Demand.GetWindowEndUnixMs()
-	case *schemas.Estimate_Network:
-		return k.Network.GetWindowEndUnixMs()
-	}
-	return 0
-}
 
 // round plans and publishes the window ending at end.
 func (s *Service) round(ctx context.Context, store *snapshots.Store, planner *plan.Planner, end time.Time, ests []*schemas.Estimate) {
@@ -273,7 +262,7 @@ func (s *Service) consume(ctx context.Context, cl *kgo.Client, dlq *streams.Dead
 				reason = "undecodable estimate: " + err.Error()
 			} else if est.GetKind() == nil {
 				reason = "estimate has no kind"
-			} else if windowEnd(&est) <= 0 {
+			} else if est.WindowEndUnixMs() <= 0 {
 				reason = "estimate has no window end"
 			}
 			if reason != "" {

@@ -72,17 +72,6 @@ func history(t *testing.T, kc *kfake.Cluster, topics streams.Topics, dur time.Du
 	}
 }
 
-func windowEnd(e *schemas.Estimate) int64 {
-	switch k := e.GetKind().(type) {
-	case *schemas.Estimate_Engine:
-		return k.Engine.GetWindowEndUnixMs()
-	case *schemas.Estimate_Demand:
-		return k.Demand.GetWindowEndUnixMs()
-	case *schemas.Estimate_Network:
-		return k.Network.GetWindowEndUnixMs()
-	}
-	return 0
-}
 
 // liveEstimates runs the live processor over the history and returns its
 // published estimates by "key@window_end".
@@ -112,7 +101,7 @@ func liveEstimates(t *testing.T, kc *kfake.Cluster, prefix string, lastEnd time.
 			if err != nil {
 				t.Fatal(err)
 			}
-			out[fmt.Sprintf("%s@%d", r.Key, windowEnd(e))] = r.Value
+			out[fmt.Sprintf("%s@%d", r.Key, e.WindowEndUnixMs())] = r.Value
 		})
 		return len(out) >= want
 	}, "live estimates read back")
