@@ -261,8 +261,9 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 }
 
 // Solve solves in and returns the snapshot with the given version,
-// created at now. Its stats carry no wall-clock solve time, so the bytes
-// depend only on the inputs.
+// created at now: the optimizer's weights as they are (State.Solve adds
+// the failover split that is published). Its stats carry no wall-clock
+// solve time, so the bytes depend only on the inputs.
 func Solve(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
 	sol, err := opt.Solve(in)
 	if err != nil {
@@ -278,6 +279,22 @@ func Solve(in *opt.Instance, endpoints map[string]string, version uint64, now ti
 		InputsDigest:  in.Digest(),
 		Stats:         stats,
 	}, nil
+}
+
+// Solve is the package's Solve followed by the failover split (see
+// spill.go), which needs the engines' regions from the state's estimates:
+// what the optimizer service, replay and the simulator publish.
+func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
+	snap, err := Solve(in, endpoints, version, now)
+	if err != nil {
+		return nil, err
+	}
+	region := make(map[string]string, len(in.Engines))
+	for _, e := range in.Engines {
+		region[e.ID] = s.engines[e.ID].GetRegion()
+	}
+	spill(in, region, snap.GetClusters())
+	return snap, nil
 }
 
 // Planner plans one snapshot per completed processor window: it folds the
@@ -316,7 +333,7 @@ func (p *Planner) Plan(end time.Time, ests []*schemas.Estimate) (*schemas.Weight
 	if err != nil {
 		return nil, err
 	}
-	snap, err := Solve(in, endpoints, uint64(end.UnixMilli()), end)
+	snap, err := p.st.Solve(in, endpoints, uint64(end.UnixMilli()), end)
 	if err != nil {
 		return nil, err
 	}

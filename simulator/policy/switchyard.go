@@ -328,7 +328,7 @@ func (p *switchyard) solve(now time.Duration) {
 			in.Engines[i].CapacityRPS = p.capacity[k] * float64(max(p.w.Replicas(k), 1)) / float64(max(p.w.Engines[k].Replicas, 1))
 		}
 	}
-	snapshot, err := plan.Solve(in, endpoints, uint64(now.Milliseconds()), at)
+	snapshot, err := p.plan.Solve(in, endpoints, uint64(now.Milliseconds()), at)
 	if err != nil {
 		return // keep routing on the last good snapshot
 	}
