@@ -225,6 +225,7 @@ type Gateway struct {
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
+	hot     hotMetrics
 	pool    *pick.Pool
 	cur     atomic.Pointer[routing]
 	budget  *budget.Budget
@@ -268,6 +269,7 @@ func New(cfg Config) (*Gateway, error) {
 		ready:      make(chan struct{}),
 		healthFail: map[string]int{},
 	}
+	g.hot = g.m.hot(cfg.Cluster)
 	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
 	if len(cfg.Models) > 0 {
 		g.models = map[string]bool{}

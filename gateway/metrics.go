@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
 )
 
 // metrics are the gateway's Prometheus metrics, all labelled by cluster so
@@ -50,6 +52,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		dropped:       cv("events_dropped_total", "Routing events dropped (emitter buffer full or no Kafka configured).", "cluster"),
 		signals:       cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine.", "cluster", "result"),
 	}
+}
+
+// hotMetrics are the series every request touches, resolved for the
+// gateway's cluster once instead of by label lookup per request.
+type hotMetrics struct {
+	ttft, e2e prometheus.Observer
+	requests  map[string]prometheus.Counter // by outcome
+	picks     [pick.Panic + 1]prometheus.Counter
+	dropped   prometheus.Counter
+}
+
+func (m *metrics) hot(cluster string) hotMetrics {
+	h := hotMetrics{
+		ttft:     m.ttft.WithLabelValues(cluster),
+		e2e:      m.e2e.WithLabelValues(cluster),
+		requests: map[string]prometheus.Counter{},
+		dropped:  m.dropped.WithLabelValues(cluster),
+	}
+	for _, o := range []string{"ok", "error", "shed", "client_error", "canceled"} {
+		h.requests[o] = m.requests.WithLabelValues(cluster, o)
+	}
+	for r := pick.Affinity; r <= pick.Panic; r++ {
+		h.picks[r] = m.picks.WithLabelValues(cluster, r.String())
+	}
+	return h
 }
 
 // register registers c, reusing an identical collector already there.

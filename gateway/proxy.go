@@ -101,9 +101,9 @@ func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time)
 	case schemas.RequestStatus_REQUEST_STATUS_OK:
 		g.succeeded.Add(1)
 		if ev.TtftMs > 0 {
-			g.m.ttft.WithLabelValues(cl).Observe(ev.TtftMs / 1000)
+			g.hot.ttft.Observe(ev.TtftMs / 1000)
 		}
-		g.m.e2e.WithLabelValues(cl).Observe(ev.E2EMs / 1000)
+		g.hot.e2e.Observe(ev.E2EMs / 1000)
 	case schemas.RequestStatus_REQUEST_STATUS_SHED:
 		g.shedN.Add(1)
 		label = "shed"
@@ -117,10 +117,10 @@ func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time)
 		g.failed.Add(1)
 		label = "error"
 	}
-	g.m.requests.WithLabelValues(cl, label).Inc()
+	g.hot.requests[label].Inc()
 	if g.emitter == nil || !g.emitter.Emit(cl, ev) {
 		g.dropped.Add(1)
-		g.m.dropped.WithLabelValues(cl).Inc()
+		g.hot.dropped.Inc()
 	}
 }
 
@@ -259,7 +259,11 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		tried[n] = int32(i)
 		n++
-		g.m.picks.WithLabelValues(g.cfg.Cluster, reason.String()).Inc()
+		if int(reason) < len(g.hot.picks) && g.hot.picks[reason] != nil {
+			g.hot.picks[reason].Inc()
+		} else {
+			g.m.picks.WithLabelValues(g.cfg.Cluster, reason.String()).Inc()
+		}
 		eng := rt.table.Engine(i)
 		ev.EngineId = eng.ID
 		ev.Attempts = uint32(attempt + 1)
@@ -504,11 +508,36 @@ func (res *attemptResult) setUsage(b []byte) bool {
 }
 
 var (
-	dataPrefix   = []byte("data:")
-	donePayload  = []byte("[DONE]")
-	usageMarker  = []byte(`"usage":{`)
-	emptyChoices = []byte(`"choices":[]`)
+	dataPrefix  = []byte("data:")
+	donePayload = []byte("[DONE]")
+	// The keys are searched without their opening quote: bytes.Index
+	// skips ahead with IndexByte on the first byte, and '"' is in every
+	// few bytes of JSON.
+	choicesKey = []byte(`choices":[`)
+	usageKey   = []byte(`usage":{`)
 )
+
+// hasKey reports whether payload holds "key (key starts after the quote).
+func hasKey(payload, key []byte) (int, bool) {
+	for off := 0; ; {
+		i := bytes.Index(payload[off:], key)
+		if i < 0 {
+			return -1, false
+		}
+		i += off
+		if i > 0 && payload[i-1] == '"' {
+			return i + len(key), true
+		}
+		off = i + 1
+	}
+}
+
+// contentEvent reports whether a data payload carries content: anything
+// but a chunk with "choices":[] (a usage-only chunk).
+func contentEvent(payload []byte) bool {
+	end, ok := hasKey(payload, choicesKey)
+	return !ok || end >= len(payload) || payload[end] != ']'
+}
 
 // sseBufSize is the read buffer of a relayed event stream: room for every
 // event that arrives in one read.
@@ -524,7 +553,8 @@ type sseScan struct {
 	inUsage    bool
 	usageLine  []byte
 	eventEnded bool // an event ended since the last flush
-	sawDone    bool
+	sawDone    bool // a data: [DONE] line
+	doneEnded  bool // and the end of its event
 	sawUsage   bool
 	firstData  time.Time
 	lastData   time.Time
@@ -540,6 +570,7 @@ func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
 		switch {
 		case len(line) == 0 && complete:
 			s.eventEnded = true
+			s.doneEnded = s.sawDone
 		case bytes.HasPrefix(line, dataPrefix):
 			payload := bytes.TrimSpace(line[len(dataPrefix):])
 			if bytes.Equal(payload, donePayload) {
@@ -553,11 +584,11 @@ func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
 				s.firstData = s.batchNow
 				res.ttft = s.batchNow.Sub(s.start)
 			}
-			if !bytes.Contains(payload, emptyChoices) {
+			if contentEvent(payload) {
 				s.contentN++
 				s.lastData = s.batchNow
 			}
-			if bytes.Contains(payload, usageMarker) {
+			if _, ok := hasKey(payload, usageKey); ok {
 				s.inUsage = true
 				s.usageLine = append(s.usageLine[:0], payload...)
 			}
@@ -649,7 +680,7 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 			pending = append(pending, buf[:scan]...)
 		}
 		end = copy(buf, buf[scan:end])
-		if sc.sawDone && res.committed {
+		if sc.sawDone && res.committed && (sc.doneEnded || err != nil) {
 			// Complete: the handler's return ends the response together
 			// with the last events; the engine's own end is drained.
 			res.complete = true

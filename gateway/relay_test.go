@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestContentEvent(t *testing.T) {
+	for _, tt := range []struct {
+		payload string
+		content bool
+		usage   bool
+	}{
+		{`{"choices":[{"delta":{"content":"x"}}]}`, true, false},
+		{`{"choices":[],"usage":{"prompt_tokens":1}}`, false, true},
+		{`{"usage":{"prompt_tokens":1},"choices":[]}`, false, true},
+		{`{"choices":[{"delta":{}}],"usage":{"completion_tokens":3}}`, true, true},
+		{`{"choices":[{"delta":{"content":"choices\":[]"}}],"usage":null}`, true, false},
+		{`{"xchoices":[],"choices":[]}`, false, false},
+		{`{"nousage":{},"choices":[{}]}`, true, false},
+		{`{"choices":[`, true, false},
+		{`choices":[]`, true, false},
+		{``, true, false},
+	} {
+		_, usage := hasKey([]byte(tt.payload), usageKey)
+		if got := contentEvent([]byte(tt.payload)); got != tt.content || usage != tt.usage {
+			t.Errorf("%s: content %v usage %v, want %v %v", tt.payload, got, usage, tt.content, tt.usage)
+		}
+	}
+}
+
+// split cuts b into reads of n bytes (n <= 0: one read).
+func split(b []byte, n int) [][]byte {
+	if n <= 0 {
+		return [][]byte{b}
+	}
+	var out [][]byte
+	for len(b) > 0 {
+		m := min(n, len(b))
+		out = append(out, b[:m])
+		b = b[m:]
+	}
+	return out
+}
+
+// relay runs streamSSE over stream delivered in reads of n bytes.
+func relay(t testing.TB, stream []byte, n int) (*httptest.ResponseRecorder, attemptResult) {
+	t.Helper()
+	g, err := New(Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: "http://a"}}, HealthInterval: -1, IdleTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := g.cur.Load()
+	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: &eventReader{events: split(stream, n), apart: true}}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	first := time.AfterFunc(time.Minute, func() {})
+	defer first.Stop()
+	w := httptest.NewRecorder()
+	var res attemptResult
+	g.streamSSE(ctx, w, resp, rt.table.Engine(0), rt, time.Now(), first, cancel, &res)
+	return w, res
+}
+
+// TestRelaySplits: however the engine's bytes are cut into reads, the
+// client gets the same bytes and the accounting is the same.
+func TestRelaySplits(t *testing.T) {
+	var sb strings.Builder
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&sb, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\r\n\r\n", i)
+	}
+	sb.WriteString(": comment\n\nevent: x\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":20,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\n")
+	long := strings.Repeat("y", 3*sseBufSize)
+	fmt.Fprintf(&sb, "data: {\"choices\":[{\"delta\":{\"content\":\"%s\"}}]}\n\n", long)
+	sb.WriteString("data: [DONE]\n\n")
+	stream := []byte(sb.String())
+	for _, n := range []int{0, 1, 2, 7, 100, 4096, sseBufSize - 1, sseBufSize + 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			w, res := relay(t, stream, n)
+			if !res.complete || res.failReason != "" || !bytes.Equal(w.Body.Bytes(), stream) {
+				t.Fatalf("complete %v fail %q: relayed %d of %d bytes", res.complete, res.failReason, w.Body.Len(), len(stream))
+			}
+			if res.promptTokens != 7 || res.outputTokens != 20 || res.cachedTokens != 3 {
+				t.Fatalf("usage %d/%d/%d", res.promptTokens, res.outputTokens, res.cachedTokens)
+			}
+			if w.Header().Get(HeaderEngine) != "a" || w.Header().Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("headers %v", w.Header())
+			}
+		})
+	}
+}
+
+func FuzzRelay(f *testing.F) {
+	f.Add([]byte("data: {\"choices\":[{}]}\n\ndata: [DONE]\n\n"), 3)
+	f.Add([]byte("data: x\r\n\r\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n"), 1)
+	f.Add([]byte("data: [DONE]\n\ntail"), 0)
+	f.Add([]byte("no event end"), 5)
+	f.Fuzz(func(t *testing.T, stream []byte, n int) {
+		if n > 1<<16 || n < -1 {
+			return
+		}
+		w, res := relay(t, stream, n)
+		got := w.Body.Bytes()
+		switch {
+		case !res.committed:
+			if w.Body.Len() != 0 || res.failReason == "" {
+				t.Fatalf("not committed but relayed %q (fail %q)", got, res.failReason)
+			}
+		case !bytes.Contains(stream, donePayload):
+			// Without [DONE] every byte is relayed, then the stream ends.
+			if !bytes.Equal(got, stream) {
+				t.Fatalf("relayed %q, engine sent %q", got, stream)
+			}
+		default:
+			if !bytes.HasPrefix(stream, got) {
+				t.Fatalf("relayed %q, not a prefix of %q", got, stream)
+			}
+		}
+	})
+}
