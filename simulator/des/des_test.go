@@ -180,3 +180,55 @@ func TestCalibratedVariantRuns(t *testing.T) {
 		t.Fatal("nothing completed")
 	}
 }
+
+// recorder picks the first engine not yet tried and records, per
+// request, its picks and how its attempts ended.
+type recorder struct {
+	picks, retries, last map[int]int
+}
+
+func (r *recorder) Pick(_ time.Duration, q *des.Request, exclude []int32) int {
+	for e := 0; e < 3; e++ {
+		tried := false
+		for _, x := range exclude {
+			tried = tried || int(x) == e
+		}
+		if !tried {
+			r.picks[q.Index]++
+			return e
+		}
+	}
+	return -1
+}
+
+func (r *recorder) Done(_ time.Duration, q *des.Request, _ int, o des.Outcome) {
+	if o.Retry {
+		r.retries[q.Index]++
+		return
+	}
+	r.last[q.Index]++
+}
+
+func (r *recorder) Tick(time.Duration) {}
+
+// An attempt's outcome says whether the request will be tried again, so a
+// gateway can report each request once, after its last attempt.
+func TestOutcomeRetryMarksAllButTheLastAttempt(t *testing.T) {
+	sc, wl := load(t, small)
+	rec := &recorder{picks: map[int]int{}, retries: map[int]int{}, last: map[int]int{}}
+	if _, err := des.Run(sc, wl, "recorder", func(*des.World) (des.Policy, error) { return rec, nil }, des.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	retried := 0
+	for i, n := range rec.picks {
+		if rec.last[i] != 1 || rec.retries[i] != n-1 {
+			t.Fatalf("request %d: %d picks, %d retried attempts, %d last attempts", i, n, rec.retries[i], rec.last[i])
+		}
+		if n > 1 {
+			retried++
+		}
+	}
+	if retried == 0 {
+		t.Fatal("no request was retried while a-0 was down")
+	}
+}

@@ -57,6 +57,11 @@ type Request struct {
 // Outcome is what the gateway observed for one attempt.
 type Outcome struct {
 	OK bool
+	// Retry: the attempt failed and the gateway tries the request again
+	// (on another engine, or fails it there when none is left: Pick then
+	// sees the next attempt). A gateway that reports once per request, as
+	// Switchyard's does, reports on the request's last attempt only.
+	Retry bool
 	// TTFT and E2E are as seen at the gateway (network included);
 	// EngineTTFT is the engine's own.
 	TTFT, E2E, EngineTTFT time.Duration

@@ -477,7 +477,7 @@ func (s *sim) dispatch(i int, now time.Duration) {
 func (s *sim) retry(i int, now time.Duration) int {
 	st := &s.reqs[i]
 	v := &s.views[i]
-	s.policy.Done(now, v, int(st.slot), Outcome{})
+	s.policy.Done(now, v, int(st.slot), Outcome{Retry: int(st.attempt) < MaxAttempts})
 	s.col.attemptFailed++
 	if int(st.attempt) >= MaxAttempts {
 		st.state = stFailed

@@ -153,8 +153,13 @@ func (g *gateway) install(t *pick.Table, w *des.World) {
 
 func (p *switchyard) Pick(_ time.Duration, r *des.Request, exclude []int32) int {
 	g := p.gw[r.Cluster]
+	// Shed, or for a retry with nowhere left to go, failed.
+	refused := schemas.RequestStatus_REQUEST_STATUS_SHED
+	if r.Attempt > 1 {
+		refused = schemas.RequestStatus_REQUEST_STATUS_ERROR
+	}
 	if g.table == nil || (g.shed > 0 && r.Attempt == 1 && p.rng.Float64() < g.shed) {
-		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, des.Outcome{})
+		p.record(r, -1, refused, des.Outcome{})
 		return -1
 	}
 	g.ex = g.ex[:0]
@@ -165,7 +170,7 @@ func (p *switchyard) Pick(_ time.Duration, r *des.Request, exclude []int32) int 
 	}
 	i, _ := g.table.Pick(r.Key, g.ex)
 	if i < 0 {
-		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, des.Outcome{})
+		p.record(r, -1, refused, des.Outcome{})
 		return -1
 	}
 	return g.toWorld[i]
@@ -181,6 +186,9 @@ func (p *switchyard) FirstToken(_ time.Duration, _ *des.Request, e int, engineTT
 
 func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome) {
 	p.gw[r.Cluster].states[e].Release()
+	if o.Retry {
+		return // the gateway reports the request once, after its last attempt
+	}
 	status := schemas.RequestStatus_REQUEST_STATUS_ERROR
 	if o.OK {
 		status = schemas.RequestStatus_REQUEST_STATUS_OK
@@ -193,7 +201,8 @@ func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome)
 	p.record(r, e, status, o)
 }
 
-// record emits the gateway's routing event into the processor's pane.
+// record emits the gateway's routing event into the processor's pane:
+// one per request, after its last attempt, as gateway/proxy.go does.
 func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus, o des.Outcome) {
 	ev := &p.ev
 	*ev = schemas.RoutingEvent{
