@@ -1,11 +1,13 @@
 package plan
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	opt "github.com/switchyard-llm/switchyard/optimizer"
+	"github.com/switchyard-llm/switchyard/optimizer/synth"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -175,4 +177,57 @@ func TestPlannerPublishesFailoverSplit(t *testing.T) {
 			t.Fatalf("cluster %s: %d remote engines with weight, %v in all: %v", cw.GetCluster(), n, remote, cw.GetWeights())
 		}
 	}
+}
+
+// On generated instances, with and without shedding and residency, the
+// split keeps every weight in [0, 1] and each cluster's total unchanged.
+func TestSpillKeepsWeightsValid(t *testing.T) {
+	split := 0
+	for seed := uint64(1); seed <= 12; seed++ {
+		cfg := synth.Config{Clusters: 6, Engines: 24, Seed: seed, Load: 0.3 + 0.1*float64(seed), ChurnWeight: 5, Previous: seed%2 == 0}
+		if seed%3 == 0 {
+			cfg.Residency = 0.5
+		}
+		in := synth.Instance(cfg)
+		eps := map[string]string{}
+		region := map[string]string{}
+		for i, e := range in.Engines {
+			eps[e.ID] = "http://" + e.ID
+			region[e.ID] = fmt.Sprintf("r%d", i%int(2+seed%3))
+		}
+		snap, err := Solve(in, eps, 1, time.Unix(1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := map[string]float64{}
+		old := map[[2]string]float64{}
+		for _, cw := range snap.GetClusters() {
+			for _, w := range cw.GetWeights() {
+				before[cw.GetCluster()] += w.GetWeight()
+				old[[2]string{cw.GetCluster(), w.GetEngineId()}] = w.GetWeight()
+			}
+		}
+		spill(in, region, snap.GetClusters())
+		for _, cw := range snap.GetClusters() {
+			var sum float64
+			changed := false
+			for _, w := range cw.GetWeights() {
+				changed = changed || w.GetWeight() != old[[2]string{cw.GetCluster(), w.GetEngineId()}]
+				if x := w.GetWeight(); !(x >= 0 && x <= 1) {
+					t.Fatalf("seed %d cluster %s: weight %s = %v", seed, cw.GetCluster(), w.GetEngineId(), x)
+				}
+				sum += w.GetWeight()
+			}
+			if math.Abs(sum-before[cw.GetCluster()]) > 1e-9 {
+				t.Fatalf("seed %d cluster %s: weights sum %v, were %v", seed, cw.GetCluster(), sum, before[cw.GetCluster()])
+			}
+			if changed {
+				split++
+			}
+		}
+	}
+	if split == 0 {
+		t.Fatal("no cluster got a failover split")
+	}
+	t.Logf("%d clusters got a failover split", split)
 }
