@@ -30,12 +30,13 @@ import (
 // region's traffic would go if the region were lost. The split fills the
 // other regions' usable engines, nearest first (engines within spillTierMs
 // of each other count as equally near), each up to its planned headroom
-// (MaxUtilization × capacity − planned load), beyond that in proportion to
-// capacity. In normal operation this moves at most spillMax of a cluster's
-// traffic between remote engines; in a failover it spreads the home
-// region's traffic where there is room for it. A cluster that already
-// sends a real share elsewhere keeps the optimizer's split, which then is
-// its failover split.
+// (MaxUtilization × capacity − planned load). In normal operation this
+// moves at most spillMax of a cluster's traffic between remote engines; in
+// a failover it spreads the home region's traffic where there is room for
+// it. A cluster that already sends a real share elsewhere keeps the
+// optimizer's split, which then is its failover split, and so does one
+// with no remote headroom at all (there is nowhere to fail over to, and
+// the split would only add load to saturated engines).
 const (
 	// spillMax: a cluster sending less than this share of its traffic
 	// outside its home region gets the failover split.
@@ -129,7 +130,8 @@ func spillCluster(in *opt.Instance, engines map[string]*spillEngine, cw *schemas
 		return
 	}
 	sort.SliceStable(cs, func(i, j int) bool { return cs[i].rtt < cs[j].rtt })
-	// Fill with the home region's traffic, tier by tier, up to headroom.
+	// Fill with the home region's traffic, tier by tier, up to headroom
+	// (what does not fit has nowhere good to go: it does not count).
 	alloc := make([]float64, len(cs))
 	left := best * cw.GetDemandRps()
 	for i := 0; i < len(cs) && left > 0; {
@@ -144,15 +146,6 @@ func spillCluster(in *opt.Instance, engines map[string]*spillEngine, cw *schemas
 			left -= take
 		}
 		i = j
-	}
-	if left > 0 { // more than the headroom: the rest by capacity
-		var caps float64
-		for _, c := range cs {
-			caps += c.e.cap
-		}
-		for k, c := range cs {
-			alloc[k] += left * c.e.cap / caps
-		}
 	}
 	var sum float64
 	for _, a := range alloc {

@@ -79,6 +79,15 @@ func TestSpill(t *testing.T) {
 			b:    map[string]float64{"a-1": 0.2, "b-0": 0.4, "b-1": 0.4},
 		},
 		{
+			name: "no remote headroom: left alone",
+			b:    map[string]float64{"a-1": 0.006, "b-0": 0.49, "b-1": 0.504},
+			mutate: func(in *opt.Instance) {
+				in.Engines[0].Healthy, in.Engines[1].Healthy, in.Engines[5].Healthy = false, false, false
+				in.Engines[4].CapacityRPS = 30
+			},
+			other: map[string]float64{"c-0": 1}, // c-0 carries cluster a's 30 rps: no headroom
+		},
+		{
 			name: "shedding: left alone",
 			b:    map[string]float64{"b-0": 0.5, "b-1": 0.4},
 			shed: 0.1,
