@@ -24,7 +24,11 @@ import (
 //     probeLoad or more of the estimate without a queue (the load proves
 //     capacity is at least the throughput; the step probes above it, and a
 //     later measurement corrects an overshoot);
-//   - otherwise holds.
+//   - otherwise holds;
+//   - is forgotten when a window finds the engine down (unhealthy, or no
+//     ready replica): it comes back as a new instance with a cold prefix
+//     cache, so what was learned about the old one (measured on warm
+//     caches) overstates it, and it starts over from its next window.
 //
 // The state is a deterministic function of the sequence of engine
 // estimates (each window counted once, in window order), so replaying the
@@ -51,8 +55,13 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 		return
 	}
 	c, x := e.GetCapacityRps(), e.GetObservedRps()
-	if !finite(c) || c <= 0 || !finite(x) || e.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || e.GetReadyReplicas() == 0 {
-		return // nothing learned; the engine is not planned for anyway
+	if e.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || e.GetReadyReplicas() == 0 {
+		// Down: it comes back as a new instance with a cold cache.
+		*s = capacityState{lastEnd: e.GetWindowEndUnixMs()}
+		return
+	}
+	if !finite(c) || c <= 0 || !finite(x) {
+		return // nothing learned
 	}
 	s.lastEnd = e.GetWindowEndUnixMs()
 	r := float64(e.GetReadyReplicas())

@@ -29,7 +29,8 @@ func TestCapacityTracking(t *testing.T) {
 		{"measured, then holds at light load", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), capEst(2, 150, 50, 1), capEst(3, 300, 20, 1)}, 75},
 		{"per replica", []*schemas.EngineEstimate{capEst(1, 200, 50, 2), capEst(2, 60, 60, 1)}, 80},
 		{"repeated or older windows count once", []*schemas.EngineEstimate{capEst(2, 200, 50, 1), capEst(2, 60, 60, 1), capEst(1, 60, 60, 1)}, 200},
-		{"unhealthy windows teach nothing", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY}}, 200},
+		{"down: forgotten, back as a new instance", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY}, capEst(3, 40, 0, 1)}, 40},
+		{"no ready replica: forgotten", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), capEst(2, 60, 0, 0), capEst(3, 40, 0, 1)}, 40},
 		{"non-finite ignored", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, math.NaN(), 60, 1), capEst(3, 60, math.Inf(1), 1)}, 200},
 	}
 	for _, tc := range tests {
