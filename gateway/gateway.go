@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,11 +199,12 @@ func (c *Config) defaults() error {
 
 // routing is one immutable routing state, swapped atomically.
 type routing struct {
-	table    *pick.Table // nil when the snapshot sheds everything
-	version  uint64      // 0: fallback
-	shed     float64
-	created  time.Time
-	fallback bool
+	table         *pick.Table // nil when the snapshot sheds everything
+	version       uint64      // 0: fallback
+	versionHeader []string    // version as the X-Switchyard-Snapshot value
+	shed          float64
+	created       time.Time
+	fallback      bool
 }
 
 // Stats is a summary for status lines.
@@ -233,6 +235,7 @@ type Gateway struct {
 	shedder *shed.Shedder
 	models  map[string]bool
 	tracer  trace.Tracer
+	tracing bool // spans are made (TracerProvider is not the no-op default)
 	prop    propagation.TextMapPropagator
 	handler http.Handler
 
@@ -270,6 +273,8 @@ func New(cfg Config) (*Gateway, error) {
 		healthFail: map[string]int{},
 	}
 	g.hot = g.m.hot(cfg.Cluster)
+	_, noTracing := cfg.TracerProvider.(noop.TracerProvider)
+	g.tracing = !noTracing
 	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
 	if len(cfg.Models) > 0 {
 		g.models = map[string]bool{}
@@ -293,7 +298,7 @@ func New(cfg Config) (*Gateway, error) {
 			return nil, fmt.Errorf("static engines: %w", err)
 		}
 		g.setLimits(t)
-		g.cur.Store(&routing{table: t, fallback: true})
+		g.cur.Store(&routing{table: t, fallback: true, versionHeader: []string{"0"}})
 		g.outlier.SetClusterSize(t.Len())
 	}
 	if cfg.SnapshotFile != "" {
@@ -370,7 +375,8 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	if old := g.cur.Load(); old != nil && !old.fallback && snap.GetVersion() <= old.version {
 		return fmt.Errorf("%w: got %d, hold %d", ErrSnapshotStale, snap.GetVersion(), old.version)
 	}
-	rt := &routing{version: snap.GetVersion(), shed: cw.GetShedFraction(), created: time.UnixMilli(snap.GetCreatedUnixMs())}
+	rt := &routing{version: snap.GetVersion(), shed: cw.GetShedFraction(), created: time.UnixMilli(snap.GetCreatedUnixMs()),
+		versionHeader: []string{strconv.FormatUint(snap.GetVersion(), 10)}}
 	if snap.GetCreatedUnixMs() <= 0 {
 		rt.created = g.cfg.Now()
 	}

@@ -75,14 +75,22 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 		Cluster:         g.cfg.Cluster,
 		EventTimeUnixMs: start.UnixMilli(),
 	}
-	ctx, span := g.tracer.Start(g.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header)),
-		"switchyard.gateway "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
+	// Without a TracerProvider the incoming trace context is still
+	// continued: the engine gets the client's traceparent.
+	ctx := g.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	span := trace.SpanFromContext(ctx)
+	if g.tracing {
+		ctx, span = g.tracer.Start(ctx, "switchyard.gateway "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
+	}
 	defer span.End()
 	out := g.handleInference(ctx, w, r, ev, start)
 	ev.Status = out.status
 	ev.HttpStatus = uint32(out.httpStatus)
 	ev.E2EMs = ms(g.cfg.Now().Sub(start))
 	g.record(ev, out, start)
+	if !g.tracing {
+		return
+	}
 	span.SetAttributes(
 		attribute.String("switchyard.engine", ev.EngineId),
 		attribute.Int64("switchyard.snapshot", int64(ev.SnapshotVersion)),
@@ -200,7 +208,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		return outcome{statusErr, 503}
 	}
 	ev.SnapshotVersion = rt.version
-	w.Header().Set(HeaderSnapshot, strconv.FormatUint(rt.version, 10))
+	w.Header()[HeaderSnapshot] = rt.versionHeader
 	if rt.shed > 0 {
 		g.shedder.Count(prio)
 		if rt.table == nil || g.shedder.Decide(prio, rand.Float64()) {
@@ -353,8 +361,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		cancel(nil)
 	}()
-	ctx, span := g.tracer.Start(actx, "switchyard.gateway.upstream", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
+	ctx, span := actx, trace.SpanFromContext(actx)
+	if g.tracing {
+		ctx, span = g.tracer.Start(actx, "switchyard.gateway.upstream", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
+	}
 	defer span.End()
 	firstTimer := time.AfterFunc(g.cfg.FirstTokenTimeout, func() { cancel(errFirstToken) })
 	defer firstTimer.Stop()
@@ -369,7 +380,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return res
 	}
 	req.ContentLength = int64(len(body))
-	req.Header.Set("Content-Type", "application/json")
+	req.Header["Content-Type"] = jsonContentType
 	for _, h := range forwardedHeaders {
 		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
 			req.Header[h] = v[:1]
@@ -417,6 +428,14 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	return res
 }
 
+// Constant header values, shared by every request (net/http does not
+// modify header values).
+var (
+	jsonContentType = []string{"application/json"}
+	noCache         = []string{"no-cache"}
+	accelNo         = []string{"no"}
+)
+
 // forwardedHeaders are passed from the client to the engine (canonical
 // form).
 var forwardedHeaders = [...]string{"Accept", "Authorization", "User-Agent", HeaderRequestID, HeaderSession}
@@ -463,7 +482,7 @@ func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pi
 		h.Set("Content-Type", ct)
 	}
 	h.Set(HeaderEngine, eng.ID)
-	h.Set(HeaderSnapshot, strconv.FormatUint(rt.version, 10))
+	h[HeaderSnapshot] = rt.versionHeader
 }
 
 // copyWhole relays a non-streaming response, read whole first so that a
@@ -513,8 +532,8 @@ var (
 	// The keys are searched without their opening quote: bytes.Index
 	// skips ahead with IndexByte on the first byte, and '"' is in every
 	// few bytes of JSON.
-	choicesKey = []byte(`choices":[`)
-	usageKey   = []byte(`usage":{`)
+	quotedChoicesKey = []byte(`"choices":[`)
+	usageKey         = []byte(`usage":{`)
 )
 
 // hasKey reports whether payload holds "key (key starts after the quote).
@@ -533,10 +552,20 @@ func hasKey(payload, key []byte) (int, bool) {
 }
 
 // contentEvent reports whether a data payload carries content: anything
-// but a chunk with "choices":[] (a usage-only chunk).
+// but a chunk with "choices":[] (a usage-only chunk). It looks for the
+// '[' (rare in a chunk) and checks the key before it.
 func contentEvent(payload []byte) bool {
-	end, ok := hasKey(payload, choicesKey)
-	return !ok || end >= len(payload) || payload[end] != ']'
+	for off := 0; ; {
+		i := bytes.IndexByte(payload[off:], '[')
+		if i < 0 {
+			return true
+		}
+		i += off
+		if bytes.HasSuffix(payload[:i+1], quotedChoicesKey) {
+			return i+1 >= len(payload) || payload[i+1] != ']'
+		}
+		off = i + 1
+	}
 }
 
 // sseBufSize is the read buffer of a relayed event stream: room for every
@@ -654,8 +683,8 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 			firstTimer.Stop()
 			g.setHeaders(w, resp, eng, rt)
 			h := w.Header()
-			h.Set("Cache-Control", "no-cache")
-			h.Set("X-Accel-Buffering", "no")
+			h["Cache-Control"] = noCache
+			h["X-Accel-Buffering"] = accelNo
 			w.WriteHeader(resp.StatusCode)
 			res.committed = true
 			if len(pending) > 0 {
