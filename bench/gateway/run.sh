@@ -12,20 +12,33 @@
 # connections waits PACED_CONNS/RATE minus the direct p50 between
 # requests), for latency at a fixed load.
 #
-# usage: bench/gateway/run.sh [duration=10s] [connections=32]
+# The machine is shared, so the background load drifts: each phase runs
+# ROUNDS rounds of DURATION per target, the order of the targets rotated
+# each round, and reports per target the median over rounds, and the
+# median (and range) of the per-round gateway/nginx ratios. It also
+# prints each proxy's own CPU time per request (utime+stime of its
+# processes over the round / requests), the steadiest measure of a
+# proxy's cost here.
+#
+# usage: bench/gateway/run.sh [duration=5s] [connections=32]
 # needs: wrk and nginx (apt-get install -y wrk nginx), Go.
 # env:   SWITCHYARD_BIN (default: build /tmp/switchyard from services/switchyard),
+#        ROUNDS (default 5),
 #        TIME_SCALE (enginesim speed-up, default 100), REPLICAS (default 16),
 #        RATE (default 2000; 0 skips phase 2), PACED_CONNS (default 128),
 #        PROXY_CPUS (default 1: the gateway's GOMAXPROCS and nginx's
 #        worker_processes, so both proxies get the same CPU budget; on a
 #        2-core machine shared with wrk and the engine, 1 avoids cross-core
 #        hand-offs for both),
+#        GATEWAY_ENV (extra environment for the gateway, e.g. GOGC=200),
+#        KEEP_RAW (a directory to copy the per-round results to),
 #        BASE_PORT (default 18000).
 set -euo pipefail
-DURATION=${1:-10s}
+DURATION=${1:-5s}
 CONNS=${2:-32}
 TIME_SCALE=${TIME_SCALE:-100}
+ROUNDS=${ROUNDS:-5}
+GATEWAY_ENV=${GATEWAY_ENV:-}
 RATE=${RATE:-2000}
 PACED_CONNS=${PACED_CONNS:-128}
 PROXY_CPUS=${PROXY_CPUS:-1}
@@ -74,10 +87,11 @@ cat >"$WORK/snapshot.json" <<JSON
 {"schemaVersion":1,"version":"1","clusters":[{"cluster":"bench","weights":[
   {"engineId":"sim-0","endpointUrl":"http://$ENGINE","weight":1}]}]}
 JSON
-GOMAXPROCS=$PROXY_CPUS "$BIN" gateway --cluster bench --listen "$GATEWAY" --snapshot-file "$WORK/snapshot.json" \
+env GOMAXPROCS=$PROXY_CPUS $GATEWAY_ENV "$BIN" gateway --cluster bench --listen "$GATEWAY" --snapshot-file "$WORK/snapshot.json" \
   --nats-url "" --kafka-brokers "" --log-level warn 2>"$WORK/gateway.log" &
 PIDS+=($!)
 wait_http "http://$GATEWAY/health"
+GATEWAY_PID=${PIDS[-1]}
 
 mkdir -p "$WORK/nginx"
 cat >"$WORK/nginx/nginx.conf" <<CONF
@@ -108,43 +122,93 @@ http {
 CONF
 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' 2>"$WORK/nginx/stderr.log" &
 PIDS+=($!)
+NGINX_PID=$!
 wait_http "http://$NGINX/health"
 
-run_wrk() { # name addr connections [delay_ms]
-  # Warm up connections and caches, then measure.
-  WRK_DELAY_MS=${4:-0} wrk -t2 -c"$3" -d2s -s "$HERE/post.lua" "http://$2/v1/chat/completions" >/dev/null
-  local out
-  out=$(WRK_DELAY_MS=${4:-0} wrk -t2 -c"$3" -d"$DURATION" --latency -s "$HERE/post.lua" "http://$2/v1/chat/completions")
-  echo "$out" | grep '^RESULT' | sed "s/^RESULT/$1/"
+cpu_ticks() { # pid...: utime+stime of the processes and their children, in clock ticks
+  local t=0 p
+  for p in "$@" $(for q in "$@"; do pgrep -P "$q" || true; done); do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat")))
+  done
+  echo "$t"
+}
+HZ=$(getconf CLK_TCK)
+
+warm() { # addr connections
+  wrk -t2 -c"$2" -d2s -s "$HERE/post.lua" "http://$1/v1/chat/completions" >/dev/null
 }
 
-report() {
+measure() { # name addr connections delay_ms pids...: one RESULT line plus cpu_us (proxy CPU per request)
+  local name=$1 addr=$2 conns=$3 delay=$4 out c0 c1 req
+  shift 4
+  c0=$(cpu_ticks "$@")
+  out=$(WRK_DELAY_MS=$delay wrk -t2 -c"$conns" -d"$DURATION" --latency -s "$HERE/post.lua" "http://$addr/v1/chat/completions" | grep '^RESULT')
+  c1=$(cpu_ticks "$@")
+  req=$(echo "$out" | sed 's/.*requests=\([0-9]*\).*/\1/')
+  echo "$out" | sed "s/^RESULT/$name/" | awk -v c=$((c1 - c0)) -v hz="$HZ" -v r="$req" -v has=$# \
+    '{ cpu = (has > 0 && r > 0) ? c * 1e6 / hz / r : -1; print $0, "cpu_us=" cpu }'
+}
+
+phase() { # connections delay_ms: ROUNDS rotated rounds over the three targets
+  local r i k
+  local names=(direct gateway nginx)
+  for ((r = 0; r < ROUNDS; r++)); do
+    for ((i = 0; i < 3; i++)); do
+      k=${names[$(((i + r) % 3))]}
+      case $k in
+      direct) measure direct "$ENGINE" "$1" "$2" | sed "s/^/$r /" ;;
+      gateway) measure gateway "$GATEWAY" "$1" "$2" "$GATEWAY_PID" | sed "s/^/$r /" ;;
+      nginx) measure nginx "$NGINX" "$1" "$2" "$NGINX_PID" | sed "s/^/$r /" ;;
+      esac
+    done
+  done
+}
+
+report() { # lines "round name requests=.. rps=.. p50_ms=.. p99_ms=.. errors=.. cpu_us=.."
   awk '
-  { name=$1; for (i=2;i<=NF;i++) { split($i,kv,"="); v[name,kv[1]]=kv[2] } names[++n]=name }
+  function median(a, n,   i, j, t, b) {
+    for (i = 1; i <= n; i++) b[i] = a[i]
+    for (i = 2; i <= n; i++) { t = b[i]; for (j = i - 1; j >= 1 && b[j] > t; j--) b[j + 1] = b[j]; b[j + 1] = t }
+    return n % 2 ? b[(n + 1) / 2] : (b[n / 2] + b[n / 2 + 1]) / 2
+  }
+  function minmax(a, n,   i) { lo = a[1]; hi = a[1]; for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] } }
+  { r = $1; name = $2; for (i = 3; i <= NF; i++) { split($i, kv, "="); v[r, name, kv[1]] = kv[2] } if (r + 1 > R) R = r + 1 }
   END {
-    printf "%-8s %10s %10s %10s %8s\n", "target", "req/s", "p50 ms", "p99 ms", "errors"
-    for (i=1;i<=n;i++) { k=names[i]; printf "%-8s %10.1f %10.3f %10.3f %8d\n", k, v[k,"rps"], v[k,"p50_ms"], v[k,"p99_ms"], v[k,"errors"] }
-    printf "gateway/nginx throughput ratio: %.3f\n", v["gateway","rps"]/v["nginx","rps"]
-    printf "gateway/nginx p99 ratio:        %.3f\n", v["gateway","p99_ms"]/v["nginx","p99_ms"]
-    printf "added p99 over direct: gateway %+.3f ms, nginx %+.3f ms\n", v["gateway","p99_ms"]-v["direct","p99_ms"], v["nginx","p99_ms"]-v["direct","p99_ms"]
+    split("direct gateway nginx", names, " ")
+    printf "%-8s %10s %10s %10s %8s %12s   (medians of %d rounds)\n", "target", "req/s", "p50 ms", "p99 ms", "errors", "cpu us/req", R
+    for (t = 1; t <= 3; t++) {
+      k = names[t]; err = 0
+      for (r = 0; r < R; r++) { a1[r + 1] = v[r, k, "rps"]; a2[r + 1] = v[r, k, "p50_ms"]; a3[r + 1] = v[r, k, "p99_ms"]; a4[r + 1] = v[r, k, "cpu_us"]; err += v[r, k, "errors"] }
+      cpu = median(a4, R)
+      printf "%-8s %10.1f %10.3f %10.3f %8d %12s\n", k, median(a1, R), median(a2, R), median(a3, R), err, cpu < 0 ? "-" : sprintf("%.0f", cpu)
+    }
+    for (r = 0; r < R; r++) {
+      tr[r + 1] = v[r, "gateway", "rps"] / v[r, "nginx", "rps"]
+      pr[r + 1] = v[r, "gateway", "p99_ms"] / v[r, "nginx", "p99_ms"]
+      cr[r + 1] = v[r, "gateway", "cpu_us"] / v[r, "nginx", "cpu_us"]
+      ag[r + 1] = v[r, "gateway", "p99_ms"] - v[r, "direct", "p99_ms"]
+      an[r + 1] = v[r, "nginx", "p99_ms"] - v[r, "direct", "p99_ms"]
+    }
+    minmax(tr, R); printf "gateway/nginx throughput ratio: %.3f (rounds %.3f..%.3f)\n", median(tr, R), lo, hi
+    minmax(pr, R); printf "gateway/nginx p99 ratio:        %.3f (rounds %.3f..%.3f)\n", median(pr, R), lo, hi
+    minmax(cr, R); printf "gateway/nginx cpu per request:  %.3f (rounds %.3f..%.3f)\n", median(cr, R), lo, hi
+    printf "added p99 over direct (median of rounds): gateway %+.3f ms, nginx %+.3f ms\n", median(ag, R), median(an, R)
   }'
 }
 
-echo "== closed loop: $CONNS connections, $DURATION per target, 50-token SSE responses (enginesim time-scale $TIME_SCALE, $REPLICAS replicas; proxies on $PROXY_CPUS CPU)"
-RES=$(
-  run_wrk direct "$ENGINE" "$CONNS"
-  run_wrk gateway "$GATEWAY" "$CONNS"
-  run_wrk nginx "$NGINX" "$CONNS"
-)
-echo "$RES" | report
+echo "== closed loop: $CONNS connections, $ROUNDS rounds of $DURATION per target, 50-token SSE responses (enginesim time-scale $TIME_SCALE, $REPLICAS replicas; proxies on $PROXY_CPUS CPU)"
+for a in "$ENGINE" "$GATEWAY" "$NGINX"; do warm "$a" "$CONNS"; done
+RES=$(phase "$CONNS" 0)
+echo "$RES" >"$WORK/closed"
+report <"$WORK/closed"
 
 if [ "$RATE" -gt 0 ]; then
-  P50=$(echo "$RES" | awk '$1=="direct" { for (i=2;i<=NF;i++) { split($i,kv,"="); if (kv[1]=="p50_ms") print kv[2] } }')
+  P50=$(awk '$2=="direct" { for (i=3;i<=NF;i++) { split($i,kv,"="); if (kv[1]=="p50_ms") print kv[2] } }' "$WORK/closed" | sort -n | awk '{ a[NR]=$1 } END { print a[int((NR+1)/2)] }')
   DELAY=$(awk -v c="$PACED_CONNS" -v r="$RATE" -v p="$P50" 'BEGIN { d=c*1000/r-p; if (d<1) d=1; printf "%d", d }')
   echo
-  echo "== paced near $RATE req/s: $PACED_CONNS connections, ${DELAY} ms between requests per connection"
-  run_wrk direct "$ENGINE" "$PACED_CONNS" "$DELAY" >"$WORK/paced"
-  run_wrk gateway "$GATEWAY" "$PACED_CONNS" "$DELAY" >>"$WORK/paced"
-  run_wrk nginx "$NGINX" "$PACED_CONNS" "$DELAY" >>"$WORK/paced"
+  echo "== paced near $RATE req/s: $PACED_CONNS connections, ${DELAY} ms between requests per connection, $ROUNDS rounds of $DURATION per target"
+  for a in "$ENGINE" "$GATEWAY" "$NGINX"; do warm "$a" "$PACED_CONNS"; done
+  phase "$PACED_CONNS" "$DELAY" >"$WORK/paced"
   report <"$WORK/paced"
 fi
+if [ -n "${KEEP_RAW:-}" ]; then cp "$WORK"/closed "$WORK"/paced "$KEEP_RAW"/ 2>/dev/null || true; fi
