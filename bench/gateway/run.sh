@@ -18,7 +18,7 @@
 # median (and range) of the per-round gateway/nginx ratios. It also
 # prints each proxy's own CPU time per request (utime+stime of its
 # processes over the round / requests), the steadiest measure of a
-# proxy's cost here.
+# proxy's cost here, and the engine's.
 #
 # usage: bench/gateway/run.sh [duration=5s] [connections=32]
 # needs: wrk and nginx (apt-get install -y wrk nginx), Go.
@@ -81,6 +81,7 @@ wait_http() { # url
 "$BIN" enginesim --listen "$ENGINE" --id sim-0 --time-scale "$TIME_SCALE" --replicas "$REPLICAS" \
   --default-max-tokens 50 2>"$WORK/enginesim.log" &
 PIDS+=($!)
+ENGINE_PID=${PIDS[-1]}
 wait_http "http://$ENGINE/health"
 
 cat >"$WORK/snapshot.json" <<JSON
@@ -138,15 +139,17 @@ warm() { # addr connections
   wrk -t2 -c"$2" -d2s -s "$HERE/post.lua" "http://$1/v1/chat/completions" >/dev/null
 }
 
-measure() { # name addr connections delay_ms pids...: one RESULT line plus cpu_us (proxy CPU per request)
-  local name=$1 addr=$2 conns=$3 delay=$4 out c0 c1 req
+measure() { # name addr connections delay_ms pids...: one RESULT line plus cpu_us (proxy CPU per request) and engine_us
+  local name=$1 addr=$2 conns=$3 delay=$4 out c0 c1 e0 e1 req
   shift 4
   c0=$(cpu_ticks "$@")
+  e0=$(cpu_ticks "$ENGINE_PID")
   out=$(WRK_DELAY_MS=$delay wrk -t2 -c"$conns" -d"$DURATION" --latency -s "$HERE/post.lua" "http://$addr/v1/chat/completions" | grep '^RESULT')
   c1=$(cpu_ticks "$@")
+  e1=$(cpu_ticks "$ENGINE_PID")
   req=$(echo "$out" | sed 's/.*requests=\([0-9]*\).*/\1/')
-  echo "$out" | sed "s/^RESULT/$name/" | awk -v c=$((c1 - c0)) -v hz="$HZ" -v r="$req" -v has=$# \
-    '{ cpu = (has > 0 && r > 0) ? c * 1e6 / hz / r : -1; print $0, "cpu_us=" cpu }'
+  echo "$out" | sed "s/^RESULT/$name/" | awk -v c=$((c1 - c0)) -v e=$((e1 - e0)) -v hz="$HZ" -v r="$req" -v has=$# \
+    '{ cpu = (has > 0 && r > 0) ? c * 1e6 / hz / r : -1; eng = r > 0 ? e * 1e6 / hz / r : -1; print $0, "cpu_us=" cpu, "engine_us=" eng }'
 }
 
 phase() { # connections delay_ms: ROUNDS rotated rounds over the three targets
@@ -175,12 +178,12 @@ report() { # lines "round name requests=.. rps=.. p50_ms=.. p99_ms=.. errors=.. 
   { r = $1; name = $2; for (i = 3; i <= NF; i++) { split($i, kv, "="); v[r, name, kv[1]] = kv[2] } if (r + 1 > R) R = r + 1 }
   END {
     split("direct gateway nginx", names, " ")
-    printf "%-8s %10s %10s %10s %8s %12s   (medians of %d rounds)\n", "target", "req/s", "p50 ms", "p99 ms", "errors", "cpu us/req", R
+    printf "%-8s %10s %10s %10s %8s %12s %12s   (medians of %d rounds)\n", "target", "req/s", "p50 ms", "p99 ms", "errors", "proxy us/req", "engine us/req", R
     for (t = 1; t <= 3; t++) {
       k = names[t]; err = 0
-      for (r = 0; r < R; r++) { a1[r + 1] = v[r, k, "rps"]; a2[r + 1] = v[r, k, "p50_ms"]; a3[r + 1] = v[r, k, "p99_ms"]; a4[r + 1] = v[r, k, "cpu_us"]; err += v[r, k, "errors"] }
+      for (r = 0; r < R; r++) { a1[r + 1] = v[r, k, "rps"]; a2[r + 1] = v[r, k, "p50_ms"]; a3[r + 1] = v[r, k, "p99_ms"]; a4[r + 1] = v[r, k, "cpu_us"]; a5[r + 1] = v[r, k, "engine_us"]; err += v[r, k, "errors"] }
       cpu = median(a4, R)
-      printf "%-8s %10.1f %10.3f %10.3f %8d %12s\n", k, median(a1, R), median(a2, R), median(a3, R), err, cpu < 0 ? "-" : sprintf("%.0f", cpu)
+      printf "%-8s %10.1f %10.3f %10.3f %8d %12s %13.0f\n", k, median(a1, R), median(a2, R), median(a3, R), err, cpu < 0 ? "-" : sprintf("%.0f", cpu), median(a5, R)
     }
     for (r = 0; r < R; r++) {
       tr[r + 1] = v[r, "gateway", "rps"] / v[r, "nginx", "rps"]
