@@ -165,5 +165,13 @@ func spillCluster(in *opt.Instance, engines map[string]*spillEngine, cw *schemas
 	}
 	for k, c := range cs {
 		c.w.Weight = share * alloc[k] / sum
+		if c.w.Weight > 0 {
+			// Explain it: this weight is the failover split, not the
+			// optimizer's margin.
+			if c.w.Explanation == nil {
+				c.w.Explanation = &schemas.Explanation{}
+			}
+			c.w.Explanation.Binding = append(c.w.Explanation.Binding, "failover_split")
+		}
 	}
 }
