@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ const (
 var (
 	benchOnce sync.Once
 	bench     *benchData
+	// benchGroups numbers consumer groups, so runs repeated with -count
+	// start fresh instead of resuming an earlier run's checkpoint.
+	benchGroups atomic.Int64
 )
 
 func loadBench(b *testing.B) *benchData {
@@ -105,7 +109,7 @@ func BenchmarkProcessorThroughput(b *testing.B) {
 	var elapsed time.Duration
 	for i := 0; i < b.N; i++ {
 		s, err := New(Config{
-			KafkaBrokers: d.kc.ListenAddrs(), TopicPrefix: "bench", Group: fmt.Sprintf("bench-%d-%d", b.N, i),
+			KafkaBrokers: d.kc.ListenAddrs(), TopicPrefix: "bench", Group: fmt.Sprintf("bench-%d", benchGroups.Add(1)),
 			Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second,
 			Logger: slog.New(slog.DiscardHandler),
 		})
@@ -150,7 +154,7 @@ func BenchmarkRawConsume(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		cl, err := kgo.NewClient(kgo.SeedBrokers(d.kc.ListenAddrs()...),
-			kgo.ConsumerGroup(fmt.Sprintf("raw-%d-%d", b.N, i)),
+			kgo.ConsumerGroup(fmt.Sprintf("raw-%d", benchGroups.Add(1))),
 			kgo.ConsumeTopics(d.topics.Signals, d.topics.RoutingEvents),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 		if err != nil {

@@ -245,20 +245,45 @@ type Fired struct {
 
 // Fire returns the estimates of every window the watermark has completed.
 func (c *Core) Fire() []Fired {
+	var out []Fired
+	for _, w := range c.fire() {
+		out = append(out, c.estimates(w))
+	}
+	return out
+}
+
+// firedWindow is a complete window whose estimates are still to be
+// computed.
+type firedWindow struct {
+	start, end int64
+	merged     *estimate.Merged
+}
+
+// fire advances the watermark and merges every window it completes; the
+// merged windows share nothing with the open panes.
+func (c *Core) fire() []firedWindow {
 	if w, ok := c.watermark(); ok {
 		c.panes.AdvanceTo(w)
 	}
-	var out []Fired
+	var out []firedWindow
 	for _, w := range c.panes.Fire() {
 		ew := estimate.Window{Start: w.Start, End: w.End, Slide: c.slide}
 		for _, p := range w.Panes {
 			ew.PaneStarts = append(ew.PaneStarts, p.Start)
 			ew.Panes = append(ew.Panes, p.State.est)
 		}
-		out = append(out, Fired{Start: w.Start, End: w.End, Estimates: estimate.ComputeParallel(ew, c.fits.Fit, runtime.GOMAXPROCS(0))})
-		c.fits.Rotate()
+		out = append(out, firedWindow{start: w.Start, end: w.End, merged: estimate.Merge(ew)})
 	}
 	return out
+}
+
+// estimates computes a fired window's estimates. Windows must be passed
+// in the order fire returned them (the fit cache ages per window); it may
+// run concurrently with Handle and fire.
+func (c *Core) estimates(w firedWindow) Fired {
+	f := Fired{Start: w.start, End: w.end, Estimates: w.merged.Estimates(c.fits.Fit, runtime.GOMAXPROCS(0))}
+	c.fits.Rotate()
+	return f
 }
 
 // Watermark is the event-time watermark.

@@ -191,6 +191,9 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
+		// Throughput: up to 8 MiB per partition per fetch (default 1 MiB),
+		// so catching up on a backlog takes fewer round trips.
+		kgo.FetchMaxPartitionBytes(8<<20),
 	)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
@@ -245,7 +248,7 @@ type runner struct {
 // the checkpoint taken right after they fired.
 type batch struct {
 	epoch uint64
-	fired []Fired
+	fired []firedWindow
 	cp    Checkpoint
 	end   int64 // end of the latest window fired so far
 }
@@ -338,9 +341,9 @@ func (r *runner) loop(ctx context.Context) (err error) {
 			p.EachRecord(r.handle)
 		})
 		r.releaseStalled(now)
-		fired := r.core.Fire()
+		fired := r.core.fire()
 		for _, f := range fired {
-			r.pendingEnd = max(r.pendingEnd, f.End)
+			r.pendingEnd = max(r.pendingEnd, f.end)
 			s.fired.Add(1)
 			s.m.windows.Inc()
 		}
@@ -358,12 +361,13 @@ func (r *runner) loop(ctx context.Context) (err error) {
 	}
 }
 
-// write publishes each batch's estimates and then writes its checkpoint,
+// write computes and publishes each batch's estimates and then writes its checkpoint,
 // batch by batch, until in is closed or an error (a failed output or
 // checkpoint) stops it.
 func (r *runner) write(ctx context.Context, in <-chan batch) error {
 	for b := range in {
-		for _, f := range b.fired {
+		for _, w := range b.fired {
+			f := r.core.estimates(w)
 			for _, e := range f.Estimates {
 				v, err := estimate.Marshal(e)
 				if err != nil {

@@ -72,6 +72,21 @@ func Compute(w Window, fit Fitter) []*schemas.Estimate { return ComputeParallel(
 // ComputeParallel is Compute with the per-engine work (profile fits)
 // spread over up to workers goroutines; the result is identical.
 func ComputeParallel(w Window, fit Fitter, workers int) []*schemas.Estimate {
+	return Merge(w).Estimates(fit, workers)
+}
+
+// Merged is a window's state merged from its panes. It shares nothing
+// with the panes, so its estimates can be computed later, on another
+// goroutine, while the panes keep taking records.
+type Merged struct {
+	start, end, slide int64
+	engines           map[string]*Engine
+	network           map[pair]*Network
+	demand            map[string][]*Demand
+}
+
+// Merge merges the window's panes (the cheap part of Compute).
+func Merge(w Window) *Merged {
 	engines := map[string]*Engine{}
 	network := map[pair]*Network{}
 	demand := map[string][]*Demand{}
@@ -106,9 +121,18 @@ func ComputeParallel(w Window, fit Fitter, workers int) []*schemas.Estimate {
 				s = make([]*Demand, np)
 				demand[c] = s
 			}
-			s[idx] = d
+			dc := *d
+			s[idx] = &dc
 		}
 	}
+	return &Merged{start: w.Start, end: w.End, slide: w.Slide, engines: engines, network: network, demand: demand}
+}
+
+// Estimates computes the merged window's estimates (see Compute), with
+// the per-engine work spread over up to workers goroutines.
+func (m *Merged) Estimates(fit Fitter, workers int) []*schemas.Estimate {
+	engines, network, demand := m.engines, m.network, m.demand
+	w := Window{Start: m.start, End: m.end, Slide: m.slide}
 	ids := sortedKeys(engines)
 	out := make([]*schemas.Estimate, len(ids), len(ids)+len(demand)+len(network))
 	one := func(i int) {
