@@ -361,36 +361,65 @@ func (r *runner) loop(ctx context.Context) (err error) {
 	}
 }
 
-// write computes and publishes each batch's estimates and then writes its checkpoint,
-// batch by batch, until in is closed or an error (a failed output or
-// checkpoint) stops it.
+// write computes and publishes each batch's estimates and then writes
+// its checkpoint, in order, until in is closed or an error (a failed
+// output or checkpoint) stops it. Batches that queued up while it was
+// busy are all published before it waits for the first one's
+// acknowledgements, so a writer that falls behind overlaps producing
+// with waiting; every batch still gets its checkpoint, in order.
 func (r *runner) write(ctx context.Context, in <-chan batch) error {
+	var queued []batch
 	for b := range in {
-		for _, w := range b.fired {
-			f := r.core.estimates(w)
-			for _, e := range f.Estimates {
-				v, err := estimate.Marshal(e)
-				if err != nil {
-					return err
+		queued = append(queued[:0], b)
+	drain:
+		for {
+			select {
+			case nb, ok := <-in:
+				if !ok {
+					break drain
 				}
-				kind := estimateKind(e)
-				r.acks.add(b.epoch)
-				epoch := b.epoch
-				// Outputs are produced without ctx: once fired they must
-				// reach Kafka before the final checkpoint.
-				r.cl.Produce(context.WithoutCancel(ctx), &kgo.Record{
-					Topic: r.s.topics.Estimates, Key: []byte(estimate.Key(e)), Value: v, Timestamp: time.UnixMilli(f.End),
-				}, func(_ *kgo.Record, err error) {
-					r.acks.done(epoch, err)
-					if err == nil {
-						r.s.published.Add(1)
-						r.s.m.estimates.WithLabelValues(kind).Inc()
-					}
-				})
+				queued = append(queued, nb)
+			default:
+				break drain
 			}
 		}
-		if err := r.checkpoint(ctx, b); err != nil {
-			return err
+		for _, q := range queued {
+			if err := r.publish(ctx, q); err != nil {
+				return err
+			}
+		}
+		for _, q := range queued {
+			if err := r.checkpoint(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// publish computes and produces the estimates of b's windows.
+func (r *runner) publish(ctx context.Context, b batch) error {
+	for _, w := range b.fired {
+		f := r.core.estimates(w)
+		for _, e := range f.Estimates {
+			v, err := estimate.Marshal(e)
+			if err != nil {
+				return err
+			}
+			kind := estimateKind(e)
+			r.acks.add(b.epoch)
+			epoch := b.epoch
+			// Outputs are produced without ctx: once fired they must
+			// reach Kafka before the final checkpoint.
+			r.cl.Produce(context.WithoutCancel(ctx), &kgo.Record{
+				Topic: r.s.topics.Estimates, Key: []byte(estimate.Key(e)), Value: v, Timestamp: time.UnixMilli(f.End),
+			}, func(_ *kgo.Record, err error) {
+				r.acks.done(epoch, err)
+				if err == nil {
+					r.s.published.Add(1)
+					r.s.m.estimates.WithLabelValues(kind).Inc()
+				}
+			})
 		}
 	}
 	return nil
