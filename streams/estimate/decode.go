@@ -32,6 +32,7 @@ type Decoder struct {
 	counts [2][]uint64
 	ev     schemas.RoutingEvent
 	strs   map[string]string
+	recent [1024]string
 }
 
 // maxInterned bounds the interned strings; the table starts over when
@@ -39,8 +40,15 @@ type Decoder struct {
 const maxInterned = 1 << 16
 
 // str returns b as an interned string, or ok=false when b is not UTF-8.
+// A small direct-mapped cache in front of the table catches the common
+// repeats (a partition's cluster, recurring engine ids) without hashing.
 func (d *Decoder) str(b []byte) (s string, ok bool) {
+	slot := &d.recent[recentSlot(b)]
+	if *slot == string(b) {
+		return *slot, true
+	}
 	if s, ok := d.strs[string(b)]; ok {
+		*slot = s
 		return s, true
 	}
 	if !utf8.Valid(b) {
@@ -51,7 +59,17 @@ func (d *Decoder) str(b []byte) (s string, ok bool) {
 	}
 	s = string(b)
 	d.strs[s] = s
+	*slot = s
 	return s, true
+}
+
+// recentSlot picks a slot of Decoder.recent by an FNV-1a hash of b.
+func recentSlot(b []byte) int {
+	h := uint32(2166136261)
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return int(h % uint32(len(Decoder{}.recent)))
 }
 
 // field is one scanned field: its number and wire type, and its value

@@ -16,6 +16,10 @@ type Pane struct {
 	engines map[string]*Engine
 	demand  map[string]*Demand
 	network map[pair]*Network
+	// The last demand accumulator used (records come in runs per
+	// cluster).
+	lastCluster string
+	lastDemand  *Demand
 }
 
 // NewPane returns an empty pane.
@@ -35,10 +39,13 @@ func (p *Pane) AddSignal(s *schemas.EngineSignal) {
 
 // AddRoutingEvent folds in a validated routing event.
 func (p *Pane) AddRoutingEvent(ev *schemas.RoutingEvent) {
-	d := p.demand[ev.GetCluster()]
-	if d == nil {
-		d = &Demand{}
-		p.demand[ev.GetCluster()] = d
+	d := p.lastDemand
+	if d == nil || ev.GetCluster() != p.lastCluster {
+		if d = p.demand[ev.GetCluster()]; d == nil {
+			d = &Demand{}
+			p.demand[ev.GetCluster()] = d
+		}
+		p.lastCluster, p.lastDemand = ev.GetCluster(), d
 	}
 	d.Add(ev)
 	if ev.GetEngineId() == "" {
