@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -401,11 +402,12 @@ func (r *runner) write(ctx context.Context, in <-chan batch) error {
 func (r *runner) publish(ctx context.Context, b batch) error {
 	for _, w := range b.fired {
 		f := r.core.estimates(w)
-		for _, e := range f.Estimates {
-			v, err := estimate.Marshal(e)
-			if err != nil {
-				return err
-			}
+		vals, err := marshalAll(f.Estimates, runtime.GOMAXPROCS(0))
+		if err != nil {
+			return err
+		}
+		for i, e := range f.Estimates {
+			v := vals[i]
 			kind := estimateKind(e)
 			r.acks.add(b.epoch)
 			epoch := b.epoch
@@ -423,6 +425,30 @@ func (r *runner) publish(ctx context.Context, b batch) error {
 		}
 	}
 	return nil
+}
+
+// marshalAll encodes ests (estimate.Marshal) on up to workers
+// goroutines; the bytes do not depend on workers.
+func marshalAll(ests []*schemas.Estimate, workers int) ([][]byte, error) {
+	out := make([][]byte, len(ests))
+	errs := make([]error, len(ests))
+	chunk := max(256, (len(ests)+workers-1)/max(workers, 1))
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(ests); lo += chunk {
+		hi := min(lo+chunk, len(ests))
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				out[i], errs[i] = estimate.Marshal(ests[i])
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func estimateKind(e *schemas.Estimate) string {
