@@ -167,7 +167,11 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		return clientError(w, 400, "invalid_header", HeaderRequestID, "header "+HeaderRequestID+" must be printable ASCII of at most 256 bytes")
 	}
 	ev.RequestId = reqID
-	w.Header().Set(HeaderRequestID, reqID)
+	if v := r.Header[HeaderRequestID]; len(v) > 0 && v[0] == reqID {
+		w.Header()[HeaderRequestID] = v[:1] // echoed: share the value
+	} else {
+		w.Header().Set(HeaderRequestID, reqID)
+	}
 	prio, err := shed.ParsePriority(r.Header.Get(HeaderPriority))
 	if err != nil {
 		return clientError(w, 400, "invalid_header", HeaderPriority, "header "+HeaderPriority+": "+err.Error())
@@ -478,8 +482,8 @@ func causeOr(ctx context.Context, err error) error {
 
 func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing) {
 	h := w.Header()
-	if ct := resp.Header.Get("Content-Type"); ct != "" {
-		h.Set("Content-Type", ct)
+	if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" {
+		h["Content-Type"] = ct[:1]
 	}
 	h.Set(HeaderEngine, eng.ID)
 	h[HeaderSnapshot] = rt.versionHeader
