@@ -250,8 +250,8 @@ type Gateway struct {
 	healthMu   sync.Mutex
 	healthFail map[string]int
 
-	bufs   sync.Pool      // *[]byte of sseBufSize, relay buffers
-	drains sync.WaitGroup // tails of complete streams being drained
+	bufs   sync.Pool // *[]byte of sseBufSize, relay buffers
+	drains drains    // tails of complete streams being drained
 }
 
 // New validates cfg and builds a gateway; Run starts it.
@@ -517,7 +517,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		_ = srv.Close()
 	}
 	waitErr := eg.Wait()
-	g.drains.Wait() // at most doneGrace
+	g.drains.closeAndWait() // at most doneGrace
 	stopEmit()
 	if emitDone != nil {
 		<-emitDone
@@ -572,4 +572,33 @@ func (g *Gateway) metricsHandler() http.Handler {
 		return nil
 	}
 	return promhttp.HandlerFor(g.cfg.Gatherer, promhttp.HandlerOpts{})
+}
+
+// drains counts background drains so that Serve can wait for them; once
+// closed (after the server stopped, while handlers cut off by a forced
+// close may still run) no new drain starts.
+type drains struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// start reports whether a drain may start, and counts it.
+func (d *drains) start() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	d.wg.Add(1)
+	return true
+}
+
+func (d *drains) done() { d.wg.Done() }
+
+func (d *drains) closeAndWait() {
+	d.mu.Lock()
+	d.closed = true
+	d.mu.Unlock()
+	d.wg.Wait()
 }

@@ -354,8 +354,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	stopFollow := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
 	var respBody io.ReadCloser
 	defer func() {
-		if res.drain && stopFollow() {
-			g.drains.Add(1)
+		if res.drain && stopFollow() && g.drains.start() {
 			go g.drain(respBody, cancel)
 			return
 		}
@@ -448,7 +447,7 @@ var forwardedHeaders = [...]string{"Accept", "Authorization", "User-Agent", Head
 // at most doneGrace) so that its connection goes back to the pool, then
 // releases the upstream request.
 func (g *Gateway) drain(body io.ReadCloser, cancel context.CancelCauseFunc) {
-	defer g.drains.Done()
+	defer g.drains.done()
 	t := time.AfterFunc(doneGrace, func() { cancel(errIdle) })
 	var b [512]byte
 	for n := 0; n < maxErrorBytes; {
