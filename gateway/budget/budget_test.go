@@ -29,7 +29,8 @@ func TestBudget(t *testing.T) {
 	if r, tr := b.Window(later); r != 0 || tr != 0 {
 		t.Fatalf("window not expired: %d requests %d retries", r, tr)
 	}
-	if !b.TryRetry(later) || !b.TryRetry(later) || b.TryRetry(later) {
-		t.Fatal("floor of 2 not applied")
+	first, second, third := b.TryRetry(later), b.TryRetry(later), b.TryRetry(later)
+	if !first || !second || third {
+		t.Fatalf("floor of 2 not applied: retries allowed %v %v %v", first, second, third)
 	}
 }

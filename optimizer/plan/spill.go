@@ -50,11 +50,10 @@ const (
 )
 
 type spillEngine struct {
-	region   string
-	cap      float64
-	room     float64 // planned headroom, rps
-	healthy  bool
-	weighted bool // has a weight entry for the cluster
+	region  string
+	cap     float64
+	room    float64 // planned headroom, rps
+	healthy bool
 }
 
 // spill rewrites the weights in cws outside each cluster's home region
