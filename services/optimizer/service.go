@@ -209,7 +209,6 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-
 // round plans and publishes the window ending at end.
 func (s *Service) round(ctx context.Context, store *snapshots.Store, planner *plan.Planner, end time.Time, ests []*schemas.Estimate) {
 	if uint64(end.UnixMilli()) <= s.latest.Load() {

@@ -72,7 +72,6 @@ func history(t *testing.T, kc *kfake.Cluster, topics streams.Topics, dur time.Du
 	}
 }
 
-
 // liveEstimates runs the live processor over the history and returns its
 // published estimates by "key@window_end".
 func liveEstimates(t *testing.T, kc *kfake.Cluster, prefix string, lastEnd time.Time) map[string][]byte {
