@@ -174,16 +174,17 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				continue
 			}
 			// Upper triangle only (by cluster position); mirrored after.
+			// ents is increasing (byEngine lists an engine's edges in
+			// cluster order), so the upper triangle is v >= u.
 			lt := L / tau
 			for u, au := range ents {
 				pu := probs[u]
 				row := qd[int(au)*n : int(au+1)*n]
 				row[au] += lt * pu
 				cu := (dL - lt) * pu
-				for v, av := range ents {
-					if av >= au {
-						row[av] += cu * probs[v]
-					}
+				pv := probs[u:]
+				for v, av := range ents[u:] {
+					row[av] += cu * pv[v]
 				}
 			}
 		}
@@ -330,14 +331,21 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					for a := range n {
 						trial[a] = mu[a] + alpha*dir.AtVec(a)
 					}
-					if ft := eval(trial, tau, true, gradT, qdT); ft >= f+1e-4*alpha*slope {
+					ft := eval(trial, tau, true, gradT, qdT)
+					if ft >= f+1e-4*alpha*slope {
 						improved = true
 						f = ft
 						grad, gradT = gradT, grad
 						qd, qdT = qdT, qd
 						break
 					}
-					alpha /= 4
+					// Backtrack to the maximiser of the quadratic through
+					// f, the slope and ft, kept within [alpha/16, alpha/2].
+					next := alpha / 4
+					if c := (ft - f - slope*alpha) / (alpha * alpha); c < 0 && !math.IsNaN(ft) {
+						next = -slope / (2 * c)
+					}
+					alpha = math.Max(alpha/16, math.Min(alpha/2, next))
 				}
 				if s.debug != nil {
 					s.debug("  step tau %.3g try %d alpha %g improved %v g1 %.3g damp %g", tau, try, alpha, improved, g1, damp)
