@@ -339,10 +339,13 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 						qd, qdT = qdT, qd
 						break
 					}
-					// Backtrack to the maximiser of the quadratic through
-					// f, the slope and ft, kept within [alpha/16, alpha/2].
+					// Without churn, backtrack to the maximiser of the
+					// quadratic through f, the slope and ft, kept within
+					// [alpha/16, alpha/2]; the stiff churn dual does better
+					// with plain quartering (measured: 64x1024 churn 500
+					// 405 ms quartering, 517 ms interpolating).
 					next := alpha / 4
-					if c := (ft - f - slope*alpha) / (alpha * alpha); c < 0 && !math.IsNaN(ft) {
+					if c := (ft - f - slope*alpha) / (alpha * alpha); ar == nil && c < 0 && !math.IsNaN(ft) {
 						next = -slope / (2 * c)
 					}
 					alpha = math.Max(alpha/16, math.Min(alpha/2, next))
