@@ -37,6 +37,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	scanned := make(chan struct{})
 	go func() {
 		defer close(scanned)
+		send := addrs // set to nil once the addresses are sent
 		found := map[string]string{}
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -48,9 +49,9 @@ func TestDemoEndToEnd(t *testing.T) {
 				found["kafka"] = f[1]
 			case len(f) >= 3 && f[0] == "gateway:" && found["gateway"] == "":
 				found["gateway"] = strings.TrimSuffix(f[2], "/v1/chat/completions")
-			case len(f) >= 2 && f[0] == "engine:" && found["gateway"] != "" && addrs != nil:
-				addrs <- found
-				addrs = nil
+			case len(f) >= 2 && f[0] == "engine:" && found["gateway"] != "" && send != nil:
+				send <- found
+				send = nil
 			}
 		}
 	}()
@@ -65,13 +66,15 @@ func TestDemoEndToEnd(t *testing.T) {
 	select {
 	case a = <-addrs:
 	case err := <-runErr:
-		t.Fatalf("demo ended before printing its addresses: %v\n%s", err, stderr.String())
+		<-scanned
+		t.Fatalf("demo ended before printing its addresses: %v\n%s\n%s", err, out.String(), stderr.String())
 	}
 	outsideClients(t, ctx, a["kafka"], a["gateway"])
-	if err := <-runErr; err != nil {
+	err := <-runErr
+	<-scanned
+	if err != nil {
 		t.Fatalf("demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), stderr.String())
 	}
-	<-scanned
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	last := lines[len(lines)-1]
 	var sum Summary
