@@ -348,6 +348,13 @@ func TestMetricsAndPrefixCache(t *testing.T) {
 	if cached[0] != 0 || cached[1] < 900 {
 		t.Errorf("cached tokens %v, want 0 then most of ~1000", cached)
 	}
+	// The response is written as the model finishes the request; the
+	// driver publishes its stats and metrics after that step, so wait for
+	// them rather than race the driver.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Stats().Finished != 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
 	if st := s.Stats(); st.PrefixHitTokens != int64(cached[1]) || st.Finished != 2 {
 		t.Errorf("stats %+v", st)
 	}
