@@ -2,12 +2,13 @@ package streams
 
 import (
 	"context"
-	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/internal/obs"
 )
 
 // Emitter produces protobuf records to one topic from a bounded buffer.
@@ -53,10 +54,10 @@ func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Reg
 		produced: vec("produced_total", "Records Kafka acknowledged."),
 	}
 	if reg != nil {
-		m.emitted = register(reg, m.emitted)
-		m.dropped = register(reg, m.dropped)
-		m.failed = register(reg, m.failed)
-		m.produced = register(reg, m.produced)
+		m.emitted, _ = obs.Register(reg, m.emitted)
+		m.dropped, _ = obs.Register(reg, m.dropped)
+		m.failed, _ = obs.Register(reg, m.failed)
+		m.produced, _ = obs.Register(reg, m.produced)
 	}
 	return &Emitter{
 		cl: cl, topic: topic, ch: make(chan *kgo.Record, size),
@@ -126,18 +127,4 @@ func (e *Emitter) produce(ctx context.Context, r *kgo.Record) {
 		}
 		e.produced.Inc()
 	})
-}
-
-// register registers c, or returns the collector already registered under
-// its name, so several emitters can share one Registerer.
-func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing
-			}
-		}
-	}
-	return c
 }

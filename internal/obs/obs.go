@@ -4,6 +4,7 @@ package obs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -26,4 +27,21 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (stri
 	go func() { _ = srv.Serve(ln) }()
 	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
 	return ln.Addr().String(), func() { stop(); _ = srv.Close() }, nil
+}
+
+// Register registers c with reg, or returns the collector of the same
+// description already registered there (so several components, or several
+// instances of one, can share a Registerer). Any other error is returned
+// with c.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing, nil
+			}
+		}
+		return c, fmt.Errorf("registering metrics: %w", err)
+	}
+	return c, nil
 }

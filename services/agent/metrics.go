@@ -1,10 +1,9 @@
 package agent
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/obs"
 )
 
 type metrics struct {
@@ -34,32 +33,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.scrapes, err = register(reg, m.scrapes); err != nil {
+	if m.scrapes, err = obs.Register(reg, m.scrapes); err != nil {
 		return nil, err
 	}
-	if m.published, err = register(reg, m.published); err != nil {
+	if m.published, err = obs.Register(reg, m.published); err != nil {
 		return nil, err
 	}
-	if m.publishErrors, err = register(reg, m.publishErrors); err != nil {
+	if m.publishErrors, err = obs.Register(reg, m.publishErrors); err != nil {
 		return nil, err
 	}
-	if m.duration, err = register(reg, m.duration); err != nil {
+	if m.duration, err = obs.Register(reg, m.duration); err != nil {
 		return nil, err
 	}
 	return m, nil
-}
-
-// register registers c, or returns the collector already registered under
-// its name (several services in one process may share a Registerer).
-func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(T); ok {
-				return ex, nil
-			}
-		}
-		return c, fmt.Errorf("registering %s metrics: %w", "agent", err)
-	}
-	return c, nil
 }

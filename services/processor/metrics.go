@@ -1,10 +1,9 @@
 package processor
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/obs"
 )
 
 type metrics struct {
@@ -52,25 +51,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	if m.records, err = register(reg, m.records); err != nil {
+	if m.records, err = obs.Register(reg, m.records); err != nil {
 		return nil, err
 	}
-	if m.deadLetters, err = register(reg, m.deadLetters); err != nil {
+	if m.deadLetters, err = obs.Register(reg, m.deadLetters); err != nil {
 		return nil, err
 	}
-	if m.estimates, err = register(reg, m.estimates); err != nil {
+	if m.estimates, err = obs.Register(reg, m.estimates); err != nil {
 		return nil, err
 	}
-	if m.windows, err = register(reg, m.windows); err != nil {
+	if m.windows, err = obs.Register(reg, m.windows); err != nil {
 		return nil, err
 	}
-	if m.checkpoints, err = register(reg, m.checkpoints); err != nil {
+	if m.checkpoints, err = obs.Register(reg, m.checkpoints); err != nil {
 		return nil, err
 	}
-	if m.watermark, err = register(reg, m.watermark); err != nil {
+	if m.watermark, err = obs.Register(reg, m.watermark); err != nil {
 		return nil, err
 	}
-	if m.openPanes, err = register(reg, m.openPanes); err != nil {
+	if m.openPanes, err = obs.Register(reg, m.openPanes); err != nil {
 		return nil, err
 	}
 	m.resolve()
@@ -83,19 +82,4 @@ func (m *metrics) resolve() {
 			m.outcomes[i][o] = m.records.WithLabelValues(in, out)
 		}
 	}
-}
-
-// register registers c, or returns the collector already registered under
-// its name (several services in one process may share a Registerer).
-func register[T prometheus.Collector](reg prometheus.Registerer, c T) (T, error) {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(T); ok {
-				return ex, nil
-			}
-		}
-		return c, fmt.Errorf("registering %s metrics: %w", "processor", err)
-	}
-	return c, nil
 }
