@@ -102,11 +102,8 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			}
 		}
 	}
-	grad := make([]float64, n)
 	q := mat.NewSymDense(n, nil)
 	trial := make([]float64, n)
-	var ents []int32 // significant clusters at one engine
-	var probs []float64
 	total := 0.0
 	for _, i := range act {
 		total += s.routed[i]
@@ -116,35 +113,33 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	// Softmax entries below exp(cut) are dropped: exp(-30) ~ 1e-13 in the
 	// final stage, exp(-10) ~ 5e-5 in the coarse ones.
 	cut := -30.0
-	var zs []float64
-	gradT := make([]float64, n)
-	qdT := make([]float64, n*n)
-	// eval returns F and fills grad (and qd when hess).
-	var eval func(mu []float64, tau float64, hess bool, grad, qd []float64) float64
-	eval = func(mu []float64, tau float64, hess bool, grad, qd []float64) float64 {
+	// An evaluation records each engine's Hessian term; the Hessian is
+	// assembled (hess) only at accepted points, not at rejected trials.
+	cur, next := newHessTerms(n), newHessTerms(n)
+	// eval returns F, fills h.grad and records the Hessian terms in h.
+	var eval func(mu []float64, tau float64, h *hessTerms) float64
+	eval = func(mu []float64, tau float64, h *hessTerms) float64 {
+		h.reset()
+		grad := h.grad
 		f := 0.0
 		for a, i := range act {
 			f += mu[a] * s.routed[i]
 			grad[a] = s.routed[i]
 		}
-		if hess {
-			clear(qd)
-		}
+		itau := 1 / tau
 		for j := range p.curves {
 			lo, hi := eStart[j], eStart[j+1]
 			if lo == hi {
 				continue
 			}
 			pj, rj := ePos[lo:hi], eRTT[lo:hi]
-			itau := 1 / tau
 			best := math.Inf(-1)
 			for k, a := range pj {
 				if b := mu[a] - rj[k]; b > best {
 					best = b
 				}
 			}
-			ents, probs = ents[:0], probs[:0]
-			zs = zs[:0]
+			start := len(h.ents)
 			sum := 0.0
 			for k, a := range pj {
 				z := (mu[a] - rj[k] - best) * itau
@@ -152,10 +147,11 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					continue
 				}
 				w := math.Exp(z)
-				ents = append(ents, a)
-				probs = append(probs, w)
+				h.ents = append(h.ents, a)
+				h.vals = append(h.vals, w)
 				sum += w
 			}
+			ents, probs := h.ents[start:], h.vals[start:]
 			nEval++
 			nEnts += len(ents)
 			m := best + tau*math.Log(sum)
@@ -170,13 +166,19 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				probs[k] *= inv
 				grad[a] -= L * probs[k]
 			}
-			if !hess {
-				continue
-			}
-			// Upper triangle only (by cluster position); mirrored after.
-			// ents is increasing (byEngine lists an engine's edges in
-			// cluster order), so the upper triangle is v >= u.
-			lt := L / tau
+			h.end(L/tau, dL)
+		}
+		return f
+	}
+	// hess assembles the Hessian (upper triangle by cluster position) of
+	// the terms in h into qd: per engine lt*diag(p) + (dL - lt)*p*p^T.
+	// ents is increasing (byEngine lists an engine's edges in cluster
+	// order), so the upper triangle is v >= u.
+	hess := func(h *hessTerms, tau float64, qd []float64) {
+		clear(qd)
+		for r := range h.a {
+			ents, probs := h.ents[h.off[r]:h.off[r+1]], h.vals[h.off[r]:h.off[r+1]]
+			lt, dL := h.a[r], h.b[r]
 			for u, au := range ents {
 				pu := probs[u]
 				row := qd[int(au)*n : int(au+1)*n]
@@ -188,25 +190,22 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				}
 			}
 		}
-		return f
 	}
 	// With churn the engines see capped arcs (see arcs); the smoothed
 	// engine subproblem is solved per engine for its price m, and the
 	// Hessian keeps the same diagonal-plus-rank-one-per-engine form.
 	var ar *arcs
 	var sAcc []float64
-	var touched []int32
 	if p.cw > 0 && !s.approxChurn {
 		ar = s.buildArcs(pos)
 		sAcc = make([]float64, n)
-		eval = func(mu []float64, tau float64, hess bool, grad, qd []float64) float64 {
+		eval = func(mu []float64, tau float64, h *hessTerms) float64 {
+			h.reset()
+			grad := h.grad
 			f := 0.0
 			for a, i := range act {
 				f += mu[a] * s.routed[i]
 				grad[a] = s.routed[i]
-			}
-			if hess {
-				clear(qd)
 			}
 			for j := range p.curves {
 				if ar.start[j] == ar.start[j+1] {
@@ -214,7 +213,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				}
 				phi, dS, _ := s.engine(ar, j, mu, tau)
 				f -= phi
-				touched = touched[:0]
+				start := len(h.ents)
 				free := 0.0
 				for k, x := range ar.x {
 					arc := ar.idx[k]
@@ -222,32 +221,39 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					grad[a] -= x
 					if x < ar.cap[arc] && x > 0 { // x == 0 (underflow) would list a twice
 						if sAcc[a] == 0 {
-							touched = append(touched, a)
+							h.ents = append(h.ents, a)
 						}
 						sAcc[a] += x
 						free += x
 					}
 				}
-				if hess {
-					den := free/tau + dS
-					for _, u := range touched {
-						su := sAcc[u] / tau
-						row := qd[int(u)*n : int(u+1)*n]
-						row[u] += su
-						if den > 0 {
-							for _, v := range touched {
-								if v >= u {
-									row[v] -= su * (sAcc[v] / tau) / den
-								}
+				for _, u := range h.ents[start:] {
+					h.vals = append(h.vals, sAcc[u])
+					sAcc[u] = 0
+				}
+				h.end(free/tau+dS, 0)
+			}
+			return f
+		}
+		// Per engine diag(s/tau) - (s/tau)(s/tau)^T/den.
+		hess = func(h *hessTerms, tau float64, qd []float64) {
+			clear(qd)
+			for r := range h.a {
+				touched, acc := h.ents[h.off[r]:h.off[r+1]], h.vals[h.off[r]:h.off[r+1]]
+				den := h.a[r]
+				for k, u := range touched {
+					su := acc[k] / tau
+					row := qd[int(u)*n : int(u+1)*n]
+					row[u] += su
+					if den > 0 {
+						for l, v := range touched {
+							if v >= u {
+								row[v] -= su * (acc[l] / tau) / den
 							}
 						}
 					}
 				}
-				for _, u := range touched {
-					sAcc[u] = 0
-				}
 			}
-			return f
 		}
 	}
 	// Temperature schedule: start wide (spread of network latencies),
@@ -273,9 +279,11 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		bestG1, stall := math.Inf(1), 0
 		for it := 0; it < 60 && steps < maxSteps; it++ {
 			if !valid {
-				f = eval(mu, tau, true, grad, qd)
+				f = eval(mu, tau, cur)
+				hess(cur, tau, qd)
 				valid = true
 			}
+			grad := cur.grad
 			g1 := 0.0
 			for _, g := range grad {
 				g1 += math.Abs(g)
@@ -331,12 +339,12 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					for a := range n {
 						trial[a] = mu[a] + alpha*dir.AtVec(a)
 					}
-					ft := eval(trial, tau, true, gradT, qdT)
+					ft := eval(trial, tau, next)
 					if ft >= f+1e-4*alpha*slope {
 						improved = true
 						f = ft
-						grad, gradT = gradT, grad
-						qd, qdT = qdT, qd
+						cur, next = next, cur
+						hess(cur, tau, qd)
 						break
 					}
 					// Without churn, backtrack to the maximiser of the
@@ -371,9 +379,9 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			copy(mu, trial)
 		}
 		if s.debug != nil {
-			eval(mu, tau, false, grad, qd)
+			eval(mu, tau, next)
 			g1 := 0.0
-			for _, g := range grad {
+			for _, g := range next.grad {
 				g1 += math.Abs(g)
 			}
 			s.debug("tau %.4g steps %d grad1 %.4g total %.4g", tau, steps, g1, total)
@@ -482,4 +490,31 @@ func (s *solver) effRTT(e int32) float64 {
 		return s.p.rtt[e] - 2*s.p.cw
 	}
 	return s.p.rtt[e]
+}
+
+// hessTerms records one evaluation of the smoothed dual: its gradient
+// and, per engine, the cluster positions ents and values vals (offsets
+// off) with two coefficients a, b from which the engine's Hessian term
+// is assembled.
+type hessTerms struct {
+	grad []float64
+	ents []int32
+	vals []float64
+	off  []int32
+	a, b []float64
+}
+
+func newHessTerms(n int) *hessTerms {
+	return &hessTerms{grad: make([]float64, n), off: []int32{0}}
+}
+
+func (h *hessTerms) reset() {
+	h.ents, h.vals, h.off, h.a, h.b = h.ents[:0], h.vals[:0], h.off[:1], h.a[:0], h.b[:0]
+}
+
+// end closes the current engine's record.
+func (h *hessTerms) end(a, b float64) {
+	h.off = append(h.off, int32(len(h.ents)))
+	h.a = append(h.a, a)
+	h.b = append(h.b, b)
 }
