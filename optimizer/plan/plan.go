@@ -174,14 +174,23 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	for _, id := range sortedKeys(demand) {
 		in.Clusters = append(in.Clusters, opt.Cluster{ID: id, DemandRPS: demand[id]})
 	}
-	var his []float64
-	var sumLo, sumHi float64
+	var fresh []*schemas.EngineEstimate
 	for _, id := range sortedKeys(s.engines) {
 		e := s.engines[id]
 		if e.GetWindowEndUnixMs() < cutoff || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
 			continue
 		}
-		prof, err := engineLatency(e, meanOut)
+		fresh = append(fresh, e)
+	}
+	ttftPool, tbotPool := profilePools(fresh)
+	var his []float64
+	var sumLo, sumHi float64
+	for _, e := range fresh {
+		id, cls := e.GetEngineId(), e.GetGpuClass()
+		prof, err := engineLatency(id,
+			pooled(points(e.GetTtftProfile()), requests(e), ttftPool[cls]),
+			pooled(points(e.GetTbotProfile()), requests(e), tbotPool[cls]),
+			meanOut)
 		if err != nil {
 			continue
 		}
@@ -366,15 +375,13 @@ func (p *Planner) LastWindow() time.Time {
 	return time.UnixMilli(p.last)
 }
 
-// engineLatency merges the TTFT and TBOT profiles into one end-to-end
-// profile on the union of their knots; a sum of convex non-decreasing
-// piecewise-linear curves is one too.
-func engineLatency(e *schemas.EngineEstimate, outTokens float64) ([][2]float64, error) {
-	ttft := points(e.GetTtftProfile())
+// engineLatency merges the TTFT and TBOT profiles (pooled, see pool.go)
+// into one end-to-end profile on the union of their knots; a sum of convex
+// non-decreasing piecewise-linear curves is one too.
+func engineLatency(id string, ttft, tbot [][2]float64, outTokens float64) ([][2]float64, error) {
 	if len(ttft) == 0 {
-		return nil, fmt.Errorf("engine %q has no TTFT profile", e.GetEngineId())
+		return nil, fmt.Errorf("engine %q has no TTFT profile", id)
 	}
-	tbot := points(e.GetTbotProfile())
 	if len(tbot) == 0 || outTokens <= 0 {
 		return ttft, nil
 	}

@@ -1,0 +1,109 @@
+package plan
+
+import (
+	"math"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Partial pooling of latency profiles.
+//
+// An engine's fitted profile is the mean latency of the requests it served
+// in one window, and at low rates or with a wide prompt-length mix that
+// mean is mostly the luck of the draw: in the Mooncake trace one 50k-token
+// prompt makes an engine look seconds slower than its twin for a window,
+// and an optimiser that believes it sends most of the traffic to whichever
+// engine drew the short prompts, then to another one the next window
+// (docs/sim.md, conversations). Engines of one GPU class serving one model
+// share a latency curve up to what their own samples show, so the planner
+// uses, per engine, the sample-weighted blend
+//
+//	f(u) = (n·own(u) + K·class(u)) / (n + K)
+//
+// where n is the engine's sample count, class(u) the sample-weighted mean
+// of the fresh profiles of its GPU class (itself included) and K =
+// PoolSamples. An engine with many samples keeps its own curve; one with
+// a handful gets its class's. Both curves are convex and non-decreasing,
+// and so is a convex combination of them (evaluated on the engine's own
+// knots: the piecewise-linear interpolant of a convex non-decreasing curve
+// is one too).
+
+// PoolSamples (K above) is how many samples of its own an engine needs
+// for its own curve to weigh as much as its class's.
+const PoolSamples = 50.0
+
+// classPool is the sample-weighted sum of one GPU class's profiles of one
+// kind, kept as the member curves and their weights.
+type classPool struct {
+	curves  [][][2]float64
+	weights []float64
+	total   float64
+}
+
+func (c *classPool) add(pts [][2]float64, samples float64) {
+	if len(pts) == 0 || !(samples > 0) || !finite(samples) {
+		return
+	}
+	c.curves = append(c.curves, pts)
+	c.weights = append(c.weights, samples)
+	c.total += samples
+}
+
+// at is the class curve at u: NaN when the class has no samples.
+func (c *classPool) at(u float64) float64 {
+	if c == nil || c.total <= 0 {
+		return math.NaN()
+	}
+	var v float64
+	for i, pts := range c.curves {
+		v += c.weights[i] * interp(pts, u)
+	}
+	return v / c.total
+}
+
+// pooled returns own blended with its class's curve (see above); own as it
+// is when the class has no samples.
+func pooled(own [][2]float64, samples float64, class *classPool) [][2]float64 {
+	if class == nil || class.total <= 0 || len(own) == 0 {
+		return own
+	}
+	n := 0.0
+	if samples > 0 && finite(samples) {
+		n = samples
+	}
+	a := n / (n + PoolSamples)
+	out := make([][2]float64, len(own))
+	for i, p := range own {
+		out[i] = [2]float64{p[0], a*p[1] + (1-a)*class.at(p[0])}
+	}
+	return out
+}
+
+// requests is the evidence behind e's profiles: the requests it served
+// in the window (the TTFT profile's samples). The TBOT profile counts
+// tokens, which within one request are far from independent, so it is
+// weighed by requests too.
+func requests(e *schemas.EngineEstimate) float64 {
+	return float64(e.GetTtftProfile().GetSamples())
+}
+
+// profilePools builds the per-class pools of TTFT and TBOT profiles over
+// the fresh engine estimates.
+func profilePools(engines []*schemas.EngineEstimate) (ttft, tbot map[string]*classPool) {
+	ttft, tbot = map[string]*classPool{}, map[string]*classPool{}
+	for _, e := range engines {
+		cls := e.GetGpuClass()
+		for _, k := range []struct {
+			m map[string]*classPool
+			p *schemas.LatencyProfile
+		}{{ttft, e.GetTtftProfile()}, {tbot, e.GetTbotProfile()}} {
+			pool := k.m[cls]
+			if pool == nil {
+				pool = &classPool{}
+				k.m[cls] = pool
+			}
+			pool.add(points(k.p), requests(e))
+		}
+	}
+	return ttft, tbot
+}
