@@ -73,55 +73,9 @@ const convexTol = 1e-9
 // Validate checks in against the instance format and returns an error
 // wrapping ErrInvalid that names the offending field.
 func (in *Instance) Validate() error {
-	if in == nil {
-		return invalid("instance is null")
-	}
-	if !finite(in.MaxUtilization) || in.MaxUtilization <= 0 || in.MaxUtilization > 1 {
-		return invalid("max_utilization = %v, want in (0, 1]", in.MaxUtilization)
-	}
-	if !finite(in.ChurnWeight) || in.ChurnWeight < 0 {
-		return invalid("churn_weight = %v, want finite and >= 0", in.ChurnWeight)
-	}
-	if len(in.Clusters) == 0 {
-		return invalid("clusters is empty")
-	}
-	if len(in.Engines) == 0 {
-		return invalid("engines is empty (empty fleet)")
-	}
-	if len(in.Clusters) > MaxClusters {
-		return invalid("clusters has %d entries, limit %d", len(in.Clusters), MaxClusters)
-	}
-	if len(in.Engines) > MaxEngines {
-		return invalid("engines has %d entries, limit %d", len(in.Engines), MaxEngines)
-	}
-	clusters := make(map[string]bool, len(in.Clusters))
-	for k, c := range in.Clusters {
-		if c.ID == "" {
-			return invalid("clusters[%d].id is empty", k)
-		}
-		if clusters[c.ID] {
-			return invalid("clusters[%d].id %q is duplicated", k, c.ID)
-		}
-		clusters[c.ID] = true
-		if !inRange(c.DemandRPS) {
-			return invalid("clusters[%d] (%q).demand_rps = %v, want in [0, %g]", k, c.ID, c.DemandRPS, MaxValue)
-		}
-	}
-	engines := make(map[string]bool, len(in.Engines))
-	for k, e := range in.Engines {
-		if e.ID == "" {
-			return invalid("engines[%d].id is empty", k)
-		}
-		if engines[e.ID] {
-			return invalid("engines[%d].id %q is duplicated", k, e.ID)
-		}
-		engines[e.ID] = true
-		if !inRange(e.CapacityRPS) {
-			return invalid("engines[%d] (%q).capacity_rps = %v, want in [0, %g]", k, e.ID, e.CapacityRPS, MaxValue)
-		}
-		if err := validateProfile(e.LatencyMs); err != nil {
-			return invalid("engines[%d] (%q).latency_ms: %v", k, e.ID, err)
-		}
+	clusters, engines, err := in.validateFields(true)
+	if err != nil {
+		return err
 	}
 	// Maps are checked in any order (fast); on an error they are checked
 	// again in sorted order so the reported field is deterministic.
@@ -129,6 +83,72 @@ func (in *Instance) Validate() error {
 		return in.validateMaps(clusters, engines, true)
 	}
 	return nil
+}
+
+// validateFields checks the scalars and each cluster and engine and,
+// when sets is true, that ids are unique, returning the id sets. Solve
+// checks ids and maps while indexing the instance (newProblem) and
+// asks Validate for the error when either finds a problem.
+func (in *Instance) validateFields(sets bool) (clusters, engines map[string]bool, err error) {
+	if in == nil {
+		return nil, nil, invalid("instance is null")
+	}
+	if !finite(in.MaxUtilization) || in.MaxUtilization <= 0 || in.MaxUtilization > 1 {
+		return nil, nil, invalid("max_utilization = %v, want in (0, 1]", in.MaxUtilization)
+	}
+	if !finite(in.ChurnWeight) || in.ChurnWeight < 0 {
+		return nil, nil, invalid("churn_weight = %v, want finite and >= 0", in.ChurnWeight)
+	}
+	if len(in.Clusters) == 0 {
+		return nil, nil, invalid("clusters is empty")
+	}
+	if len(in.Engines) == 0 {
+		return nil, nil, invalid("engines is empty (empty fleet)")
+	}
+	if len(in.Clusters) > MaxClusters {
+		return nil, nil, invalid("clusters has %d entries, limit %d", len(in.Clusters), MaxClusters)
+	}
+	if len(in.Engines) > MaxEngines {
+		return nil, nil, invalid("engines has %d entries, limit %d", len(in.Engines), MaxEngines)
+	}
+	if sets {
+		clusters = make(map[string]bool, len(in.Clusters))
+	}
+	for k, c := range in.Clusters {
+		if c.ID == "" {
+			return nil, nil, invalid("clusters[%d].id is empty", k)
+		}
+		if sets {
+			if clusters[c.ID] {
+				return nil, nil, invalid("clusters[%d].id %q is duplicated", k, c.ID)
+			}
+			clusters[c.ID] = true
+		}
+		if !inRange(c.DemandRPS) {
+			return nil, nil, invalid("clusters[%d] (%q).demand_rps = %v, want in [0, %g]", k, c.ID, c.DemandRPS, MaxValue)
+		}
+	}
+	if sets {
+		engines = make(map[string]bool, len(in.Engines))
+	}
+	for k, e := range in.Engines {
+		if e.ID == "" {
+			return nil, nil, invalid("engines[%d].id is empty", k)
+		}
+		if sets {
+			if engines[e.ID] {
+				return nil, nil, invalid("engines[%d].id %q is duplicated", k, e.ID)
+			}
+			engines[e.ID] = true
+		}
+		if !inRange(e.CapacityRPS) {
+			return nil, nil, invalid("engines[%d] (%q).capacity_rps = %v, want in [0, %g]", k, e.ID, e.CapacityRPS, MaxValue)
+		}
+		if err := validateProfile(e.LatencyMs); err != nil {
+			return nil, nil, invalid("engines[%d] (%q).latency_ms: %v", k, e.ID, err)
+		}
+	}
+	return clusters, engines, nil
 }
 
 func (in *Instance) validateMaps(clusters, engines map[string]bool, sorted bool) error {

@@ -204,12 +204,14 @@ func fairRoute(p *problem) (routed, x []float64, fn *flowNet) {
 		}
 		return sum
 	}
+	ran := false // a max flow ran since the capacities were last set
 	for round := 0; nActive > 0 && round <= nc; round++ {
 		lambda := 1.0
 		for it := 0; it < 64; it++ {
 			want := setCaps(lambda)
 			fn.reset()
 			got := fn.run()
+			ran = true
 			if got >= want-fn.eps*float64(nc+1) {
 				break
 			}
@@ -270,10 +272,20 @@ func fairRoute(p *problem) (routed, x []float64, fn *flowNet) {
 			nActive = 0
 		}
 	}
-	// Final flow with the frozen amounts, then read it out exactly.
+	// Final flow with the frozen amounts, then read it out exactly. When
+	// the last max flow already ran with exactly these capacities, its
+	// flow is the one a rerun from zero would compute.
+	same := true
+	for i := 0; i < nc; i++ {
+		if fn.cap[fn.clusterArc[i]] != routed[i] {
+			same = false
+		}
+	}
 	setCaps(0)
-	fn.reset()
-	fn.run()
+	if !same || !ran {
+		fn.reset()
+		fn.run()
+	}
 	x = make([]float64, len(p.eng))
 	load := make([]float64, len(p.curves))
 	for e, a := range fn.edgeArc {

@@ -34,59 +34,123 @@ type blockedEdge struct {
 	reason string
 }
 
-func newProblem(in *Instance) *problem {
+// newProblem indexes in, which must pass validateFields. It reports
+// false when ids or maps are invalid (Validate says which).
+func newProblem(in *Instance) (*problem, bool) {
 	p := &problem{maxU: in.MaxUtilization, cw: in.ChurnWeight}
 	clusters := slices.Clone(in.Clusters)
 	slices.SortFunc(clusters, func(a, b Cluster) int { return strings.Compare(a.ID, b.ID) })
 	engines := slices.Clone(in.Engines)
 	slices.SortFunc(engines, func(a, b Engine) int { return strings.Compare(a.ID, b.ID) })
-	eidx := make(map[string]int32, len(engines))
+	nc, ne := len(clusters), len(engines)
+	eidx := make(map[string]int32, ne)
+	p.engineID = make([]string, ne)
+	p.capRPS = make([]float64, ne)
+	p.healthy = make([]bool, ne)
+	p.usable = make([]bool, ne)
+	p.curves = make([]curve, ne)
 	for j, e := range engines {
-		eidx[e.ID] = int32(j)
-		p.engineID = append(p.engineID, e.ID)
-		p.capRPS = append(p.capRPS, e.CapacityRPS)
-		p.healthy = append(p.healthy, e.Healthy)
-		p.usable = append(p.usable, e.Healthy && e.CapacityRPS > 0)
-		p.curves = append(p.curves, newCurve(e.LatencyMs, e.CapacityRPS, in.MaxUtilization))
-	}
-	p.start = make([]int32, 1, len(clusters)+1)
-	p.blocked = make([][]blockedEdge, len(clusters))
-	var idx []int32
-	for i, c := range clusters {
-		p.clusterID = append(p.clusterID, c.ID)
-		p.demand = append(p.demand, c.DemandRPS)
-		rtts := in.RTTms[c.ID]
-		prev := in.Previous[c.ID]
-		idx = idx[:0]
-		for id := range rtts {
-			idx = append(idx, eidx[id])
+		if j > 0 && e.ID == engines[j-1].ID {
+			return nil, false
 		}
-		slices.Sort(idx) // engine order is id order
-		for _, j := range idx {
-			id := p.engineID[j]
+		eidx[e.ID] = int32(j)
+		p.engineID[j] = e.ID
+		p.capRPS[j] = e.CapacityRPS
+		p.healthy[j] = e.Healthy
+		p.usable[j] = e.Healthy && e.CapacityRPS > 0
+		p.curves[j] = newCurve(e.LatencyMs, e.CapacityRPS, in.MaxUtilization)
+	}
+	nEdge := 0
+	for _, row := range in.RTTms {
+		nEdge += len(row)
+	}
+	p.start = make([]int32, 1, nc+1)
+	p.eng = make([]int32, 0, nEdge)
+	p.rtt = make([]float64, 0, nEdge)
+	p.prev = make([]float64, 0, nEdge)
+	p.clusterID = make([]string, nc)
+	p.demand = make([]float64, nc)
+	p.blocked = make([][]blockedEdge, nc)
+	type entry struct {
+		j int32
+		v float64
+	}
+	var row, prow []entry
+	// Per engine: the cluster (+1) whose rtt row lists it, and its
+	// previous weight for that cluster.
+	seen := make([]int32, ne)
+	prevW := make([]float64, ne)
+	rows, prevs := 0, 0
+	for i, c := range clusters {
+		if i > 0 && c.ID == clusters[i-1].ID {
+			return nil, false
+		}
+		p.clusterID[i] = c.ID
+		p.demand[i] = c.DemandRPS
+		rtts, ok := in.RTTms[c.ID]
+		if ok {
+			rows++
+		}
+		prev, ok := in.Previous[c.ID]
+		if ok {
+			prevs++
+		}
+		row = row[:0]
+		for id, r := range rtts {
+			j, ok := eidx[id]
+			if !ok || !inRange(r) {
+				return nil, false
+			}
+			row = append(row, entry{j, r})
+			seen[j] = int32(i + 1)
+		}
+		slices.SortFunc(row, func(a, b entry) int { return int(a.j) - int(b.j) }) // engine order is id order
+		prow = prow[:0]
+		for id, w := range prev {
+			j, ok := eidx[id]
+			if !ok || !finite(w) || w < 0 || w > 1 {
+				return nil, false
+			}
+			prow = append(prow, entry{j, w})
+		}
+		slices.SortFunc(prow, func(a, b entry) int { return int(a.j) - int(b.j) })
+		sum := 0.0 // in id order, as Validate sums
+		for _, e := range prow {
+			sum += e.v
+			prevW[e.j] = e.v
+		}
+		if sum > 1+1e-6 {
+			return nil, false
+		}
+		for _, e := range row {
+			j := e.j
 			if !p.usable[j] {
 				reason := "unhealthy"
 				if p.healthy[j] {
 					reason = "capacity"
 				}
-				p.blocked[i] = append(p.blocked[i], blockedEdge{engine: j, rtt: rtts[id], reason: reason})
+				p.blocked[i] = append(p.blocked[i], blockedEdge{engine: j, rtt: e.v, reason: reason})
 				continue
 			}
 			p.eng = append(p.eng, j)
-			p.rtt = append(p.rtt, rtts[id])
-			pw := prev[id]
+			p.rtt = append(p.rtt, e.v)
+			pw := prevW[j]
 			if pw < 1e-9 { // rounding dust from an earlier plan, not traffic
 				pw = 0
 			}
 			p.prev = append(p.prev, c.DemandRPS*pw)
 		}
 		p.start = append(p.start, int32(len(p.eng)))
-		for _, id := range sortedKeys(prev) {
-			if _, ok := rtts[id]; !ok && prev[id] > 0 {
-				p.blocked[i] = append(p.blocked[i], blockedEdge{engine: eidx[id], rtt: nan(), reason: "residency"})
+		for _, e := range prow {
+			if seen[e.j] != int32(i+1) && e.v > 0 {
+				p.blocked[i] = append(p.blocked[i], blockedEdge{engine: e.j, rtt: nan(), reason: "residency"})
 			}
+			prevW[e.j] = 0
 		}
 		slices.SortFunc(p.blocked[i], func(a, b blockedEdge) int { return int(a.engine) - int(b.engine) })
 	}
-	return p
+	if rows != len(in.RTTms) || prevs != len(in.Previous) {
+		return nil, false // rows of unknown clusters
+	}
+	return p, true
 }

@@ -109,15 +109,29 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 	if math.IsNaN(gap) || math.IsInf(gap, 0) || gap > 1 {
 		gap = 1 // no useful certificate
 	}
+	nc := len(p.clusterID)
 	sol := &Solution{
-		Weights:          map[string]map[string]float64{},
-		Shed:             map[string]float64{},
-		Engines:          map[string]EngineState{},
+		Weights:          make(map[string]map[string]float64, nc),
+		Shed:             make(map[string]float64, nc),
+		Engines:          make(map[string]EngineState, len(p.engineID)),
 		DualityGap:       gap,
 		Iterations:       iters,
-		ClusterLatencyMs: map[string]float64{},
-		Explanations:     map[string][]Explanation{},
-		demand:           map[string]float64{},
+		ClusterLatencyMs: make(map[string]float64, nc),
+		Explanations:     make(map[string][]Explanation, nc),
+		demand:           make(map[string]float64, nc),
+	}
+	// One backing array for every explanation and binding list (each
+	// binding list gets its own capacity-limited window of binds).
+	nBlocked := 0
+	for i := range p.blocked {
+		nBlocked += len(p.blocked[i])
+	}
+	explAll := make([]Explanation, 0, len(p.eng)+nBlocked)
+	binds := make([]string, 0, 2*(len(p.eng)+nBlocked))
+	bind := func(names ...string) []string {
+		k := len(binds)
+		binds = append(binds, names...)
+		return binds[k:len(binds):len(binds)]
 	}
 	util := func(j int32) float64 {
 		if p.capRPS[j] <= 0 {
@@ -137,7 +151,10 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 	for i, cid := range p.clusterID {
 		D := p.demand[i]
 		lo, hi := int(p.start[i]), int(p.start[i+1])
-		w := make([]float64, hi-lo)
+		w := s.xs[:0]
+		for range hi - lo {
+			w = append(w, 0)
+		}
 		sum := 0.0
 		if D > 0 {
 			for e := lo; e < hi; e++ {
@@ -175,8 +192,14 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 		}
 		sol.Shed[cid] = shed
 		sol.TotalShedRPS += shed * D
-		ws := map[string]float64{}
-		expl := make([]Explanation, 0, hi-lo+len(p.blocked[i]))
+		nw := 0
+		for e := lo; e < hi; e++ {
+			if w[e-lo] > 0 {
+				nw++
+			}
+		}
+		ws := make(map[string]float64, nw)
+		expl := explAll[len(explAll) : len(explAll) : len(explAll)+hi-lo+len(p.blocked[i])]
 		latSum := 0.0
 		b := 0
 		flush := func(upto int32) {
@@ -187,9 +210,11 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 					net = 0
 				}
 				ex := Explanation{Engine: p.engineID[be.engine], NetworkMs: net,
-					PlannedUtilization: util(be.engine), Binding: []string{be.reason}}
+					PlannedUtilization: util(be.engine)}
 				if be.reason == "residency" && !p.healthy[be.engine] {
-					ex.Binding = append(ex.Binding, "unhealthy")
+					ex.Binding = bind(be.reason, "unhealthy")
+				} else {
+					ex.Binding = bind(be.reason)
 				}
 				expl = append(expl, ex)
 			}
@@ -206,14 +231,22 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 				MarginalMs:         p.rtt[e] + s.pi[j],
 				PlannedUtilization: util(j),
 			}
+			var bs [3]string
+			nb := 0
 			if s.load[j] >= c.cap*(1-1e-9) {
-				ex.Binding = append(ex.Binding, "capacity")
+				bs[nb] = "capacity"
+				nb++
 			}
 			if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
-				ex.Binding = append(ex.Binding, "churn")
+				bs[nb] = "churn"
+				nb++
 			}
 			if ex.Weight == 0 {
-				ex.Binding = append(ex.Binding, "zero")
+				bs[nb] = "zero"
+				nb++
+			}
+			if nb > 0 {
+				ex.Binding = bind(bs[:nb]...)
 			}
 			if ex.Weight > 0 {
 				ws[ex.Engine] = ex.Weight
@@ -223,6 +256,7 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 			expl = append(expl, ex)
 		}
 		flush(math.MaxInt32)
+		explAll = explAll[:len(explAll)+len(expl)]
 		sol.Weights[cid] = ws
 		sol.Explanations[cid] = expl
 		if sum > 0 {

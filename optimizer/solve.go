@@ -79,10 +79,19 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := in.Validate(); err != nil {
-		return nil, err
+	// The fast checks find any invalid input; Validate then names the
+	// field (the first in a deterministic order).
+	var p *problem
+	ok := false
+	if _, _, err := in.validateFields(false); err == nil {
+		p, ok = newProblem(in)
 	}
-	p := newProblem(in)
+	if !ok {
+		if err := in.Validate(); err != nil {
+			return nil, err
+		}
+		return nil, invalid("instance rejected") // unreachable: Validate agrees
+	}
 	// Starting temperature of the smoothed dual (ms): coarse enough that
 	// the first Newton steps from the spread start are not cut to a
 	// sliver by the line search; churn arcs need a little more.
@@ -118,8 +127,11 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	s.initPrices()
 	// Every dual value is a valid lower bound, so the best one seen is
 	// kept (coordinate descent may move the prices to a weaker bound).
-	primal, dual := s.bounds()
-	best := dual
+	// (The start's own bound is far below the one after Newton; only its
+	// objective is needed, for the temperature scale.)
+	primal, _ := s.primal()
+	var dual float64
+	best := math.Inf(-1)
 	var gap float64
 	iters := 0
 	{ // always: the start may be within tolerance without equal marginals
