@@ -142,6 +142,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+
+	ownClient bool // Transport was not set: plain-http engines get engineClient
 }
 
 func (c *Config) defaults() error {
@@ -182,6 +184,7 @@ func (c *Config) defaults() error {
 		c.Now = time.Now
 	}
 	if c.Transport == nil {
+		c.ownClient = true
 		c.Transport = &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        0,
@@ -250,8 +253,10 @@ type Gateway struct {
 	healthMu   sync.Mutex
 	healthFail map[string]int
 
-	bufs   sync.Pool // *[]byte of sseBufSize, relay buffers
-	drains drains    // tails of complete streams being drained
+	client  *engineClient // nil when Config.Transport was set
+	reqBufs sync.Pool     // *reqBuf
+	bufs    sync.Pool     // *[]byte of sseBufSize, relay buffers
+	drains  drains        // tails of complete streams being drained
 }
 
 // New validates cfg and builds a gateway; Run starts it.
@@ -276,6 +281,10 @@ func New(cfg Config) (*Gateway, error) {
 	_, noTracing := cfg.TracerProvider.(noop.TracerProvider)
 	g.tracing = !noTracing
 	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
+	g.reqBufs.New = func() any { return &reqBuf{b: make([]byte, 0, 2048)} }
+	if cfg.ownClient {
+		g.client = newEngineClient(cfg.ConnectTimeout, cfg.Now)
+	}
 	if len(cfg.Models) > 0 {
 		g.models = map[string]bool{}
 		for _, m := range cfg.Models {
@@ -518,6 +527,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	waitErr := eg.Wait()
 	g.drains.closeAndWait() // at most doneGrace
+	if g.client != nil {
+		g.client.closeAll()
+	}
 	stopEmit()
 	if emitDone != nil {
 		<-emitDone
@@ -550,6 +562,9 @@ func (g *Gateway) control(ctx context.Context, w *snapshots.Watcher) {
 			}
 			g.tickShed()
 		case <-tick.C:
+			if g.client != nil {
+				g.client.closeIdle(g.cfg.Now().Add(-g.client.idleTimeout))
+			}
 			if n := g.outlier.Tick(g.cfg.Now()); n > 0 {
 				g.log.Info("engines returned from ejection", "count", n)
 			}

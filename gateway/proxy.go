@@ -373,27 +373,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	firstTimer := time.AfterFunc(g.cfg.FirstTokenTimeout, func() { cancel(errFirstToken) })
 	defer firstTimer.Stop()
 
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, upstreamURL(eng.URL, r.URL.Path), rd)
-	if err != nil {
-		res.failReason, res.err = "connect", err
-		return res
-	}
-	req.ContentLength = int64(len(body))
-	req.Header["Content-Type"] = jsonContentType
-	for _, h := range forwardedHeaders {
-		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
-			req.Header[h] = v[:1]
-		}
-	}
-	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
-		req.Header[HeaderRequestID] = v[:1]
-	}
-	g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	resp, err := g.cfg.Transport.RoundTrip(req)
+	resp, err := g.roundTrip(ctx, r, w, eng, body)
 	if err != nil {
 		res.failReason, res.err = failReason(actx, "connect"), fmt.Errorf("%s: %w", eng.ID, causeOr(actx, err))
 		span.SetStatus(codes.Error, res.failReason)
@@ -429,6 +409,101 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		span.SetStatus(codes.Error, res.failReason)
 	}
 	return res
+}
+
+// roundTrip sends the request to eng: by the gateway's own client to a
+// plain-http engine, else by Config.Transport.
+func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, w http.ResponseWriter, eng *pick.Engine, body []byte) (*http.Response, error) {
+	if g.client != nil {
+		if hp := g.client.host(eng.URL); hp != nil {
+			rb := g.reqBufs.Get().(*reqBuf)
+			rb.b = rb.b[:0]
+			g.appendRequest(ctx, rb, hp, r, w, body)
+			resp, err := g.client.do(ctx, hp, rb.b)
+			if cap(rb.b) <= maxPooledRequest {
+				g.reqBufs.Put(rb)
+			}
+			return resp, err
+		}
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, upstreamURL(eng.URL, r.URL.Path), rd)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = int64(len(body))
+	req.Header["Content-Type"] = jsonContentType
+	for _, h := range forwardedHeaders {
+		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
+			req.Header[h] = v[:1]
+		}
+	}
+	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
+		req.Header[HeaderRequestID] = v[:1]
+	}
+	g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	return g.cfg.Transport.RoundTrip(req)
+}
+
+// maxPooledRequest bounds the request buffers kept for reuse.
+const maxPooledRequest = 64 << 10
+
+// reqBuf is a request being written for the engine client; as a
+// propagation.TextMapCarrier it appends the trace context headers.
+type reqBuf struct{ b []byte }
+
+func (rb *reqBuf) Get(string) string { return "" }
+func (rb *reqBuf) Keys() []string    { return nil }
+func (rb *reqBuf) Set(key, value string) {
+	rb.b = appendHeader(rb.b, key, value)
+}
+
+// appendRequest appends the engine's HTTP/1.1 request: the same headers
+// as the net/http path (Content-Type, the forwarded client headers, the
+// request id, the trace context), then body.
+func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *hostPool, r *http.Request, w http.ResponseWriter, body []byte) {
+	b := append(rb.b, r.Method...)
+	b = append(b, ' ')
+	b = hp.appendTarget(b, r.URL.EscapedPath())
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, hp.host...)
+	b = append(b, "\r\nContent-Type: application/json\r\n"...)
+	if body != nil {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
+	}
+	for _, h := range forwardedHeaders {
+		if h == HeaderRequestID {
+			continue
+		}
+		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
+			b = appendHeader(b, h, v[0])
+		}
+	}
+	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
+		b = appendHeader(b, HeaderRequestID, v[0])
+	}
+	rb.b = b
+	g.prop.Inject(ctx, rb)
+	rb.b = append(append(rb.b, "\r\n"...), body...)
+}
+
+// appendHeader appends "key: value\r\n", leaving out a value that could
+// break the request (net/http's server has already refused those).
+func appendHeader(b []byte, key, value string) []byte {
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c == '\r' || c == '\n' || c == 0 {
+			return b
+		}
+	}
+	b = append(b, key...)
+	b = append(b, ": "...)
+	b = append(b, value...)
+	return append(b, "\r\n"...)
 }
 
 // Constant header values, shared by every request (net/http does not

@@ -1,0 +1,289 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// engineClient is the gateway's own HTTP/1.1 client to plain-http
+// engines, used unless Config.Transport is set. It does what the proxy
+// needs of net/http.Transport at a fraction of its cost per request: a
+// pool of keep-alive connections per engine, the request (head and body)
+// written in one write from the handler's goroutine, the response head
+// read by http.ReadResponse (which also decodes chunked bodies) on the
+// connection's own bufio.Reader. There are no per-connection read and
+// write goroutines and no channel hand-offs.
+//
+// A connection goes back to the pool only after its response body ended
+// cleanly (io.EOF, nothing left over, no Connection: close) and before
+// the request's context ended; the end of the context closes the
+// connection, which fails a blocked dial, write or read.
+type engineClient struct {
+	dialer      net.Dialer
+	maxIdle     int           // idle connections kept per engine
+	idleTimeout time.Duration // an idle connection older than this is closed
+	now         func() time.Time
+
+	mu    sync.RWMutex
+	hosts map[string]*hostPool // by engine base URL; nil entry: not plain http
+}
+
+func newEngineClient(connectTimeout time.Duration, now func() time.Time) *engineClient {
+	return &engineClient{
+		dialer:      net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
+		maxIdle:     1024,
+		idleTimeout: 90 * time.Second,
+		now:         now,
+		hosts:       map[string]*hostPool{},
+	}
+}
+
+// hostPool is one engine's idle connections and request-line parts.
+type hostPool struct {
+	addr string // host:port to dial
+	host string // Host header value
+	path string // escaped path of the base URL ("" or "/v1" or a prefix)
+
+	mu       sync.Mutex
+	idle     []*engineConn // most recently used last
+	lastUsed time.Time
+}
+
+// engineConn is one connection to an engine.
+type engineConn struct {
+	nc        net.Conn
+	br        *bufio.Reader
+	pool      *hostPool
+	nread     int64 // bytes read from nc, to tell a stale connection
+	idleSince time.Time
+	reused    bool
+}
+
+func (c *engineConn) Read(p []byte) (int, error) {
+	n, err := c.nc.Read(p)
+	c.nread += int64(n)
+	return n, err
+}
+
+// host returns the pool of the engine at base, or nil when base is not a
+// plain http URL (then net/http's transport is used).
+func (c *engineClient) host(base string) *hostPool {
+	c.mu.RLock()
+	hp, ok := c.hosts[base]
+	c.mu.RUnlock()
+	if ok {
+		return hp
+	}
+	u, err := url.Parse(base)
+	if err == nil && u.Scheme == "http" && u.Host != "" && u.User == nil && u.RawQuery == "" && u.Fragment == "" {
+		port := u.Port()
+		if port == "" {
+			port = "80"
+		}
+		hp = &hostPool{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, path: strings.TrimRight(u.EscapedPath(), "/")}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.hosts[base]; ok {
+		return old
+	}
+	c.hosts[base] = hp
+	return hp
+}
+
+// appendTarget appends the request target of path (escaped) on this
+// engine: the base URL's path, without a trailing /v1 when path starts
+// with /v1/ (as upstreamURL).
+func (hp *hostPool) appendTarget(b []byte, path string) []byte {
+	p := hp.path
+	if strings.HasSuffix(p, "/v1") && strings.HasPrefix(path, "/v1/") {
+		p = p[:len(p)-3]
+	}
+	return append(append(b, p...), path...)
+}
+
+// get returns an idle connection, or dials one.
+func (hp *hostPool) get(ctx context.Context, c *engineClient, fresh bool) (*engineConn, error) {
+	if !fresh {
+		now := c.now()
+		hp.mu.Lock()
+		hp.lastUsed = now
+		for n := len(hp.idle); n > 0; n = len(hp.idle) {
+			ec := hp.idle[n-1]
+			hp.idle[n-1] = nil
+			hp.idle = hp.idle[:n-1]
+			if now.Sub(ec.idleSince) < c.idleTimeout {
+				hp.mu.Unlock()
+				ec.reused = true
+				return ec, nil
+			}
+			ec.nc.Close()
+		}
+		hp.mu.Unlock()
+	}
+	nc, err := c.dialer.DialContext(ctx, "tcp", hp.addr)
+	if err != nil {
+		return nil, err
+	}
+	ec := &engineConn{nc: nc, pool: hp}
+	ec.br = bufio.NewReaderSize(ec, sseBufSize)
+	return ec, nil
+}
+
+// put returns a connection whose last response ended cleanly.
+func (hp *hostPool) put(c *engineClient, ec *engineConn) {
+	ec.idleSince = c.now()
+	hp.mu.Lock()
+	if len(hp.idle) < c.maxIdle {
+		hp.idle = append(hp.idle, ec)
+		ec = nil
+	}
+	hp.mu.Unlock()
+	if ec != nil {
+		ec.nc.Close()
+	}
+}
+
+// closeIdle closes the idle connections unused since before cutoff and
+// forgets engines unused since then.
+func (c *engineClient) closeIdle(cutoff time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for base, hp := range c.hosts {
+		if hp == nil {
+			continue
+		}
+		hp.mu.Lock()
+		keep := hp.idle[:0]
+		for _, ec := range hp.idle {
+			if ec.idleSince.Before(cutoff) {
+				ec.nc.Close()
+			} else {
+				keep = append(keep, ec)
+			}
+		}
+		clear(hp.idle[len(keep):])
+		hp.idle = keep
+		unused := len(keep) == 0 && hp.lastUsed.Before(cutoff)
+		hp.mu.Unlock()
+		if unused {
+			delete(c.hosts, base)
+		}
+	}
+}
+
+// closeAll closes every idle connection.
+func (c *engineClient) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, hp := range c.hosts {
+		if hp == nil {
+			continue
+		}
+		hp.mu.Lock()
+		for _, ec := range hp.idle {
+			ec.nc.Close()
+		}
+		hp.idle = nil
+		hp.mu.Unlock()
+	}
+}
+
+// errBodyClosed is read from a body after Close.
+var errBodyClosed = errors.New("engine response body closed")
+
+// do sends req, a complete HTTP/1.1 request (head and body), to hp and
+// reads the response head. The response body must be read to io.EOF
+// (the connection then goes back to the pool) or closed. A kept-alive
+// connection that the engine had closed (it fails before any byte of the
+// response) is replaced by a new one, once.
+func (c *engineClient) do(ctx context.Context, hp *hostPool, req []byte) (*http.Response, error) {
+	fresh := false
+	for {
+		ec, err := hp.get(ctx, c, fresh)
+		if err != nil {
+			return nil, err
+		}
+		nc := ec.nc
+		stop := context.AfterFunc(ctx, func() { nc.Close() })
+		n0 := ec.nread
+		resp, err := ec.roundTrip(req)
+		if err == nil {
+			resp.Body = &engineBody{rc: resp.Body, c: c, ec: ec, stop: stop, keep: !resp.Close}
+			return resp, nil
+		}
+		stopped := stop()
+		nc.Close()
+		if !stopped || ctx.Err() != nil || !ec.reused || ec.nread != n0 || fresh {
+			return nil, err
+		}
+		fresh = true
+	}
+}
+
+func (ec *engineConn) roundTrip(req []byte) (*http.Response, error) {
+	if _, err := ec.nc.Write(req); err != nil {
+		return nil, err
+	}
+	for range 8 {
+		resp, err := http.ReadResponse(ec.br, nil)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		// 1xx informational responses precede the real one.
+	}
+	return nil, errors.New("too many 1xx responses")
+}
+
+// engineBody is a response body on a pooled connection.
+type engineBody struct {
+	rc   io.ReadCloser
+	c    *engineClient
+	ec   *engineConn // nil once released
+	stop func() bool // stops closing the connection at the context's end
+	keep bool        // the connection may serve another request after this body
+	err  error       // what Read returns once released
+}
+
+func (b *engineBody) Read(p []byte) (int, error) {
+	if b.ec == nil {
+		return 0, b.err
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		b.release(err == io.EOF)
+		b.err = err
+	}
+	return n, err
+}
+
+func (b *engineBody) Close() error {
+	if b.ec != nil {
+		b.release(false)
+		b.err = errBodyClosed
+	}
+	return nil
+}
+
+// release pools the connection after a clean end of a reusable response,
+// else closes it.
+func (b *engineBody) release(clean bool) {
+	ec := b.ec
+	b.ec = nil
+	if b.stop() && clean && b.keep && ec.br.Buffered() == 0 {
+		ec.pool.put(b.c, ec)
+		return
+	}
+	ec.nc.Close()
+}

@@ -1,0 +1,164 @@
+package gateway
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// newCountingEngine is a fakeEngine that counts the connections it
+// accepted.
+func newCountingEngine(t testing.TB, id string) (*fakeEngine, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	e := &fakeEngine{id: id, tokens: 5, release: make(chan struct{})}
+	e.mode.Store("")
+	e.srv = httptest.NewUnstartedServer(http.HandlerFunc(e.serve))
+	e.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			n.Add(1)
+		}
+	}
+	e.srv.Start()
+	t.Cleanup(e.srv.Close)
+	return e, &n
+}
+
+func TestEngineClientReusesConnections(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream bool
+		path   string
+	}{
+		{"stream", true, ""},
+		{"whole", false, ""},
+		{"base url with /v1", true, "/v1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, conns := newCountingEngine(t, "a")
+			g, base := startGateway(t, Config{Engines: []StaticEngine{{ID: "a", URL: e.url() + tt.path}}})
+			if g.client == nil {
+				t.Fatal("the default config does not use the engine client")
+			}
+			for i := range 20 {
+				code, h, body := post(t, context.Background(), base, chatBody(tt.stream, "hi"), map[string]string{"Authorization": "Bearer k"})
+				if code != 200 || h.Get(HeaderEngine) != "a" {
+					t.Fatalf("request %d: %d %v %s", i, code, h, body)
+				}
+				if tt.stream && !strings.HasSuffix(body, "data: [DONE]\n\n") {
+					t.Fatalf("request %d: stream not complete: %q", i, body)
+				}
+			}
+			// Drains of complete streams run in the background: the
+			// connection count is read once they are done.
+			if n := conns.Load(); n > 2 {
+				t.Errorf("engine accepted %d connections for 20 sequential requests, want 1 or 2", n)
+			}
+			if got := e.header(19).Get("Authorization"); got != "Bearer k" {
+				t.Errorf("Authorization forwarded as %q", got)
+			}
+			if got := e.header(19).Get(HeaderRequestID); got == "" {
+				t.Error("no request id forwarded")
+			}
+			if s := g.Stats(); s.Retries != 0 || s.Succeeded != 20 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestEngineClientStaleConnection: an engine that closed its idle
+// keep-alive connections costs neither an error nor a retry.
+func TestEngineClientStaleConnection(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	g, base := startGateway(t, Config{Engines: static(e)})
+	for i := range 5 {
+		code, _, body := post(t, context.Background(), base, chatBody(true, "hi"), nil)
+		if code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+		// Wait for the drain to pool the connection, then close it
+		// from the engine's side.
+		waitFor(t, 10*time.Second, func() bool { return idleConns(g) > 0 }, "connection pooled")
+		e.srv.CloseClientConnections()
+	}
+	if s := g.Stats(); s.Retries != 0 || s.Failed != 0 || s.Succeeded != 5 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestEngineClientIdleSweep: idle connections older than the idle
+// timeout are closed.
+func TestEngineClientIdleSweep(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	g, base := startGateway(t, Config{Engines: static(e)})
+	if code, _, body := post(t, context.Background(), base, chatBody(false, "hi"), nil); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	waitFor(t, 10*time.Second, func() bool { return idleConns(g) == 1 }, "connection pooled")
+	g.client.closeIdle(time.Now().Add(time.Hour))
+	if n := idleConns(g); n != 0 {
+		t.Errorf("%d idle connections after the sweep", n)
+	}
+	if code, _, body := post(t, context.Background(), base, chatBody(false, "hi"), nil); code != 200 {
+		t.Fatalf("after the sweep: %d %s", code, body)
+	}
+}
+
+func TestAppendTarget(t *testing.T) {
+	tests := []struct{ base, path, want string }{
+		{"http://h:1", "/v1/chat/completions", "/v1/chat/completions"},
+		{"http://h:1/v1", "/v1/chat/completions", "/v1/chat/completions"},
+		{"http://h:1/v1/", "/v1/models", "/v1/models"},
+		{"http://h:1/engine/a", "/v1/completions", "/engine/a/v1/completions"},
+		{"http://h:1/engine/v1", "/v1/completions", "/engine/v1/completions"},
+	}
+	c := newEngineClient(time.Second, time.Now)
+	for _, tt := range tests {
+		hp := c.host(tt.base)
+		if hp == nil {
+			t.Fatalf("%s: not plain http", tt.base)
+		}
+		if got := string(hp.appendTarget(nil, tt.path)); got != tt.want {
+			t.Errorf("%s + %s = %s, want %s", tt.base, tt.path, got, tt.want)
+		}
+		if want := strings.TrimRight(tt.base, "/"); upstreamURL(want, tt.path) != "http://h:1"+tt.want {
+			t.Errorf("upstreamURL(%s, %s) = %s disagrees", want, tt.path, upstreamURL(want, tt.path))
+		}
+	}
+	if hp := c.host("https://h:1"); hp != nil {
+		t.Error("https engine routed to the plain-http client")
+	}
+	if hp := c.host("http://h"); hp == nil || hp.addr != "h:80" {
+		t.Errorf("default port: %+v", hp)
+	}
+}
+
+func TestAppendHeaderRefusesLineBreaks(t *testing.T) {
+	if b := appendHeader(nil, "A", "x\r\nB: y"); len(b) != 0 {
+		t.Errorf("appended %q", b)
+	}
+	if b := string(appendHeader(nil, "A", "x y")); b != "A: x y\r\n" {
+		t.Errorf("appended %q", b)
+	}
+}
+
+func idleConns(g *Gateway) int {
+	g.client.mu.RLock()
+	defer g.client.mu.RUnlock()
+	n := 0
+	for _, hp := range g.client.hosts {
+		if hp != nil {
+			hp.mu.Lock()
+			n += len(hp.idle)
+			hp.mu.Unlock()
+		}
+	}
+	return n
+}
