@@ -3,6 +3,7 @@ package optimizer
 import (
 	"encoding/json"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -21,9 +22,16 @@ func TestTrace(t *testing.T) {
 	if err := json.Unmarshal(data, in); err != nil {
 		t.Fatal(err)
 	}
-	sol, err := Solve(in, Tolerance(1e-3), optionFunc(func(c *config) { c.debug = t.Logf }))
+	sol, err := Solve(in, Tolerance(tolFromEnv()), optionFunc(func(c *config) { c.debug = t.Logf }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("gap %.3g iterations %d", sol.DualityGap, sol.Iterations)
+}
+
+func tolFromEnv() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("SWITCHYARD_TRACE_TOL"), 64); err == nil {
+		return v
+	}
+	return 1e-3
 }
