@@ -199,6 +199,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	if p.cw > 0 && !s.approxChurn {
 		ar = s.buildArcs(pos)
 		sAcc = make([]float64, n)
+		sLog := make([]float64, n)
 		eval = func(mu []float64, tau float64, h *hessTerms) float64 {
 			h.reset()
 			grad := h.grad
@@ -211,7 +212,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				if ar.start[j] == ar.start[j+1] {
 					continue
 				}
-				phi, dS, _ := s.engine(ar, j, mu, tau)
+				phi, dS, m := s.engine(ar, j, mu, tau)
 				f -= phi
 				start := len(h.ents)
 				free := 0.0
@@ -224,12 +225,15 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 							h.ents = append(h.ents, a)
 						}
 						sAcc[a] += x
+						// -x log x = x (m - bid)/tau for the predictor
+						sLog[a] += x * (ar.bid[k] - m) / tau
 						free += x
 					}
 				}
 				for _, u := range h.ents[start:] {
 					h.vals = append(h.vals, sAcc[u])
-					sAcc[u] = 0
+					h.ext = append(h.ext, -sLog[u])
+					sAcc[u], sLog[u] = 0, 0
 				}
 				h.end(free/tau+dS, 0)
 			}
@@ -402,36 +406,17 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		if tauNew < 2*tauFinal {
 			tauNew = tauFinal
 		}
-		if ar == nil && valid {
+		if valid {
 			// Predictor: follow the path of optima mu(tau) to the new
-			// temperature along its tangent, qd * dmu/dtau = dgrad/dtau,
-			// where (H_j the entropy of engine j's softmax p_j)
-			//   dgrad_i/dtau = -sum_j [dL_j H_j p_ij + L_j/tau p_ij (-log p_ij - H_j)].
+			// temperature along its tangent, qd * dmu/dtau = dgrad/dtau.
 			// Without it the first steps at a new temperature were cut
 			// to slivers by the line search (the supply falls with the
 			// log-sum-exp as tau shrinks): 64x1024 took 54 evaluations
 			// of the dual, with it 23.
-			h := cur
-			for a := range dg {
-				dg[a] = 0
-			}
-			for r := range h.a {
-				ents, probs := h.ents[h.off[r]:h.off[r+1]], h.vals[h.off[r]:h.off[r+1]]
-				lt, dL := h.a[r], h.b[r]
-				ent := 0.0
-				for _, pu := range probs {
-					if pu > 0 {
-						ent -= pu * math.Log(pu)
-					}
-				}
-				for u, a := range ents {
-					pu := probs[u]
-					lp := 0.0
-					if pu > 0 {
-						lp = math.Log(pu)
-					}
-					dg[a] -= dL*ent*pu + lt*pu*(-lp-ent)
-				}
+			if ar == nil {
+				predictSoftmax(cur, dg)
+			} else {
+				predictArcs(cur, tau, dg)
 			}
 			tr := 0.0
 			for a := range n {
@@ -560,6 +545,7 @@ type hessTerms struct {
 	grad []float64
 	ents []int32
 	vals []float64
+	ext  []float64 // churn: sum over the cluster's free arcs of -x log x
 	off  []int32
 	a, b []float64
 }
@@ -569,7 +555,7 @@ func newHessTerms(n int) *hessTerms {
 }
 
 func (h *hessTerms) reset() {
-	h.ents, h.vals, h.off, h.a, h.b = h.ents[:0], h.vals[:0], h.off[:1], h.a[:0], h.b[:0]
+	h.ents, h.vals, h.ext, h.off, h.a, h.b = h.ents[:0], h.vals[:0], h.ext[:0], h.off[:1], h.a[:0], h.b[:0]
 }
 
 // end closes the current engine's record.
@@ -585,4 +571,54 @@ func norm1(v []float64) float64 {
 		t += math.Abs(x)
 	}
 	return t
+}
+
+// predictSoftmax sets dg to dgrad/dtau at the evaluation h (no churn):
+// with H_j the entropy of engine j's softmax p_j,
+//
+//	dgrad_i/dtau = -sum_j [dL_j H_j p_ij + L_j/tau p_ij (-log p_ij - H_j)].
+func predictSoftmax(h *hessTerms, dg []float64) {
+	clear(dg)
+	for r := range h.a {
+		ents, probs := h.ents[h.off[r]:h.off[r+1]], h.vals[h.off[r]:h.off[r+1]]
+		lt, dL := h.a[r], h.b[r]
+		ent := 0.0
+		for _, pu := range probs {
+			if pu > 0 {
+				ent -= pu * math.Log(pu)
+			}
+		}
+		for u, a := range ents {
+			pu := probs[u]
+			lp := 0.0
+			if pu > 0 {
+				lp = math.Log(pu)
+			}
+			dg[a] -= dL*ent*pu + lt*pu*(-lp-ent)
+		}
+	}
+}
+
+// predictArcs sets dg to dgrad/dtau at the evaluation h with churn arcs:
+// a free arc carries x = exp((bid - m)/tau), so
+// dx/dtau = x(-log x - dm/dtau)/tau, and the engine price moves so that
+// the free arcs follow the supply: dm/dtau = sum_free (-x log x)/tau / den
+// (den = free/tau + dL, as in the Hessian).
+func predictArcs(h *hessTerms, tau float64, dg []float64) {
+	clear(dg)
+	for r := range h.a {
+		lo, hi := h.off[r], h.off[r+1]
+		ents, acc, xl := h.ents[lo:hi], h.vals[lo:hi], h.ext[lo:hi]
+		den := h.a[r]
+		dm := 0.0
+		if den > 0 {
+			for _, v := range xl {
+				dm += v
+			}
+			dm /= tau * den
+		}
+		for k, a := range ents {
+			dg[a] -= (xl[k] - dm*acc[k]) / tau
+		}
+	}
 }
