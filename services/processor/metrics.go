@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
 type metrics struct {
@@ -17,6 +18,8 @@ type metrics struct {
 
 	// outcomes[input][Outcome] are the records counters, resolved once.
 	outcomes [2][4]prometheus.Counter
+	// published[estimateKind] are the estimates counters, resolved once.
+	published [3]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -81,5 +84,8 @@ func (m *metrics) resolve() {
 		for o, out := range []string{"accepted", "late", "dead_lettered", "replayed"} {
 			m.outcomes[i][o] = m.records.WithLabelValues(in, out)
 		}
+	}
+	for k, kind := range [3]string{estimate.KindEngine, estimate.KindDemand, estimate.KindNetwork} { // estimateKind order
+		m.published[k] = m.estimates.WithLabelValues(kind)
 	}
 }

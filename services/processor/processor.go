@@ -400,65 +400,80 @@ func (r *runner) write(ctx context.Context, in <-chan batch) error {
 
 // publish computes and produces the estimates of b's windows.
 func (r *runner) publish(ctx context.Context, b batch) error {
+	// Outputs are produced without ctx: once fired they must reach Kafka
+	// before the final checkpoint.
+	pctx := context.WithoutCancel(ctx)
+	epoch := b.epoch
+	var acked [3]func(*kgo.Record, error)
+	for k := range acked {
+		published := r.s.m.published[k]
+		acked[k] = func(_ *kgo.Record, err error) {
+			r.acks.done(epoch, err)
+			if err == nil {
+				r.s.published.Add(1)
+				published.Inc()
+			}
+		}
+	}
 	for _, w := range b.fired {
 		f := r.core.estimates(w)
-		vals, err := marshalAll(f.Estimates, runtime.GOMAXPROCS(0))
+		keys, vals, err := marshalAll(f.Estimates, runtime.GOMAXPROCS(0))
 		if err != nil {
 			return err
 		}
+		recs := make([]kgo.Record, len(f.Estimates))
+		ts := time.UnixMilli(f.End)
+		r.acks.add(epoch, len(recs))
 		for i, e := range f.Estimates {
-			v := vals[i]
-			kind := estimateKind(e)
-			r.acks.add(b.epoch)
-			epoch := b.epoch
-			// Outputs are produced without ctx: once fired they must
-			// reach Kafka before the final checkpoint.
-			r.cl.Produce(context.WithoutCancel(ctx), &kgo.Record{
-				Topic: r.s.topics.Estimates, Key: []byte(estimate.Key(e)), Value: v, Timestamp: time.UnixMilli(f.End),
-			}, func(_ *kgo.Record, err error) {
-				r.acks.done(epoch, err)
-				if err == nil {
-					r.s.published.Add(1)
-					r.s.m.estimates.WithLabelValues(kind).Inc()
-				}
-			})
+			rec := &recs[i]
+			rec.Topic, rec.Key, rec.Value, rec.Timestamp = r.s.topics.Estimates, keys[i], vals[i], ts
+			r.cl.Produce(pctx, rec, acked[estimateKind(e)])
 		}
 	}
 	return nil
 }
 
-// marshalAll encodes ests (estimate.Marshal) on up to workers
-// goroutines; the bytes do not depend on workers.
-func marshalAll(ests []*schemas.Estimate, workers int) ([][]byte, error) {
-	out := make([][]byte, len(ests))
+// marshalAll encodes ests (estimate.Marshal) and their keys
+// (estimate.Key) on up to workers goroutines, each into one buffer its
+// keys and values share; the bytes do not depend on workers.
+func marshalAll(ests []*schemas.Estimate, workers int) (keys, vals [][]byte, err error) {
+	keys = make([][]byte, len(ests))
+	vals = make([][]byte, len(ests))
 	errs := make([]error, len(ests))
 	chunk := max(256, (len(ests)+workers-1)/max(workers, 1))
 	var wg sync.WaitGroup
 	for lo := 0; lo < len(ests); lo += chunk {
 		hi := min(lo+chunk, len(ests))
 		wg.Go(func() {
+			buf := make([]byte, 0, 256*(hi-lo))
 			for i := lo; i < hi; i++ {
-				out[i], errs[i] = estimate.Marshal(ests[i])
+				at := len(buf)
+				buf = estimate.AppendKey(buf, ests[i])
+				keys[i] = buf[at:len(buf):len(buf)]
+				at = len(buf)
+				buf, errs[i] = estimate.AppendMarshal(buf, ests[i])
+				vals[i] = buf[at:len(buf):len(buf)]
 			}
 		})
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return out, nil
+	return keys, vals, nil
 }
 
-func estimateKind(e *schemas.Estimate) string {
+// estimateKind indexes metrics.published: 0 engine, 1 demand, 2 network.
+func estimateKind(e *schemas.Estimate) int {
 	switch e.GetKind().(type) {
 	case *schemas.Estimate_Engine:
-		return estimate.KindEngine
+		return 0
 	case *schemas.Estimate_Demand:
-		return estimate.KindDemand
+		return 1
 	}
-	return estimate.KindNetwork
+	return 2
 }
 
 // acks tracks produced outputs by epoch until Kafka acknowledges them.
@@ -475,21 +490,29 @@ func newAcks() *acks {
 	return a
 }
 
-func (a *acks) add(epoch uint64) {
+// add counts n more outputs of epoch.
+func (a *acks) add(epoch uint64, n int) {
 	a.mu.Lock()
-	a.pending[epoch]++
+	a.pending[epoch] += n
 	a.mu.Unlock()
 }
 
+// done acknowledges one output of epoch; waiters wake only when an epoch
+// completes or an output fails.
 func (a *acks) done(epoch uint64, err error) {
 	a.mu.Lock()
+	wake := false
 	if a.pending[epoch]--; a.pending[epoch] <= 0 {
 		delete(a.pending, epoch)
+		wake = true
 	}
 	if err != nil && a.err == nil {
 		a.err = err
+		wake = true
 	}
-	a.cond.Broadcast()
+	if wake {
+		a.cond.Broadcast()
+	}
 	a.mu.Unlock()
 }
 
@@ -572,7 +595,7 @@ func (r *runner) handle(rec *kgo.Record) {
 		s.m.deadLetters.WithLabelValues(code).Inc()
 		s.log.Debug("dead-lettering record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
 		r.dirty = true
-		r.acks.add(r.epoch)
+		r.acks.add(r.epoch, 1)
 		epoch := r.epoch
 		r.cl.Produce(context.Background(), r.dlq.Record(rec, reason), func(_ *kgo.Record, err error) { r.acks.done(epoch, err) })
 	}

@@ -50,13 +50,37 @@ func Key(e *schemas.Estimate) string {
 	return ""
 }
 
-// Marshal encodes e deterministically (same estimate, same bytes).
-func Marshal(e *schemas.Estimate) ([]byte, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
-	if err != nil {
-		return nil, fmt.Errorf("encoding estimate %q: %w", Key(e), err)
+// AppendKey appends Key(e) to b.
+func AppendKey(b []byte, e *schemas.Estimate) []byte {
+	switch k := e.GetKind().(type) {
+	case *schemas.Estimate_Engine:
+		return append(append(b, KindEngine+"/"...), k.Engine.GetEngineId()...)
+	case *schemas.Estimate_Demand:
+		return append(append(b, KindDemand+"/"...), k.Demand.GetCluster()...)
+	case *schemas.Estimate_Network:
+		b = append(append(b, KindNetwork+"/"...), k.Network.GetCluster()...)
+		return append(append(b, '/'), k.Network.GetEngineId()...)
 	}
-	return b, nil
+	return b
+}
+
+// Marshal encodes e deterministically (same estimate, same bytes: those
+// of proto.MarshalOptions{Deterministic: true}).
+func Marshal(e *schemas.Estimate) ([]byte, error) { return AppendMarshal(nil, e) }
+
+// AppendMarshal appends Marshal's encoding of e to b. It writes the wire
+// format directly (no protobuf reflection) and falls back to
+// proto.MarshalOptions{Deterministic: true} for anything unusual, so the
+// bytes are always the same as proto's.
+func AppendMarshal(b []byte, e *schemas.Estimate) ([]byte, error) {
+	if out, ok := appendEstimate(b, e); ok {
+		return out, nil
+	}
+	out, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, e)
+	if err != nil {
+		return b, fmt.Errorf("encoding estimate %q: %w", Key(e), err)
+	}
+	return out, nil
 }
 
 // ErrKey is returned by ParseKey for a key of no known kind.
