@@ -372,7 +372,11 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					alpha = math.Max(alpha/16, math.Min(alpha/2, next))
 				}
 				if s.debug != nil {
-					s.debug("  step tau %.3g try %d alpha %g improved %v g1 %.3g damp %g", tau, try, alpha, improved, g1, damp)
+					dmax := 0.0
+					for a := range n {
+						dmax = math.Max(dmax, math.Abs(dir.AtVec(a)))
+					}
+					s.debug("  step tau %.3g try %d alpha %g improved %v g1 %.3g damp %g dmax %.4g step %.4g evals %d", tau, try, alpha, improved, g1, damp, dmax, alpha*dmax, nEval)
 				}
 				if !improved {
 					damp = math.Max(damp*100, 1e-6)

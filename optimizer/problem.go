@@ -80,6 +80,7 @@ func newProblem(in *Instance) (*problem, bool) {
 	// previous weight for that cluster.
 	seen := make([]int32, ne)
 	prevW := make([]float64, ne)
+	rttAt := make([]float64, ne)
 	rows, prevs := 0, 0
 	for i, c := range clusters {
 		if i > 0 && c.ID == clusters[i-1].ID {
@@ -103,8 +104,20 @@ func newProblem(in *Instance) (*problem, bool) {
 			}
 			row = append(row, entry{j, r})
 			seen[j] = int32(i + 1)
+			rttAt[j] = r
 		}
-		slices.SortFunc(row, func(a, b entry) int { return int(a.j) - int(b.j) }) // engine order is id order
+		// Engine order is id order: a dense row is read off by a scan
+		// over the engines, a sparse one sorted.
+		if 4*len(row) >= ne {
+			row = row[:0]
+			for j := range seen {
+				if seen[j] == int32(i+1) {
+					row = append(row, entry{int32(j), rttAt[j]})
+				}
+			}
+		} else {
+			slices.SortFunc(row, func(a, b entry) int { return int(a.j) - int(b.j) })
+		}
 		prow = prow[:0]
 		for id, w := range prev {
 			j, ok := eidx[id]

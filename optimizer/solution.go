@@ -120,18 +120,32 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 		Explanations:     make(map[string][]Explanation, nc),
 		demand:           make(map[string]float64, nc),
 	}
-	// One backing array for every explanation and binding list (each
-	// binding list gets its own capacity-limited window of binds).
+	// One backing array for every explanation. Binding lists are shared
+	// between explanations with the same constraints (capacity-limited,
+	// so an append by a caller copies).
 	nBlocked := 0
 	for i := range p.blocked {
 		nBlocked += len(p.blocked[i])
 	}
 	explAll := make([]Explanation, 0, len(p.eng)+nBlocked)
-	binds := make([]string, 0, 2*(len(p.eng)+nBlocked))
+	binds := make([]string, 0, 2*nBlocked)
 	bind := func(names ...string) []string {
 		k := len(binds)
 		binds = append(binds, names...)
 		return binds[k:len(binds):len(binds)]
+	}
+	var edgeBinds [8][]string // by mask: capacity 1, churn 2, zero 4
+	edgeBind := func(mask int) []string {
+		if edgeBinds[mask] == nil {
+			var b []string
+			for k, name := range []string{"capacity", "churn", "zero"} {
+				if mask&(1<<k) != 0 {
+					b = append(b, name)
+				}
+			}
+			edgeBinds[mask] = b[:len(b):len(b)]
+		}
+		return edgeBinds[mask]
 	}
 	util := func(j int32) float64 {
 		if p.capRPS[j] <= 0 {
@@ -231,22 +245,18 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 				MarginalMs:         p.rtt[e] + s.pi[j],
 				PlannedUtilization: util(j),
 			}
-			var bs [3]string
-			nb := 0
+			mask := 0
 			if s.load[j] >= c.cap*(1-1e-9) {
-				bs[nb] = "capacity"
-				nb++
+				mask |= 1
 			}
 			if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
-				bs[nb] = "churn"
-				nb++
+				mask |= 2
 			}
 			if ex.Weight == 0 {
-				bs[nb] = "zero"
-				nb++
+				mask |= 4
 			}
-			if nb > 0 {
-				ex.Binding = bind(bs[:nb]...)
+			if mask != 0 {
+				ex.Binding = edgeBind(mask)
 			}
 			if ex.Weight > 0 {
 				ws[ex.Engine] = ex.Weight
