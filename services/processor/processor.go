@@ -492,6 +492,9 @@ func newAcks() *acks {
 
 // add counts n more outputs of epoch.
 func (a *acks) add(epoch uint64, n int) {
+	if n <= 0 {
+		return // no entry that nothing would ever complete
+	}
 	a.mu.Lock()
 	a.pending[epoch] += n
 	a.mu.Unlock()
