@@ -66,18 +66,22 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 	lo, hi := ar.start[j], ar.start[j+1]
 	ar.calls++
 	ar.idx, ar.bid, ar.x = ar.idx[:0], ar.bid[:0], ar.x[:0]
-	maxb := math.Inf(-1)
+	// A free arc carries x = exp((bid - m)/tau) <= cap, so the engine
+	// price m is at least the best uncapped bid - tau*log(cap): arcs
+	// bidding more than tau*(45 + log(1+cap)) below that carry less
+	// than exp(-45) rps and are left out.
+	maxu := math.Inf(-1)
 	for k := lo; k < hi; k++ {
-		maxb = math.Max(maxb, mu[ar.pos[k]]-ar.cost[k])
+		if math.IsInf(ar.cap[k], 1) {
+			maxu = math.Max(maxu, mu[ar.pos[k]]-ar.cost[k])
+		}
 	}
-	if math.IsInf(maxb, -1) {
+	if math.IsInf(maxu, -1) || math.IsNaN(maxu) {
 		return 0, 0, 0
 	}
-	// Capped arcs bid 2*churn above their uncapped twins; the window must
-	// keep the best uncapped arcs, which carry any flow beyond the caps.
-	window := tau*(45+math.Log1p(c.cap)) + 2*p.cw
+	floor := maxu - tau*(45+math.Log1p(c.cap))
 	for k := lo; k < hi; k++ {
-		if b := mu[ar.pos[k]] - ar.cost[k]; b >= maxb-window {
+		if b := mu[ar.pos[k]] - ar.cost[k]; b >= floor {
 			ar.idx = append(ar.idx, k)
 			ar.bid = append(ar.bid, b)
 			ar.x = append(ar.x, 0)
@@ -119,14 +123,17 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 // interval is found from the scalar equation, so each arc costs one exp
 // instead of one per iteration of a search.
 func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64 {
-	// Order: capped arcs by t descending, then the uncapped ones.
+	// Order: capped arcs by t descending, then the uncapped ones (t =
+	// -Inf) in arc order; only the capped ones need sorting.
 	nk := len(ar.bid)
 	ar.ord = ar.ord[:0]
 	ar.t = ar.t[:0]
 	for k, b := range ar.bid {
-		ar.ord = append(ar.ord, int32(k))
 		t := b - tau*ar.logCap[ar.idx[k]] // -Inf when uncapped
 		ar.t = append(ar.t, t)
+		if !math.IsInf(t, -1) {
+			ar.ord = append(ar.ord, int32(k))
+		}
 	}
 	slices.SortFunc(ar.ord, func(a, b int32) int {
 		ta, tb := ar.t[a], ar.t[b]
@@ -138,6 +145,11 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64
 		}
 		return int(a) - int(b)
 	})
+	for k, t := range ar.t {
+		if math.IsInf(t, -1) {
+			ar.ord = append(ar.ord, int32(k))
+		}
+	}
 	// Suffix log-sum-exp of the bids (free arcs below position q) and
 	// prefix sums of the caps (saturated arcs above it).
 	ar.sufM = resize(ar.sufM, nk+1)

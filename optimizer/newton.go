@@ -240,20 +240,26 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			return f
 		}
 		// Per engine diag(s/tau) - (s/tau)(s/tau)^T/den.
+		var sv []float64
 		hess = func(h *hessTerms, tau float64, qd []float64) {
 			clear(qd)
 			for r := range h.a {
 				touched, acc := h.ents[h.off[r]:h.off[r+1]], h.vals[h.off[r]:h.off[r+1]]
 				den := h.a[r]
+				// touched is increasing (arcs are listed in cluster
+				// order), so the upper triangle of row u is the suffix.
+				sv = sv[:0]
+				for _, a := range acc {
+					sv = append(sv, a/tau)
+				}
 				for k, u := range touched {
-					su := acc[k] / tau
+					su := sv[k]
 					row := qd[int(u)*n : int(u+1)*n]
 					row[u] += su
 					if den > 0 {
-						for l, v := range touched {
-							if v >= u {
-								row[v] -= su * (acc[l] / tau) / den
-							}
+						cu := su / den
+						for l := k; l < len(touched); l++ {
+							row[touched[l]] -= cu * sv[l]
 						}
 					}
 				}
