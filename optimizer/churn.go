@@ -18,6 +18,7 @@ type arcs struct {
 	edge   []int32
 	// scratch
 	x, bid []float64
+	e      []float64 // uncapped arcs: exp((bid - best uncapped bid)/tau)
 	idx    []int32
 	calls  int // engine solves, for the trace
 	// enginePrice scratch
@@ -87,19 +88,30 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 			ar.x = append(ar.x, 0)
 		}
 	}
-	m = s.enginePrice(ar, c, s.fullEngine[j], tau)
+	m = s.enginePrice(ar, c, s.fullEngine[j], tau, maxu)
+	// Uncapped arcs: x = e*exp((maxu - m)/tau) with e = exp((bid -
+	// maxu)/tau) from enginePrice. A free arc's entropy term is
+	// bid - tau*(log x - 1) = m + tau; a saturated one's uses log cap.
+	f := math.Exp(math.Min((maxu-m)/tau, 700))
+	L := 0.0
 	for k, b := range ar.bid {
-		x := math.Exp(math.Min((b-m)/tau, 700))
-		if cp := ar.cap[ar.idx[k]]; x >= cp {
-			x = cp
+		a := ar.idx[k]
+		cp := ar.cap[a]
+		var x float64
+		if math.IsInf(cp, 1) {
+			x = ar.e[k] * f
+		} else {
+			x = math.Exp(math.Min((b-m)/tau, 700))
 		}
 		ar.x[k] = x
-	}
-	L := 0.0
-	for k, x := range ar.x {
-		L += x
-		if x > 0 {
-			phi += x * (ar.bid[k] - tau*(math.Log(x)-1))
+		switch {
+		case x >= cp:
+			ar.x[k] = cp
+			L += cp
+			phi += cp * (b - tau*(ar.logCap[a]-1))
+		case x > 0:
+			L += x
+			phi += x * (m + tau)
 		}
 	}
 	phi -= c.g(math.Min(L, c.cap))
@@ -122,18 +134,23 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 // sorted order (suffix sums, no cancellation) and the root in its
 // interval is found from the scalar equation, so each arc costs one exp
 // instead of one per iteration of a search.
-func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64 {
-	// Order: capped arcs by t descending, then the uncapped ones (t =
-	// -Inf) in arc order; only the capped ones need sorting.
-	nk := len(ar.bid)
+func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau, maxu float64) float64 {
+	// Order: capped arcs by t descending; the uncapped ones (t = -Inf)
+	// never saturate and enter as one log-sum-exp relative to maxu (the
+	// best uncapped bid), with each arc's term kept in ar.e.
 	ar.ord = ar.ord[:0]
-	ar.t = ar.t[:0]
+	ar.t = resize(ar.t, len(ar.bid))
+	ar.e = resize(ar.e, len(ar.bid))
+	sU := 0.0
 	for k, b := range ar.bid {
-		t := b - tau*ar.logCap[ar.idx[k]] // -Inf when uncapped
-		ar.t = append(ar.t, t)
-		if !math.IsInf(t, -1) {
-			ar.ord = append(ar.ord, int32(k))
+		a := ar.idx[k]
+		if math.IsInf(ar.cap[a], 1) {
+			ar.e[k] = math.Exp((b - maxu) / tau)
+			sU += ar.e[k]
+			continue
 		}
+		ar.t[k] = b - tau*ar.logCap[a]
+		ar.ord = append(ar.ord, int32(k))
 	}
 	slices.SortFunc(ar.ord, func(a, b int32) int {
 		ta, tb := ar.t[a], ar.t[b]
@@ -145,18 +162,15 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64
 		}
 		return int(a) - int(b)
 	})
-	for k, t := range ar.t {
-		if math.IsInf(t, -1) {
-			ar.ord = append(ar.ord, int32(k))
-		}
-	}
-	// Suffix log-sum-exp of the bids (free arcs below position q) and
-	// prefix sums of the caps (saturated arcs above it).
+	// Suffix log-sum-exp of the bids (free arcs at positions >= q, then
+	// the uncapped ones) and prefix sums of the caps (saturated arcs
+	// above q).
+	nk := len(ar.ord)
 	ar.sufM = resize(ar.sufM, nk+1)
 	ar.sufS = resize(ar.sufS, nk+1)
 	ar.preC = resize(ar.preC, nk+1)
 	ar.preC[0] = 0
-	ar.sufM[nk], ar.sufS[nk] = math.Inf(-1), 0
+	ar.sufM[nk], ar.sufS[nk] = maxu, sU
 	for q := nk - 1; q >= 0; q-- {
 		b := ar.bid[ar.ord[q]]
 		M, S := ar.sufM[q+1], ar.sufS[q+1]
@@ -169,12 +183,7 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau float64) float64
 		ar.sufM[q], ar.sufS[q] = M, S
 	}
 	for q := range nk {
-		k := ar.ord[q]
-		cp := ar.cap[ar.idx[k]]
-		if math.IsInf(cp, 1) {
-			cp = 0
-		}
-		ar.preC[q+1] = ar.preC[q] + cp
+		ar.preC[q+1] = ar.preC[q] + ar.cap[ar.idx[ar.ord[q]]]
 	}
 	// Knots of the supply L(m), descending.
 	ar.knots = ar.knots[:0]
