@@ -21,6 +21,12 @@ type arcs struct {
 	e      []float64 // uncapped arcs: exp((bid - best uncapped bid)/tau)
 	idx    []int32
 	calls  int // engine solves, for the trace
+	// Capped arcs per engine (capStart) in the order of their last
+	// breakpoints (capOrd, global arc indices), kept between evaluations
+	// so that sorting is an insertion pass over a nearly sorted list.
+	capStart, capOrd []int32
+	tG               []float64 // breakpoint per capped arc
+	local            []int32   // arc - start -> window position, or -1
 	// enginePrice scratch
 	ord                 []int32
 	t, sufM, sufS, preC []float64
@@ -53,6 +59,19 @@ func (s *solver) buildArcs(pos []int) *arcs {
 		}
 		ar.start[j+1] = int32(len(ar.pos))
 	}
+	ar.capStart = make([]int32, len(p.curves)+1)
+	maxArcs := 0
+	for j := range p.curves {
+		for a := ar.start[j]; a < ar.start[j+1]; a++ {
+			if !math.IsInf(ar.cap[a], 1) {
+				ar.capOrd = append(ar.capOrd, a)
+			}
+		}
+		ar.capStart[j+1] = int32(len(ar.capOrd))
+		maxArcs = max(maxArcs, int(ar.start[j+1]-ar.start[j]))
+	}
+	ar.tG = make([]float64, len(ar.pos))
+	ar.local = make([]int32, maxArcs)
 	return ar
 }
 
@@ -81,11 +100,30 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 		return 0, 0, 0
 	}
 	floor := maxu - tau*(45+math.Log1p(c.cap))
+	ar.t = resize(ar.t, int(hi-lo))
 	for k := lo; k < hi; k++ {
-		if b := mu[ar.pos[k]] - ar.cost[k]; b >= floor {
+		b := mu[ar.pos[k]] - ar.cost[k]
+		if !math.IsInf(ar.cap[k], 1) {
+			ar.tG[k] = b - tau*ar.logCap[k]
+		}
+		ar.local[k-lo] = -1
+		if b >= floor {
+			ar.local[k-lo] = int32(len(ar.idx))
+			if !math.IsInf(ar.cap[k], 1) {
+				ar.t[len(ar.idx)] = ar.tG[k]
+			}
 			ar.idx = append(ar.idx, k)
 			ar.bid = append(ar.bid, b)
 			ar.x = append(ar.x, 0)
+		}
+	}
+	// Capped arcs by breakpoint descending (ties by arc index).
+	co := ar.capOrd[ar.capStart[j]:ar.capStart[j+1]]
+	sortByBreakpoint(co, ar.tG)
+	ar.ord = ar.ord[:0]
+	for _, a := range co {
+		if k := ar.local[a-lo]; k >= 0 {
+			ar.ord = append(ar.ord, k)
 		}
 	}
 	m = s.enginePrice(ar, c, s.fullEngine[j], tau, maxu)
@@ -98,9 +136,12 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 		a := ar.idx[k]
 		cp := ar.cap[a]
 		var x float64
-		if math.IsInf(cp, 1) {
+		switch {
+		case math.IsInf(cp, 1):
 			x = ar.e[k] * f
-		} else {
+		case ar.t[k] >= m: // saturated
+			x = cp
+		default:
 			x = math.Exp(math.Min((b-m)/tau, 700))
 		}
 		ar.x[k] = x
@@ -138,30 +179,16 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau, maxu float64) f
 	// Order: capped arcs by t descending; the uncapped ones (t = -Inf)
 	// never saturate and enter as one log-sum-exp relative to maxu (the
 	// best uncapped bid), with each arc's term kept in ar.e.
-	ar.ord = ar.ord[:0]
-	ar.t = resize(ar.t, len(ar.bid))
+	// (engine leaves the capped arcs' positions sorted in ar.ord and
+	// their breakpoints in ar.t.)
 	ar.e = resize(ar.e, len(ar.bid))
 	sU := 0.0
 	for k, b := range ar.bid {
-		a := ar.idx[k]
-		if math.IsInf(ar.cap[a], 1) {
+		if math.IsInf(ar.cap[ar.idx[k]], 1) {
 			ar.e[k] = math.Exp((b - maxu) / tau)
 			sU += ar.e[k]
-			continue
 		}
-		ar.t[k] = b - tau*ar.logCap[a]
-		ar.ord = append(ar.ord, int32(k))
 	}
-	slices.SortFunc(ar.ord, func(a, b int32) int {
-		ta, tb := ar.t[a], ar.t[b]
-		switch {
-		case ta > tb:
-			return -1
-		case ta < tb:
-			return 1
-		}
-		return int(a) - int(b)
-	})
 	// Suffix log-sum-exp of the bids (free arcs at positions >= q, then
 	// the uncapped ones) and prefix sums of the caps (saturated arcs
 	// above q).
@@ -319,4 +346,33 @@ func resize(v []float64, n int) []float64 {
 		return make([]float64, n, 2*n)
 	}
 	return v[:n]
+}
+
+// sortByBreakpoint sorts the arcs a by t[a] descending, ties by a
+// ascending: an insertion pass (the order changes little between
+// evaluations), or a full sort when that would move too much.
+func sortByBreakpoint(a []int32, t []float64) {
+	before := func(x, y int32) bool { return t[x] > t[y] || (t[x] == t[y] && x < y) }
+	moves := 0
+	for i := 1; i < len(a); i++ {
+		v := a[i]
+		k := i
+		for k > 0 && before(v, a[k-1]) {
+			a[k] = a[k-1]
+			k--
+		}
+		a[k] = v
+		if moves += i - k; moves > 8*len(a) {
+			slices.SortFunc(a, func(x, y int32) int {
+				switch {
+				case before(x, y):
+					return -1
+				case before(y, x):
+					return 1
+				}
+				return 0
+			})
+			return
+		}
+	}
 }
