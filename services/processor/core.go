@@ -247,7 +247,7 @@ type Fired struct {
 func (c *Core) Fire() []Fired {
 	var out []Fired
 	for _, w := range c.fire() {
-		out = append(out, c.estimates(w))
+		out = append(out, c.estimates(w, false))
 	}
 	return out
 }
@@ -279,9 +279,15 @@ func (c *Core) fire() []firedWindow {
 
 // estimates computes a fired window's estimates. Windows must be passed
 // in the order fire returned them (the fit cache ages per window); it may
-// run concurrently with Handle and fire.
-func (c *Core) estimates(w firedWindow) Fired {
-	f := Fired{Start: w.start, End: w.end, Estimates: w.merged.Estimates(c.fits.Fit, runtime.GOMAXPROCS(0))}
+// run concurrently with Handle and fire. With shared, the estimates'
+// latency profiles are the fit cache's own (FitCache.Shared): the caller
+// only reads them.
+func (c *Core) estimates(w firedWindow, shared bool) Fired {
+	fit := c.fits.Fit
+	if shared {
+		fit = c.fits.Shared
+	}
+	f := Fired{Start: w.start, End: w.end, Estimates: w.merged.Estimates(fit, runtime.GOMAXPROCS(0))}
 	c.fits.Rotate()
 	return f
 }

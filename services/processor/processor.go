@@ -416,7 +416,7 @@ func (r *runner) publish(ctx context.Context, b batch) error {
 		}
 	}
 	for _, w := range b.fired {
-		f := r.core.estimates(w)
+		f := r.core.estimates(w, true) // encoded and dropped
 		keys, vals, err := marshalAll(f.Estimates, runtime.GOMAXPROCS(0))
 		if err != nil {
 			return err

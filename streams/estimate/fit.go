@@ -261,6 +261,13 @@ func NewFitCache(fit Fitter) *FitCache {
 // Fit is a Fitter: the cached profile for this exact input (a copy the
 // caller owns), else a new fit.
 func (c *FitCache) Fit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
+	return cloneProfile(c.Shared(obs, gpuClass, k))
+}
+
+// Shared is Fit without the copy: the profile it returns is the cached
+// one, shared with every other caller for the same input, which must
+// not modify it (for estimates that are encoded and dropped).
+func (c *FitCache) Shared(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 	var arr [8 + 32 + numBins*24]byte
 	key := arr[:0]
 	key = binary.LittleEndian.AppendUint32(key, uint32(k))
@@ -285,13 +292,13 @@ func (c *FitCache) Fit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfi
 	}
 	c.mu.Unlock()
 	if ok {
-		return cloneProfile(p)
+		return p
 	}
 	p = c.fit(obs, gpuClass, k)
 	c.mu.Lock()
 	c.cur[string(key)] = p
 	c.mu.Unlock()
-	return cloneProfile(p)
+	return p
 }
 
 // Rotate starts a new generation: entries not used since the previous

@@ -13,18 +13,25 @@ type pair struct{ cluster, engine string }
 // and per-(cluster, engine) accumulators. Its size grows with the number
 // of entities, not records.
 type Pane struct {
-	engines map[string]*Engine
-	demand  map[string]*Demand
-	network map[pair]*Network
-	// The last demand accumulator used (records come in runs per
-	// cluster).
+	engines  map[string]*Engine
+	clusters map[string]*clusterPane
+	networks int // network accumulators in clusters
+	// The last cluster used (records come in runs per cluster).
 	lastCluster string
-	lastDemand  *Demand
+	last        *clusterPane
+}
+
+// clusterPane is one cluster's demand and its network accumulators by
+// engine id (one string lookup per routing event once the cluster is
+// known, instead of hashing a (cluster, engine) pair).
+type clusterPane struct {
+	demand  Demand
+	network map[string]*Network
 }
 
 // NewPane returns an empty pane.
 func NewPane() *Pane {
-	return &Pane{engines: map[string]*Engine{}, demand: map[string]*Demand{}, network: map[pair]*Network{}}
+	return &Pane{engines: map[string]*Engine{}, clusters: map[string]*clusterPane{}}
 }
 
 // AddSignal folds in a validated signal.
@@ -39,29 +46,29 @@ func (p *Pane) AddSignal(s *schemas.EngineSignal) {
 
 // AddRoutingEvent folds in a validated routing event.
 func (p *Pane) AddRoutingEvent(ev *schemas.RoutingEvent) {
-	d := p.lastDemand
-	if d == nil || ev.GetCluster() != p.lastCluster {
-		if d = p.demand[ev.GetCluster()]; d == nil {
-			d = &Demand{}
-			p.demand[ev.GetCluster()] = d
+	c := p.last
+	if c == nil || ev.GetCluster() != p.lastCluster {
+		if c = p.clusters[ev.GetCluster()]; c == nil {
+			c = &clusterPane{network: map[string]*Network{}}
+			p.clusters[ev.GetCluster()] = c
 		}
-		p.lastCluster, p.lastDemand = ev.GetCluster(), d
+		p.lastCluster, p.last = ev.GetCluster(), c
 	}
-	d.Add(ev)
+	c.demand.Add(ev)
 	if ev.GetEngineId() == "" {
 		return
 	}
-	k := pair{ev.GetCluster(), ev.GetEngineId()}
-	n := p.network[k]
+	n := c.network[ev.GetEngineId()]
 	if n == nil {
 		n = &Network{}
-		p.network[k] = n
+		c.network[ev.GetEngineId()] = n
+		p.networks++
 	}
 	n.Add(ev)
 }
 
 // Entities is the number of accumulators the pane holds.
-func (p *Pane) Entities() int { return len(p.engines) + len(p.demand) + len(p.network) }
+func (p *Pane) Entities() int { return len(p.engines) + len(p.clusters) + p.networks }
 
 // Window describes the window being computed: its bounds (Unix ms), the
 // slide (pane length, ms), and its panes with their start times, in order.
@@ -94,26 +101,43 @@ type Merged struct {
 
 // Merge merges the window's panes (the cheap part of Compute).
 func Merge(w Window) *Merged {
-	engines := map[string]*Engine{}
-	network := map[pair]*Network{}
+	// Sized for the largest pane; the accumulators in one slab each.
+	var ne, nn int
+	for _, p := range w.Panes {
+		ne, nn = max(ne, len(p.engines)), max(nn, p.networks)
+	}
+	engines := make(map[string]*Engine, ne)
+	network := make(map[pair]*Network, nn)
 	demand := map[string][]*Demand{}
+	engineSlab, networkSlab := make([]Engine, 0, ne), make([]Network, 0, nn)
 	np := int((w.End - w.Start) / max(w.Slide, 1))
 	for i, p := range w.Panes {
 		for id, e := range p.engines {
 			m := engines[id]
 			if m == nil {
-				m = &Engine{}
+				if len(engineSlab) == cap(engineSlab) {
+					engineSlab = make([]Engine, 0, ne)
+				}
+				engineSlab = engineSlab[:len(engineSlab)+1]
+				m = &engineSlab[len(engineSlab)-1]
 				engines[id] = m
 			}
 			m.Merge(e)
 		}
-		for k, n := range p.network {
-			m := network[k]
-			if m == nil {
-				m = &Network{}
-				network[k] = m
+		for c, cp := range p.clusters {
+			for e, n := range cp.network {
+				k := pair{c, e}
+				m := network[k]
+				if m == nil {
+					if len(networkSlab) == cap(networkSlab) {
+						networkSlab = make([]Network, 0, max(nn, 16))
+					}
+					networkSlab = networkSlab[:len(networkSlab)+1]
+					m = &networkSlab[len(networkSlab)-1]
+					network[k] = m
+				}
+				m.merge(n)
 			}
-			m.merge(n)
 		}
 		idx := 0
 		if i < len(w.PaneStarts) && w.Slide > 0 {
@@ -122,13 +146,13 @@ func Merge(w Window) *Merged {
 		if idx < 0 || idx >= np {
 			continue
 		}
-		for c, d := range p.demand {
+		for c, cp := range p.clusters {
 			s := demand[c]
 			if s == nil {
 				s = make([]*Demand, np)
 				demand[c] = s
 			}
-			dc := *d
+			dc := cp.demand
 			s[idx] = &dc
 		}
 	}
