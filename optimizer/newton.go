@@ -267,7 +267,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		}
 	}
 	// Temperature schedule: start wide (spread of network latencies),
-	// shrink 4x per stage.
+	// shrink 8x per stage.
 	tau := math.Max(tauFinal, s.tau0)
 	steps := 0
 	var chol mat.Cholesky
@@ -433,7 +433,9 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		if final || steps >= maxSteps {
 			break
 		}
-		tauNew := tau / 4
+		// With the predictor the temperature can drop 8x per stage
+		// (4x: 64x1024 took 19 evaluations of the dual, 8x: 17).
+		tauNew := tau / 8
 		if tauNew < 2*tauFinal {
 			tauNew = tauFinal
 		}
