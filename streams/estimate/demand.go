@@ -100,12 +100,13 @@ func (n *Network) merge(o *Network) {
 	n.ttftN += o.ttftN
 }
 
-// networkEstimate: the mean of gateway TTFT minus engine TTFT per request
-// when events carry engine_ttft_ms; otherwise the mean gateway TTFT minus
-// the engine's mean reported TTFT over the same window (engineTTFT, 0 when
-// unknown, in which case no estimate is made). Floored at zero.
-func networkEstimate(cluster, engine string, end int64, n *Network, engineTTFT float64) *schemas.NetworkEstimate {
-	out := &schemas.NetworkEstimate{SchemaVersion: schemas.Version, Cluster: cluster, EngineId: engine, WindowEndUnixMs: end}
+// networkEstimate sets *out to the mean of gateway TTFT minus engine
+// TTFT per request when events carry engine_ttft_ms; otherwise the mean
+// gateway TTFT minus the engine's mean reported TTFT over the same window
+// (engineTTFT, 0 when unknown, in which case no estimate is made and it
+// returns false). Floored at zero.
+func networkEstimate(out *schemas.NetworkEstimate, cluster, engine string, end int64, n *Network, engineTTFT float64) bool {
+	out.SchemaVersion, out.Cluster, out.EngineId, out.WindowEndUnixMs = schemas.Version, cluster, engine, end
 	switch {
 	case n.diffN > 0:
 		out.RttMs = n.diffSum / float64(n.diffN)
@@ -114,10 +115,10 @@ func networkEstimate(cluster, engine string, end int64, n *Network, engineTTFT f
 		out.RttMs = n.ttftSum/float64(n.ttftN) - engineTTFT
 		out.Samples = n.ttftN
 	default:
-		return nil
+		return false
 	}
 	if !finite(out.RttMs) || out.RttMs < 0 {
 		out.RttMs = 0
 	}
-	return out
+	return true
 }

@@ -84,8 +84,11 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 		return v
 	}
 	out := &schemas.LatencyProfile{Samples: samples, Prior: total < MinSamples}
-	for _, u := range ks {
-		out.Points = append(out.Points, &schemas.ProfilePoint{Utilization: u, LatencyMs: f(u)})
+	pts := make([]schemas.ProfilePoint, len(ks))
+	out.Points = make([]*schemas.ProfilePoint, len(ks))
+	for i, u := range ks {
+		pts[i].Utilization, pts[i].LatencyMs = u, f(u)
+		out.Points[i] = &pts[i]
 	}
 	var sse float64
 	for _, o := range clean {

@@ -1,7 +1,9 @@
 package estimate
 
 import (
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -165,9 +167,16 @@ func (m *Merged) Estimates(fit Fitter, workers int) []*schemas.Estimate {
 	engines, network, demand := m.engines, m.network, m.demand
 	w := Window{Start: m.start, End: m.end, Slide: m.slide}
 	ids := sortedKeys(engines)
-	out := make([]*schemas.Estimate, len(ids), len(ids)+len(demand)+len(network))
+	// The envelopes in slabs: a few allocations per window instead of
+	// two per estimate.
+	n := len(ids) + len(demand) + len(network)
+	out := make([]*schemas.Estimate, len(ids), n)
+	envs := make([]schemas.Estimate, n)
+	engineKinds := make([]schemas.Estimate_Engine, len(ids))
 	one := func(i int) {
-		out[i] = &schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: engines[ids[i]].Estimate(ids[i], w.Start, w.End, fit)}}
+		engineKinds[i].Engine = engines[ids[i]].Estimate(ids[i], w.Start, w.End, fit)
+		envs[i].Kind = &engineKinds[i]
+		out[i] = &envs[i]
 	}
 	if workers <= 1 || len(ids) < 64 {
 		for i := range ids {
@@ -187,25 +196,32 @@ func (m *Merged) Estimates(fit Fitter, workers int) []*schemas.Estimate {
 		wg.Wait()
 	}
 	for _, c := range sortedKeys(demand) {
-		out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Demand{Demand: demandEstimate(c, w.Start, w.End, w.Slide, demand[c])}})
+		e := &envs[len(out)]
+		e.Kind = &schemas.Estimate_Demand{Demand: demandEstimate(c, w.Start, w.End, w.Slide, demand[c])}
+		out = append(out, e)
 	}
 	pairs := make([]pair, 0, len(network))
 	for k := range network {
 		pairs = append(pairs, k)
 	}
-	sort.Slice(pairs, func(i, j int) bool {
-		if pairs[i].cluster != pairs[j].cluster {
-			return pairs[i].cluster < pairs[j].cluster
+	slices.SortFunc(pairs, func(a, b pair) int {
+		if c := strings.Compare(a.cluster, b.cluster); c != 0 {
+			return c
 		}
-		return pairs[i].engine < pairs[j].engine
+		return strings.Compare(a.engine, b.engine)
 	})
-	for _, k := range pairs {
+	nets := make([]schemas.NetworkEstimate, len(pairs))
+	netKinds := make([]schemas.Estimate_Network, len(pairs))
+	for i, k := range pairs {
 		var ttft float64
 		if e := engines[k.engine]; e != nil {
 			ttft = e.MeanTTFTMs()
 		}
-		if n := networkEstimate(k.cluster, k.engine, w.End, network[k], ttft); n != nil {
-			out = append(out, &schemas.Estimate{Kind: &schemas.Estimate_Network{Network: n}})
+		if networkEstimate(&nets[i], k.cluster, k.engine, w.End, network[k], ttft) {
+			netKinds[i].Network = &nets[i]
+			e := &envs[len(out)]
+			e.Kind = &netKinds[i]
+			out = append(out, e)
 		}
 	}
 	return out
