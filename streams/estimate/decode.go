@@ -81,32 +81,50 @@ type field struct {
 	b   []byte
 }
 
-// uvarint reads a varint at b[i:]; j < 0 when it is malformed.
+// uvarint reads a varint at b[i:]; j < 0 when it is malformed (as
+// protowire.ConsumeVarint: truncated, or more than 64 bits).
 func uvarint(b []byte, i int) (v uint64, j int) {
 	if i < len(b) && b[i] < 0x80 {
 		return uint64(b[i]), i + 1
 	}
-	if i >= len(b) {
-		return 0, -1
+	for s := uint(0); s < 64; s += 7 {
+		if i >= len(b) {
+			return 0, -1
+		}
+		c := b[i]
+		i++
+		if s == 63 && c > 1 {
+			return 0, -1
+		}
+		v |= uint64(c&0x7f) << s
+		if c < 0x80 {
+			return v, i
+		}
 	}
-	v, n := protowire.ConsumeVarint(b[i:])
-	if n < 0 {
-		return 0, -1
-	}
-	return v, i + n
+	return 0, -1
 }
 
 // next scans the field at b[i:] into f and returns the index after it;
 // j < 0 when b is malformed or the wire type is one the fast path does
-// not take (groups, fixed32).
+// not take (groups, fixed32). One-byte tags and varints (most of them)
+// are read inline.
 func next(b []byte, i int, f *field) (j int) {
-	tag, i := uvarint(b, i)
-	if i < 0 || tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber) {
+	var tag uint64
+	if i < len(b) && b[i] < 0x80 {
+		tag, i = uint64(b[i]), i+1
+	} else if tag, i = uvarint(b, i); i < 0 {
+		return -1
+	}
+	if tag>>3 == 0 || tag>>3 > uint64(protowire.MaxValidNumber) {
 		return -1
 	}
 	f.num, f.typ = protowire.Number(tag>>3), protowire.Type(tag&7)
 	switch f.typ {
 	case protowire.VarintType:
+		if i < len(b) && b[i] < 0x80 {
+			f.v = uint64(b[i])
+			return i + 1
+		}
 		f.v, i = uvarint(b, i)
 		return i
 	case protowire.Fixed64Type:

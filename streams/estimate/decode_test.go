@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +209,35 @@ func BenchmarkDecoder(b *testing.B) {
 			_, _ = DecodeRoutingEvent(ev, decodeAt)
 		}
 	})
+}
+
+// TestUvarintMatchesProtowire compares uvarint with
+// protowire.ConsumeVarint on edge cases and random bytes.
+func TestUvarintMatchesProtowire(t *testing.T) {
+	cases := [][]byte{
+		nil, {0}, {0x7f}, {0x80}, {0x80, 0x00}, {0xff, 0x01},
+		protowire.AppendVarint(nil, ^uint64(0)),
+		append(bytes.Repeat([]byte{0xff}, 9), 0x01),
+		append(bytes.Repeat([]byte{0xff}, 9), 0x02), // overflow
+		bytes.Repeat([]byte{0x80}, 10),              // overflow
+		bytes.Repeat([]byte{0x80}, 11),
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		b := make([]byte, r.IntN(12))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+			if r.IntN(3) == 0 {
+				b[i] |= 0x80
+			}
+		}
+		cases = append(cases, b)
+	}
+	for _, b := range cases {
+		want, n := protowire.ConsumeVarint(b)
+		got, j := uvarint(b, 0)
+		if n < 0 && j >= 0 || n >= 0 && (j != n || got != want) {
+			t.Fatalf("uvarint(%x) = %d, %d; protowire: %d, %d", b, got, j, want, n)
+		}
+	}
 }
