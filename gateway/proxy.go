@@ -591,6 +591,16 @@ type usage struct {
 }
 
 func (res *attemptResult) setUsage(b []byte) bool {
+	if u, found, ok := scanUsage(b); ok {
+		if !found {
+			return false
+		}
+		res.promptTokens, res.outputTokens = u.prompt, u.completion
+		if u.hasDetails {
+			res.cachedTokens = u.cached
+		}
+		return true
+	}
 	var v struct {
 		Usage *usage `json:"usage"`
 	}

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 )
 
@@ -113,6 +116,106 @@ func BenchmarkProxyStream(b *testing.B) {
 				flushes += w.flushes
 			}
 			b.ReportMetric(float64(flushes)/float64(b.N), "flushes/op")
+		})
+	}
+}
+
+// cannedEngine is a raw HTTP/1.1 engine on loopback that answers every
+// request with the same chunked 50-token SSE response, written at once,
+// so that what a benchmark measures is the gateway's side.
+func cannedEngine(b *testing.B) string {
+	b.Helper()
+	var resp bytes.Buffer
+	resp.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nDate: Sun, 29 Nov 2026 14:00:00 GMT\r\nTransfer-Encoding: chunked\r\n\r\n")
+	for _, ev := range benchEvents() {
+		fmt.Fprintf(&resp, "%x\r\n%s\r\n", len(ev), ev)
+	}
+	resp.WriteString("0\r\n\r\n")
+	canned := resp.Bytes()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	b.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if _, err := c.Write(canned); err != nil {
+						return
+					}
+				}
+			})
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// BenchmarkProxyEngine is BenchmarkProxyStream against a loopback engine
+// (cannedEngine): own is the gateway's engine client, nethttp is
+// net/http's Transport. The CPU per op includes the engine's (the same
+// for both).
+func BenchmarkProxyEngine(b *testing.B) {
+	for _, client := range []string{"own", "nethttp"} {
+		b.Run(client, func(b *testing.B) {
+			cfg := Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: cannedEngine(b)}}, HealthInterval: -1}
+			if client == "nethttp" {
+				cfg.Transport = &http.Transport{MaxIdleConnsPerHost: 16, ReadBufferSize: sseBufSize, DisableCompression: true}
+			}
+			g, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := g.Handler()
+			body := []byte(chatBody(true, "Count from one to fifty, one number per token."))
+			tmpl := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil).WithContext(context.Background())
+			rd := bytes.NewReader(body)
+			rc := io.NopCloser(rd)
+			w := &discardWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				rd.Reset(body)
+				req := *tmpl
+				req.Body, req.ContentLength = rc, int64(len(body))
+				clear(w.h)
+				w.code, w.n, w.flushes = 0, 0, 0
+				h.ServeHTTP(w, &req)
+				if w.code != 200 || w.n < 5000 {
+					b.Fatal(w.code, w.n)
+				}
+			}
+			b.StopTimer()
+			g.drains.closeAndWait()
+			if g.client != nil {
+				g.client.closeAll()
+			}
 		})
 	}
 }

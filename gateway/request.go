@@ -58,18 +58,144 @@ func parseInference(body []byte) (*inference, error) {
 	if len(trim) == 0 || trim[0] != '{' {
 		return nil, &badRequest{400, "invalid_json", "", "request body must be a JSON object"}
 	}
-	var in inference
-	if err := json.Unmarshal(body, &in); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, &badRequest{400, "invalid_type", te.Field, fmt.Sprintf("invalid type for %q: expected %s", te.Field, te.Type)}
+	in, ok := scanInference(body)
+	if !ok {
+		in = &inference{}
+		if err := json.Unmarshal(body, in); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				return nil, &badRequest{400, "invalid_type", te.Field, fmt.Sprintf("invalid type for %q: expected %s", te.Field, te.Type)}
+			}
+			return nil, &badRequest{400, "invalid_json", "", "request body is not valid JSON: " + err.Error()}
 		}
-		return nil, &badRequest{400, "invalid_json", "", "request body is not valid JSON: " + err.Error()}
 	}
 	if in.Model == "" {
 		return nil, &badRequest{400, "missing_required_parameter", "model", "you must provide a model parameter"}
 	}
-	return &in, nil
+	return in, nil
+}
+
+// inferenceFields are the JSON names of inference's fields, in the order
+// of scanInference's bits.
+var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt"}
+
+// scanInference is parseInference's fast path: one pass of jscan that
+// validates the body and picks the fields, without encoding/json's
+// reflection. It gives up (ok false, and encoding/json decides, with the
+// same result as before) on invalid JSON, a type error, a model or user
+// with escapes or non-ASCII bytes, a top-level key with escapes or
+// non-ASCII bytes or that matches a field only case-insensitively (as
+// encoding/json matches), and a repeated field.
+func scanInference(body []byte) (in *inference, ok bool) {
+	s := jscan{b: body, depth: 1}
+	s.ws()
+	if s.i >= len(body) || body[s.i] != '{' {
+		return nil, false
+	}
+	s.i++
+	s.ws()
+	in = &inference{}
+	var seen uint8
+	if s.i < len(body) && body[s.i] == '}' {
+		s.i++
+	} else {
+		for {
+			if s.i >= len(body) || body[s.i] != '"' {
+				return nil, false
+			}
+			ks, ke, plain, ok := s.str()
+			if !ok || !plain {
+				return nil, false
+			}
+			key := body[ks:ke]
+			field := -1
+			for f, name := range inferenceFields {
+				if len(key) != len(name) {
+					continue
+				}
+				if string(key) == name {
+					field = f
+					break
+				}
+				if bytes.EqualFold(key, []byte(name)) {
+					return nil, false
+				}
+			}
+			s.ws()
+			if s.i >= len(body) || body[s.i] != ':' {
+				return nil, false
+			}
+			s.i++
+			s.ws()
+			if s.i >= len(body) {
+				return nil, false
+			}
+			if field >= 0 {
+				if seen&(1<<field) != 0 {
+					return nil, false
+				}
+				seen |= 1 << field
+			}
+			switch field {
+			case 0, 2: // model, user: a plain string or null
+				if body[s.i] == 'n' {
+					if !s.literal("null") {
+						return nil, false
+					}
+					break
+				}
+				if body[s.i] != '"' {
+					return nil, false
+				}
+				vs, ve, plain, ok := s.str()
+				if !ok || !plain {
+					return nil, false
+				}
+				if field == 0 {
+					in.Model = string(body[vs:ve])
+				} else {
+					in.User = string(body[vs:ve])
+				}
+			case 1: // stream: a bool or null
+				switch {
+				case s.literal("true"):
+					in.Stream = true
+				case s.literal("false"), s.literal("null"):
+				default:
+					return nil, false
+				}
+			case 3, 4: // messages, prompt: any value, raw
+				start := s.i
+				if !s.value() {
+					return nil, false
+				}
+				if field == 3 {
+					in.Messages = body[start:s.i]
+				} else {
+					in.Prompt = body[start:s.i]
+				}
+			default:
+				if !s.value() {
+					return nil, false
+				}
+			}
+			s.ws()
+			if s.i >= len(body) {
+				return nil, false
+			}
+			if body[s.i] == '}' {
+				s.i++
+				break
+			}
+			if body[s.i] != ',' {
+				return nil, false
+			}
+			s.i++
+			s.ws()
+		}
+	}
+	s.ws()
+	return in, s.i == len(body)
 }
 
 // affinityKey derives the KV-cache affinity key: the session header, else
