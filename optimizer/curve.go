@@ -31,17 +31,27 @@ func newCurve(pts [][2]float64, c, maxU float64) curve {
 		}
 		return pts[len(pts)-1][1]
 	}
-	us := []float64{0}
+	// Knots at 0, the profile's points inside (0, maxU), and maxU; l, v
+	// and s share one allocation.
+	nu := 2
 	for _, p := range pts {
 		if p[0] > 0 && p[0] < maxU {
-			us = append(us, p[0])
+			nu++
 		}
 	}
-	us = append(us, maxU)
-	for _, u := range us {
+	buf := make([]float64, 3*nu-1)
+	cv.l, cv.v, cv.s = buf[:0:nu], buf[nu:nu:2*nu], buf[2*nu:2*nu:3*nu-1]
+	add := func(u float64) {
 		cv.l = append(cv.l, u*c)
 		cv.v = append(cv.v, at(u))
 	}
+	add(0)
+	for _, p := range pts {
+		if p[0] > 0 && p[0] < maxU {
+			add(p[0])
+		}
+	}
+	add(maxU)
 	for k := 0; k+1 < len(cv.l); k++ {
 		dl := cv.l[k+1] - cv.l[k]
 		sl := 0.0

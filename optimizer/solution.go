@@ -153,10 +153,19 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 		}
 		return math.Min(s.load[j]/p.capRPS[j], p.maxU)
 	}
+	// Per engine: latency at its load, utilization, and whether it is
+	// at capacity (used by every explanation that names it).
+	engMs := make([]float64, len(p.engineID))
+	engU := make([]float64, len(p.engineID))
+	engFull := make([]bool, len(p.engineID))
 	for j, id := range p.engineID {
-		st := EngineState{LoadRPS: s.load[j], Utilization: util(int32(j))}
+		c := &p.curves[j]
+		engMs[j] = c.f(s.load[j])
+		engU[j] = util(int32(j))
+		engFull[j] = s.load[j] >= c.cap*(1-1e-9)
+		st := EngineState{LoadRPS: s.load[j], Utilization: engU[j]}
 		if p.usable[j] {
-			st.EngineMs = p.curves[j].f(s.load[j])
+			st.EngineMs = engMs[j]
 			st.MarginalMs = s.pi[j]
 		}
 		sol.Engines[id] = st
@@ -224,7 +233,7 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 					net = 0
 				}
 				ex := Explanation{Engine: p.engineID[be.engine], NetworkMs: net,
-					PlannedUtilization: util(be.engine)}
+					PlannedUtilization: engU[be.engine]}
 				if be.reason == "residency" && !p.healthy[be.engine] {
 					ex.Binding = bind(be.reason, "unhealthy")
 				} else {
@@ -236,17 +245,16 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 		for e := lo; e < hi; e++ {
 			j := p.eng[e]
 			flush(j)
-			c := &p.curves[j]
 			ex := Explanation{
 				Engine:             p.engineID[j],
 				Weight:             w[e-lo],
 				NetworkMs:          p.rtt[e],
-				EngineMs:           c.f(s.load[j]),
+				EngineMs:           engMs[j],
 				MarginalMs:         p.rtt[e] + s.pi[j],
-				PlannedUtilization: util(j),
+				PlannedUtilization: engU[j],
 			}
 			mask := 0
-			if s.load[j] >= c.cap*(1-1e-9) {
+			if engFull[j] {
 				mask |= 1
 			}
 			if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
