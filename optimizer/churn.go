@@ -225,41 +225,53 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau, maxu float64) f
 		}
 		return c.inv(m)
 	}
-	// Sweep down from m = +Inf (every arc free, h < 0). State q: arcs at
-	// positions < q are saturated.
-	q, kn := 0, 0
-	upper := math.Inf(1)
-	for {
-		// Next breakpoint below upper.
-		next, isArc := math.Inf(-1), false
-		if q < nk && ar.t[ar.ord[q]] > next {
-			next, isArc = ar.t[ar.ord[q]], true
+	// State q: the capped arcs at positions < q are saturated. h at the
+	// breakpoint t_q of position q (state q) increases with q, so the
+	// interval [t_q, t_{q-1}] holding the root is found by bisection over
+	// q; within it only the supply's knots remain as breakpoints.
+	tq := func(q int) float64 {
+		if q >= nk {
+			return math.Inf(-1)
 		}
-		for kn < len(ar.knots) && ar.knots[kn] >= upper {
-			kn++
-		}
-		if kn < len(ar.knots) && ar.knots[kn] > next {
-			next, isArc = ar.knots[kn], false
-		}
+		return ar.t[ar.ord[q]]
+	}
+	hAt := func(q int, m float64) float64 {
 		M, S, C := ar.sufM[q], ar.sufS[q], ar.preC[q]
-		hAt := func(m float64) float64 {
-			free := 0.0
-			if S > 0 {
-				free = S * math.Exp(math.Min((M-m)/tau, 700))
-			}
-			L, _ := supply(m)
-			return free + C - L
+		free := 0.0
+		if S > 0 {
+			free = S * math.Exp(math.Min((M-m)/tau, 700))
 		}
-		if math.IsInf(next, -1) || hAt(next) >= 0 {
-			return solveInterval(next, upper, M, S, C, tau, supply)
-		}
-		upper = next
-		if isArc {
-			q++
+		L, _ := supply(m)
+		return free + C - L
+	}
+	lo, hi := 0, nk
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if hAt(mid, tq(mid)) >= 0 {
+			hi = mid
 		} else {
-			kn++
+			lo = mid + 1
 		}
 	}
+	q := lo
+	lower, upper := tq(q), math.Inf(1)
+	if q > 0 {
+		upper = tq(q - 1)
+	}
+	M, S, C := ar.sufM[q], ar.sufS[q], ar.preC[q]
+	for _, kv := range ar.knots { // descending
+		if kv >= upper {
+			continue
+		}
+		if kv <= lower {
+			break
+		}
+		if hAt(q, kv) >= 0 {
+			return solveInterval(kv, upper, M, S, C, tau, supply)
+		}
+		upper = kv
+	}
+	return solveInterval(lower, upper, M, S, C, tau, supply)
 }
 
 // solveInterval returns the root in [lo, hi] of S*exp((M-m)/tau) + C -
