@@ -288,11 +288,12 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 		valid := false
 		var f float64
 		radius := math.Inf(1)
+		hessOK := false // qd is the Hessian at cur
 		bestG1, stall := math.Inf(1), 0
 		for it := 0; it < 60 && steps < maxSteps; it++ {
 			if !valid {
 				f = eval(mu, tau, cur)
-				hess(cur, tau, qd)
+				hessOK = false
 				valid = true
 			}
 			grad := cur.grad
@@ -313,6 +314,10 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 				break
 			}
 			steps++
+			if !hessOK { // assembled only where a step is taken from
+				hess(cur, tau, qd)
+				hessOK = true
+			}
 			tr := 0.0
 			for a := range n {
 				tr += qd[a*n+a]
@@ -380,7 +385,7 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 						improved = true
 						f = ft
 						cur, next = next, cur
-						hess(cur, tau, qd)
+						hessOK = false
 						break
 					}
 					if tiny {
@@ -440,6 +445,10 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 			tauNew = tauFinal
 		}
 		if valid {
+			if !hessOK {
+				hess(cur, tau, qd)
+				hessOK = true
+			}
 			// Predictor: follow the path of optima mu(tau) to the new
 			// temperature along its tangent, qd * dmu/dtau = dgrad/dtau.
 			// Without it the first steps at a new temperature were cut
