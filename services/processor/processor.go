@@ -362,40 +362,62 @@ func (r *runner) loop(ctx context.Context) (err error) {
 	}
 }
 
-// write computes and publishes each batch's estimates and then writes
-// its checkpoint, in order, until in is closed or an error (a failed
-// output or checkpoint) stops it. Batches that queued up while it was
-// busy are all published before it waits for the first one's
-// acknowledgements, so a writer that falls behind overlaps producing
-// with waiting; every batch still gets its checkpoint, in order.
+// write computes and publishes each batch's estimates and writes its
+// checkpoint, in order, until in is closed or an error (a failed output
+// or checkpoint) stops it. Publishing and checkpointing run on two
+// goroutines: while a checkpoint waits for its outputs' acknowledgements
+// and for Kafka to take it, the next batches' estimates are computed and
+// produced. Every batch still gets its checkpoint, in order, and each
+// one only after every output up to its batch is acknowledged.
 func (r *runner) write(ctx context.Context, in <-chan batch) error {
-	var queued []batch
-	for b := range in {
-		queued = append(queued[:0], b)
-	drain:
-		for {
-			select {
-			case nb, ok := <-in:
-				if !ok {
-					break drain
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// At most a few published batches wait for their checkpoints, so a
+	// slow checkpoint slows publishing down.
+	published := make(chan batch, 4)
+	ckptErr := make(chan error, 1)
+	go func() {
+		for b := range published {
+			if err := r.checkpoint(ctx, b); err != nil {
+				cancel() // stops publishing
+				for range published {
 				}
-				queued = append(queued, nb)
-			default:
-				break drain
+				ckptErr <- err
+				return
 			}
 		}
-		for _, q := range queued {
-			if err := r.publish(ctx, q); err != nil {
-				return err
+		ckptErr <- nil
+	}()
+	var err error
+publishing:
+	for {
+		var b batch
+		select {
+		case nb, ok := <-in:
+			if !ok {
+				break publishing
 			}
+			b = nb
+		case <-ctx.Done():
+			break publishing
 		}
-		for _, q := range queued {
-			if err := r.checkpoint(ctx, q); err != nil {
-				return err
-			}
+		if err = r.publish(ctx, b); err != nil {
+			break
+		}
+		select {
+		case published <- b:
+		case <-ctx.Done():
+			break publishing
 		}
 	}
-	return nil
+	close(published)
+	if cerr := <-ckptErr; cerr != nil {
+		return cerr
+	}
+	if err == nil {
+		err = ctx.Err() // stopped from outside before the last checkpoint
+	}
+	return err
 }
 
 // publish computes and produces the estimates of b's windows.
