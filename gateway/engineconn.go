@@ -2,12 +2,16 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -217,8 +221,8 @@ func (c *engineClient) do(ctx context.Context, hp *hostPool, req []byte) (*http.
 		n0 := ec.nread
 		resp, err := ec.roundTrip(req)
 		if err == nil {
-			resp.Body = &engineBody{rc: resp.Body, c: c, ec: ec, stop: stop, keep: !resp.Close}
-			return resp, nil
+			resp.body.c, resp.body.ec, resp.body.stop = c, ec, stop
+			return &resp.resp, nil
 		}
 		stopped := stop()
 		nc.Close()
@@ -229,43 +233,220 @@ func (c *engineClient) do(ctx context.Context, hp *hostPool, req []byte) (*http.
 	}
 }
 
-func (ec *engineConn) roundTrip(req []byte) (*http.Response, error) {
+// engineResponse is a response and its body, allocated together.
+type engineResponse struct {
+	resp http.Response
+	body engineBody
+}
+
+// Response headers shared (read-only) by every response with that
+// Content-Type; others get their own.
+var (
+	sseHeader  = http.Header{"Content-Type": {"text/event-stream"}}
+	jsonHeader = http.Header{"Content-Type": {"application/json"}}
+	noHeader   = http.Header{}
+)
+
+// maxHeaderLines bounds a response head.
+const maxHeaderLines = 256
+
+var errMalformedResponse = errors.New("malformed response from engine")
+
+func (ec *engineConn) roundTrip(req []byte) (*engineResponse, error) {
 	if _, err := ec.nc.Write(req); err != nil {
 		return nil, err
 	}
 	for range 8 {
-		resp, err := http.ReadResponse(ec.br, nil)
+		r, err := ec.readHead()
 		if err != nil {
 			return nil, err
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			return resp, nil
+		if r.resp.StatusCode >= 200 {
+			return r, nil
 		}
 		// 1xx informational responses precede the real one.
 	}
 	return nil, errors.New("too many 1xx responses")
 }
 
-// engineBody is a response body on a pooled connection.
+// readHead reads a response head and frames its body. Of the headers it
+// keeps only Content-Type (all the proxy passes on); the shared Header
+// values must not be modified.
+func (ec *engineConn) readHead() (*engineResponse, error) {
+	line, err := ec.br.ReadSlice('\n')
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	// HTTP/1.x NNN reason
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[8] != ' ' || (len(line) > 12 && line[12] != ' ' && line[12] != '\r' && line[12] != '\n') {
+		return nil, fmt.Errorf("%w: status line %q", errMalformedResponse, bytes.TrimSpace(line))
+	}
+	status := 0
+	for _, c := range line[9:12] {
+		if !isDigit(c) {
+			return nil, fmt.Errorf("%w: status line %q", errMalformedResponse, bytes.TrimSpace(line))
+		}
+		status = status*10 + int(c-'0')
+	}
+	r := &engineResponse{}
+	r.resp.StatusCode = status
+	r.resp.ProtoMajor, r.resp.ProtoMinor = 1, int(line[7]-'0')
+	r.body.keep = line[7] == '1'
+	r.resp.Header = noHeader
+	b := &r.body
+	b.br = ec.br
+	b.remain = -1
+	chunked := false
+	for n := 0; ; n++ {
+		line, err := ec.br.ReadSlice('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		if n > maxHeaderLines {
+			return nil, fmt.Errorf("%w: more than %d header lines", errMalformedResponse, maxHeaderLines)
+		}
+		line = bytes.TrimRight(line, "\r\n")
+		if len(line) == 0 {
+			break
+		}
+		k, v, ok := bytes.Cut(line, []byte{':'})
+		if !ok || len(k) == 0 || k[0] == ' ' || k[0] == '\t' || k[len(k)-1] == ' ' {
+			return nil, fmt.Errorf("%w: header line %q", errMalformedResponse, line)
+		}
+		v = bytes.Trim(v, " \t")
+		switch {
+		case bytes.EqualFold(k, []byte("Content-Type")):
+			switch string(v) {
+			case "text/event-stream":
+				r.resp.Header = sseHeader
+			case "application/json":
+				r.resp.Header = jsonHeader
+			default:
+				r.resp.Header = http.Header{"Content-Type": {string(v)}}
+			}
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
+			if !bytes.EqualFold(v, []byte("chunked")) {
+				return nil, fmt.Errorf("%w: transfer encoding %q", errMalformedResponse, v)
+			}
+			chunked = true
+		case bytes.EqualFold(k, []byte("Content-Length")):
+			cl, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil || cl < 0 || (b.remain >= 0 && cl != b.remain) {
+				return nil, fmt.Errorf("%w: content length %q", errMalformedResponse, v)
+			}
+			b.remain = cl
+		case bytes.EqualFold(k, []byte("Connection")):
+			for t := range bytes.SplitSeq(v, []byte{','}) {
+				switch t = bytes.TrimSpace(t); {
+				case bytes.EqualFold(t, []byte("close")):
+					b.keep = false
+				case bytes.EqualFold(t, []byte("keep-alive")):
+					b.keep = true
+				}
+			}
+		}
+	}
+	switch {
+	case status < 200 || status == http.StatusNoContent || status == http.StatusNotModified:
+		b.remain = 0
+	case chunked:
+		b.remain = -1
+		b.cr = httputil.NewChunkedReader(ec.br)
+	case b.remain < 0:
+		b.keep = false // the body ends when the engine closes
+	}
+	r.resp.ContentLength = b.remain
+	r.resp.Close = !b.keep
+	r.resp.Body = b
+	return r, nil
+}
+
+// engineBody is a response body on a pooled connection: chunked (cr), of
+// a known length (remain >= 0) or up to the connection's end.
 type engineBody struct {
-	rc   io.ReadCloser
-	c    *engineClient
-	ec   *engineConn // nil once released
-	stop func() bool // stops closing the connection at the context's end
-	keep bool        // the connection may serve another request after this body
-	err  error       // what Read returns once released
+	br      *bufio.Reader
+	cr      io.Reader // chunked decoder, or nil
+	remain  int64     // bytes left when not chunked; -1: up to EOF
+	trailer bool      // the chunked body ended; its trailer is still to read
+	c       *engineClient
+	ec      *engineConn // nil once released
+	stop    func() bool // stops closing the connection at the context's end
+	keep    bool        // the connection may serve another request after this body
+	err     error       // what Read returns once released
 }
 
 func (b *engineBody) Read(p []byte) (int, error) {
 	if b.ec == nil {
 		return 0, b.err
 	}
-	n, err := b.rc.Read(p)
+	n, err := b.read(p)
 	if err != nil {
 		b.release(err == io.EOF)
 		b.err = err
 	}
 	return n, err
+}
+
+func (b *engineBody) read(p []byte) (int, error) {
+	switch {
+	case b.trailer:
+		return 0, b.readTrailer()
+	case b.cr != nil:
+		n, err := b.cr.Read(p)
+		if err != io.EOF {
+			return n, err
+		}
+		b.trailer = true
+		if n > 0 {
+			// Give the data now; end with it only if the trailer is
+			// already here (never wait for it holding data).
+			if t, _ := b.br.Peek(b.br.Buffered()); !bytes.HasPrefix(t, []byte("\r\n")) {
+				return n, nil
+			}
+		}
+		return n, b.readTrailer()
+	case b.remain == 0:
+		return 0, io.EOF
+	case b.remain > 0:
+		if int64(len(p)) > b.remain {
+			p = p[:b.remain]
+		}
+		n, err := b.br.Read(p)
+		b.remain -= int64(n)
+		if b.remain == 0 {
+			return n, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return n, err
+	default:
+		return b.br.Read(p)
+	}
+}
+
+// readTrailer reads the trailer section of a chunked body (ignored) up
+// to its empty line, and reports io.EOF.
+func (b *engineBody) readTrailer() error {
+	for range maxHeaderLines {
+		line, err := b.br.ReadSlice('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if len(line) <= 2 && (string(line) == "\r\n" || string(line) == "\n") {
+			return io.EOF
+		}
+	}
+	return fmt.Errorf("%w: trailer too long", errMalformedResponse)
 }
 
 func (b *engineBody) Close() error {
