@@ -368,9 +368,14 @@ func sortByBreakpoint(a []int32, t []float64) {
 	moves := 0
 	for i := 1; i < len(a); i++ {
 		v := a[i]
+		tv := t[v]
 		k := i
-		for k > 0 && before(v, a[k-1]) {
-			a[k] = a[k-1]
+		for k > 0 {
+			u := a[k-1]
+			if tu := t[u]; !(tv > tu || (tv == tu && v < u)) {
+				break
+			}
+			a[k] = u
 			k--
 		}
 		a[k] = v
