@@ -30,6 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
@@ -144,6 +145,9 @@ type Service struct {
 	noFinalCheckpoint bool
 	// onCheckpoint runs after each checkpoint.
 	onCheckpoint func()
+	// onHandled runs on the loop after each poll that delivered records,
+	// once they are handled (before windows fire).
+	onHandled func(records int)
 	// maxPoll bounds the records handled per loop iteration (default 10000).
 	maxPoll int
 }
@@ -207,15 +211,31 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	cp, found, err := readCheckpoint(ctx, cl, CheckpointTopic(s.cfg.TopicPrefix), s.cfg.Group)
-	if err != nil {
+	// The checkpoint and the inputs' offsets are read concurrently (a
+	// dozen round trips that would otherwise add up before the first
+	// record is handled).
+	var (
+		cp    Checkpoint
+		found bool
+		offs  inputOffsets
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		cp, found, err = readCheckpoint(gctx, cl, CheckpointTopic(s.cfg.TopicPrefix), s.cfg.Group)
+		return err
+	})
+	g.Go(func() (err error) {
+		offs, err = listInputs(gctx, cl, s.cfg.Group, s.topics.Signals, s.topics.RoutingEvents)
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	if found {
 		core.Restore(cp)
 		s.log.Info("restored checkpoint", "group", s.cfg.Group, "watermark_unix_ms", cp.Watermark, "partitions", len(cp.Partitions))
 	}
-	if err := trackPartitions(ctx, cl, core, s.cfg.Group, cp, s.topics.Signals, s.topics.RoutingEvents); err != nil {
+	if err := trackPartitions(core, cp, offs); err != nil {
 		return err
 	}
 	s.log.Info("processor running", "group", s.cfg.Group, "signals", s.topics.Signals, "routing_events", s.topics.RoutingEvents,
@@ -341,6 +361,9 @@ func (r *runner) loop(ctx context.Context) (err error) {
 			}
 			p.EachRecord(r.handle)
 		})
+		if h := s.onHandled; h != nil && fetches.NumRecords() > 0 {
+			h(fetches.NumRecords())
+		}
 		r.releaseStalled(now)
 		fired := r.core.fire()
 		for _, f := range fired {
@@ -693,6 +716,20 @@ func (r *runner) checkpoint(ctx context.Context, b batch) error {
 }
 
 func (s *Service) ensureTopics(ctx context.Context, cl *kgo.Client) error {
+	// One metadata request usually finds every topic there; only a
+	// missing one costs the creation requests.
+	all := append(s.topics.All(), CheckpointTopic(s.cfg.TopicPrefix))
+	if details, err := kadm.NewClient(cl).ListTopics(ctx, all...); err == nil {
+		exist := 0
+		for _, t := range all {
+			if d, ok := details[t]; ok && d.Err == nil {
+				exist++
+			}
+		}
+		if exist == len(all) {
+			return nil
+		}
+	}
 	if err := streams.EnsureTopics(ctx, cl, s.topics, s.cfg.Partitions); err != nil {
 		return err
 	}
@@ -793,25 +830,13 @@ func readCheckpoint(ctx context.Context, cl *kgo.Client, topic, group string) (C
 // (the checkpoint's resume offset, else the log start) and ends. The
 // processor is meant to be the group's only active member: it tracks all
 // partitions of its inputs.
-func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, group string, cp Checkpoint, topics ...string) error {
-	adm := kadm.NewClient(cl)
-	starts, err := listOffsets(ctx, cl, adm.ListStartOffsets, topics)
-	if err != nil {
-		return fmt.Errorf("listing start offsets: %w", err)
-	}
-	ends, err := listOffsets(ctx, cl, adm.ListEndOffsets, topics)
-	if err != nil {
-		return fmt.Errorf("listing end offsets: %w", err)
-	}
+func trackPartitions(core *Core, cp Checkpoint, offs inputOffsets) error {
+	starts, ends := offs.starts, offs.ends
 	resume := map[tp]int64{}
 	// Consumption starts at the group's committed offsets (which follow
 	// the checkpoint, see checkpoint); without them, at the checkpoint's
 	// resume offsets; without either, at the log start.
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
-		return fmt.Errorf("fetching committed offsets: %w", err)
-	}
-	committed.Each(func(o kadm.OffsetResponse) {
+	offs.committed.Each(func(o kadm.OffsetResponse) {
 		if o.Err == nil && o.At >= 0 {
 			resume[tp{o.Topic, o.Partition}] = o.At
 		}
@@ -837,6 +862,40 @@ func trackPartitions(ctx context.Context, cl *kgo.Client, core *Core, group stri
 		core.Track(o.Topic, o.Partition, start, o.Offset)
 	})
 	return lerr
+}
+
+// inputOffsets are the input partitions' start and end offsets and the
+// group's committed offsets.
+type inputOffsets struct {
+	starts, ends kadm.ListedOffsets
+	committed    kadm.OffsetResponses
+}
+
+// listInputs lists inputOffsets of topics for group, the three requests
+// concurrently.
+func listInputs(ctx context.Context, cl *kgo.Client, group string, topics ...string) (inputOffsets, error) {
+	adm := kadm.NewClient(cl)
+	var o inputOffsets
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		if o.starts, err = listOffsets(gctx, cl, adm.ListStartOffsets, topics); err != nil {
+			return fmt.Errorf("listing start offsets: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() (err error) {
+		if o.ends, err = listOffsets(gctx, cl, adm.ListEndOffsets, topics); err != nil {
+			return fmt.Errorf("listing end offsets: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() (err error) {
+		if o.committed, err = adm.FetchOffsets(gctx, group); err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+			return fmt.Errorf("fetching committed offsets: %w", err)
+		}
+		return nil
+	})
+	return o, g.Wait()
 }
 
 // listOffsets lists offsets with list, retrying for up to 5s while the
