@@ -17,6 +17,7 @@ type flowNet struct {
 	engineArc       []int32 // arc engine j->sink
 	edgeArc         []int32 // arc cluster->engine per problem edge
 	nClust, nEngine int
+	scratch, loads  []float64 // scaleRows
 }
 
 func newFlowNet(p *problem) *flowNet {
@@ -334,6 +335,9 @@ func (fn *flowNet) tight(p *problem) (engines, clusters []bool) {
 // down to at most their routed amount, engines down to capacity, and the
 // max flow from that start tops the rows back up exactly.
 func (fn *flowNet) repair(p *problem, routed, x []float64) {
+	if fn.scaleRows(p, routed, x) {
+		return
+	}
 	nc := len(p.demand)
 	load := make([]float64, len(p.curves))
 	for i := 0; i < nc; i++ {
@@ -378,4 +382,56 @@ func (fn *flowNet) repair(p *problem, routed, x []float64) {
 	for e, a := range fn.edgeArc {
 		x[e] = math.Max(0, fn.flow[a])
 	}
+}
+
+// scaleRows is repair's fast path: when scaling each row of x to exactly
+// its routed amount keeps every engine within capacity (the common case:
+// Newton's rows are off by rounding-level amounts and most engines have
+// room), x is feasible without a max flow. It reports false, leaving x
+// as it was, otherwise.
+func (fn *flowNet) scaleRows(p *problem, routed, x []float64) bool {
+	nc := len(p.demand)
+	if cap(fn.scratch) < len(x) {
+		fn.scratch = make([]float64, len(x))
+	}
+	y := fn.scratch[:len(x)]
+	load := fn.loadScratch(len(p.curves))
+	for i := 0; i < nc; i++ {
+		lo, hi := p.start[i], p.start[i+1]
+		sum := 0.0
+		for e := lo; e < hi; e++ {
+			y[e] = math.Max(0, x[e])
+			sum += y[e]
+		}
+		if routed[i] == 0 {
+			for e := lo; e < hi; e++ {
+				y[e] = 0
+			}
+			continue
+		}
+		if !(sum > 0) || math.Abs(sum-routed[i]) > 1e-6*routed[i] {
+			return false // not a rounding-level correction
+		}
+		f := routed[i] / sum
+		for e := lo; e < hi; e++ {
+			y[e] *= f
+			load[p.eng[e]] += y[e]
+		}
+	}
+	for j, l := range load {
+		if l > fn.cap[fn.engineArc[j]] {
+			return false
+		}
+	}
+	copy(x, y)
+	return true
+}
+
+func (fn *flowNet) loadScratch(n int) []float64 {
+	if cap(fn.loads) < n {
+		fn.loads = make([]float64, n)
+	}
+	l := fn.loads[:n]
+	clear(l)
+	return l
 }
