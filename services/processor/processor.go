@@ -241,6 +241,9 @@ func (s *Service) Run(ctx context.Context) (err error) {
 	s.log.Info("processor running", "group", s.cfg.Group, "signals", s.topics.Signals, "routing_events", s.topics.RoutingEvents,
 		"window", s.cfg.Window, "slide", s.cfg.Slide, "allowed_lateness", s.cfg.AllowedLateness)
 	r := &runner{s: s, cl: cl, core: core, dlq: streams.NewDeadLetter(cl, s.topics.DeadLetter), acks: newAcks(), lastCkpt: time.Now(), progress: map[tp]time.Time{}}
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		r.encs = append(r.encs, &estimate.Encoder{})
+	}
 	return r.loop(ctx)
 }
 
@@ -250,6 +253,8 @@ type runner struct {
 	core *Core
 	dlq  *streams.DeadLetter
 	acks *acks
+	// encs encode the writer's estimates (marshalAll), one per core.
+	encs []*estimate.Encoder
 
 	// Owned by the loop.
 	// epoch numbers the batches handed to the writer; outputs produced
@@ -462,7 +467,7 @@ func (r *runner) publish(ctx context.Context, b batch) error {
 	}
 	for _, w := range b.fired {
 		f := r.core.estimates(w, true) // encoded and dropped
-		keys, vals, err := marshalAll(f.Estimates, runtime.GOMAXPROCS(0))
+		keys, vals, err := marshalAll(f.Estimates, r.encs)
 		if err != nil {
 			return err
 		}
@@ -478,30 +483,43 @@ func (r *runner) publish(ctx context.Context, b batch) error {
 	return nil
 }
 
-// marshalAll encodes ests (estimate.Marshal) and their keys
-// (estimate.Key) on up to workers goroutines, each into one buffer its
-// keys and values share; the bytes do not depend on workers.
-func marshalAll(ests []*schemas.Estimate, workers int) (keys, vals [][]byte, err error) {
+// marshalAll encodes one window's estimates (estimate.Marshal) and
+// their keys (estimate.Key), a chunk per encoder, each on its own
+// goroutine into one buffer its keys and values share; the bytes do not
+// depend on the encoders. Each encoder then rotates (one generation per
+// window).
+func marshalAll(ests []*schemas.Estimate, encs []*estimate.Encoder) (keys, vals [][]byte, err error) {
 	keys = make([][]byte, len(ests))
 	vals = make([][]byte, len(ests))
 	errs := make([]error, len(ests))
-	chunk := max(256, (len(ests)+workers-1)/max(workers, 1))
+	chunk := max(256, (len(ests)+len(encs)-1)/len(encs))
 	var wg sync.WaitGroup
-	for lo := 0; lo < len(ests); lo += chunk {
+	for w, lo := 0, 0; lo < len(ests); w, lo = w+1, lo+chunk {
 		hi := min(lo+chunk, len(ests))
+		enc := encs[w]
 		wg.Go(func() {
-			buf := make([]byte, 0, 256*(hi-lo))
+			size := 0
+			for _, e := range ests[lo:hi] {
+				size += 64
+				if _, ok := e.GetKind().(*schemas.Estimate_Engine); ok {
+					size += 640 // two profiles
+				}
+			}
+			buf := make([]byte, 0, size)
 			for i := lo; i < hi; i++ {
 				at := len(buf)
 				buf = estimate.AppendKey(buf, ests[i])
 				keys[i] = buf[at:len(buf):len(buf)]
 				at = len(buf)
-				buf, errs[i] = estimate.AppendMarshal(buf, ests[i])
+				buf, errs[i] = enc.AppendMarshal(buf, ests[i])
 				vals[i] = buf[at:len(buf):len(buf)]
 			}
 		})
 	}
 	wg.Wait()
+	for _, enc := range encs {
+		enc.Rotate()
+	}
 	for _, err := range errs {
 		if err != nil {
 			return nil, nil, err

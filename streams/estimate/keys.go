@@ -73,7 +73,7 @@ func Marshal(e *schemas.Estimate) ([]byte, error) { return AppendMarshal(nil, e)
 // proto.MarshalOptions{Deterministic: true} for anything unusual, so the
 // bytes are always the same as proto's.
 func AppendMarshal(b []byte, e *schemas.Estimate) ([]byte, error) {
-	if out, ok := appendEstimate(b, e); ok {
+	if out, ok := appendEstimate(b, e, nil); ok {
 		return out, nil
 	}
 	out, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, e)

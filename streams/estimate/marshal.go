@@ -19,7 +19,7 @@ import (
 // proto.Marshal rejects); the caller then uses proto.Marshal.
 // TestAppendEstimateMatchesProto fills every field of every estimate
 // message, so a field added to the schema and not here fails it.
-func appendEstimate(b []byte, e *schemas.Estimate) (_ []byte, ok bool) {
+func appendEstimate(b []byte, e *schemas.Estimate, enc *Encoder) (_ []byte, ok bool) {
 	if e == nil || len(e.ProtoReflect().GetUnknown()) > 0 {
 		return b, false
 	}
@@ -28,7 +28,7 @@ func appendEstimate(b []byte, e *schemas.Estimate) (_ []byte, ok bool) {
 	case nil:
 		return b, true
 	case *schemas.Estimate_Engine:
-		b, ok = appendNested(b, 1, engineMsg{k.Engine}, appendEngine)
+		b, ok = appendNested(b, 1, engineMsg{k.Engine, enc}, appendEngine)
 	case *schemas.Estimate_Demand:
 		b, ok = appendNested(b, 2, demandMsg{k.Demand}, appendDemand)
 	case *schemas.Estimate_Network:
@@ -45,11 +45,10 @@ func appendEstimate(b []byte, e *schemas.Estimate) (_ []byte, ok bool) {
 // appendNested appends field num holding message m (length-delimited),
 // written by enc. A nil m is left to proto.Marshal (ok false).
 func appendNested[M interface {
-	comparable
+	isNil() bool
 	hasUnknown() bool
 }](b []byte, num protowire.Number, m M, enc func([]byte, M) ([]byte, bool)) ([]byte, bool) {
-	var zero M
-	if m == zero || m.hasUnknown() {
+	if m.isNil() || m.hasUnknown() {
 		return b, false
 	}
 	b = appendTag(b, num, protowire.BytesType)
@@ -75,12 +74,21 @@ func appendNested[M interface {
 // The estimate messages, wrapped so appendNested can check them for
 // unknown fields.
 type (
-	engineMsg  struct{ *schemas.EngineEstimate }
+	engineMsg struct {
+		*schemas.EngineEstimate
+		enc *Encoder // nil: no profile cache
+	}
 	demandMsg  struct{ *schemas.DemandEstimate }
 	networkMsg struct{ *schemas.NetworkEstimate }
 	profileMsg struct{ *schemas.LatencyProfile }
 	pointMsg   struct{ *schemas.ProfilePoint }
 )
+
+func (m engineMsg) isNil() bool  { return m.EngineEstimate == nil }
+func (m demandMsg) isNil() bool  { return m.DemandEstimate == nil }
+func (m networkMsg) isNil() bool { return m.NetworkEstimate == nil }
+func (m profileMsg) isNil() bool { return m.LatencyProfile == nil }
+func (m pointMsg) isNil() bool   { return m.ProfilePoint == nil }
 
 func (m engineMsg) hasUnknown() bool  { return len(m.ProtoReflect().GetUnknown()) > 0 }
 func (m demandMsg) hasUnknown() bool  { return len(m.ProtoReflect().GetUnknown()) > 0 }
@@ -160,9 +168,20 @@ func appendEngine(b []byte, m engineMsg) ([]byte, bool) {
 		if p == nil {
 			continue
 		}
-		if b, ok = appendNested(b, protowire.Number(16+i), profileMsg{p}, appendProfile); !ok {
+		num := protowire.Number(16 + i)
+		if m.enc == nil {
+			if b, ok = appendNested(b, num, profileMsg{p}, appendProfile); !ok {
+				return b, false
+			}
+			continue
+		}
+		pb, ok := m.enc.profile(p)
+		if !ok {
 			return b, false
 		}
+		b = appendTag(b, num, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(len(pb)))
+		b = append(b, pb...)
 	}
 	return appendUint(b, 18, uint64(m.SignalCount)), true
 }
@@ -209,4 +228,55 @@ func appendNetwork(b []byte, m networkMsg) ([]byte, bool) {
 	b = appendUint(b, 4, uint64(m.WindowEndUnixMs))
 	b = appendDouble(b, 5, m.RttMs)
 	return appendUint(b, 6, uint64(m.Samples)), true
+}
+
+// Encoder is AppendMarshal with a cache of latency profile encodings by
+// profile identity, for estimates whose profiles are shared and never
+// modified (FitCache.Shared): an engine whose profile did not change
+// since the previous window costs a copy instead of an encoding. Like
+// FitCache it keeps two generations: Rotate, once per window, drops the
+// profiles not encoded since the previous Rotate, so it holds at most two
+// windows' profiles. Not safe for concurrent use; the zero value is
+// ready to use.
+type Encoder struct {
+	cur, prev map[*schemas.LatencyProfile][]byte
+}
+
+// AppendMarshal is AppendMarshal through the profile cache. A profile
+// must not be modified once an Encoder has encoded it.
+func (enc *Encoder) AppendMarshal(b []byte, e *schemas.Estimate) ([]byte, error) {
+	if out, ok := appendEstimate(b, e, enc); ok {
+		return out, nil
+	}
+	return AppendMarshal(b, e)
+}
+
+// Rotate starts a new generation.
+func (enc *Encoder) Rotate() {
+	enc.prev, enc.cur = enc.cur, make(map[*schemas.LatencyProfile][]byte, len(enc.cur))
+}
+
+// profile returns p's encoding (without tag and length); ok is false
+// for anything the direct encoder leaves to proto.Marshal.
+func (enc *Encoder) profile(p *schemas.LatencyProfile) (_ []byte, ok bool) {
+	if pb, ok := enc.cur[p]; ok {
+		return pb, true
+	}
+	if pb, ok := enc.prev[p]; ok {
+		enc.cur[p] = pb
+		return pb, true
+	}
+	m := profileMsg{p}
+	if m.hasUnknown() {
+		return nil, false
+	}
+	pb, ok := appendProfile(nil, m)
+	if !ok {
+		return nil, false
+	}
+	if enc.cur == nil {
+		enc.cur = map[*schemas.LatencyProfile][]byte{}
+	}
+	enc.cur[p] = pb
+	return pb, true
 }

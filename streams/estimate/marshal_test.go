@@ -85,6 +85,14 @@ func TestAppendEstimateMatchesProto(t *testing.T) {
 		if werr != nil {
 			return
 		}
+		var enc Encoder
+		for range 2 { // encoded, then from the cache
+			got3, err := enc.AppendMarshal(nil, e)
+			if err != nil || !bytes.Equal(got3, want) {
+				t.Fatalf("Encoder.AppendMarshal(%v) = %x, %v; want %x", e, got3, err, want)
+			}
+			enc.Rotate()
+		}
 		prefix := []byte("prefix")
 		got2, _ := AppendMarshal(prefix, e)
 		if !bytes.Equal(got2[:len(prefix)], prefix) || !bytes.Equal(got2[len(prefix):], want) {
