@@ -82,7 +82,11 @@ type Panes[P any] struct {
 	size, slide, late int64
 	newP              func() *P
 
-	panes     map[int64]*P
+	panes map[int64]*P
+	// last is the pane Pane returned last, starting at lastStart
+	// (records come in runs per pane); nil after Fire or Restore.
+	last      *P
+	lastStart int64
 	watermark int64
 	// nextStart is the start of the next window to fire; valid when
 	// started is true.
@@ -125,11 +129,15 @@ func (w *Panes[P]) Pane(t int64) (p *P, start int64, ok bool) {
 	if !w.started || (!w.fired && first < w.nextStart) {
 		w.nextStart, w.started = first, true
 	}
+	if w.last != nil && ps == w.lastStart {
+		return w.last, ps, true
+	}
 	p = w.panes[ps]
 	if p == nil {
 		p = w.newP()
 		w.panes[ps] = p
 	}
+	w.last, w.lastStart = p, ps
 	return p, ps, true
 }
 
@@ -150,6 +158,7 @@ func (w *Panes[P]) Next() int64 { return w.nextStart }
 // checkpoint. Panes already held are kept.
 func (w *Panes[P]) Restore(watermark, next int64) {
 	w.watermark, w.nextStart, w.started, w.fired = watermark, next, true, true
+	w.last = nil
 }
 
 // Get returns the open pane starting at start, or nil.
@@ -204,6 +213,7 @@ func (w *Panes[P]) Fire() []Window[P] {
 				delete(w.panes, s)
 			}
 		}
+		w.last = nil
 	}
 	return out
 }
