@@ -206,8 +206,26 @@ func fairRoute(p *problem) (routed, x []float64, fn *flowNet) {
 		return sum
 	}
 	ran := false // a max flow ran since the capacities were last set
+	capTotal := 0.0
+	for j := 0; j < len(p.curves); j++ {
+		capTotal += fn.cap[fn.engineArc[j]]
+	}
 	for round := 0; nActive > 0 && round <= nc; round++ {
+		// Start from the bound total capacity gives (the routed flow
+		// cannot exceed it): with a dense residency graph that is the
+		// answer, found with one max flow instead of two.
 		lambda := 1.0
+		fixed, dem := 0.0, 0.0
+		for i := 0; i < nc; i++ {
+			if active[i] {
+				dem += p.demand[i]
+			} else {
+				fixed += routed[i]
+			}
+		}
+		if b := (capTotal - fixed) / dem; b < 1 {
+			lambda = math.Max(0, b)
+		}
 		for it := 0; it < 64; it++ {
 			want := setCaps(lambda)
 			fn.reset()
