@@ -257,6 +257,9 @@ type runner struct {
 	encs []*estimate.Encoder
 
 	// Owned by the loop.
+	// counts are the outcomes of the records handled since the last
+	// flushCounts, by input (0 signals, 1 routing events) and Outcome.
+	counts [2][4]uint64
 	// epoch numbers the batches handed to the writer; outputs produced
 	// for a batch (its estimates, the dead letters before it) carry its
 	// epoch, and its checkpoint waits for every epoch up to its own.
@@ -366,6 +369,7 @@ func (r *runner) loop(ctx context.Context) (err error) {
 			}
 			p.EachRecord(r.handle)
 		})
+		r.flushCounts()
 		if h := s.onHandled; h != nil && fetches.NumRecords() > 0 {
 			h(fetches.NumRecords())
 		}
@@ -643,20 +647,10 @@ func (r *runner) handle(rec *kgo.Record) {
 	if rec.Topic == s.topics.RoutingEvents {
 		in = 1
 	}
-	if int(out) < len(s.m.outcomes[in]) {
-		s.m.outcomes[in][out].Inc()
+	if int(out) < len(r.counts[in]) {
+		r.counts[in][out]++ // counted in flushCounts
 	}
-	switch out {
-	case Accepted:
-		if in == 0 {
-			s.signals.Add(1)
-		} else {
-			s.routing.Add(1)
-		}
-	case Late:
-		s.lateN.Add(1)
-	case DeadLettered:
-		s.dead.Add(1)
+	if out == DeadLettered {
 		code, _, _ := cutReason(reason)
 		s.m.deadLetters.WithLabelValues(code).Inc()
 		s.log.Debug("dead-lettering record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
@@ -665,6 +659,33 @@ func (r *runner) handle(rec *kgo.Record) {
 		epoch := r.epoch
 		r.cl.Produce(context.Background(), r.dlq.Record(rec, reason), func(_ *kgo.Record, err error) { r.acks.done(epoch, err) })
 	}
+}
+
+// flushCounts adds the outcomes counted since the last flush to the
+// stats and metrics (once per poll rather than per record).
+func (r *runner) flushCounts() {
+	s := r.s
+	for in := range r.counts {
+		for out, n := range r.counts[in] {
+			if n == 0 {
+				continue
+			}
+			s.m.outcomes[in][out].Add(float64(n))
+			switch Outcome(out) {
+			case Accepted:
+				if in == 0 {
+					s.signals.Add(n)
+				} else {
+					s.routing.Add(n)
+				}
+			case Late:
+				s.lateN.Add(n)
+			case DeadLettered:
+				s.dead.Add(n)
+			}
+		}
+	}
+	r.counts = [2][4]uint64{}
 }
 
 func cutReason(reason string) (code, detail string, ok bool) {
