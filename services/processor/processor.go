@@ -436,6 +436,7 @@ publishing:
 		if err = r.publish(ctx, b); err != nil {
 			break
 		}
+		b.fired = nil // published: the checkpoint needs none of the window state
 		select {
 		case published <- b:
 		case <-ctx.Done():
