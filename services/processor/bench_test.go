@@ -200,6 +200,53 @@ func BenchmarkRawConsume(b *testing.B) {
 	b.ReportMetric(float64(first.Microseconds())/1000/float64(b.N), "first_records_ms")
 }
 
+// BenchmarkRawConsumeDecode is BenchmarkRawConsume plus what any
+// consumer of these topics does at the least: proto.Unmarshal of every
+// record into its schema type (one reused message per topic; no
+// validation, no state). For context next to the processor's rate.
+func BenchmarkRawConsumeDecode(b *testing.B) {
+	d := loadBench(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var elapsed, first time.Duration
+	var sig schemas.EngineSignal
+	var ev schemas.RoutingEvent
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(d.kc.ListenAddrs()...),
+			kgo.ConsumerGroup(fmt.Sprintf("rawdec-%d", benchGroups.Add(1))),
+			kgo.ConsumeTopics(d.topics.Signals, d.topics.RoutingEvents),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, bad := 0, 0
+		for n < d.records {
+			fs := cl.PollRecords(context.Background(), 10000)
+			if n == 0 && fs.NumRecords() > 0 {
+				first += time.Since(start)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				n++
+				var m proto.Message = &ev
+				if r.Topic == d.topics.Signals {
+					m = &sig
+				}
+				if proto.Unmarshal(r.Value, m) != nil {
+					bad++
+				}
+			})
+		}
+		cl.Close()
+		elapsed += time.Since(start)
+		if bad > 0 {
+			b.Fatalf("%d records did not decode", bad)
+		}
+	}
+	b.ReportMetric(float64(d.records)*float64(b.N)/elapsed.Seconds(), "records/s")
+	b.ReportMetric(float64(first.Microseconds())/1000/float64(b.N), "first_records_ms")
+}
+
 // BenchmarkCoreMemory shows the processor's window state at 10,000
 // engines: the retained heap depends on engines × open panes, not on how
 // many signals each engine sends (2s versus 250ms scrapes, 8× the

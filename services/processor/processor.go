@@ -199,6 +199,7 @@ func (s *Service) Run(ctx context.Context) (err error) {
 		// Throughput: up to 8 MiB per partition per fetch (default 1 MiB),
 		// so catching up on a backlog takes fewer round trips.
 		kgo.FetchMaxPartitionBytes(8<<20),
+		kgo.DisableClientMetrics(),
 	)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
