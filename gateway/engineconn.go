@@ -311,7 +311,7 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 		if n > maxHeaderLines {
 			return nil, fmt.Errorf("%w: more than %d header lines", errMalformedResponse, maxHeaderLines)
 		}
-		line = bytes.TrimRight(line, "\r\n")
+		line = trimEOL(line)
 		if len(line) == 0 {
 			break
 		}

@@ -105,8 +105,9 @@ type Config struct {
 	// Models, when set, is the set of model names accepted; others get
 	// 404 model_not_found. Empty accepts any non-empty model.
 	Models []string
-	// Transport reaches the engines. Default: a keep-alive transport
-	// with ConnectTimeout.
+	// Transport reaches the engines. Default: plain-http engines get
+	// the gateway's own pooled HTTP/1.1 client and https engines a
+	// keep-alive net/http transport, both with ConnectTimeout.
 	Transport http.RoundTripper
 	// MaxBodyBytes bounds request bodies (413 above). Default 4 MiB.
 	MaxBodyBytes int64

@@ -683,7 +683,7 @@ type sseScan struct {
 func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
 	if s.lineStart {
 		s.inUsage = false
-		line := bytes.TrimRight(chunk, "\r\n")
+		line := trimEOL(chunk)
 		switch {
 		case len(line) == 0 && complete:
 			s.eventEnded = true
@@ -711,7 +711,7 @@ func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
 			}
 		}
 	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
-		s.usageLine = append(s.usageLine, bytes.TrimRight(chunk, "\r\n")...)
+		s.usageLine = append(s.usageLine, trimEOL(chunk)...)
 	}
 	if s.inUsage && complete {
 		if res.setUsage(s.usageLine) {
@@ -860,4 +860,12 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "no engine answered")
+}
+
+// trimEOL is bytes.TrimRight(b, "\r\n") without the cutset set-up.
+func trimEOL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
 }
