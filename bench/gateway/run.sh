@@ -17,8 +17,8 @@
 # each round, and reports per target the median over rounds, and the
 # median (and range) of the per-round gateway/nginx ratios. It also
 # prints each proxy's own CPU time per request (utime+stime of its
-# processes over the round / requests), the steadiest measure of a
-# proxy's cost here, and the engine's.
+# processes over the round / requests; and the user part of it), the
+# steadiest measure of a proxy's cost here, and the engine's.
 #
 # usage: bench/gateway/run.sh [duration=5s] [connections=32]
 # needs: wrk and nginx (apt-get install -y wrk nginx), Go.
@@ -133,6 +133,13 @@ cpu_ticks() { # pid...: utime+stime of the processes and their children, in cloc
   done
   echo "$t"
 }
+user_ticks() { # pid...: utime only
+  local t=0 p
+  for p in "$@" $(for q in "$@"; do pgrep -P "$q" || true; done); do
+    [ -r "/proc/$p/stat" ] && t=$((t + $(awk '{print $14}' "/proc/$p/stat")))
+  done
+  echo "$t"
+}
 HZ=$(getconf CLK_TCK)
 
 warm() { # addr connections
@@ -140,16 +147,18 @@ warm() { # addr connections
 }
 
 measure() { # name addr connections delay_ms pids...: one RESULT line plus cpu_us (proxy CPU per request) and engine_us
-  local name=$1 addr=$2 conns=$3 delay=$4 out c0 c1 e0 e1 req
+  local name=$1 addr=$2 conns=$3 delay=$4 out c0 c1 u0 u1 e0 e1 req
   shift 4
   c0=$(cpu_ticks "$@")
+  u0=$(user_ticks "$@")
   e0=$(cpu_ticks "$ENGINE_PID")
   out=$(WRK_DELAY_MS=$delay wrk -t2 -c"$conns" -d"$DURATION" --latency -s "$HERE/post.lua" "http://$addr/v1/chat/completions" | grep '^RESULT')
   c1=$(cpu_ticks "$@")
+  u1=$(user_ticks "$@")
   e1=$(cpu_ticks "$ENGINE_PID")
   req=$(echo "$out" | sed 's/.*requests=\([0-9]*\).*/\1/')
-  echo "$out" | sed "s/^RESULT/$name/" | awk -v c=$((c1 - c0)) -v e=$((e1 - e0)) -v hz="$HZ" -v r="$req" -v has=$# \
-    '{ cpu = (has > 0 && r > 0) ? c * 1e6 / hz / r : -1; eng = r > 0 ? e * 1e6 / hz / r : -1; print $0, "cpu_us=" cpu, "engine_us=" eng }'
+  echo "$out" | sed "s/^RESULT/$name/" | awk -v c=$((c1 - c0)) -v u=$((u1 - u0)) -v e=$((e1 - e0)) -v hz="$HZ" -v r="$req" -v has=$# \
+    '{ cpu = (has > 0 && r > 0) ? c * 1e6 / hz / r : -1; usr = (has > 0 && r > 0) ? u * 1e6 / hz / r : -1; eng = r > 0 ? e * 1e6 / hz / r : -1; print $0, "cpu_us=" cpu, "user_us=" usr, "engine_us=" eng }'
 }
 
 phase() { # connections delay_ms: ROUNDS rotated rounds over the three targets
@@ -178,23 +187,25 @@ report() { # lines "round name requests=.. rps=.. p50_ms=.. p99_ms=.. errors=.. 
   { r = $1; name = $2; for (i = 3; i <= NF; i++) { split($i, kv, "="); v[r, name, kv[1]] = kv[2] } if (r + 1 > R) R = r + 1 }
   END {
     split("direct gateway nginx", names, " ")
-    printf "%-8s %10s %10s %10s %8s %12s %12s   (medians of %d rounds)\n", "target", "req/s", "p50 ms", "p99 ms", "errors", "proxy us/req", "engine us/req", R
+    printf "%-8s %10s %10s %10s %8s %12s %10s %12s   (medians of %d rounds)\n", "target", "req/s", "p50 ms", "p99 ms", "errors", "proxy us/req", "of it user", "engine us/req", R
     for (t = 1; t <= 3; t++) {
       k = names[t]; err = 0
-      for (r = 0; r < R; r++) { a1[r + 1] = v[r, k, "rps"]; a2[r + 1] = v[r, k, "p50_ms"]; a3[r + 1] = v[r, k, "p99_ms"]; a4[r + 1] = v[r, k, "cpu_us"]; a5[r + 1] = v[r, k, "engine_us"]; err += v[r, k, "errors"] }
-      cpu = median(a4, R)
-      printf "%-8s %10.1f %10.3f %10.3f %8d %12s %13.0f\n", k, median(a1, R), median(a2, R), median(a3, R), err, cpu < 0 ? "-" : sprintf("%.0f", cpu), median(a5, R)
+      for (r = 0; r < R; r++) { a1[r + 1] = v[r, k, "rps"]; a2[r + 1] = v[r, k, "p50_ms"]; a3[r + 1] = v[r, k, "p99_ms"]; a4[r + 1] = v[r, k, "cpu_us"]; a5[r + 1] = v[r, k, "engine_us"]; a6[r + 1] = v[r, k, "user_us"]; err += v[r, k, "errors"] }
+      cpu = median(a4, R); usr = median(a6, R)
+      printf "%-8s %10.1f %10.3f %10.3f %8d %12s %10s %13.0f\n", k, median(a1, R), median(a2, R), median(a3, R), err, cpu < 0 ? "-" : sprintf("%.0f", cpu), cpu < 0 ? "-" : sprintf("%.0f", usr), median(a5, R)
     }
     for (r = 0; r < R; r++) {
       tr[r + 1] = v[r, "gateway", "rps"] / v[r, "nginx", "rps"]
       pr[r + 1] = v[r, "gateway", "p99_ms"] / v[r, "nginx", "p99_ms"]
       cr[r + 1] = v[r, "gateway", "cpu_us"] / v[r, "nginx", "cpu_us"]
+      ur[r + 1] = v[r, "nginx", "user_us"] > 0 ? v[r, "gateway", "user_us"] / v[r, "nginx", "user_us"] : 0
       ag[r + 1] = v[r, "gateway", "p99_ms"] - v[r, "direct", "p99_ms"]
       an[r + 1] = v[r, "nginx", "p99_ms"] - v[r, "direct", "p99_ms"]
     }
     minmax(tr, R); printf "gateway/nginx throughput ratio: %.3f (rounds %.3f..%.3f)\n", median(tr, R), lo, hi
     minmax(pr, R); printf "gateway/nginx p99 ratio:        %.3f (rounds %.3f..%.3f)\n", median(pr, R), lo, hi
     minmax(cr, R); printf "gateway/nginx cpu per request:  %.3f (rounds %.3f..%.3f)\n", median(cr, R), lo, hi
+    minmax(ur, R); printf "  of it user (gateway/nginx):   %.3f (rounds %.3f..%.3f)\n", median(ur, R), lo, hi
     printf "added p99 over direct (median of rounds): gateway %+.3f ms, nginx %+.3f ms\n", median(ag, R), median(an, R)
   }'
 }
