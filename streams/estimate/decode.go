@@ -32,7 +32,7 @@ type Decoder struct {
 	counts [2][]uint64
 	ev     schemas.RoutingEvent
 	strs   map[string]string
-	recent [1024]string
+	recent [1 << recentBits]string
 }
 
 // maxInterned bounds the interned strings; the table starts over when
@@ -63,14 +63,24 @@ func (d *Decoder) str(b []byte) (s string, ok bool) {
 	return s, true
 }
 
-// recentSlot picks a slot of Decoder.recent by an FNV-1a hash of b.
+// recentSlot picks a slot of Decoder.recent by a multiplicative hash of
+// b's length and its first and last 8 bytes (ids differ mostly in their
+// last characters; a collision only costs a table lookup).
 func recentSlot(b []byte) int {
-	h := uint32(2166136261)
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
+	var lo, hi uint64
+	if n := len(b); n >= 8 {
+		lo, hi = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[n-8:])
+	} else {
+		for i, c := range b {
+			lo |= uint64(c) << (8 * i)
+		}
 	}
-	return int(h % uint32(len(Decoder{}.recent)))
+	h := (lo^uint64(len(b))<<56)*0x9E3779B97F4A7C15 ^ hi*0xC2B2AE3D27D4EB4F
+	return int(h >> (64 - recentBits))
 }
+
+// recentBits is log2 of len(Decoder.recent).
+const recentBits = 10
 
 // field is one scanned field: its number and wire type, and its value
 // (a varint or fixed64 in v, a length-delimited field in b).
@@ -305,43 +315,62 @@ func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.Routing
 	return &d.ev, nil
 }
 
+// scanRoutingEvent scans b into d.ev: tags, varints and lengths of one
+// byte are read inline (nearly all of a routing event's), anything
+// else through uvarint; it accepts exactly what next would.
 func (d *Decoder) scanRoutingEvent(b []byte) bool {
 	ev := &d.ev
 	*ev = schemas.RoutingEvent{}
-	var f field
 	for i := 0; i < len(b); {
-		if i = next(b, i, &f); i < 0 {
+		tag := uint64(b[i])
+		if tag < 0x80 {
+			i++
+		} else if tag, i = uvarint(b, i); i < 0 {
 			return false
 		}
-		switch f.typ {
+		num := tag >> 3
+		if num == 0 || num > uint64(protowire.MaxValidNumber) {
+			return false
+		}
+		switch protowire.Type(tag & 7) {
 		case protowire.VarintType:
-			switch f.num {
+			var v uint64
+			if i < len(b) && b[i] < 0x80 {
+				v, i = uint64(b[i]), i+1
+			} else if v, i = uvarint(b, i); i < 0 {
+				return false
+			}
+			switch num {
 			case 1:
-				ev.SchemaVersion = uint32(f.v)
+				ev.SchemaVersion = uint32(v)
 			case 5:
-				ev.SnapshotVersion = f.v
+				ev.SnapshotVersion = v
 			case 7:
-				ev.Attempts = uint32(f.v)
+				ev.Attempts = uint32(v)
 			case 10:
-				ev.PromptTokens = uint32(f.v)
+				ev.PromptTokens = uint32(v)
 			case 11:
-				ev.OutputTokens = uint32(f.v)
+				ev.OutputTokens = uint32(v)
 			case 12:
-				ev.Status = schemas.RequestStatus(int32(f.v))
+				ev.Status = schemas.RequestStatus(int32(v))
 			case 13:
-				ev.EventTimeUnixMs = int64(f.v)
+				ev.EventTimeUnixMs = int64(v)
 			case 16:
-				ev.HttpStatus = uint32(f.v)
+				ev.HttpStatus = uint32(v)
 			case 17:
-				ev.Stream = f.v != 0
+				ev.Stream = v != 0
 			case 19:
-				ev.CachedTokens = uint32(f.v)
+				ev.CachedTokens = uint32(v)
 			default:
 				return false
 			}
 		case protowire.Fixed64Type:
-			v := math.Float64frombits(f.v)
-			switch f.num {
+			if len(b)-i < 8 {
+				return false
+			}
+			v := math.Float64frombits(binary.LittleEndian.Uint64(b[i:]))
+			i += 8
+			switch num {
 			case 8:
 				ev.TtftMs = v
 			case 9:
@@ -354,14 +383,25 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				return false
 			}
 		case protowire.BytesType:
+			var n uint64
+			if i < len(b) && b[i] < 0x80 {
+				n, i = uint64(b[i]), i+1
+			} else if n, i = uvarint(b, i); i < 0 {
+				return false
+			}
+			if n > uint64(len(b)-i) {
+				return false
+			}
+			v := b[i : i+int(n)]
+			i += int(n)
 			var ok bool
-			switch f.num {
+			switch num {
 			case 3:
-				ev.Cluster, ok = d.str(f.b)
+				ev.Cluster, ok = d.str(v)
 			case 4:
-				ev.EngineId, ok = d.str(f.b)
+				ev.EngineId, ok = d.str(v)
 			case 2, 6, 15: // not kept
-				ok = utf8.Valid(f.b)
+				ok = utf8.Valid(v)
 			}
 			if !ok {
 				return false

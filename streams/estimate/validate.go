@@ -100,6 +100,10 @@ func checkTime(ms int64, recordTime time.Time) error {
 	return nil
 }
 
+// plain reports whether checkNum without an upper bound accepts v: not
+// NaN (which fails both comparisons), not ±Inf, not negative.
+func plain(v float64) bool { return v >= 0 && v <= math.MaxFloat64 }
+
 // checkNum rejects NaN, ±Inf, negatives and values above max (max <= 0:
 // no upper bound).
 func checkNum(name string, v, max float64) error {
@@ -139,6 +143,11 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 	if err := checkTime(s.GetEventTimeUnixMs(), recordTime); err != nil {
 		return err
 	}
+	if plain(s.GetRunningRequests()) && plain(s.GetWaitingRequests()) && plain(s.GetKvCacheUsage()) && s.GetKvCacheUsage() <= 1 &&
+		plain(s.GetPrefixCacheHits()) && plain(s.GetPrefixCacheQueries()) && plain(s.GetIntervalSeconds()) &&
+		plain(s.GetRequestsFinished()) && plain(s.GetPromptTokens()) && plain(s.GetGenerationTokens()) {
+		return validHists(s)
+	}
 	for _, f := range []struct {
 		name   string
 		v, max float64
@@ -157,6 +166,10 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 			return err
 		}
 	}
+	return validHists(s)
+}
+
+func validHists(s *schemas.EngineSignal) error {
 	if err := checkHist("ttft_seconds", s.GetTtftSeconds()); err != nil {
 		return err
 	}
@@ -174,6 +187,9 @@ func ValidateRoutingEvent(ev *schemas.RoutingEvent, recordTime time.Time) error 
 	}
 	if err := checkTime(ev.GetEventTimeUnixMs(), recordTime); err != nil {
 		return err
+	}
+	if plain(ev.GetTtftMs()) && plain(ev.GetMeanTbotMs()) && plain(ev.GetE2EMs()) && plain(ev.GetEngineTtftMs()) {
+		return nil // the common case; the loop below names the bad value
 	}
 	for _, f := range []struct {
 		name string
