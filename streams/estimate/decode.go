@@ -165,52 +165,53 @@ func (d *Decoder) Signal(b []byte, recordTime time.Time) (*schemas.EngineSignal,
 	return &d.sig, nil
 }
 
+// scanSignal scans b into d.sig, reading one-byte tags, varints and
+// lengths inline like scanRoutingEvent; it accepts exactly what next
+// would.
 func (d *Decoder) scanSignal(b []byte) bool {
 	s := &d.sig
 	*s = schemas.EngineSignal{}
 	var haveTTFT, haveTBOT bool
-	var f field
 	for i := 0; i < len(b); {
-		if i = next(b, i, &f); i < 0 {
+		tag := uint64(b[i])
+		if tag < 0x80 {
+			i++
+		} else if tag, i = uvarint(b, i); i < 0 {
 			return false
 		}
-		var ok bool
-		switch {
-		case f.typ == protowire.VarintType && f.num == 1:
-			s.SchemaVersion = uint32(f.v)
-		case f.typ == protowire.VarintType && f.num == 6:
-			s.EventTimeUnixMs = int64(f.v)
-		case f.typ == protowire.VarintType && f.num == 7:
-			s.ReadyReplicas = uint32(f.v)
-		case f.typ == protowire.VarintType && f.num == 8:
-			s.Health = schemas.Health(int32(f.v))
-		case f.typ == protowire.VarintType && f.num == 21:
-			s.MaxBatch = uint32(f.v)
-		case f.typ == protowire.BytesType && f.num == 2:
-			s.EngineId, ok = d.str(f.b)
-		case f.typ == protowire.BytesType && f.num == 3:
-			s.EndpointUrl, ok = d.str(f.b)
-		case f.typ == protowire.BytesType && f.num == 4:
-			s.Region, ok = d.str(f.b)
-		case f.typ == protowire.BytesType && f.num == 5:
-			s.GpuClass, ok = d.str(f.b)
-		case f.typ == protowire.BytesType && f.num == 20:
-			s.Model, ok = d.str(f.b)
-		case f.typ == protowire.BytesType && f.num == 14:
-			if haveTTFT || !scanHist(&d.ttft, &d.bounds[0], &d.counts[0], f.b) {
+		num := tag >> 3
+		if num == 0 || num > uint64(protowire.MaxValidNumber) {
+			return false
+		}
+		switch protowire.Type(tag & 7) {
+		case protowire.VarintType:
+			var v uint64
+			if i < len(b) && b[i] < 0x80 {
+				v, i = uint64(b[i]), i+1
+			} else if v, i = uvarint(b, i); i < 0 {
 				return false
 			}
-			s.TtftSeconds, haveTTFT = &d.ttft, true
-			continue
-		case f.typ == protowire.BytesType && f.num == 15:
-			if haveTBOT || !scanHist(&d.tbot, &d.bounds[1], &d.counts[1], f.b) {
+			switch num {
+			case 1:
+				s.SchemaVersion = uint32(v)
+			case 6:
+				s.EventTimeUnixMs = int64(v)
+			case 7:
+				s.ReadyReplicas = uint32(v)
+			case 8:
+				s.Health = schemas.Health(int32(v))
+			case 21:
+				s.MaxBatch = uint32(v)
+			default:
 				return false
 			}
-			s.TbotSeconds, haveTBOT = &d.tbot, true
-			continue
-		case f.typ == protowire.Fixed64Type:
-			v := math.Float64frombits(f.v)
-			switch f.num {
+		case protowire.Fixed64Type:
+			if len(b)-i < 8 {
+				return false
+			}
+			v := math.Float64frombits(binary.LittleEndian.Uint64(b[i:]))
+			i += 8
+			switch num {
 			case 9:
 				s.RunningRequests = v
 			case 10:
@@ -232,11 +233,47 @@ func (d *Decoder) scanSignal(b []byte) bool {
 			default:
 				return false
 			}
-			continue
+		case protowire.BytesType:
+			var n uint64
+			if i < len(b) && b[i] < 0x80 {
+				n, i = uint64(b[i]), i+1
+			} else if n, i = uvarint(b, i); i < 0 {
+				return false
+			}
+			if n > uint64(len(b)-i) {
+				return false
+			}
+			v := b[i : i+int(n)]
+			i += int(n)
+			ok := true
+			switch num {
+			case 2:
+				s.EngineId, ok = d.str(v)
+			case 3:
+				s.EndpointUrl, ok = d.str(v)
+			case 4:
+				s.Region, ok = d.str(v)
+			case 5:
+				s.GpuClass, ok = d.str(v)
+			case 20:
+				s.Model, ok = d.str(v)
+			case 14:
+				if haveTTFT || !scanHist(&d.ttft, &d.bounds[0], &d.counts[0], v) {
+					return false
+				}
+				s.TtftSeconds, haveTTFT = &d.ttft, true
+			case 15:
+				if haveTBOT || !scanHist(&d.tbot, &d.bounds[1], &d.counts[1], v) {
+					return false
+				}
+				s.TbotSeconds, haveTBOT = &d.tbot, true
+			default:
+				return false
+			}
+			if !ok {
+				return false
+			}
 		default:
-			return false
-		}
-		if f.typ == protowire.BytesType && !ok {
 			return false
 		}
 	}
