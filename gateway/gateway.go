@@ -143,6 +143,10 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// HTTPServer serves the listener: ServerFast (the gateway's own
+	// HTTP/1.1 loop for the proxy routes, net/http for the rest) or
+	// ServerStd (net/http for everything). Default ServerFast.
+	HTTPServer string
 
 	ownClient bool // Transport was not set: plain-http engines get engineClient
 }
@@ -183,6 +187,13 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	switch c.HTTPServer {
+	case "":
+		c.HTTPServer = ServerFast
+	case ServerFast, ServerStd:
+	default:
+		return fmt.Errorf("http server %q: want %q or %q", c.HTTPServer, ServerFast, ServerStd)
 	}
 	if c.Transport == nil {
 		c.ownClient = true
@@ -481,9 +492,13 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("gateway listening", "addr", addr)
 	srv := &http.Server{
 		Handler:           g.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       serverIdleTimeout,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+	}
+	var fast *fastServer
+	if g.cfg.HTTPServer == ServerFast {
+		fast = newFastServer(g, srv, ln.Addr())
 	}
 	eg, ectx := errgroup.WithContext(ctx)
 	emitCtx, stopEmit := context.WithCancel(context.WithoutCancel(ctx))
@@ -512,19 +527,34 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		<-ectx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
+		if fast != nil {
+			if err := fast.shutdown(sctx, ln); err != nil {
+				fast.close()
+			}
+			return nil
+		}
 		if err := srv.Shutdown(sctx); err != nil {
 			_ = srv.Close()
 		}
 		return nil
 	})
-	serveErr := srv.Serve(ln)
+	var serveErr error
+	if fast != nil {
+		serveErr = fast.serve(ln)
+	} else {
+		serveErr = srv.Serve(ln)
+	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
 	if serveErr != nil {
 		serveErr = fmt.Errorf("serving: %w", serveErr)
 		// Stop the other goroutines.
-		_ = srv.Close()
+		if fast != nil {
+			fast.close()
+		} else {
+			_ = srv.Close()
+		}
 	}
 	waitErr := eg.Wait()
 	g.drains.closeAndWait() // at most doneGrace

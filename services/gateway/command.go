@@ -58,6 +58,7 @@ func ParseFlags(args []string, getenv func(string) string) (Config, string, erro
 	fs.Float64Var(&cfg.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
 	fs.IntVar(&cfg.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
 	fs.IntVar(&cfg.EventBuffer, "event-buffer", gateway.DefaultEventBuffer, "routing events buffered for Kafka before dropping")
+	fs.StringVar(&cfg.HTTPServer, "http-server", gateway.ServerFast, "server for the proxy routes: fast (own HTTP/1.1 loop, net/http for the rest) or std (net/http)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	conn.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -68,6 +69,9 @@ func ParseFlags(args []string, getenv func(string) string) (Config, string, erro
 	}
 	if cfg.Cluster == "" {
 		return cfg, "", fmt.Errorf("%w: --cluster is required", cli.ErrUsage)
+	}
+	if cfg.HTTPServer != gateway.ServerFast && cfg.HTTPServer != gateway.ServerStd {
+		return cfg, "", fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, cfg.HTTPServer)
 	}
 	var err error
 	if cfg.Engines, err = gateway.ParseEngines(engines); err != nil {

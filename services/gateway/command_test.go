@@ -20,12 +20,19 @@ func TestParseFlags(t *testing.T) {
 	if len(cfg.KafkaBrokers) != 2 || cfg.NATSURL != "" || cfg.Listen != "127.0.0.1:8080" {
 		t.Fatalf("connection %+v", cfg)
 	}
+	if cfg.HTTPServer != "fast" {
+		t.Errorf("default http server %q", cfg.HTTPServer)
+	}
+	if cfg, _, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
+		t.Errorf("SWITCHYARD_HTTP_SERVER=std: %q %v", cfg.HTTPServer, err)
+	}
 	for _, args := range [][]string{
 		{},
 		{"--cluster", "eu", "--engines", "nourl"},
 		{"--cluster", "eu", "--engines", "a=ftp://x"},
 		{"--cluster", "eu", "extra"},
 		{"--cluster", "eu", "--bogus"},
+		{"--cluster", "eu", "--http-server", "fastest"},
 	} {
 		if _, _, err := ParseFlags(args, func(string) string { return "" }); !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%q: %v, want usage error", args, err)
