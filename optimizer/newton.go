@@ -439,7 +439,21 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 					for b := a; b < n; b++ {
 						q.SetSym(a, b, qd[a*n+b])
 					}
-					q.SetSym(a, a, qd[a*n+a]+damp*avg)
+					d := qd[a*n+a] + damp*avg
+					if ar != nil {
+						// Churn: a cluster whose arcs all sit at their
+						// caps (or carry nothing) has a zero row in the
+						// Hessian, and its Newton step g/(damp*avg) was
+						// huge however small its gradient, so the radius
+						// cut every other cluster's step to nothing
+						// (several evaluations in a row that changed
+						// nothing). A per-cluster trust region instead:
+						// no cluster's own step exceeds 16 temperatures
+						// (on 30 churn instances 8x64 to 64x1024, 20%
+						// fewer engine solves; 8 did worse, 32 about the same).
+						d = math.Max(d, math.Abs(grad[a])/(16*tau))
+					}
+					q.SetSym(a, a, d)
 					rhs.SetVec(a, grad[a])
 				}
 				ok := chol.Factorize(q)
