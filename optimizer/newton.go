@@ -198,6 +198,15 @@ func (s *solver) newton(tauFinal, tol float64, maxSteps int) int {
 	var sAcc []float64
 	if p.cw > 0 && !s.approxChurn {
 		ar = s.buildArcs(pos)
+		for _, h := range []*hessTerms{cur, next} {
+			// An evaluation lists at most every arc once.
+			h.ents = make([]int32, 0, len(ar.pos))
+			h.vals = make([]float64, 0, len(ar.pos))
+			h.ext = make([]float64, 0, len(ar.pos))
+			h.off = append(make([]int32, 0, len(p.curves)+1), 0)
+			h.a = make([]float64, 0, len(p.curves))
+			h.b = make([]float64, 0, len(p.curves))
+		}
 		sAcc = make([]float64, n)
 		sLog := make([]float64, n)
 		eval = func(mu []float64, tau float64, h *hessTerms) float64 {
