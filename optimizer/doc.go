@@ -81,9 +81,14 @@
 // rps and rtt + churn uncapped; each engine then picks its price m by a
 // scan of its sorted breakpoints (saturation points of the capped arcs,
 // profile knots) and a scalar solve, so that its arc flows
-// min(cap, exp((bid − m)/τ)) add up to its supply at m (churn.go). That dual is stiff at small τ, so
-// the churn run stops at a coarser temperature with a step budget, and
-// the exact phase starts from the best of it, an approximate-churn Newton
+// min(cap, exp((bid − m)/τ)) add up to its supply at m (churn.go). That dual is stiff at small τ and
+// flat along the price of a cluster whose arcs all sit at their caps, so
+// the churn run starts at τ = 16 ms, keeps each cluster's own Newton step
+// within 16 temperatures, stops at a coarser final temperature
+// (max(Tolerance, 1e-3)·mean) and certifies the duality gap during that
+// last stage, stopping as soon as it is within Tolerance (two 8× colder
+// stages when it is not, then a step budget). When that falls short the
+// exact phase starts from the best of it, an approximate-churn Newton
 // run (previous edges 2·churn cheaper, uncapped) and the previous plan.
 //
 // Everything iterates in sorted id order (map iteration order never
