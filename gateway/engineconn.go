@@ -64,6 +64,7 @@ type hostPool struct {
 // engineConn is one connection to an engine.
 type engineConn struct {
 	nc        net.Conn
+	raw       *rawIO // nc's raw syscalls; nil: nc's own Read and Write
 	br        *bufio.Reader
 	pool      *hostPool
 	nread     int64 // bytes read from nc, to tell a stale connection
@@ -72,7 +73,13 @@ type engineConn struct {
 }
 
 func (c *engineConn) Read(p []byte) (int, error) {
-	n, err := c.nc.Read(p)
+	var n int
+	var err error
+	if c.raw != nil {
+		n, err = c.raw.Read(p)
+	} else {
+		n, err = c.nc.Read(p)
+	}
 	c.nread += int64(n)
 	return n, err
 }
@@ -137,7 +144,7 @@ func (hp *hostPool) get(ctx context.Context, c *engineClient, fresh bool) (*engi
 	if err != nil {
 		return nil, err
 	}
-	ec := &engineConn{nc: nc, pool: hp}
+	ec := &engineConn{nc: nc, raw: newRawIO(nc), pool: hp}
 	ec.br = bufio.NewReaderSize(ec, sseBufSize)
 	return ec, nil
 }
@@ -253,7 +260,13 @@ const maxHeaderLines = 256
 var errMalformedResponse = errors.New("malformed response from engine")
 
 func (ec *engineConn) roundTrip(req []byte) (*engineResponse, error) {
-	if _, err := ec.nc.Write(req); err != nil {
+	var err error
+	if ec.raw != nil {
+		_, err = ec.raw.Write(req)
+	} else {
+		_, err = ec.nc.Write(req)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for range 8 {

@@ -45,9 +45,8 @@ const (
 
 // fastServer is the gateway's own HTTP/1.1 server loop for the two proxy
 // routes (POST /v1/chat/completions and /v1/completions). One goroutine
-// per connection reads requests; each request runs in a goroutine of its
-// own while the connection's goroutine waits in a read of the next
-// request, which is how a client that goes away (EOF, reset) cancels the
+// per connection reads requests; each request runs in a second goroutine
+// of the connection while the first waits in a read of the next request, which is how a client that goes away (EOF, reset) cancels the
 // request's context without a read-deadline dance. Anything it does not
 // serve itself (another route or method, chunked bodies, Expect,
 // HTTP/1.0, upgrades, big heads, bodies over the limit, malformed
@@ -199,6 +198,8 @@ type fastConn struct {
 	bodyR    bodyReader
 	w        fastResponse
 	cancel   context.CancelFunc
+	raw      *rawIO   // nil: write through fc.c
+	jobs     chan fastJob // to the request goroutine, started at the first request
 
 	// Written by the request goroutine before it signals done.
 	done   chan struct{}
@@ -206,11 +207,36 @@ type fastConn struct {
 	keep   bool
 }
 
+// fastJob is a request for the connection's request goroutine.
+type fastJob struct {
+	r  *http.Request
+	rh reqHead
+}
+
+// work runs the connection's requests, one at a time. It lives as long
+// as the connection (rather than a goroutine per request), so its stack
+// stays grown.
+func (fc *fastConn) work() {
+	for j := range fc.jobs {
+		fc.handle(j.r, j.rh, true)
+	}
+}
+
 func (fc *fastConn) serve() {
 	defer fc.s.forget(fc)
+	defer func() {
+		if fc.jobs != nil {
+			close(fc.jobs)
+		}
+	}()
 	s := fc.s
+	fc.raw = newRawIO(fc.c)
 	fc.br = s.readers.Get().(*bufio.Reader)
-	fc.br.Reset(fc.c)
+	if fc.raw != nil {
+		fc.br.Reset(fc.raw)
+	} else {
+		fc.br.Reset(fc.c)
+	}
 	fc.remote = fc.c.RemoteAddr().String()
 	release := true
 	defer func() {
@@ -294,7 +320,11 @@ func (fc *fastConn) serve() {
 		}
 		_ = fc.c.SetReadDeadline(time.Now().Add(serverIdleTimeout))
 		running = true
-		go fc.handle(r, rh, true)
+		if fc.jobs == nil {
+			fc.jobs = make(chan fastJob, 1)
+			go fc.work()
+		}
+		fc.jobs <- fastJob{r, rh}
 	}
 }
 
@@ -369,7 +399,11 @@ func (fc *fastConn) request(ctx context.Context, rh reqHead) *http.Request {
 // handle runs one request and signals fc.done.
 func (fc *fastConn) handle(r *http.Request, rh reqHead, keepable bool) {
 	w := &fc.w
-	w.reset(fc.c, fc.cancel, rh.close || !keepable || fc.s.shutting.Load())
+	var out io.Writer = fc.c
+	if fc.raw != nil {
+		out = fc.raw
+	}
+	w.reset(out, fc.cancel, rh.close || !keepable || fc.s.shutting.Load())
 	defer func() {
 		keep := keepable
 		if p := recover(); p != nil {
@@ -444,7 +478,7 @@ func (b *bodyReader) Close() error { return nil }
 // then sets Content-Length as net/http does), after which every Write
 // is one chunk and every Flush one write to the connection.
 type fastResponse struct {
-	c          net.Conn
+	c          io.Writer // the connection, or its rawIO
 	cancel     context.CancelFunc
 	hdr        http.Header
 	out        []byte // bytes not yet written to the connection
@@ -465,7 +499,7 @@ var (
 	_ http.Flusher        = (*fastResponse)(nil)
 )
 
-func (w *fastResponse) reset(c net.Conn, cancel context.CancelFunc, closeAfter bool) {
+func (w *fastResponse) reset(c io.Writer, cancel context.CancelFunc, closeAfter bool) {
 	if w.hdr == nil {
 		w.hdr = http.Header{}
 	}
