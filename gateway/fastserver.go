@@ -198,7 +198,7 @@ type fastConn struct {
 	bodyR    bodyReader
 	w        fastResponse
 	cancel   context.CancelFunc
-	raw      *rawIO   // nil: write through fc.c
+	raw      *rawIO       // nil: write through fc.c
 	jobs     chan fastJob // to the request goroutine, started at the first request
 
 	// Written by the request goroutine before it signals done.
