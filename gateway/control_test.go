@@ -120,7 +120,9 @@ func TestStaticStabilityAcrossNATSOutage(t *testing.T) {
 
 // TestRoutingEventsToKafka: one RoutingEvent per request, keyed by
 // cluster, with TTFT, TBOT and token counts from the engine's usage.
-func TestRoutingEventsToKafka(t *testing.T) {
+func TestRoutingEventsToKafka(t *testing.T) { forEachServer(t, testRoutingEventsToKafka) }
+
+func testRoutingEventsToKafka(t *testing.T, server string) {
 	kc := testenv.Kafka(t)
 	topics := streams.TopicsFor("sy")
 	admin := testenv.Client(t, kc)
@@ -131,7 +133,7 @@ func TestRoutingEventsToKafka(t *testing.T) {
 	}
 	e := newFakeEngine(t, "a")
 	e.delay = 2 * time.Millisecond
-	_, base := startGateway(t, Config{Engines: static(e), KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "sy"})
+	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "sy"})
 	for i := 0; i < 3; i++ {
 		if s, _, body := post(t, ctx, base, chatBody(true, "x"), nil); s != 200 {
 			t.Fatalf("%d %s", s, body)
@@ -179,9 +181,11 @@ func TestRoutingEventsToKafka(t *testing.T) {
 
 // TestOpenAISDKStreaming drives a streaming chat completion through the
 // gateway with the official OpenAI Go SDK.
-func TestOpenAISDKStreaming(t *testing.T) {
+func TestOpenAISDKStreaming(t *testing.T) { forEachServer(t, testOpenAISDKStreaming) }
+
+func testOpenAISDKStreaming(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{Engines: static(e)})
+	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
 	client := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

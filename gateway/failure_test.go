@@ -47,17 +47,19 @@ func TestKillEngineMidRun(t *testing.T) {
 		{"ejection", 0},        // the default: cut streams eject the engine
 		{"no ejection", 10000}, // every pick of the dead engine is retried
 	} {
-		t.Run(tt.name, func(t *testing.T) { killEngineMidRun(t, tt.consecutive) })
+		t.Run(tt.name, func(t *testing.T) {
+			forEachServer(t, func(t *testing.T, server string) { killEngineMidRun(t, server, tt.consecutive) })
+		})
 	}
 }
 
-func killEngineMidRun(t *testing.T, consecutive int) {
+func killEngineMidRun(t *testing.T, server string, consecutive int) {
 	a, b, c := newFakeEngine(t, "a"), newFakeEngine(t, "b"), newFakeEngine(t, "c")
 	for _, e := range []*fakeEngine{a, b, c} {
 		e.delay = time.Millisecond
 	}
 	snap := snapshot(1, "us-east", 0, map[*fakeEngine]float64{a: 0.34, b: 0.33, c: 0.33})
-	cfg := Config{SnapshotFile: snapshotFile(t, snap)}
+	cfg := Config{SnapshotFile: snapshotFile(t, snap), HTTPServer: server}
 	cfg.Outlier.Consecutive = consecutive
 	g, base := startGateway(t, cfg)
 	const total, clients = 400, 8
@@ -139,11 +141,13 @@ func TestRetryBudgetBoundsStorm(t *testing.T) {
 
 // TestOverloadSheds: with every engine at its in-flight cap the gateway
 // answers 429 at once with Retry-After and an OpenAI error.
-func TestOverloadSheds(t *testing.T) {
+func TestOverloadSheds(t *testing.T) { forEachServer(t, testOverloadSheds) }
+
+func testOverloadSheds(t *testing.T, server string) {
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
 	a.setMode("block")
 	b.setMode("block")
-	g, base := startGateway(t, Config{Engines: static(a, b), MaxInFlightPerEngine: 2})
+	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(a, b), MaxInFlightPerEngine: 2})
 	var wg sync.WaitGroup
 	statuses := make(chan int, 4)
 	for i := 0; i < 4; i++ {
@@ -177,14 +181,18 @@ func TestOverloadSheds(t *testing.T) {
 // answers 429; one shedding 40% of a half-low, half-high mix sheds the low
 // class (after the gateway has measured the mix) and none of the high.
 func TestSnapshotShedsLowestPriorityFirst(t *testing.T) {
+	forEachServer(t, testSnapshotShedsLowestPriorityFirst)
+}
+
+func testSnapshotShedsLowestPriorityFirst(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{SnapshotFile: snapshotFile(t, snapshot(1, "us-east", 1, map[*fakeEngine]float64{e: 0}))})
+	_, base := startGateway(t, Config{HTTPServer: server, SnapshotFile: snapshotFile(t, snapshot(1, "us-east", 1, map[*fakeEngine]float64{e: 0}))})
 	status, h, _ := post(t, context.Background(), base, chatBody(false, "x"), nil)
 	if status != 429 || h.Get("Retry-After") != "1" {
 		t.Fatalf("shed all: %d", status)
 	}
 
-	g, base := startGateway(t, Config{SnapshotFile: snapshotFile(t, snapshot(1, "us-east", 0.4, map[*fakeEngine]float64{e: 0.6}))})
+	g, base := startGateway(t, Config{HTTPServer: server, SnapshotFile: snapshotFile(t, snapshot(1, "us-east", 0.4, map[*fakeEngine]float64{e: 0.6}))})
 	// Poll until the measured mix has converged: 20 pairs in a row with
 	// every low request shed and every high one served.
 	deadline := time.Now().Add(20 * time.Second)

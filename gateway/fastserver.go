@@ -443,6 +443,7 @@ func (fc *fastConn) handOff() {
 	fc.br.Reset(nil)
 	fc.s.readers.Put(fc.br)
 	fc.state.Store(connClosed) // no longer ours
+	fc.s.g.handoffs.Add(1)
 	if !fc.s.handoff.give(rc) {
 		_ = fc.c.Close()
 	}

@@ -261,6 +261,7 @@ type Gateway struct {
 	ready chan struct{}
 
 	requests, succeeded, failed, shedN, clientErr, canceled, retries, dropped atomic.Uint64
+	handoffs                                                                  atomic.Uint64 // fast server → net/http connections
 
 	healthMu   sync.Mutex
 	healthFail map[string]int

@@ -79,9 +79,11 @@ func snapshot(version uint64, cluster string, shedFrac float64, ws map[*fakeEngi
 	return &schemas.WeightSnapshot{SchemaVersion: schemas.Version, Version: version, CreatedUnixMs: time.Now().UnixMilli(), Clusters: []*schemas.ClusterWeights{cw}}
 }
 
-func TestStreamThroughFallback(t *testing.T) {
+func TestStreamThroughFallback(t *testing.T) { forEachServer(t, testStreamThroughFallback) }
+
+func testStreamThroughFallback(t *testing.T, server string) {
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
-	g, base := startGateway(t, Config{Engines: static(a, b)})
+	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(a, b)})
 	status, h, body := post(t, context.Background(), base, chatBody(true, "hello"), map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
 	if status != 200 {
 		t.Fatalf("status %d: %s", status, body)
@@ -126,9 +128,11 @@ func TestStreamThroughFallback(t *testing.T) {
 	resp.Body.Close()
 }
 
-func TestBadInput(t *testing.T) {
+func TestBadInput(t *testing.T) { forEachServer(t, testBadInput) }
+
+func testBadInput(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{Engines: static(e), MaxBodyBytes: 1024, Models: []string{"sim"}})
+	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), MaxBodyBytes: 1024, Models: []string{"sim"}})
 	big := `{"model":"sim","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
 	tests := []struct {
 		name   string
@@ -196,11 +200,13 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestEngine4xxNotRetried(t *testing.T) {
+func TestEngine4xxNotRetried(t *testing.T) { forEachServer(t, testEngine4xxNotRetried) }
+
+func testEngine4xxNotRetried(t *testing.T, server string) {
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
 	a.setMode("400")
 	b.setMode("400")
-	g, base := startGateway(t, Config{Engines: static(a, b)})
+	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(a, b)})
 	status, _, body := post(t, context.Background(), base, chatBody(false, "x"), nil)
 	if status != 400 || !strings.Contains(body, "bad prompt") {
 		t.Fatalf("%d %s", status, body)
@@ -213,7 +219,9 @@ func TestEngine4xxNotRetried(t *testing.T) {
 	}
 }
 
-func TestRetryBeforeFirstByte(t *testing.T) {
+func TestRetryBeforeFirstByte(t *testing.T) { forEachServer(t, testRetryBeforeFirstByte) }
+
+func testRetryBeforeFirstByte(t *testing.T, server string) {
 	tests := []struct {
 		name, mode string
 		cfg        Config
@@ -234,6 +242,7 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 			cfg.Engines = static(bad, good)
 			reg := prometheus.NewRegistry()
 			cfg.Registerer, cfg.Gatherer = reg, reg
+			cfg.HTTPServer = server
 			g, base := startGateway(t, cfg)
 			for i := 0; i < 6; i++ {
 				for _, stream := range []bool{true, false} {
@@ -261,9 +270,13 @@ func TestRetryBeforeFirstByte(t *testing.T) {
 }
 
 func TestMidStreamFailureAndIdleTimeout(t *testing.T) {
+	forEachServer(t, testMidStreamFailureAndIdleTimeout)
+}
+
+func testMidStreamFailureAndIdleTimeout(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
 	e.setMode("slow") // one event, then silence
-	g, base := startGateway(t, Config{Engines: static(e), IdleTimeout: 200 * time.Millisecond})
+	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), IdleTimeout: 200 * time.Millisecond})
 	status, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil)
 	if status != 200 {
 		t.Fatalf("status %d", status)
@@ -277,9 +290,13 @@ func TestMidStreamFailureAndIdleTimeout(t *testing.T) {
 }
 
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	forEachServer(t, testClientDisconnectCancelsUpstream)
+}
+
+func testClientDisconnectCancelsUpstream(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
 	e.setMode("slow")
-	g, base := startGateway(t, Config{Engines: static(e)})
+	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(chatBody(true, "x")))
 	resp, err := http.DefaultClient.Do(req)
@@ -365,10 +382,12 @@ func settled(t testing.TB, g *Gateway) Stats {
 // TestEngineLingersAfterDone: a response is complete at data: [DONE]; an
 // engine that keeps the connection open after it neither holds the client
 // past the grace period nor counts as a failure.
-func TestEngineLingersAfterDone(t *testing.T) {
+func TestEngineLingersAfterDone(t *testing.T) { forEachServer(t, testEngineLingersAfterDone) }
+
+func testEngineLingersAfterDone(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
 	e.setMode("linger")
-	g, base := startGateway(t, Config{Engines: static(e)})
+	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
 	status, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil)
 	if status != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("%d %q", status, body)

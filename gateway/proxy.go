@@ -351,7 +351,8 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	// returned, which keeps the engine connection for reuse without making
 	// the client wait for it.
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	stopFollow := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	client := ctx // ctx is reassigned below; the AfterFunc may run at once
+	stopFollow := context.AfterFunc(client, func() { cancel(context.Cause(client)) })
 	var respBody io.ReadCloser
 	defer func() {
 		if res.drain && stopFollow() && g.drains.start() {

@@ -14,12 +14,14 @@ import (
 // TestTracing: with an SDK tracer provider the gateway records a server
 // span and a client span per attempt, and the engine receives the client
 // span's W3C trace context.
-func TestTracing(t *testing.T) {
+func TestTracing(t *testing.T) { forEachServer(t, testTracing) }
+
+func testTracing(t *testing.T, server string) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{Engines: static(e), TracerProvider: tp})
+	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), TracerProvider: tp})
 	if s, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil); s != 200 {
 		t.Fatalf("%d %s", s, body)
 	}

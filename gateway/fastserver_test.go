@@ -1,0 +1,270 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// forEachServer runs f against both HTTP servers.
+func forEachServer(t *testing.T, f func(t *testing.T, server string)) {
+	for _, s := range []string{ServerFast, ServerStd} {
+		t.Run(s, func(t *testing.T) { f(t, s) })
+	}
+}
+
+// rawReply is what a test compares of a response.
+type rawReply struct {
+	status int
+	code   string // OpenAI error code, if any
+	events int    // SSE data lines
+	close  bool
+}
+
+// rawExchange writes reqs on one connection, in one write when
+// pipelined, else one after the other, and reads n responses.
+func rawExchange(t *testing.T, addr string, reqs []string, pipelined bool) []rawReply {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	if pipelined {
+		if _, err := io.WriteString(c, strings.Join(reqs, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []rawReply
+	for _, r := range reqs {
+		if !pipelined {
+			if _, err := io.WriteString(c, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(r)))
+		method := http.MethodPost
+		if err == nil {
+			method = req.Method
+		}
+		resp, err := http.ReadResponse(br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("reading response to %q: %v", r, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("reading body of the response to %q: %v", r, err)
+		}
+		var e struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(b, &e)
+		out = append(out, rawReply{status: resp.StatusCode, code: e.Error.Code, events: strings.Count(string(b), "data: "), close: resp.Close})
+		if resp.Close {
+			break
+		}
+	}
+	return out
+}
+
+func rawPost(path, extra, body string) string {
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s", path, extra, len(body), body)
+}
+
+// TestServersAgree sends the same raw requests to both servers: the fast
+// server serves the plain proxy requests itself and hands the rest to
+// net/http, so every answer must be the same.
+func TestServersAgree(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	stream, whole := chatBody(true, "hi"), chatBody(false, "hi")
+	chunked := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(stream), stream)
+	tests := []struct {
+		name      string
+		reqs      []string
+		pipelined bool
+	}{
+		{"stream", []string{rawPost(pathChat, "", stream)}, false},
+		{"whole", []string{rawPost(pathCompletions, "", whole)}, false},
+		{"keep-alive", []string{rawPost(pathChat, "", stream), rawPost(pathChat, "", whole), rawPost(pathChat, "", stream)}, false},
+		{"pipelined", []string{rawPost(pathChat, "", stream), rawPost(pathChat, "", whole)}, true},
+		{"then net/http", []string{rawPost(pathChat, "", stream), "GET /health HTTP/1.1\r\nHost: gw\r\n\r\n", rawPost(pathChat, "", stream)}, false},
+		{"connection close", []string{rawPost(pathChat, "Connection: close\r\n", stream), rawPost(pathChat, "", stream)}, false},
+		{"lower-case headers", []string{"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: " + fmt.Sprint(len(stream)) + "\r\nx-switchyard-priority: high\r\n\r\n" + stream}, false},
+		{"chunked body", []string{chunked, rawPost(pathChat, "", stream)}, false},
+		{"expect", []string{rawPost(pathChat, "Expect: 100-continue\r\n", stream)}, false},
+		{"http/1.0", []string{strings.Replace(rawPost(pathChat, "", stream), "HTTP/1.1", "HTTP/1.0", 1)}, false},
+		{"too large", []string{rawPost(pathChat, "", `{"model":"sim","messages":[{"role":"user","content":"`+strings.Repeat("x", 2000)+`"}]}`)}, false},
+		{"bad json", []string{rawPost(pathChat, "", `{"model":`)}, false},
+		{"bad header", []string{rawPost(pathChat, "X-Switchyard-Priority: urgent\r\n", whole)}, false},
+		{"no host", []string{"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"}, false},
+		{"two lengths", []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}"}, false},
+		{"no length", []string{"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n"}, false},
+		{"get", []string{"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n"}, false},
+		{"query", []string{rawPost(pathChat+"?x=1", "", whole)}, false},
+		{"models", []string{"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n"}, false},
+		{"unknown", []string{rawPost("/v1/embeddings", "", whole)}, false},
+		{"big head", []string{rawPost(pathChat, "X-Pad: "+strings.Repeat("p", 6000)+"\r\n", whole)}, false},
+		{"space before colon", []string{rawPost(pathChat, "X-Bad : 1\r\n", whole)}, false},
+	}
+	got := map[string][][]rawReply{}
+	forEachServer(t, func(t *testing.T, server string) {
+		g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), MaxBodyBytes: 1024})
+		addr := strings.TrimPrefix(base, "http://")
+		for _, tt := range tests {
+			before := g.handoffs.Load()
+			got[server] = append(got[server], rawExchange(t, addr, tt.reqs, tt.pipelined))
+			handedOff := g.handoffs.Load() > before
+			switch tt.name {
+			case "stream", "whole", "keep-alive", "pipelined", "connection close", "lower-case headers", "bad json", "bad header":
+				if handedOff {
+					t.Errorf("%s: handed off to net/http", tt.name)
+				}
+			default:
+				if server == ServerFast && !handedOff {
+					t.Errorf("%s: not handed off to net/http", tt.name)
+				}
+			}
+		}
+		settled(t, g)
+	})
+	for i, tt := range tests {
+		f, s := got[ServerFast][i], got[ServerStd][i]
+		if fmt.Sprint(f) != fmt.Sprint(s) {
+			t.Errorf("%s: fast %+v, std %+v", tt.name, f, s)
+		}
+	}
+	if r := got[ServerFast][0]; len(r) != 1 || r[0].status != 200 || r[0].events != 7 {
+		t.Errorf("stream: %+v", r)
+	}
+}
+
+// TestFastServerShutdown: a request in flight finishes when the gateway
+// stops, idle connections are closed, and nothing leaks (goleak).
+func TestFastServerShutdown(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	e.delay = 20 * time.Millisecond
+	g, err := New(Config{Cluster: "us-east", Listen: "127.0.0.1:0", HealthInterval: -1, Engines: static(e)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	<-g.Ready()
+	idle, err := net.Dial("tcp", g.Addr()) // idle after one request
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	ibr := bufio.NewReader(idle)
+	if _, err := io.WriteString(idle, rawPost(pathChat, "", chatBody(false, "x"))); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(ibr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	type result struct {
+		status int
+		body   string
+	}
+	res := make(chan result, 1)
+	go func() {
+		resp, err := http.Post("http://"+g.Addr()+pathChat, "application/json", strings.NewReader(chatBody(true, "x")))
+		if err != nil {
+			res <- result{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		res <- result{resp.StatusCode, string(b)}
+	}()
+	waitFor(t, 5*time.Second, func() bool { return g.Stats().InFlight == 1 && g.Stats().Requests == 2 }, "request not in flight")
+	cancel()
+	r := <-res
+	if r.status != 200 || !strings.HasSuffix(r.body, "data: [DONE]\n\n") {
+		t.Errorf("request in flight at shutdown: %d %q", r.status, r.body)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	_ = idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := ibr.ReadByte(); err == nil {
+		t.Error("idle connection still open after shutdown")
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+func TestParseHead(t *testing.T) {
+	tests := []struct {
+		name string
+		head string
+		ok   bool
+		want reqHead
+	}{
+		{"plain", "POST /v1/chat/completions HTTP/1.1\r\nHost: gw:80\r\nContent-Length: 12\r\n\r\n", true, reqHead{path: pathChat, host: "gw:80", contentLength: 12}},
+		{"completions", "POST /v1/completions HTTP/1.1\r\nContent-Length: 0\r\nHost: gw\r\nConnection: keep-alive, Close\r\n\r\n", true, reqHead{path: pathCompletions, host: "gw", close: true}},
+		{"over the limit", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 101\r\n\r\n", false, reqHead{}},
+		{"chunked", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n", false, reqHead{}},
+		{"upgrade", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nConnection: Upgrade\r\n\r\n", false, reqHead{}},
+		{"bare LF", "POST /v1/completions HTTP/1.1\nHost: gw\nContent-Length: 1\n\n", false, reqHead{}},
+		{"obs-fold", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nX-A: 1\r\n 2\r\n\r\n", false, reqHead{}},
+		{"control byte", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nX-A: 1\x01\r\n\r\n", false, reqHead{}},
+		{"signed length", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: +1\r\n\r\n", false, reqHead{}},
+		{"trailing bytes", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\n\r\nx", false, reqHead{}},
+		{"get", "GET /v1/completions HTTP/1.1\r\nHost: gw\r\n\r\n", false, reqHead{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			got, ok := parseHead(tt.head, 100, h)
+			if ok != tt.ok || (ok && got != tt.want) {
+				t.Fatalf("parseHead = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
+			}
+			if ok && (h.Get("Content-Length") == "" || h.Get("Host") != "") {
+				t.Errorf("headers %v", h)
+			}
+		})
+	}
+}
+
+// FuzzParseHead: whatever parseHead accepts, net/http parses the same
+// way (method, path, headers, length, host, close).
+func FuzzParseHead(f *testing.F) {
+	f.Add("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 12\r\nX-Request-Id: a\r\n\r\n")
+	f.Add("POST /v1/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\nconnection: close\r\nx-a:  b \t\r\nX-A: c\r\n\r\n")
+	f.Add("POST /v1/completions HTTP/1.1\r\nHost: [::1]:80\r\nContent-Length: 7\r\nAccept: */*\r\n\r\n")
+	f.Fuzz(func(t *testing.T, head string) {
+		h := http.Header{}
+		rh, ok := parseHead(head, 1<<20, h)
+		if !ok {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader(head)))
+		if err != nil {
+			t.Fatalf("parseHead accepted what net/http refuses (%v): %q", err, head)
+		}
+		if req.Method != http.MethodPost || req.URL.Path != rh.path || req.RequestURI != rh.path || req.Host != rh.host ||
+			req.ContentLength != rh.contentLength || req.Close != rh.close || req.ProtoMinor != 1 {
+			t.Fatalf("parseHead %+v, net/http %s %s host %q length %d close %v: %q", rh, req.Method, req.RequestURI, req.Host, req.ContentLength, req.Close, head)
+		}
+		if fmt.Sprint(h) != fmt.Sprint(req.Header) {
+			t.Fatalf("headers: parseHead %v, net/http %v: %q", h, req.Header, head)
+		}
+	})
+}
