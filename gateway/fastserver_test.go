@@ -268,3 +268,25 @@ func FuzzParseHead(f *testing.F) {
 		}
 	})
 }
+
+// TestClientLeavesBeforeFirstByte: a client that goes away while the
+// engine has not answered yet cancels the engine request (nothing was
+// written, so only the server's read of the connection can tell).
+func TestClientLeavesBeforeFirstByte(t *testing.T) {
+	forEachServer(t, func(t *testing.T, server string) {
+		e := newFakeEngine(t, "a")
+		e.setMode("hang")
+		g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(c, rawPost(pathChat, "", chatBody(true, "x"))); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, func() bool { return e.requests.Load() == 1 }, "request did not reach the engine")
+		c.Close()
+		waitFor(t, 5*time.Second, func() bool { return e.canceled.Load() == 1 }, "engine request not canceled")
+		waitFor(t, 5*time.Second, func() bool { return g.Stats().Canceled == 1 }, "request not counted as canceled")
+	})
+}
