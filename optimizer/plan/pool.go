@@ -1,7 +1,8 @@
 package plan
 
 import (
-	"math"
+	"cmp"
+	"slices"
 
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -32,12 +33,15 @@ import (
 // for its own curve to weigh as much as its class's.
 const PoolSamples = 50.0
 
-// classPool is the sample-weighted sum of one GPU class's profiles of one
-// kind, kept as the member curves and their weights.
+// classPool is the sample-weighted mean of one GPU class's profiles of
+// one kind: the members are added, then done tabulates the mean once at
+// the union of their knots, so pooling every engine of a large class
+// costs one pass over the class rather than one per engine.
 type classPool struct {
 	curves  [][][2]float64
 	weights []float64
 	total   float64
+	mean    [][2]float64 // the class curve at the union of the members' knots
 }
 
 func (c *classPool) add(pts [][2]float64, samples float64) {
@@ -49,16 +53,37 @@ func (c *classPool) add(pts [][2]float64, samples float64) {
 	c.total += samples
 }
 
-// at is the class curve at u: NaN when the class has no samples.
+// done tabulates the class curve. Between two consecutive knots of the
+// union every member is linear, so the table is the mean curve exactly.
+func (c *classPool) done() {
+	if c.total <= 0 {
+		return
+	}
+	var us []float64
+	for _, pts := range c.curves {
+		for _, p := range pts {
+			us = append(us, p[0])
+		}
+	}
+	slices.Sort(us)
+	us = slices.Compact(us)
+	c.mean = make([][2]float64, len(us))
+	for k, u := range us {
+		var v float64
+		for i, pts := range c.curves {
+			v += c.weights[i] * interp(pts, u)
+		}
+		c.mean[k] = [2]float64{u, v / c.total}
+	}
+	c.curves, c.weights = nil, nil
+}
+
+// at is the class curve at u (a tabulated knot exactly as tabulated).
 func (c *classPool) at(u float64) float64 {
-	if c == nil || c.total <= 0 {
-		return math.NaN()
+	if k, ok := slices.BinarySearchFunc(c.mean, u, func(p [2]float64, u float64) int { return cmp.Compare(p[0], u) }); ok {
+		return c.mean[k][1]
 	}
-	var v float64
-	for i, pts := range c.curves {
-		v += c.weights[i] * interp(pts, u)
-	}
-	return v / c.total
+	return interp(c.mean, u)
 }
 
 // pooled returns own blended with its class's curve (see above); own as it
@@ -103,6 +128,11 @@ func profilePools(engines []*schemas.EngineEstimate) (ttft, tbot map[string]*cla
 				k.m[cls] = pool
 			}
 			pool.add(points(k.p), requests(e))
+		}
+	}
+	for _, m := range []map[string]*classPool{ttft, tbot} {
+		for _, pool := range m {
+			pool.done()
 		}
 	}
 	return ttft, tbot
