@@ -95,26 +95,7 @@ func BenchmarkProxyStream(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h := g.Handler()
-			body := []byte(chatBody(true, "Count from one to fifty, one number per token."))
-			tmpl := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil).WithContext(context.Background())
-			rd := bytes.NewReader(body)
-			rc := io.NopCloser(rd)
-			w := &discardWriter{h: http.Header{}}
-			flushes := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				rd.Reset(body)
-				req := *tmpl
-				req.Body, req.ContentLength = rc, int64(len(body))
-				clear(w.h)
-				w.code, w.n, w.flushes = 0, 0, 0
-				h.ServeHTTP(w, &req)
-				if w.code != 200 || w.n < 5000 {
-					b.Fatal(w.code, w.n)
-				}
-				flushes += w.flushes
-			}
+			flushes := streamLoop(b, g.Handler())
 			b.ReportMetric(float64(flushes)/float64(b.N), "flushes/op")
 		})
 	}
@@ -193,24 +174,7 @@ func BenchmarkProxyEngine(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			h := g.Handler()
-			body := []byte(chatBody(true, "Count from one to fifty, one number per token."))
-			tmpl := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil).WithContext(context.Background())
-			rd := bytes.NewReader(body)
-			rc := io.NopCloser(rd)
-			w := &discardWriter{h: http.Header{}}
-			b.ReportAllocs()
-			for b.Loop() {
-				rd.Reset(body)
-				req := *tmpl
-				req.Body, req.ContentLength = rc, int64(len(body))
-				clear(w.h)
-				w.code, w.n, w.flushes = 0, 0, 0
-				h.ServeHTTP(w, &req)
-				if w.code != 200 || w.n < 5000 {
-					b.Fatal(w.code, w.n)
-				}
-			}
+			streamLoop(b, g.Handler())
 			b.StopTimer()
 			g.drains.closeAndWait()
 			if g.client != nil {
@@ -218,4 +182,29 @@ func BenchmarkProxyEngine(b *testing.B) {
 			}
 		})
 	}
+}
+
+// streamLoop streams one 50-token chat completion through h per
+// benchmark iteration, reusing the request and a discarding writer, and
+// returns the flushes counted over all iterations.
+func streamLoop(b *testing.B, h http.Handler) (flushes int) {
+	body := []byte(chatBody(true, "Count from one to fifty, one number per token."))
+	tmpl := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil).WithContext(context.Background())
+	rd := bytes.NewReader(body)
+	rc := io.NopCloser(rd)
+	w := &discardWriter{h: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		rd.Reset(body)
+		req := *tmpl
+		req.Body, req.ContentLength = rc, int64(len(body))
+		clear(w.h)
+		w.code, w.n, w.flushes = 0, 0, 0
+		h.ServeHTTP(w, &req)
+		if w.code != 200 || w.n < 5000 {
+			b.Fatal(w.code, w.n)
+		}
+		flushes += w.flushes
+	}
+	return flushes
 }
