@@ -24,7 +24,8 @@
 //	StepBase + StepPerSeq*seqs + StepPerContextToken*ctx + prefill/PrefillTokensPerSec
 //
 // where seqs counts the sequences in the step, ctx the context tokens of the
-// decoding ones and prefill the prefill tokens. A sequence whose prefill
+// decoding ones and prefill the prefill tokens, times Config.LatencyMultiplier
+// (1 unless the engine is made slower than its class). A sequence whose prefill
 // completes in a step emits its first token at the end of that step; a
 // decoding sequence emits one token per step.
 //

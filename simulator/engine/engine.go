@@ -141,6 +141,12 @@ type Config struct {
 	// drivers that stream tokens (default off: first-token and finished
 	// events only, which is all a simulator needs and much faster).
 	TokenEvents bool
+	// LatencyMultiplier scales every step's duration (prefill and decode
+	// alike): 6 makes an engine six times slower than its preset, as a
+	// throttled or misconfigured GPU of the same declared class is. The
+	// preset, and so Preset() and Stats, stay the class's own (default
+	// 1; must be in (0, 1000]).
+	LatencyMultiplier float64
 }
 
 // Engine is the model. Create it with New; it is not safe for concurrent
@@ -173,6 +179,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.MaxWaiting < 1 {
 		return nil, fmt.Errorf("%w: max waiting must be positive, got %d", ErrInvalidConfig, cfg.MaxWaiting)
+	}
+	if cfg.LatencyMultiplier == 0 {
+		cfg.LatencyMultiplier = 1
+	}
+	if !(cfg.LatencyMultiplier > 0) || cfg.LatencyMultiplier > 1000 {
+		return nil, fmt.Errorf("%w: latency multiplier must be in (0, 1000], got %v", ErrInvalidConfig, cfg.LatencyMultiplier)
 	}
 	e := &Engine{
 		cfg:     cfg,

@@ -112,6 +112,27 @@ func TestSingleRequestTiming(t *testing.T) {
 	}
 }
 
+// TestLatencyMultiplierScalesSteps: an engine with multiplier m takes m
+// times as long for every step, prefill and decode, while reporting its
+// class's preset.
+func TestLatencyMultiplierScalesSteps(t *testing.T) {
+	const prompt, output, m = 1000, 10, 6
+	req := []arrival{{at: time.Second, req: Request{ID: 7, PromptTokens: prompt, OutputTokens: output}}}
+	_, base := drive(t, newEngine(t, "h100", nil), req)
+	slow := newEngine(t, "h100", func(c *Config) { c.LatencyMultiplier = m })
+	_, res := drive(t, slow, req)
+	b, r := base[7], res[7]
+	if r.TTFT() != m*b.TTFT() {
+		t.Errorf("TTFT = %v, want %d x %v", r.TTFT(), m, b.TTFT())
+	}
+	if got, want := r.Finish-r.FirstToken, m*(b.Finish-b.FirstToken); got != want {
+		t.Errorf("decode time = %v, want %v", got, want)
+	}
+	if p, _ := LookupPreset("h100"); slow.Preset() != p {
+		t.Errorf("Preset() = %+v, want the class's own", slow.Preset())
+	}
+}
+
 func TestQueueingGrowsTTFT(t *testing.T) {
 	// 400 requests of 2000 prompt tokens on an l4 (3500 prefill tok/s, so
 	// ~1.75 req/s of prefill capacity) at increasing rates.
@@ -381,6 +402,9 @@ func TestConfigValidation(t *testing.T) {
 		{"short context", func(c *Config) { c.Preset.MaxModelLen = 1 }},
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }},
 		{"negative waiting", func(c *Config) { c.MaxWaiting = -1 }},
+		{"negative latency multiplier", func(c *Config) { c.LatencyMultiplier = -1 }},
+		{"nan latency multiplier", func(c *Config) { c.LatencyMultiplier = nanValue() }},
+		{"huge latency multiplier", func(c *Config) { c.LatencyMultiplier = 1001 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

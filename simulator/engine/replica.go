@@ -123,6 +123,9 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 		p.StepPerSeq*time.Duration(seqs) +
 		p.StepPerContextToken*time.Duration(r.ctxSum) +
 		time.Duration(float64(prefill)*e.prefill)
+	if m := e.cfg.LatencyMultiplier; m != 1 {
+		d = time.Duration(float64(d) * m)
+	}
 	r.busy, r.stepStart, r.stepEnd = true, t, t+d
 }
 
