@@ -239,9 +239,14 @@ type EngineSignal struct {
 	GenerationTokens   float64    `protobuf:"fixed64,19,opt,name=generation_tokens,json=generationTokens,proto3" json:"generation_tokens,omitempty"`
 	Model              string     `protobuf:"bytes,20,opt,name=model,proto3" json:"model,omitempty"`
 	// Per-replica concurrent request limit the engine advertises (max batch).
-	MaxBatch      uint32 `protobuf:"varint,21,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxBatch uint32 `protobuf:"varint,21,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// Where max_batch came from: "configured" (the agent's engine list),
+	// "engine_metrics" (read from the engine's own metrics), or "" (unknown;
+	// a non-zero max_batch from an agent that does not say is taken as
+	// read from the engine).
+	MaxBatchSource string `protobuf:"bytes,22,opt,name=max_batch_source,json=maxBatchSource,proto3" json:"max_batch_source,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EngineSignal) Reset() {
@@ -421,6 +426,13 @@ func (x *EngineSignal) GetMaxBatch() uint32 {
 	return 0
 }
 
+func (x *EngineSignal) GetMaxBatchSource() string {
+	if x != nil {
+		return x.MaxBatchSource
+	}
+	return ""
+}
+
 // RoutingEvent is published by a gateway for every proxied request to
 // switchyard.routing.events keyed by cluster.
 type RoutingEvent struct {
@@ -444,8 +456,12 @@ type RoutingEvent struct {
 	HttpStatus      uint32        `protobuf:"varint,16,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	Stream          bool          `protobuf:"varint,17,opt,name=stream,proto3" json:"stream,omitempty"`
 	// Engine-reported TTFT when known (for network latency estimation).
-	EngineTtftMs  float64 `protobuf:"fixed64,18,opt,name=engine_ttft_ms,json=engineTtftMs,proto3" json:"engine_ttft_ms,omitempty"`
-	CachedTokens  uint32  `protobuf:"varint,19,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	EngineTtftMs float64 `protobuf:"fixed64,18,opt,name=engine_ttft_ms,json=engineTtftMs,proto3" json:"engine_ttft_ms,omitempty"`
+	CachedTokens uint32  `protobuf:"varint,19,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// Round trip gateway→engine in ms measured directly by the gateway
+	// (connection or health-check round trips), 0 = unknown. When set it is
+	// the processor's network sample for (cluster, engine_id).
+	NetworkRttMs  float64 `protobuf:"fixed64,20,opt,name=network_rtt_ms,json=networkRttMs,proto3" json:"network_rtt_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,6 +629,13 @@ func (x *RoutingEvent) GetCachedTokens() uint32 {
 	return 0
 }
 
+func (x *RoutingEvent) GetNetworkRttMs() float64 {
+	if x != nil {
+		return x.NetworkRttMs
+	}
+	return 0
+}
+
 // ProfilePoint is one knot of a piecewise-linear latency profile.
 type ProfilePoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -758,8 +781,16 @@ type EngineEstimate struct {
 	TtftProfile        *LatencyProfile        `protobuf:"bytes,16,opt,name=ttft_profile,json=ttftProfile,proto3" json:"ttft_profile,omitempty"`
 	TbotProfile        *LatencyProfile        `protobuf:"bytes,17,opt,name=tbot_profile,json=tbotProfile,proto3" json:"tbot_profile,omitempty"`
 	SignalCount        uint32                 `protobuf:"varint,18,opt,name=signal_count,json=signalCount,proto3" json:"signal_count,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Per-replica concurrent request limit (batch limit) the capacity
+	// estimate used.
+	MaxBatch uint32 `protobuf:"varint,19,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// Where max_batch came from: "configured" (the agent's engine list),
+	// "engine_metrics" (the engine's own metrics), "inferred" (the running
+	// count at which requests waited in this window) or "prior" (the GPU
+	// class's default).
+	CapacitySource string `protobuf:"bytes,20,opt,name=capacity_source,json=capacitySource,proto3" json:"capacity_source,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *EngineEstimate) Reset() {
@@ -916,6 +947,20 @@ func (x *EngineEstimate) GetSignalCount() uint32 {
 		return x.SignalCount
 	}
 	return 0
+}
+
+func (x *EngineEstimate) GetMaxBatch() uint32 {
+	if x != nil {
+		return x.MaxBatch
+	}
+	return 0
+}
+
+func (x *EngineEstimate) GetCapacitySource() string {
+	if x != nil {
+		return x.CapacitySource
+	}
+	return ""
 }
 
 // DemandEstimate is the processor's view of one cluster's demand.
@@ -1620,7 +1665,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06bounds\x18\x01 \x03(\x01R\x06bounds\x12\x16\n" +
 	"\x06counts\x18\x02 \x03(\x04R\x06counts\x12\x10\n" +
 	"\x03sum\x18\x03 \x01(\x01R\x03sum\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\xde\x06\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\x88\a\n" +
 	"\fEngineSignal\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -1643,7 +1688,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\rprompt_tokens\x18\x12 \x01(\x01R\fpromptTokens\x12+\n" +
 	"\x11generation_tokens\x18\x13 \x01(\x01R\x10generationTokens\x12\x14\n" +
 	"\x05model\x18\x14 \x01(\tR\x05model\x12\x1b\n" +
-	"\tmax_batch\x18\x15 \x01(\rR\bmaxBatch\"\x94\x05\n" +
+	"\tmax_batch\x18\x15 \x01(\rR\bmaxBatch\x12(\n" +
+	"\x10max_batch_source\x18\x16 \x01(\tR\x0emaxBatchSource\"\xba\x05\n" +
 	"\fRoutingEvent\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
 	"\n" +
@@ -1667,7 +1713,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"httpStatus\x12\x16\n" +
 	"\x06stream\x18\x11 \x01(\bR\x06stream\x12$\n" +
 	"\x0eengine_ttft_ms\x18\x12 \x01(\x01R\fengineTtftMs\x12#\n" +
-	"\rcached_tokens\x18\x13 \x01(\rR\fcachedTokens\"O\n" +
+	"\rcached_tokens\x18\x13 \x01(\rR\fcachedTokens\x12$\n" +
+	"\x0enetwork_rtt_ms\x18\x14 \x01(\x01R\fnetworkRttMs\"O\n" +
 	"\fProfilePoint\x12 \n" +
 	"\vutilization\x18\x01 \x01(\x01R\vutilization\x12\x1d\n" +
 	"\n" +
@@ -1676,7 +1723,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06points\x18\x01 \x03(\v2\x1b.switchyard.v1.ProfilePointR\x06points\x12\x18\n" +
 	"\asamples\x18\x02 \x01(\rR\asamples\x12\x1e\n" +
 	"\vfit_rmse_ms\x18\x03 \x01(\x01R\tfitRmseMs\x12\x14\n" +
-	"\x05prior\x18\x04 \x01(\bR\x05prior\"\xf0\x05\n" +
+	"\x05prior\x18\x04 \x01(\bR\x05prior\"\xb6\x06\n" +
 	"\x0eEngineEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -1696,7 +1743,9 @@ const file_switchyard_proto_rawDesc = "" +
 	"\vutilization\x18\x0f \x01(\x01R\vutilization\x12@\n" +
 	"\fttft_profile\x18\x10 \x01(\v2\x1d.switchyard.v1.LatencyProfileR\vttftProfile\x12@\n" +
 	"\ftbot_profile\x18\x11 \x01(\v2\x1d.switchyard.v1.LatencyProfileR\vtbotProfile\x12!\n" +
-	"\fsignal_count\x18\x12 \x01(\rR\vsignalCount\"\xf2\x02\n" +
+	"\fsignal_count\x18\x12 \x01(\rR\vsignalCount\x12\x1b\n" +
+	"\tmax_batch\x18\x13 \x01(\rR\bmaxBatch\x12'\n" +
+	"\x0fcapacity_source\x18\x14 \x01(\tR\x0ecapacitySource\"\xf2\x02\n" +
 	"\x0eDemandEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12/\n" +

@@ -257,6 +257,8 @@ func (d *Decoder) scanSignal(b []byte) bool {
 				s.GpuClass, ok = d.str(v)
 			case 20:
 				s.Model, ok = d.str(v)
+			case 22:
+				s.MaxBatchSource, ok = d.str(v)
 			case 14:
 				if haveTTFT || !scanHist(&d.ttft, &d.bounds[0], &d.counts[0], v) {
 					return false
@@ -416,6 +418,8 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.E2EMs = v
 			case 18:
 				ev.EngineTtftMs = v
+			case 20:
+				ev.NetworkRttMs = v
 			default:
 				return false
 			}

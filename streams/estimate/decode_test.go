@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ func fullSignal() *schemas.EngineSignal {
 	s := validSignal()
 	s.EndpointUrl, s.Region, s.Model = "http://e:8000", "us", "m"
 	s.WaitingRequests, s.PrefixCacheHits, s.PrefixCacheQueries, s.PromptTokens = 2, 3, 9, 400
+	s.MaxBatch, s.MaxBatchSource = 16, "configured"
 	s.TbotSeconds = &schemas.Histogram{Bounds: []float64{0.01, 0.1}, Counts: []uint64{3, 2, 1}, Sum: 0.2, Count: 6}
 	return s
 }
@@ -28,7 +30,7 @@ func fullEvent() *schemas.RoutingEvent {
 		SchemaVersion: schemas.Version, RequestId: "r1", Cluster: "us", EngineId: "e", SnapshotVersion: 7,
 		DecisionReason: "weighted", Attempts: 2, TtftMs: 80, MeanTbotMs: 20, PromptTokens: 500, OutputTokens: 100,
 		Status: schemas.RequestStatus_REQUEST_STATUS_OK, EventTimeUnixMs: 1_700_000_000_000, E2EMs: 900,
-		Model: "m", HttpStatus: 200, Stream: true, EngineTtftMs: 60, CachedTokens: 4,
+		Model: "m", HttpStatus: 200, Stream: true, EngineTtftMs: 60, CachedTokens: 4, NetworkRttMs: 12.5,
 	}
 }
 
@@ -112,6 +114,8 @@ func decoderSeeds(t testing.TB) (signals, events [][]byte) {
 		protowire.AppendVarint(tag(bytes.Clone(s), 8, protowire.VarintType), 1<<40),         // odd enum
 		protowire.AppendVarint(tag(bytes.Clone(s), 1, protowire.VarintType), 1<<32|1),       // truncated uint32
 		protowire.AppendVarint(tag(bytes.Clone(s), 6, protowire.VarintType), ^uint64(0)>>1), // far future
+		protowire.AppendString(tag(bytes.Clone(s), 22, protowire.BytesType), "\xff"),        // bad UTF-8 source
+		protowire.AppendVarint(tag(bytes.Clone(s), 22, protowire.VarintType), 1),            // source, other wire type
 	}
 	events = [][]byte{
 		ev, m(&schemas.RoutingEvent{}), nil, []byte("\x08\x01"), []byte("not a protobuf"),
@@ -122,6 +126,9 @@ func decoderSeeds(t testing.TB) (signals, events [][]byte) {
 		protowire.AppendVarint(tag(bytes.Clone(ev), 12, protowire.VarintType), 99),
 		protowire.AppendVarint(tag(bytes.Clone(ev), 17, protowire.VarintType), 2),
 		protowire.AppendFixed32(tag(bytes.Clone(ev), 8, protowire.Fixed32Type), 1),
+		protowire.AppendFixed64(tag(bytes.Clone(ev), 20, protowire.Fixed64Type), math.Float64bits(-3)), // negative rtt
+		protowire.AppendFixed64(tag(bytes.Clone(ev), 20, protowire.Fixed64Type), math.Float64bits(math.NaN())),
+		protowire.AppendVarint(tag(bytes.Clone(ev), 20, protowire.VarintType), 1), // rtt, other wire type
 		{0x1a, 0x09, 'e'},
 	}
 	return signals, events

@@ -183,7 +183,9 @@ func appendEngine(b []byte, m engineMsg) ([]byte, bool) {
 		b = protowire.AppendVarint(b, uint64(len(pb)))
 		b = append(b, pb...)
 	}
-	return appendUint(b, 18, uint64(m.SignalCount)), true
+	b = appendUint(b, 18, uint64(m.SignalCount))
+	b = appendUint(b, 19, uint64(m.MaxBatch))
+	return appendString(b, 20, m.CapacitySource)
 }
 
 func appendProfile(b []byte, m profileMsg) ([]byte, bool) {

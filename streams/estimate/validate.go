@@ -177,7 +177,7 @@ func validHists(s *schemas.EngineSignal) error {
 }
 
 // ValidateRoutingEvent checks ev: schema version, cluster, event time and
-// finite non-negative latencies.
+// finite non-negative latencies (network_rtt_ms included).
 func ValidateRoutingEvent(ev *schemas.RoutingEvent, recordTime time.Time) error {
 	if err := checkVersion(ev.GetSchemaVersion()); err != nil {
 		return err
@@ -188,7 +188,7 @@ func ValidateRoutingEvent(ev *schemas.RoutingEvent, recordTime time.Time) error 
 	if err := checkTime(ev.GetEventTimeUnixMs(), recordTime); err != nil {
 		return err
 	}
-	if plain(ev.GetTtftMs()) && plain(ev.GetMeanTbotMs()) && plain(ev.GetE2EMs()) && plain(ev.GetEngineTtftMs()) {
+	if plain(ev.GetTtftMs()) && plain(ev.GetMeanTbotMs()) && plain(ev.GetE2EMs()) && plain(ev.GetEngineTtftMs()) && plain(ev.GetNetworkRttMs()) {
 		return nil // the common case; the loop below names the bad value
 	}
 	for _, f := range []struct {
@@ -199,6 +199,7 @@ func ValidateRoutingEvent(ev *schemas.RoutingEvent, recordTime time.Time) error 
 		{"mean_tbot_ms", ev.GetMeanTbotMs()},
 		{"e2e_ms", ev.GetE2EMs()},
 		{"engine_ttft_ms", ev.GetEngineTtftMs()},
+		{"network_rtt_ms", ev.GetNetworkRttMs()},
 	} {
 		if err := checkNum(f.name, f.v, 0); err != nil {
 			return err
