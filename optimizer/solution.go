@@ -68,9 +68,68 @@ type Explanation struct {
 	Binding []string `json:"binding,omitempty"`
 }
 
+// solution turns the final flows into the published plan: exact hard
+// constraints, weights and shed fractions, engine states and one
+// explanation per (cluster, engine) pair worth explaining.
 func (s *solver) solution(gap float64, iters int) *Solution {
 	p := s.p
-	// Enforce the hard constraints exactly against rounding.
+	s.enforceConstraints()
+	_, latency := s.primal()
+	for j, v := range s.pi { // never publish a NaN price
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			s.pi[j] = 0
+		}
+	}
+	if math.IsNaN(gap) || math.IsInf(gap, 0) || gap > 1 {
+		gap = 1 // no useful certificate
+	}
+	nc := len(p.clusterID)
+	sol := &Solution{
+		Weights:          make(map[string]map[string]float64, nc),
+		Shed:             make(map[string]float64, nc),
+		Engines:          make(map[string]EngineState, len(p.engineID)),
+		DualityGap:       gap,
+		Iterations:       iters,
+		ClusterLatencyMs: make(map[string]float64, nc),
+		Explanations:     make(map[string][]Explanation, nc),
+		demand:           make(map[string]float64, nc),
+	}
+	ex := s.newExplainer()
+	for j, id := range p.engineID {
+		st := EngineState{LoadRPS: s.load[j], Utilization: ex.engU[j]}
+		if p.usable[j] {
+			st.EngineMs = ex.engMs[j]
+			st.MarginalMs = s.pi[j]
+		}
+		sol.Engines[id] = st
+	}
+	routedTotal := 0.0
+	for i, cid := range p.clusterID {
+		D := p.demand[i]
+		w, sum := s.clusterWeights(i)
+		if D > 0 {
+			routedTotal += sum * D
+		}
+		shed := math.Max(0, 1-sum)
+		if shed < 1e-9 { // flow rounding, not shedding
+			shed = 0
+		}
+		sol.Shed[cid] = shed
+		sol.TotalShedRPS += shed * D
+		ex.explainCluster(sol, i, w, sum)
+		sol.demand[cid] = D
+	}
+	if routedTotal > 0 {
+		sol.ObjectiveMs = latency / routedTotal
+	}
+	return sol
+}
+
+// enforceConstraints makes the flows meet the hard constraints exactly
+// against rounding: softmax dust is dropped, engines over capacity are
+// scaled down, and the loads are recomputed (and clamped to capacity).
+func (s *solver) enforceConstraints() {
+	p := s.p
 	for j := range s.load {
 		s.load[j] = 0
 	}
@@ -99,195 +158,199 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 	for j := range s.load {
 		s.load[j] = math.Min(s.load[j], p.curves[j].cap)
 	}
-	_, latency := s.primal()
-	for j, v := range s.pi { // never publish a NaN price
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			s.pi[j] = 0
+}
+
+// clusterWeights returns cluster i's weight per edge (in the scratch
+// s.xs) and their sum, at most 1. A cluster without demand is pointed at
+// its cheapest engine at the margin with room, so new traffic has
+// somewhere sensible to go.
+func (s *solver) clusterWeights(i int) (w []float64, sum float64) {
+	p := s.p
+	D := p.demand[i]
+	lo, hi := int(p.start[i]), int(p.start[i+1])
+	w = s.xs[:0]
+	for range hi - lo {
+		w = append(w, 0)
+	}
+	if D > 0 {
+		for e := lo; e < hi; e++ {
+			w[e-lo] = s.x[e] / D
+			sum += w[e-lo]
+		}
+		if sum > 1 {
+			for k := range w {
+				w[k] /= sum
+			}
+			sum = 1
+		}
+		return w, sum
+	}
+	best, bestCost := -1, math.Inf(1)
+	for e := lo; e < hi; e++ {
+		j := p.eng[e]
+		if s.load[j] >= p.curves[j].cap {
+			continue
+		}
+		if c := p.rtt[e] + s.pi[j]; c < bestCost {
+			best, bestCost = e, c
 		}
 	}
+	if best >= 0 {
+		w[best-lo] = 1
+		sum = 1
+	}
+	return w, sum
+}
 
-	if math.IsNaN(gap) || math.IsInf(gap, 0) || gap > 1 {
-		gap = 1 // no useful certificate
-	}
-	nc := len(p.clusterID)
-	sol := &Solution{
-		Weights:          make(map[string]map[string]float64, nc),
-		Shed:             make(map[string]float64, nc),
-		Engines:          make(map[string]EngineState, len(p.engineID)),
-		DualityGap:       gap,
-		Iterations:       iters,
-		ClusterLatencyMs: make(map[string]float64, nc),
-		Explanations:     make(map[string][]Explanation, nc),
-		demand:           make(map[string]float64, nc),
-	}
-	// One backing array for every explanation. Binding lists are shared
-	// between explanations with the same constraints (capacity-limited,
-	// so an append by a caller copies).
+// explainer builds the explanations of one solution. They share one
+// backing array, and Binding lists are shared between explanations with
+// the same constraints (capacity-limited, so an append by a caller
+// copies).
+type explainer struct {
+	s         *solver
+	all       []Explanation
+	binds     []string
+	edgeBinds [8][]string // by mask: capacity 1, churn 2, zero 4
+	// Per engine: latency at its load, utilization, and whether it is
+	// at capacity (used by every explanation that names it).
+	engMs, engU []float64
+	engFull     []bool
+}
+
+func (s *solver) newExplainer() *explainer {
+	p := s.p
 	nBlocked := 0
 	for i := range p.blocked {
 		nBlocked += len(p.blocked[i])
 	}
-	explAll := make([]Explanation, 0, len(p.eng)+nBlocked)
-	binds := make([]string, 0, 2*nBlocked)
-	bind := func(names ...string) []string {
-		k := len(binds)
-		binds = append(binds, names...)
-		return binds[k:len(binds):len(binds)]
+	ne := len(p.engineID)
+	ex := &explainer{
+		s:       s,
+		all:     make([]Explanation, 0, len(p.eng)+nBlocked),
+		binds:   make([]string, 0, 2*nBlocked),
+		engMs:   make([]float64, ne),
+		engU:    make([]float64, ne),
+		engFull: make([]bool, ne),
 	}
-	var edgeBinds [8][]string // by mask: capacity 1, churn 2, zero 4
-	edgeBind := func(mask int) []string {
-		if edgeBinds[mask] == nil {
-			var b []string
-			for k, name := range []string{"capacity", "churn", "zero"} {
-				if mask&(1<<k) != 0 {
-					b = append(b, name)
-				}
-			}
-			edgeBinds[mask] = b[:len(b):len(b)]
-		}
-		return edgeBinds[mask]
-	}
-	util := func(j int32) float64 {
-		if p.capRPS[j] <= 0 {
-			return 0
-		}
-		return math.Min(s.load[j]/p.capRPS[j], p.maxU)
-	}
-	// Per engine: latency at its load, utilization, and whether it is
-	// at capacity (used by every explanation that names it).
-	engMs := make([]float64, len(p.engineID))
-	engU := make([]float64, len(p.engineID))
-	engFull := make([]bool, len(p.engineID))
-	for j, id := range p.engineID {
+	for j := range p.engineID {
 		c := &p.curves[j]
-		engMs[j] = c.f(s.load[j])
-		engU[j] = util(int32(j))
-		engFull[j] = s.load[j] >= c.cap*(1-1e-9)
-		st := EngineState{LoadRPS: s.load[j], Utilization: engU[j]}
-		if p.usable[j] {
-			st.EngineMs = engMs[j]
-			st.MarginalMs = s.pi[j]
-		}
-		sol.Engines[id] = st
+		ex.engMs[j] = c.f(s.load[j])
+		ex.engU[j] = s.utilization(j)
+		ex.engFull[j] = s.load[j] >= c.cap*(1-1e-9)
 	}
-	routedTotal := 0.0
-	for i, cid := range p.clusterID {
-		D := p.demand[i]
-		lo, hi := int(p.start[i]), int(p.start[i+1])
-		w := s.xs[:0]
-		for range hi - lo {
-			w = append(w, 0)
+	return ex
+}
+
+// utilization is engine j's planned utilization (at most max_utilization).
+func (s *solver) utilization(j int) float64 {
+	if s.p.capRPS[j] <= 0 {
+		return 0
+	}
+	return math.Min(s.load[j]/s.p.capRPS[j], s.p.maxU)
+}
+
+// bind returns a capacity-limited list of names in the shared backing.
+func (ex *explainer) bind(names ...string) []string {
+	k := len(ex.binds)
+	ex.binds = append(ex.binds, names...)
+	return ex.binds[k:len(ex.binds):len(ex.binds)]
+}
+
+// edgeBind returns the shared Binding list for mask (capacity 1, churn 2,
+// zero 4).
+func (ex *explainer) edgeBind(mask int) []string {
+	if ex.edgeBinds[mask] == nil {
+		var b []string
+		for k, name := range []string{"capacity", "churn", "zero"} {
+			if mask&(1<<k) != 0 {
+				b = append(b, name)
+			}
 		}
-		sum := 0.0
-		if D > 0 {
-			for e := lo; e < hi; e++ {
-				w[e-lo] = s.x[e] / D
-				sum += w[e-lo]
-			}
-			if sum > 1 {
-				for k := range w {
-					w[k] /= sum
-				}
-				sum = 1
-			}
-			routedTotal += sum * D
+		ex.edgeBinds[mask] = b[:len(b):len(b)]
+	}
+	return ex.edgeBinds[mask]
+}
+
+// explainCluster records cluster i's weights w (summing to sum), its
+// explanations in engine order (its edges merged with its blocked
+// engines), its expected latency and its churn in sol.
+func (ex *explainer) explainCluster(sol *Solution, i int, w []float64, sum float64) {
+	s, p := ex.s, ex.s.p
+	cid := p.clusterID[i]
+	lo, hi := int(p.start[i]), int(p.start[i+1])
+	nw := 0
+	for e := lo; e < hi; e++ {
+		if w[e-lo] > 0 {
+			nw++
+		}
+	}
+	ws := make(map[string]float64, nw)
+	n := len(ex.all)
+	expl := ex.all[n : n : n+hi-lo+len(p.blocked[i])]
+	latSum := 0.0
+	b := 0
+	for e := lo; e < hi; e++ {
+		j := p.eng[e]
+		expl, b = ex.appendBlocked(expl, i, b, j)
+		x := Explanation{
+			Engine:             p.engineID[j],
+			Weight:             w[e-lo],
+			NetworkMs:          p.rtt[e],
+			EngineMs:           ex.engMs[j],
+			MarginalMs:         p.rtt[e] + s.pi[j],
+			PlannedUtilization: ex.engU[j],
+		}
+		mask := 0
+		if ex.engFull[j] {
+			mask |= 1
+		}
+		if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
+			mask |= 2
+		}
+		if x.Weight == 0 {
+			mask |= 4
+		}
+		if mask != 0 {
+			x.Binding = ex.edgeBind(mask)
+		}
+		if x.Weight > 0 {
+			ws[x.Engine] = x.Weight
+			latSum += x.Weight * (x.NetworkMs + x.EngineMs)
+		}
+		sol.ChurnRPS += math.Abs(s.x[e] - p.prev[e])
+		expl = append(expl, x)
+	}
+	expl, _ = ex.appendBlocked(expl, i, b, math.MaxInt32)
+	ex.all = ex.all[:n+len(expl)]
+	sol.Weights[cid] = ws
+	sol.Explanations[cid] = expl
+	if sum > 0 {
+		sol.ClusterLatencyMs[cid] = latSum / sum
+	} else {
+		sol.ClusterLatencyMs[cid] = 0
+	}
+}
+
+// appendBlocked appends the explanations of cluster i's blocked engines
+// from index b on with engine index below upto, and returns the next b.
+func (ex *explainer) appendBlocked(expl []Explanation, i, b int, upto int32) ([]Explanation, int) {
+	p := ex.s.p
+	for ; b < len(p.blocked[i]) && p.blocked[i][b].engine < upto; b++ {
+		be := p.blocked[i][b]
+		net := be.rtt
+		if math.IsNaN(net) {
+			net = 0
+		}
+		x := Explanation{Engine: p.engineID[be.engine], NetworkMs: net,
+			PlannedUtilization: ex.engU[be.engine]}
+		if be.reason == "residency" && !p.healthy[be.engine] {
+			x.Binding = ex.bind(be.reason, "unhealthy")
 		} else {
-			// No demand: point the cluster at its cheapest engine at the
-			// margin, so new traffic has somewhere sensible to go.
-			best, bestCost := -1, math.Inf(1)
-			for e := lo; e < hi; e++ {
-				j := p.eng[e]
-				if s.load[j] >= p.curves[j].cap {
-					continue
-				}
-				if c := p.rtt[e] + s.pi[j]; c < bestCost {
-					best, bestCost = e, c
-				}
-			}
-			if best >= 0 {
-				w[best-lo] = 1
-				sum = 1
-			}
+			x.Binding = ex.bind(be.reason)
 		}
-		shed := math.Max(0, 1-sum)
-		if shed < 1e-9 { // flow rounding, not shedding
-			shed = 0
-		}
-		sol.Shed[cid] = shed
-		sol.TotalShedRPS += shed * D
-		nw := 0
-		for e := lo; e < hi; e++ {
-			if w[e-lo] > 0 {
-				nw++
-			}
-		}
-		ws := make(map[string]float64, nw)
-		expl := explAll[len(explAll) : len(explAll) : len(explAll)+hi-lo+len(p.blocked[i])]
-		latSum := 0.0
-		b := 0
-		flush := func(upto int32) {
-			for ; b < len(p.blocked[i]) && p.blocked[i][b].engine < upto; b++ {
-				be := p.blocked[i][b]
-				net := be.rtt
-				if math.IsNaN(net) {
-					net = 0
-				}
-				ex := Explanation{Engine: p.engineID[be.engine], NetworkMs: net,
-					PlannedUtilization: engU[be.engine]}
-				if be.reason == "residency" && !p.healthy[be.engine] {
-					ex.Binding = bind(be.reason, "unhealthy")
-				} else {
-					ex.Binding = bind(be.reason)
-				}
-				expl = append(expl, ex)
-			}
-		}
-		for e := lo; e < hi; e++ {
-			j := p.eng[e]
-			flush(j)
-			ex := Explanation{
-				Engine:             p.engineID[j],
-				Weight:             w[e-lo],
-				NetworkMs:          p.rtt[e],
-				EngineMs:           engMs[j],
-				MarginalMs:         p.rtt[e] + s.pi[j],
-				PlannedUtilization: engU[j],
-			}
-			mask := 0
-			if engFull[j] {
-				mask |= 1
-			}
-			if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
-				mask |= 2
-			}
-			if ex.Weight == 0 {
-				mask |= 4
-			}
-			if mask != 0 {
-				ex.Binding = edgeBind(mask)
-			}
-			if ex.Weight > 0 {
-				ws[ex.Engine] = ex.Weight
-				latSum += ex.Weight * (ex.NetworkMs + ex.EngineMs)
-			}
-			sol.ChurnRPS += math.Abs(s.x[e] - p.prev[e])
-			expl = append(expl, ex)
-		}
-		flush(math.MaxInt32)
-		explAll = explAll[:len(explAll)+len(expl)]
-		sol.Weights[cid] = ws
-		sol.Explanations[cid] = expl
-		if sum > 0 {
-			sol.ClusterLatencyMs[cid] = latSum / sum
-		} else {
-			sol.ClusterLatencyMs[cid] = 0
-		}
-		sol.demand[cid] = D
+		expl = append(expl, x)
 	}
-	if routedTotal > 0 {
-		sol.ObjectiveMs = latency / routedTotal
-	}
-	return sol
+	return expl, b
 }
 
 // Stats returns the solve statistics for a snapshot.
