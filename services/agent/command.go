@@ -1,16 +1,19 @@
+// Package agent is `switchyard agent`: it wires flags to the agent library
+// (github.com/switchyard-llm/switchyard/agent).
 package agent
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 )
@@ -33,14 +36,15 @@ func (l *engineList) Set(v string) error { *l = append(*l, v); return nil }
 func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	var conn cli.Connection
-	conn.Register(fs)
+	conn.RegisterKafka(fs)
 	var engines engineList
-	list := fs.String("engines", "", `engines to scrape, ";"-separated: id=url[,region=R][,gpu=CLASS]`)
-	fs.Var(&engines, "engine", "one engine, id=url[,region=R][,gpu=CLASS] (repeatable)")
+	list := fs.String("engines", "", `engines to scrape, ";"-separated: `+agent.TargetSyntax)
+	fs.Var(&engines, "engine", "one engine, "+agent.TargetSyntax+" (repeatable)")
 	region := fs.String("region", "", "region of engines that do not name one")
 	gpu := fs.String("gpu-class", "", "GPU class (h100, a100, l4, ...) of engines that do not name one")
-	var cfg Config
-	fs.DurationVar(&cfg.Interval, "interval", 2e9, "scrape interval")
+	var cfg agent.Config
+	fs.DurationVar(&cfg.Interval, "interval", 2*time.Second, "scrape interval")
+	fs.DurationVar(&cfg.ErrorLogInterval, "error-log-interval", 30*time.Second, "least time between two log lines about one engine's failing scrapes")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9103", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
@@ -51,7 +55,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 			specs = append(specs, s)
 		}
 	}
-	targets, err := ParseTargets(specs, *region, *gpu)
+	targets, err := agent.ParseTargets(specs, *region, *gpu)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
@@ -61,7 +65,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	s, err := New(cfg)
+	s, err := agent.New(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
@@ -73,36 +77,4 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		defer stop()
 	}
 	return s.Run(ctx)
-}
-
-// ParseTargets parses engine specs "id=url[,region=R][,gpu=CLASS]";
-// region and gpuClass are the defaults for specs that do not name them.
-func ParseTargets(specs []string, region, gpuClass string) ([]Target, error) {
-	var out []Target
-	for _, spec := range specs {
-		parts := strings.Split(spec, ",")
-		id, url, ok := strings.Cut(strings.TrimSpace(parts[0]), "=")
-		if !ok || id == "" || url == "" {
-			return nil, fmt.Errorf("engine %q: want id=url[,region=R][,gpu=CLASS]", spec)
-		}
-		t := Target{ID: id, URL: url, Region: region, GPUClass: gpuClass}
-		for _, kv := range parts[1:] {
-			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-			switch {
-			case !ok:
-				return nil, fmt.Errorf("engine %q: option %q is not key=value", spec, kv)
-			case k == "region":
-				t.Region = v
-			case k == "gpu" || k == "gpu-class" || k == "gpu_class":
-				t.GPUClass = v
-			default:
-				return nil, fmt.Errorf("engine %q: unknown option %q", spec, k)
-			}
-		}
-		out = append(out, t)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no engines: give --engines or --engine")
-	}
-	return out, nil
 }

@@ -99,15 +99,6 @@ func (f *fakeEngine) set(s fakeState) {
 	f.mu.Unlock()
 }
 
-func newTestService(t *testing.T) *Service {
-	t.Helper()
-	s, err := New(Config{Engines: []Target{{ID: "x", URL: "http://unused"}}, KafkaBrokers: []string{"unused:1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestScrapeDeltas(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -115,12 +106,10 @@ func TestScrapeDeltas(t *testing.T) {
 	}{{"current_names", current}, {"old_names", old}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeEngine(t, tc.names)
-			s := newTestService(t)
-			tg := Target{ID: "e1", URL: f.srv.URL, Region: "us", GPUClass: "h100"}
-			var st engineState
+			s := NewScraper(Target{ID: "e1", URL: f.srv.URL, Region: "us", GPUClass: "h100"}, nil)
 			t0 := time.Unix(1000, 0)
 			f.set(fakeState{running: 3, kv: 0.5, hits: 10, queries: 100, prompt: 1000, gen: 200, success: 5, ttft: [3]float64{1, 4, 5}, ttftSum: 2})
-			sig, err := s.scrape(context.Background(), tg, &st, t0)
+			sig, err := s.Scrape(context.Background(), t0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +117,7 @@ func TestScrapeDeltas(t *testing.T) {
 				t.Errorf("first scrape has deltas: %v", sig)
 			}
 			f.set(fakeState{running: 7, waiting: 2, kv: 0.75, hits: 40, queries: 160, prompt: 3000, gen: 500, success: 9, ttft: [3]float64{2, 7, 9}, ttftSum: 5})
-			sig, err = s.scrape(context.Background(), tg, &st, t0.Add(2*time.Second))
+			sig, err = s.Scrape(context.Background(), t0.Add(2*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +140,7 @@ func TestScrapeDeltas(t *testing.T) {
 			}
 			// A restarted engine resets its counters: the delta is the new value.
 			f.set(fakeState{hits: 3, queries: 6, success: 1, ttft: [3]float64{1, 1, 1}, ttftSum: 0.05})
-			sig, err = s.scrape(context.Background(), tg, &st, t0.Add(4*time.Second))
+			sig, err = s.Scrape(context.Background(), t0.Add(4*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,8 +164,7 @@ func TestScrapeHealth(t *testing.T) {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			f := newFakeEngine(t, current)
 			f.health.Store(int32(tc.status))
-			var st engineState
-			sig, err := newTestService(t).scrape(context.Background(), Target{ID: "e", URL: f.srv.URL + "/metrics"}, &st, time.Unix(1, 0))
+			sig, err := NewScraper(Target{ID: "e", URL: f.srv.URL + "/metrics"}, nil).Scrape(context.Background(), time.Unix(1, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -189,31 +177,11 @@ func TestScrapeHealth(t *testing.T) {
 		})
 	}
 	t.Run("unreachable", func(t *testing.T) {
-		var st engineState
-		sig, err := newTestService(t).scrape(context.Background(), Target{ID: "e", URL: "http://127.0.0.1:1"}, &st, time.Unix(1, 0))
+		sig, err := NewScraper(Target{ID: "e", URL: "http://127.0.0.1:1"}, nil).Scrape(context.Background(), time.Unix(1, 0))
 		if err == nil || sig.GetHealth() != schemas.Health_HEALTH_UNHEALTHY {
 			t.Errorf("unreachable engine: err %v, signal %v", err, sig)
 		}
 	})
-}
-
-func TestParseTargets(t *testing.T) {
-	for _, tc := range []struct {
-		specs   []string
-		want    string
-		wantErr bool
-	}{
-		{[]string{"a=http://h:1"}, "[{a http://h:1 eu l4}]", false},
-		{[]string{"a=http://h:1,region=us,gpu=h100", "b=http://h:2"}, "[{a http://h:1 us h100} {b http://h:2 eu l4}]", false},
-		{[]string{"a"}, "", true},
-		{[]string{"a=http://h,zone=x"}, "", true},
-		{nil, "", true},
-	} {
-		got, err := ParseTargets(tc.specs, "eu", "l4")
-		if (err != nil) != tc.wantErr || (err == nil && fmt.Sprint(got) != tc.want) {
-			t.Errorf("ParseTargets(%q) = %v, %v", tc.specs, got, err)
-		}
-	}
 }
 
 func TestPublishesSignals(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -16,7 +17,8 @@ import (
 
 // Metric names accepted for each quantity, newest first: vLLM (current and
 // deprecated names), SGLang, TensorRT-LLM, TGI, Dynamo, and enginesim's
-// own gauges. Counters are matched with and without the _total suffix.
+// own gauges (see docs/agent.md for the table). Counters are matched with
+// and without the _total suffix.
 func names(q string) []string {
 	switch q {
 	case "running":
@@ -25,8 +27,11 @@ func names(q string) []string {
 		return []string{"vllm:num_requests_waiting", "sglang:num_queue_reqs", "trtllm_num_requests_waiting", "tgi_queue_size", "dynamo_frontend_queued_requests"}
 	case "kv":
 		return []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage", "trtllm_kv_cache_utilization"}
+	case "hit_rate":
+		// Engines without prefix-cache counters export a hit-rate gauge.
+		return []string{"vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate", "trtllm_kv_cache_hit_rate"}
 	case "hits":
-		return []string{"vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"}
+		return []string{"vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits", "sglang:cached_tokens"}
 	case "queries":
 		return []string{"vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"}
 	case "prompt":
@@ -38,17 +43,28 @@ func names(q string) []string {
 	case "ttft":
 		return []string{"vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds", "trtllm_time_to_first_token_seconds", "dynamo_frontend_time_to_first_token_seconds"}
 	case "itl":
-		return []string{"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds", "dynamo_frontend_inter_token_latency_seconds"}
+		return []string{"vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds", "trtllm_time_per_output_token_seconds", "dynamo_frontend_inter_token_latency_seconds", "tgi_request_mean_time_per_token_duration"}
 	case "e2e":
-		return []string{"vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "trtllm_e2e_request_latency_seconds"}
+		return []string{"vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds", "trtllm_e2e_request_latency_seconds", "tgi_request_duration"}
+	case "prompt_hist":
+		// TGI counts tokens only in per-request histograms; their sums
+		// are the token counters.
+		return []string{"tgi_request_input_length"}
+	case "generation_hist":
+		return []string{"tgi_request_generated_tokens"}
 	case "max_batch":
 		// enginesim's gauge is max_num_seqs times replicas.
-		return []string{"switchyard_enginesim_max_num_seqs", "vllm:max_num_seqs"}
+		return []string{"switchyard_enginesim_max_num_seqs", "vllm:max_num_seqs", "sglang:max_running_requests"}
 	case "replicas":
 		return []string{"switchyard_enginesim_replicas"}
 	}
 	return nil
 }
+
+// maxBatchLabels name a concurrent-request limit when they label an info
+// metric (a family whose name ends in config_info, such as
+// vllm:cache_config_info or vllm:scheduler_config_info).
+var maxBatchLabels = [...]string{"max_num_seqs", "max_running_requests", "max_batch_size"}
 
 // hist is a cumulative histogram: cum[i] observations at or below
 // bounds[i], count in total.
@@ -61,10 +77,13 @@ type hist struct {
 
 // reading is one parsed scrape.
 type reading struct {
-	gauges   map[string]float64 // running, waiting, kv, max_batch, replicas
+	gauges   map[string]float64 // running, waiting, kv, hit_rate, max_batch, replicas
 	counters map[string]float64 // hits, queries, prompt, generation, success
-	hists    map[string]*hist   // ttft, itl, e2e
+	hists    map[string]*hist   // ttft, itl, e2e, prompt_hist, generation_hist
 	model    string
+	// infoMaxBatch is the concurrent-request limit stated by an info
+	// metric's label (summed over its series), zero if none.
+	infoMaxBatch float64
 }
 
 // parse reads Prometheus text exposition format.
@@ -85,7 +104,7 @@ func parse(r io.Reader) (*reading, error) {
 		}
 		return nil
 	}
-	for _, q := range []string{"running", "waiting", "kv", "max_batch", "replicas"} {
+	for _, q := range []string{"running", "waiting", "kv", "hit_rate", "max_batch", "replicas"} {
 		f := find(q)
 		if f == nil {
 			continue
@@ -105,8 +124,8 @@ func parse(r io.Reader) (*reading, error) {
 		if n == 0 || !finite(sum) {
 			continue
 		}
-		if q == "kv" {
-			sum /= n // usage is a fraction per engine: average over series
+		if q == "kv" || q == "hit_rate" {
+			sum /= n // a fraction per engine: average over series
 		}
 		out.gauges[q] = sum
 	}
@@ -125,7 +144,7 @@ func parse(r io.Reader) (*reading, error) {
 			out.counters[q] = sum
 		}
 	}
-	for _, q := range []string{"ttft", "itl", "e2e"} {
+	for _, q := range []string{"ttft", "itl", "e2e", "prompt_hist", "generation_hist"} {
 		f := find(q)
 		if f == nil {
 			continue
@@ -146,7 +165,36 @@ func parse(r io.Reader) (*reading, error) {
 			out.hists[q] = h
 		}
 	}
+	out.infoMaxBatch = infoMaxBatch(fams)
 	return out, nil
+}
+
+// infoMaxBatch sums the concurrent-request limit that info metrics state
+// in a label (one series per engine process), or returns zero.
+func infoMaxBatch(fams map[string]*dto.MetricFamily) float64 {
+	fnames := make([]string, 0, 4)
+	for n := range fams {
+		if strings.HasSuffix(n, "config_info") {
+			fnames = append(fnames, n)
+		}
+	}
+	sort.Strings(fnames) // the same answer whatever the map order
+	for _, n := range fnames {
+		var sum float64
+		for _, m := range fams[n].GetMetric() {
+			for _, l := range maxBatchLabels {
+				v, err := strconv.ParseFloat(label(m, l), 64)
+				if err == nil && finite(v) && v >= 1 {
+					sum += math.Round(v)
+					break
+				}
+			}
+		}
+		if sum > 0 && finite(sum) {
+			return sum
+		}
+	}
+	return 0
 }
 
 func value(m *dto.Metric) float64 {

@@ -1,4 +1,4 @@
-package agent
+package enginesim_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/services/enginesim"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
@@ -27,10 +28,8 @@ func TestScrapeEnginesim(t *testing.T) {
 	srv := httptest.NewServer(sim.Handler())
 	defer srv.Close()
 
-	s := newTestService(t)
-	tg := Target{ID: "sim", URL: srv.URL, Region: "us", GPUClass: "l4"}
-	var st engineState
-	if _, err := s.scrape(ctx, tg, &st, time.Unix(100, 0)); err != nil {
+	s := agent.NewScraper(agent.Target{ID: "sim", URL: srv.URL, Region: "us", GPUClass: "l4"}, nil)
+	if _, err := s.Scrape(ctx, time.Unix(100, 0)); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.Post(srv.URL+"/v1/completions", "application/json",
@@ -42,7 +41,7 @@ func TestScrapeEnginesim(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("completion status %d", resp.StatusCode)
 	}
-	sig, err := s.scrape(ctx, tg, &st, time.Unix(102, 0))
+	sig, err := s.Scrape(ctx, time.Unix(102, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

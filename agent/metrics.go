@@ -8,6 +8,7 @@ import (
 
 type metrics struct {
 	scrapes       *prometheus.CounterVec
+	scrapeErrors  *prometheus.CounterVec
 	published     prometheus.Counter
 	publishErrors prometheus.Counter
 	duration      prometheus.Histogram
@@ -18,6 +19,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		scrapes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_agent_scrapes_total", Help: "Engine scrapes by outcome (ok, error).",
 		}, []string{"outcome"}),
+		scrapeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_agent_scrape_errors_total", Help: "Failed scrapes (no answer, non-200 status or unparsable /metrics) by engine.",
+		}, []string{"engine"}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_agent_signals_published_total", Help: "Engine signals acknowledged by Kafka.",
 		}),
@@ -34,6 +38,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var err error
 	if m.scrapes, err = obs.Register(reg, m.scrapes); err != nil {
+		return nil, err
+	}
+	if m.scrapeErrors, err = obs.Register(reg, m.scrapeErrors); err != nil {
 		return nil, err
 	}
 	if m.published, err = obs.Register(reg, m.published); err != nil {

@@ -20,7 +20,7 @@ func FuzzScrape(f *testing.F) {
 	f.Add("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running -4\n", "vllm:num_requests_running NaN\n")
 	f.Add("# TYPE vllm:time_to_first_token_seconds histogram\nvllm:time_to_first_token_seconds_bucket{le=\"-1\"} 3\nvllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\nvllm:time_to_first_token_seconds_sum 1e308\nvllm:time_to_first_token_seconds_count 2\n", "")
 	f.Fuzz(func(t *testing.T, first, second string) {
-		var st engineState
+		var st Scraper
 		now := time.UnixMilli(1_700_000_000_000)
 		for i, body := range []string{first, second} {
 			r, err := parse(strings.NewReader(body))

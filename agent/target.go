@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Target is one engine to scrape.
+type Target struct {
+	// ID is the engine id (the signal's key). Required.
+	ID string
+	// URL is the engine's base URL; /metrics and /health are appended
+	// (a URL ending in /metrics is accepted). Required.
+	URL      string
+	Region   string
+	GPUClass string
+	// MaxBatch is the per-replica concurrent request limit the engine was
+	// started with (vLLM's --max-num-seqs). Zero: read it from the
+	// engine's metrics where they state one, else publish none.
+	MaxBatch uint32
+}
+
+// TargetSyntax describes one engine spec as ParseTargets reads it.
+const TargetSyntax = "id=url[,region=R][,gpu=CLASS][,max_batch=N]"
+
+// ParseTargets parses engine specs (TargetSyntax); region and gpuClass are
+// the defaults for specs that do not name them.
+func ParseTargets(specs []string, region, gpuClass string) ([]Target, error) {
+	var out []Target
+	for _, spec := range specs {
+		t, err := parseTarget(spec, region, gpuClass)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no engines: give --engines or --engine")
+	}
+	return out, nil
+}
+
+func parseTarget(spec, region, gpuClass string) (Target, error) {
+	parts := strings.Split(spec, ",")
+	id, url, ok := strings.Cut(strings.TrimSpace(parts[0]), "=")
+	if !ok || id == "" || url == "" {
+		return Target{}, fmt.Errorf("engine %q: want %s", spec, TargetSyntax)
+	}
+	t := Target{ID: id, URL: url, Region: region, GPUClass: gpuClass}
+	for _, kv := range parts[1:] {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		switch {
+		case !ok:
+			return Target{}, fmt.Errorf("engine %q: option %q is not key=value", spec, kv)
+		case k == "region":
+			t.Region = v
+		case k == "gpu" || k == "gpu-class" || k == "gpu_class":
+			t.GPUClass = v
+		case k == "max_batch" || k == "max-batch":
+			n, err := strconv.ParseUint(v, 10, 32)
+			if err != nil || n == 0 {
+				return Target{}, fmt.Errorf("engine %q: max_batch %q is not a positive integer", spec, v)
+			}
+			t.MaxBatch = uint32(n)
+		default:
+			return Target{}, fmt.Errorf("engine %q: unknown option %q", spec, k)
+		}
+	}
+	return t, nil
+}
