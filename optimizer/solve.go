@@ -71,6 +71,11 @@ type solver struct {
 
 // Solve computes the optimal routing weights for in. It returns an error
 // wrapping ErrInvalid when in or an option is invalid.
+//
+// The max-flow start (fairRoute, spread) fixes how much of each cluster is
+// routed; the smoothed dual Newton method then finds the optimum for all
+// clusters at once; coordinate descent (with cycle cancelling) polishes,
+// adds churn and certifies the gap.
 func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	cfg := config{tol: 1e-4, maxIters: 200}
 	for _, o := range opts {
@@ -79,8 +84,19 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	// The fast checks find any invalid input; Validate then names the
-	// field (the first in a deterministic order).
+	p, err := problemOf(in)
+	if err != nil {
+		return nil, err
+	}
+	s := newSolver(p, cfg.debug)
+	gap, best := s.newtonPhase(cfg.tol)
+	gap, iters := s.descend(gap, best, cfg.tol, cfg.maxIters)
+	return s.solution(gap, iters+s.newtonSteps), nil
+}
+
+// problemOf indexes in. The fast checks find any invalid input; Validate
+// then names the field (the first in a deterministic order).
+func problemOf(in *Instance) (*problem, error) {
 	var p *problem
 	ok := false
 	if _, _, err := in.validateFields(false); err == nil {
@@ -92,11 +108,18 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		}
 		return nil, invalid("instance rejected") // unreachable: Validate agrees
 	}
+	return p, nil
+}
+
+// newSolver routes as much of every cluster's demand as capacity allows
+// (max-min fair shedding), spreads it over the cluster's engines and
+// allocates the working state.
+func newSolver(p *problem, debug func(string, ...any)) *solver {
 	// Starting temperature of the smoothed dual (ms): coarse enough that
 	// the first Newton steps from the spread start are not cut to a
 	// sliver by the line search (with the predictor between stages, 8
 	// takes 64x1024 in 19 evaluations of the dual, 4 in 23).
-	s := &solver{p: p, tau0: 8, debug: cfg.debug}
+	s := &solver{p: p, tau0: 8, debug: debug}
 	if p.cw > 0 {
 		// The churn dual is flat along the prices of clusters whose
 		// arcs all sit at their previous caps; a coarser start gives it
@@ -124,11 +147,15 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	s.xlo = make([]float64, maxDeg)
 	s.xhi = make([]float64, maxDeg)
 	s.base = make([]float64, maxDeg)
+	return s
+}
 
-	// The marginal costs at the spread start give starting prices; the smoothed
-	// dual Newton method then finds the optimum for all clusters at once;
-	// coordinate descent (with cycle cancelling) polishes, adds churn and
-	// certifies the gap.
+// newtonPhase prices the spread start at its marginal costs, runs the
+// smoothed dual Newton method from there and repairs its plan to a
+// feasible one. It returns the plan's gap and the dual bound. It always
+// runs: the start may be within tolerance without equal marginals.
+func (s *solver) newtonPhase(tol float64) (gap, best float64) {
+	p := s.p
 	s.bcdTol = 1e-13
 	s.initPrices()
 	// Every dual value is a valid lower bound, so the best one seen is
@@ -136,75 +163,86 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 	// (The start's own bound is far below the one after Newton; only its
 	// objective is needed, for the temperature scale.)
 	primal, _ := s.primal()
-	var dual float64
-	best := math.Inf(-1)
-	var gap float64
-	iters := 0
-	{ // always: the start may be within tolerance without equal marginals
-		mean := primal / math.Max(1e-9, sumOf(s.routed))
-		if p.cw > 0 {
-			// The churn arcs make the smoothed dual stiff at small
-			// temperatures: a coarser final temperature (5x the one
-			// before; Newton certifies the gap as it goes, and goes
-			// lower when that falls short) and a step budget.
-			s.newtonSteps = s.newton(math.Max(cfg.tol, 1e-3)*mean, cfg.tol, 60)
-		} else {
-			// Below about 1e-6 of the mean latency the softmax of the
-			// smoothed dual is no longer resolved in float64 (Newton
-			// stalls with an arbitrary residual); the exact phase takes
-			// smaller tolerances from there.
-			s.newtonSteps = s.newton(math.Max(0.2*cfg.tol, 1e-6)*mean, cfg.tol, 400)
-		}
-		s.fn.repair(p, s.routed, s.x)
-		s.recomputeLoads()
+	best = math.Inf(-1)
+	mean := primal / math.Max(1e-9, sumOf(s.routed))
+	if p.cw > 0 {
+		// The churn arcs make the smoothed dual stiff at small
+		// temperatures: a coarser final temperature (5x the one
+		// before; Newton certifies the gap as it goes, and goes
+		// lower when that falls short) and a step budget.
+		s.newtonSteps = s.newton(math.Max(tol, 1e-3)*mean, tol, 60)
+	} else {
+		// Below about 1e-6 of the mean latency the softmax of the
+		// smoothed dual is no longer resolved in float64 (Newton
+		// stalls with an arbitrary residual); the exact phase takes
+		// smaller tolerances from there.
+		s.newtonSteps = s.newton(math.Max(0.2*tol, 1e-6)*mean, tol, 400)
+	}
+	s.fn.repair(p, s.routed, s.x)
+	s.recomputeLoads()
+	primal, dual := s.bounds()
+	best = math.Max(best, dual)
+	gap = relGap(primal, best)
+	if s.debug != nil {
+		s.debug("after newton: primal %.10g dual %.10g gap %.3g", primal, dual, gap)
+	}
+	if p.cw > 0 && gap > tol {
+		s.bestChurnCandidate(tol, mean, primal)
 		primal, dual = s.bounds()
 		best = math.Max(best, dual)
 		gap = relGap(primal, best)
+	}
+	return gap, best
+}
+
+// bestChurnCandidate is the fallback when the churn Newton run falls short
+// of tol (its arcs make the smoothed dual stiff at small temperatures):
+// it also tries the plan of the Newton run that prices churn
+// approximately (previous edges 2*churn cheaper) and the previous plan
+// itself, and keeps whichever of the three has the lowest objective
+// (primal is the current plan's) for the exact phase.
+func (s *solver) bestChurnCandidate(tol, mean, primal float64) {
+	p := s.p
+	keepX := append([]float64(nil), s.x...)
+	keepMu := append([]float64(nil), s.mu...)
+	bestPrimal := primal
+	try := func(fill func()) {
+		fill()
+		s.fn.repair(p, s.routed, s.x)
+		s.recomputeLoads()
+		alt, _ := s.primal()
 		if s.debug != nil {
-			s.debug("after newton: primal %.10g dual %.10g gap %.3g", primal, dual, gap)
+			s.debug("candidate primal %.10g (best %.10g)", alt, bestPrimal)
 		}
-		if p.cw > 0 && gap > cfg.tol {
-			// The churn arcs make the smoothed dual stiff at small
-			// temperatures; when that run falls short, also try the plan
-			// of the Newton run that prices churn approximately (previous
-			// edges 2*churn cheaper) and the previous plan itself, and
-			// keep the one with the lowest objective for the exact phase.
-			keepX := append([]float64(nil), s.x...)
-			keepMu := append([]float64(nil), s.mu...)
-			bestPrimal := primal
-			try := func(fill func()) {
-				fill()
-				s.fn.repair(p, s.routed, s.x)
-				s.recomputeLoads()
-				alt, _ := s.primal()
-				if s.debug != nil {
-					s.debug("candidate primal %.10g (best %.10g)", alt, bestPrimal)
-				}
-				if alt < bestPrimal {
-					bestPrimal = alt
-					copy(keepX, s.x)
-					copy(keepMu, s.mu)
-				}
-			}
-			try(func() {
-				s.approxChurn = true
-				s.tau0 = 8 // no capped arcs: the non-churn schedule
-				s.initPrices()
-				s.newtonSteps += s.newton(0.2*math.Max(cfg.tol, 1e-3)*mean, cfg.tol, 400)
-				s.approxChurn = false
-			})
-			try(func() { copy(s.x, p.prev) })
-			copy(s.x, keepX)
-			copy(s.mu, keepMu)
-			s.recomputeLoads()
-			primal, dual = s.bounds()
-			best = math.Max(best, dual)
-			gap = relGap(primal, best)
+		if alt < bestPrimal {
+			bestPrimal = alt
+			copy(keepX, s.x)
+			copy(keepMu, s.mu)
 		}
 	}
+	try(func() {
+		s.approxChurn = true
+		s.tau0 = 8 // no capped arcs: the non-churn schedule
+		s.initPrices()
+		s.newtonSteps += s.newton(0.2*math.Max(tol, 1e-3)*mean, tol, 400)
+		s.approxChurn = false
+	})
+	try(func() { copy(s.x, p.prev) })
+	copy(s.x, keepX)
+	copy(s.mu, keepMu)
+	s.recomputeLoads()
+}
+
+// descend polishes the plan by coordinate descent over the clusters until
+// the gap (against the best dual bound, best on entry) is within tol,
+// exchanging capacity along negative cycles when it stalls. It returns
+// the gap reached and the number of sweeps.
+func (s *solver) descend(gap, best, tol float64, maxIters int) (float64, int) {
+	p := s.p
+	iters := 0
 	prevPrimal := math.Inf(1)
 	bestGap, bestAt := gap, iters
-	for gap > cfg.tol && iters < cfg.maxIters {
+	for gap > tol && iters < maxIters {
 		if iters-bestAt >= 10 {
 			break // no real progress for 10 sweeps: report the gap reached
 		}
@@ -212,13 +250,13 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		for i := range p.demand {
 			s.solveCluster(i)
 		}
-		primal, dual = s.bounds()
+		primal, dual := s.bounds()
 		best = math.Max(best, dual)
 		gap = relGap(primal, best)
 		if s.debug != nil {
 			s.debug("sweep %d: primal %.10g dual %.10g gap %.3g", iters, primal, dual, gap)
 		}
-		if gap <= cfg.tol {
+		if gap <= tol {
 			break
 		}
 		if gap < 0.95*bestGap {
@@ -227,20 +265,26 @@ func Solve(in *Instance, opts ...Option) (*Solution, error) {
 		if prevPrimal-primal <= 0.1*(primal-best) {
 			// Coordinate descent is stalling: exchange capacity between
 			// clusters along negative cycles.
-			found := false
-			for range 8 {
-				if !s.cancelCycle() {
-					break
-				}
-				found = true
-			}
-			if !found && prevPrimal-primal <= 1e-12*math.Abs(primal) {
+			if !s.cancelCycles(8) && prevPrimal-primal <= 1e-12*math.Abs(primal) {
 				break
 			}
 		}
 		prevPrimal = primal
 	}
-	return s.solution(gap, iters+s.newtonSteps), nil
+	return gap, iters
+}
+
+// cancelCycles cancels up to n negative cycles and reports whether it
+// found any.
+func (s *solver) cancelCycles(n int) bool {
+	found := false
+	for range n {
+		if !s.cancelCycle() {
+			break
+		}
+		found = true
+	}
+	return found
 }
 
 // spread moves the max-flow start towards spreading each cluster's
