@@ -180,138 +180,194 @@ func (fn *flowNet) reachSink() []bool {
 }
 
 // fairRoute returns the routed rps per cluster: as much as possible, with
-// max-min fair shed fractions, and a feasible flow x per problem edge.
+// max-min fair shed fractions (progressive filling: raise every active
+// cluster's routed fraction together until some can grow no more, freeze
+// those, repeat), and a feasible flow x per problem edge.
 func fairRoute(p *problem) (routed, x []float64, fn *flowNet) {
-	nc := len(p.demand)
-	fn = newFlowNet(p)
-	routed = make([]float64, nc)
-	active := make([]bool, nc)
-	nActive := 0
-	for i := 0; i < nc; i++ {
-		if p.demand[i] > 0 && p.start[i+1] > p.start[i] {
-			active[i] = true
-			nActive++
-		}
-	}
-	setCaps := func(lambda float64) float64 {
-		sum := 0.0
-		for i := 0; i < nc; i++ {
-			c := routed[i]
-			if active[i] {
-				c = lambda * p.demand[i]
-			}
-			fn.cap[fn.clusterArc[i]] = c
-			sum += c
-		}
-		return sum
-	}
-	ran := false // a max flow ran since the capacities were last set
-	capTotal := 0.0
-	for j := 0; j < len(p.curves); j++ {
-		capTotal += fn.cap[fn.engineArc[j]]
-	}
-	for round := 0; nActive > 0 && round <= nc; round++ {
-		// Start from the bound total capacity gives (the routed flow
-		// cannot exceed it): with a dense residency graph that is the
-		// answer, found with one max flow instead of two.
-		lambda := 1.0
-		fixed, dem := 0.0, 0.0
-		for i := 0; i < nc; i++ {
-			if active[i] {
-				dem += p.demand[i]
-			} else {
-				fixed += routed[i]
-			}
-		}
-		if b := (capTotal - fixed) / dem; b < 1 {
-			lambda = math.Max(0, b)
-		}
-		for it := 0; it < 64; it++ {
-			want := setCaps(lambda)
-			fn.reset()
-			got := fn.run()
-			ran = true
-			if got >= want-fn.eps*float64(nc+1) {
-				break
-			}
-			seen := fn.reachFromSource()
-			capN, fixed, dem := 0.0, 0.0, 0.0
-			for j := 0; j < len(p.curves); j++ {
-				if seen[nc+j] {
-					capN += fn.cap[fn.engineArc[j]]
-				}
-			}
-			for i := 0; i < nc; i++ {
-				if !seen[i] {
-					continue
-				}
-				if active[i] {
-					dem += p.demand[i]
-				} else {
-					fixed += routed[i]
-				}
-			}
-			next := 0.0
-			if dem > 0 {
-				next = math.Max(0, (capN-fixed)/dem)
-			}
-			if next >= lambda { // numerical stall: shrink a little
-				next = lambda * (1 - 1e-12)
-			}
-			lambda = next
-		}
+	fr := newFairRouter(p)
+	for round := 0; fr.nActive > 0 && round <= len(p.demand); round++ {
+		lambda := fr.level()
 		if lambda >= 1 {
-			for i := 0; i < nc; i++ {
-				if active[i] {
-					routed[i] = p.demand[i]
-					active[i] = false
-				}
-			}
+			fr.routeAll()
 			break
 		}
-		canGrow := fn.reachSink()
-		frozen := 0
-		for i := 0; i < nc; i++ {
-			if active[i] && !canGrow[i] {
-				routed[i] = lambda * p.demand[i]
-				active[i] = false
-				frozen++
-			}
-		}
-		if frozen == 0 { // numerical corner: freeze everyone left
-			for i := 0; i < nc; i++ {
-				if active[i] {
-					routed[i] = lambda * p.demand[i]
-					active[i] = false
-				}
-			}
-		}
-		nActive -= frozen
-		if frozen == 0 {
-			nActive = 0
+		fr.freeze(lambda)
+	}
+	x = fr.finalFlow()
+	fr.setCaps(0)
+	return fr.routed, x, fr.fn
+}
+
+// fairRouter is the state of fairRoute's progressive filling.
+type fairRouter struct {
+	p        *problem
+	fn       *flowNet
+	routed   []float64
+	active   []bool // still growing
+	nActive  int
+	capTotal float64 // total engine capacity
+	ran      bool    // a max flow ran since the capacities were last set
+}
+
+func newFairRouter(p *problem) *fairRouter {
+	nc := len(p.demand)
+	fr := &fairRouter{p: p, fn: newFlowNet(p), routed: make([]float64, nc), active: make([]bool, nc)}
+	for i := 0; i < nc; i++ {
+		if p.demand[i] > 0 && p.start[i+1] > p.start[i] {
+			fr.active[i] = true
+			fr.nActive++
 		}
 	}
-	// Final flow with the frozen amounts, then read it out exactly. When
-	// the last max flow already ran with exactly these capacities, its
-	// flow is the one a rerun from zero would compute.
+	for j := 0; j < len(p.curves); j++ {
+		fr.capTotal += fr.fn.cap[fr.fn.engineArc[j]]
+	}
+	return fr
+}
+
+// setCaps caps each active cluster's source arc at lambda times its
+// demand and every other at its routed amount, and returns their sum.
+func (fr *fairRouter) setCaps(lambda float64) float64 {
+	p, fn := fr.p, fr.fn
+	sum := 0.0
+	for i := 0; i < len(p.demand); i++ {
+		c := fr.routed[i]
+		if fr.active[i] {
+			c = lambda * p.demand[i]
+		}
+		fn.cap[fn.clusterArc[i]] = c
+		sum += c
+	}
+	return sum
+}
+
+// level returns the largest lambda <= 1 at which every active cluster can
+// route lambda times its demand at once (the others keeping their routed
+// amounts), leaving the max flow at that lambda in fn.
+func (fr *fairRouter) level() float64 {
+	p, fn := fr.p, fr.fn
+	nc := len(p.demand)
+	// Start from the bound total capacity gives (the routed flow
+	// cannot exceed it): with a dense residency graph that is the
+	// answer, found with one max flow instead of two.
+	lambda := 1.0
+	fixed, dem := 0.0, 0.0
+	for i := 0; i < nc; i++ {
+		if fr.active[i] {
+			dem += p.demand[i]
+		} else {
+			fixed += fr.routed[i]
+		}
+	}
+	if b := (fr.capTotal - fixed) / dem; b < 1 {
+		lambda = math.Max(0, b)
+	}
+	for it := 0; it < 64; it++ {
+		want := fr.setCaps(lambda)
+		fn.reset()
+		got := fn.run()
+		fr.ran = true
+		if got >= want-fn.eps*float64(nc+1) {
+			break
+		}
+		lambda = fr.cutBound(lambda)
+	}
+	return lambda
+}
+
+// cutBound returns the lambda the minimum cut of the last max flow allows
+// (the capacity on the source side shared by its active clusters), below
+// the lambda that failed.
+func (fr *fairRouter) cutBound(lambda float64) float64 {
+	p, fn := fr.p, fr.fn
+	nc := len(p.demand)
+	seen := fn.reachFromSource()
+	capN, fixed, dem := 0.0, 0.0, 0.0
+	for j := 0; j < len(p.curves); j++ {
+		if seen[nc+j] {
+			capN += fn.cap[fn.engineArc[j]]
+		}
+	}
+	for i := 0; i < nc; i++ {
+		if !seen[i] {
+			continue
+		}
+		if fr.active[i] {
+			dem += p.demand[i]
+		} else {
+			fixed += fr.routed[i]
+		}
+	}
+	next := 0.0
+	if dem > 0 {
+		next = math.Max(0, (capN-fixed)/dem)
+	}
+	if next >= lambda { // numerical stall: shrink a little
+		next = lambda * (1 - 1e-12)
+	}
+	return next
+}
+
+// routeAll routes every active cluster's whole demand.
+func (fr *fairRouter) routeAll() {
+	for i := range fr.active {
+		if fr.active[i] {
+			fr.routed[i] = fr.p.demand[i]
+			fr.active[i] = false
+		}
+	}
+}
+
+// freeze fixes at lambda times their demand the active clusters that can
+// no longer grow (they cannot reach the sink in the residual graph), or
+// every active cluster in the numerical corner where none is found.
+func (fr *fairRouter) freeze(lambda float64) {
+	p := fr.p
+	canGrow := fr.fn.reachSink()
+	frozen := 0
+	for i := range fr.active {
+		if fr.active[i] && !canGrow[i] {
+			fr.routed[i] = lambda * p.demand[i]
+			fr.active[i] = false
+			frozen++
+		}
+	}
+	if frozen == 0 {
+		for i := range fr.active {
+			if fr.active[i] {
+				fr.routed[i] = lambda * p.demand[i]
+				fr.active[i] = false
+			}
+		}
+		fr.nActive = 0
+		return
+	}
+	fr.nActive -= frozen
+}
+
+// finalFlow runs the max flow with the frozen amounts and reads it out
+// exactly, topping up deficits left by the flow tolerance, and makes
+// routed match the flow. When the last max flow already ran with exactly
+// these capacities, its flow is the one a rerun from zero would compute.
+func (fr *fairRouter) finalFlow() []float64 {
+	p, fn, routed := fr.p, fr.fn, fr.routed
+	nc := len(p.demand)
 	same := true
 	for i := 0; i < nc; i++ {
 		if fn.cap[fn.clusterArc[i]] != routed[i] {
 			same = false
 		}
 	}
-	setCaps(0)
-	if !same || !ran {
+	fr.setCaps(0)
+	if !same || !fr.ran {
 		fn.reset()
 		fn.run()
 	}
-	x = make([]float64, len(p.eng))
+	x := make([]float64, len(p.eng))
 	load := make([]float64, len(p.curves))
 	for e, a := range fn.edgeArc {
 		x[e] = math.Max(0, fn.flow[a])
 		load[p.eng[e]] += x[e]
 	}
-	// Top up deficits left by the flow tolerance, then make routed match x.
 	for i := 0; i < nc; i++ {
 		sum := 0.0
 		for e := p.start[i]; e < p.start[i+1]; e++ {
@@ -328,8 +384,7 @@ func fairRoute(p *problem) (routed, x []float64, fn *flowNet) {
 		}
 		routed[i] = sum
 	}
-	setCaps(0)
-	return routed, x, fn
+	return x
 }
 
 // tight reports, after the final max flow of fairRoute, which engines are
