@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -40,6 +41,44 @@ func openStore(t *testing.T, url string) *snapshots.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// watch runs a watcher of cluster's snapshots on the NATS server at url
+// until the test ends (after the gateway, which is started later).
+func watch(t *testing.T, url, cluster string) *snapshots.Watcher {
+	t.Helper()
+	w := snapshots.NewWatcher(url, "", cluster)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("watcher: %v", err)
+		}
+	})
+	return w
+}
+
+// kafkaOpts wire a gateway to kc as the service does: routing events
+// through an emitter, engine signals followed, on topics under prefix.
+// The clients stop after the gateway (which is started later).
+func kafkaOpts(t *testing.T, kc *kfake.Cluster, prefix string) []Opt {
+	t.Helper()
+	topics := streams.TopicsFor(prefix)
+	prod := testenv.Client(t, kc, EventProduceOpts(0)...)
+	sig := testenv.Client(t, kc, SignalConsumeOpts(topics.Signals, time.Now())...)
+	em := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- em.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("emitter: %v", err)
+		}
+	})
+	return []Opt{Events(em), Signals(sig)}
 }
 
 func publish(t *testing.T, st *snapshots.Store, snap *schemas.WeightSnapshot) {
@@ -76,7 +115,7 @@ func TestStaticStabilityAcrossNATSOutage(t *testing.T) {
 	url := ns.ClientURL()
 	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
-	g, base := startGateway(t, Config{NATSURL: url, Engines: static(a)})
+	g, base := startGateway(t, Snapshots(watch(t, url, "us-east")), Engines(static(a)...))
 	if e := engineOf(t, base); e != "a" {
 		t.Fatalf("fallback routed to %q", e)
 	}
@@ -133,7 +172,7 @@ func testRoutingEventsToKafka(t *testing.T, server string) {
 	}
 	e := newFakeEngine(t, "a")
 	e.delay = 2 * time.Millisecond
-	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "sy"})
+	_, base := startGateway(t, append(kafkaOpts(t, kc, "sy"), HTTPServer(server), Engines(static(e)...))...)
 	for i := 0; i < 3; i++ {
 		if s, _, body := post(t, ctx, base, chatBody(true, "x"), nil); s != 200 {
 			t.Fatalf("%d %s", s, body)
@@ -185,7 +224,7 @@ func TestOpenAISDKStreaming(t *testing.T) { forEachServer(t, testOpenAISDKStream
 
 func testOpenAISDKStreaming(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
+	_, base := startGateway(t, HTTPServer(server), Engines(static(e)...))
 	client := openai.NewClient(option.WithBaseURL(base+"/v1/"), option.WithAPIKey("test"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -228,7 +267,7 @@ func TestSignalsGuardrail(t *testing.T) {
 	}
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
 	snap := snapshot(1, "us-east", 0, map[*fakeEngine]float64{a: 0.5, b: 0.5})
-	g, base := startGateway(t, Config{SnapshotFile: snapshotFile(t, snap), KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "sig"})
+	g, base := startGateway(t, append(kafkaOpts(t, kc, "sig"), InitialSnapshot(snap))...)
 	send := func(h schemas.Health, ready uint32) {
 		v, _ := proto.Marshal(&schemas.EngineSignal{SchemaVersion: schemas.Version, EngineId: "a", Health: h, ReadyReplicas: ready, EventTimeUnixMs: time.Now().UnixMilli()})
 		if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topics.Signals, Key: []byte("a"), Value: v}).FirstErr(); err != nil {

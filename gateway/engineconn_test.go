@@ -44,7 +44,7 @@ func TestEngineClientReusesConnections(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e, conns := newCountingEngine(t, "a")
-			g, base := startGateway(t, Config{Engines: []StaticEngine{{ID: "a", URL: e.url() + tt.path}}})
+			g, base := startGateway(t, Engines(StaticEngine{ID: "a", URL: e.url() + tt.path}))
 			if g.client == nil {
 				t.Fatal("the default config does not use the engine client")
 			}
@@ -79,7 +79,7 @@ func TestEngineClientReusesConnections(t *testing.T) {
 // keep-alive connections costs neither an error nor a retry.
 func TestEngineClientStaleConnection(t *testing.T) {
 	e := newFakeEngine(t, "a")
-	g, base := startGateway(t, Config{Engines: static(e)})
+	g, base := startGateway(t, Engines(static(e)...))
 	for i := range 5 {
 		code, _, body := post(t, context.Background(), base, chatBody(true, "hi"), nil)
 		if code != 200 {
@@ -99,7 +99,7 @@ func TestEngineClientStaleConnection(t *testing.T) {
 // timeout are closed.
 func TestEngineClientIdleSweep(t *testing.T) {
 	e := newFakeEngine(t, "a")
-	g, base := startGateway(t, Config{Engines: static(e)})
+	g, base := startGateway(t, Engines(static(e)...))
 	if code, _, body := post(t, context.Background(), base, chatBody(false, "hi"), nil); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}

@@ -7,32 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
-	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/gateway/budget"
+	"github.com/switchyard-llm/switchyard/gateway/outlier"
 )
-
-// snapshotFile writes snap as protobuf JSON and returns its path.
-func snapshotFile(t *testing.T, snap *schemas.WeightSnapshot) string {
-	t.Helper()
-	b, err := protojson.Marshal(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "snapshot.json")
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // TestKillEngineMidRun: 8 clients send 400 streaming requests over 3
 // engines; one engine dies after 100. No client gets an error status
@@ -59,9 +42,7 @@ func killEngineMidRun(t *testing.T, server string, consecutive int) {
 		e.delay = time.Millisecond
 	}
 	snap := snapshot(1, "us-east", 0, map[*fakeEngine]float64{a: 0.34, b: 0.33, c: 0.33})
-	cfg := Config{SnapshotFile: snapshotFile(t, snap), HTTPServer: server}
-	cfg.Outlier.Consecutive = consecutive
-	g, base := startGateway(t, cfg)
+	g, base := startGateway(t, InitialSnapshot(snap), HTTPServer(server), Outlier(outlier.Config{Consecutive: consecutive}))
 	const total, clients = 400, 8
 	var sent, cut, badStatus atomic.Int64
 	var once sync.Once
@@ -122,10 +103,8 @@ func TestRetryBudgetBoundsStorm(t *testing.T) {
 	for _, e := range []*fakeEngine{a, b, c} {
 		e.setMode("500")
 	}
-	cfg := Config{Engines: static(a, b, c)}
-	cfg.RetryBudget.Floor = 2
-	cfg.Outlier.Consecutive = 1000 // keep every engine in play
-	g, base := startGateway(t, cfg)
+	g, base := startGateway(t, Engines(static(a, b, c)...), RetryBudget(budget.Config{Floor: 2}),
+		Outlier(outlier.Config{Consecutive: 1000})) // keep every engine in play
 	for i := 0; i < 60; i++ {
 		if status, _, body := post(t, context.Background(), base, chatBody(false, "x"), nil); status != 502 || !strings.Contains(body, `"upstream_error"`) {
 			t.Fatalf("%d %s", status, body)
@@ -147,7 +126,7 @@ func testOverloadSheds(t *testing.T, server string) {
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
 	a.setMode("block")
 	b.setMode("block")
-	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(a, b), MaxInFlightPerEngine: 2})
+	g, base := startGateway(t, HTTPServer(server), Engines(static(a, b)...), MaxInFlightPerEngine(2))
 	var wg sync.WaitGroup
 	statuses := make(chan int, 4)
 	for i := 0; i < 4; i++ {
@@ -186,13 +165,13 @@ func TestSnapshotShedsLowestPriorityFirst(t *testing.T) {
 
 func testSnapshotShedsLowestPriorityFirst(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{HTTPServer: server, SnapshotFile: snapshotFile(t, snapshot(1, "us-east", 1, map[*fakeEngine]float64{e: 0}))})
+	_, base := startGateway(t, HTTPServer(server), InitialSnapshot(snapshot(1, "us-east", 1, map[*fakeEngine]float64{e: 0})))
 	status, h, _ := post(t, context.Background(), base, chatBody(false, "x"), nil)
 	if status != 429 || h.Get("Retry-After") != "1" {
 		t.Fatalf("shed all: %d", status)
 	}
 
-	g, base := startGateway(t, Config{HTTPServer: server, SnapshotFile: snapshotFile(t, snapshot(1, "us-east", 0.4, map[*fakeEngine]float64{e: 0.6}))})
+	g, base := startGateway(t, HTTPServer(server), InitialSnapshot(snapshot(1, "us-east", 0.4, map[*fakeEngine]float64{e: 0.6})))
 	// Poll until the measured mix has converged: 20 pairs in a row with
 	// every low request shed and every high one served.
 	deadline := time.Now().Add(20 * time.Second)
@@ -237,7 +216,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add([]byte("\x00\xff"), "high", "\n")
 	f.Add([]byte(`{"model":"sim","messages":[1,2,{"a":[]}],"stream":true}`), "", "")
 	stub := &stubTransport{}
-	g, err := New(Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: "http://engine"}}, Transport: stub, MaxBodyBytes: 4096, HealthInterval: -1})
+	g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://engine"}), Transport(stub), MaxBodyBytes(4096), HealthInterval(-1))
 	if err != nil {
 		f.Fatal(err)
 	}

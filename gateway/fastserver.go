@@ -17,15 +17,6 @@ import (
 	"time"
 )
 
-// HTTP servers (Config.HTTPServer).
-const (
-	// ServerFast serves the proxy routes with the gateway's own HTTP/1.1
-	// loop and hands every other request to net/http.
-	ServerFast = "fast"
-	// ServerStd serves everything with net/http.
-	ServerStd = "std"
-)
-
 // Timeouts of both servers.
 const (
 	readHeaderTimeout = 10 * time.Second
@@ -73,7 +64,7 @@ func newFastServer(g *Gateway, std *http.Server, addr net.Addr) *fastServer {
 		std:     std,
 		handoff: &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: addr},
 		log:     g.log,
-		maxBody: g.cfg.MaxBodyBytes,
+		maxBody: g.cfg.maxBodyBytes,
 		conns:   map[*fastConn]struct{}{},
 		stdDone: make(chan struct{}),
 	}

@@ -121,7 +121,7 @@ func TestServersAgree(t *testing.T) {
 	}
 	got := map[string][][]rawReply{}
 	forEachServer(t, func(t *testing.T, server string) {
-		g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), MaxBodyBytes: 1024})
+		g, base := startGateway(t, HTTPServer(server), Engines(static(e)...), MaxBodyBytes(1024))
 		addr := strings.TrimPrefix(base, "http://")
 		for _, tt := range tests {
 			before := g.handoffs.Load()
@@ -156,7 +156,7 @@ func TestServersAgree(t *testing.T) {
 func TestFastServerShutdown(t *testing.T) {
 	e := newFakeEngine(t, "a")
 	e.delay = 20 * time.Millisecond
-	g, err := New(Config{Cluster: "us-east", Listen: "127.0.0.1:0", HealthInterval: -1, Engines: static(e)})
+	g, err := New("us-east", Listen("127.0.0.1:0"), HealthInterval(-1), Engines(static(e)...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestClientLeavesBeforeFirstByte(t *testing.T) {
 	forEachServer(t, func(t *testing.T, server string) {
 		e := newFakeEngine(t, "a")
 		e.setMode("hang")
-		g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
+		g, base := startGateway(t, HTTPServer(server), Engines(static(e)...))
 		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 		if err != nil {
 			t.Fatal(err)

@@ -2,11 +2,17 @@
 // streaming proxy that routes every request on the cluster's published
 // weight snapshot (see gateway/pick), with retries inside a budget,
 // outlier ejection, penalties and load shedding, and publishes one
-// RoutingEvent per request to Kafka without ever waiting for Kafka.
+// RoutingEvent per request to an EventSink without ever waiting for it.
+//
+// The gateway dials no broker and reads no file: the service hands it
+// its snapshot source, event sink and signal fetcher as options (see
+// New). The HTTP transport lives in subpackages: httpserver (the fast
+// HTTP/1.1 server loop), engineclient (the pooled client to engines) and
+// relay (the SSE relay and its accounting).
 //
 // The gateway keeps routing on its last good snapshot when NATS, Kafka or
 // the optimizer is down (static stability). Before any snapshot arrives it
-// routes by the local fallback: the static engines of Config.Engines,
+// routes by the local fallback: the static engines (option Engines),
 // healthy ones first, fewest requests in flight.
 package gateway
 
@@ -25,7 +31,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -35,182 +40,9 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/shed"
+	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/schemas"
-	"github.com/switchyard-llm/switchyard/streams"
-	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
-
-// Defaults of Config.
-const (
-	DefaultListen            = "127.0.0.1:8080"
-	DefaultMaxBodyBytes      = 4 << 20
-	DefaultConnectTimeout    = 2 * time.Second
-	DefaultFirstTokenTimeout = 30 * time.Second
-	DefaultIdleTimeout       = 30 * time.Second
-	DefaultMaxAttempts       = 3
-	DefaultHealthInterval    = 5 * time.Second
-	DefaultEventBuffer       = 4096
-	tickInterval             = 250 * time.Millisecond
-)
-
-// StaticEngine is an engine known without a snapshot (--engines).
-type StaticEngine struct {
-	ID  string
-	URL string
-}
-
-// ParseEngines parses "id=url,id=url".
-func ParseEngines(s string) ([]StaticEngine, error) {
-	var out []StaticEngine
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		id, u, ok := strings.Cut(part, "=")
-		if !ok || id == "" {
-			return nil, fmt.Errorf("engine %q: want id=url", part)
-		}
-		if err := checkEndpoint(u); err != nil {
-			return nil, fmt.Errorf("engine %q: %w", id, err)
-		}
-		out = append(out, StaticEngine{ID: id, URL: strings.TrimRight(u, "/")})
-	}
-	return out, nil
-}
-
-// Config configures a Gateway. Zero values take the defaults.
-type Config struct {
-	// Cluster is the CPU cluster (region) whose snapshot key is watched.
-	Cluster string
-	// Listen is the HTTP listen address. Default 127.0.0.1:8080.
-	Listen string
-	// NATSURL of the snapshot store; "" routes without a control plane.
-	NATSURL string
-	// SnapshotBucket is the JetStream KV bucket. Default snapshots.DefaultBucket.
-	SnapshotBucket string
-	// KafkaBrokers receive routing events; empty: events are dropped
-	// (and counted).
-	KafkaBrokers []string
-	// TopicPrefix of the Kafka topics (streams.TopicsFor).
-	TopicPrefix string
-	// IgnoreSignals turns off following the engine-signal topic (by
-	// default followed whenever KafkaBrokers is set) for health and ready
-	// replicas.
-	IgnoreSignals bool
-	// SnapshotFile is a WeightSnapshot in protobuf JSON applied at start.
-	SnapshotFile string
-	// Engines are routed to (least loaded) until a snapshot arrives.
-	Engines []StaticEngine
-	// Models, when set, is the set of model names accepted; others get
-	// 404 model_not_found. Empty accepts any non-empty model.
-	Models []string
-	// Transport reaches the engines. Default: plain-http engines get
-	// the gateway's own pooled HTTP/1.1 client and https engines a
-	// keep-alive net/http transport, both with ConnectTimeout.
-	Transport http.RoundTripper
-	// MaxBodyBytes bounds request bodies (413 above). Default 4 MiB.
-	MaxBodyBytes int64
-	// ConnectTimeout bounds dialing an engine (default transport only).
-	// Default 2s.
-	ConnectTimeout time.Duration
-	// FirstTokenTimeout bounds the wait for the first byte of the
-	// response body. Default 30s.
-	FirstTokenTimeout time.Duration
-	// IdleTimeout bounds the gap between SSE events. Default 30s.
-	IdleTimeout time.Duration
-	// MaxAttempts per request, at most 3. Default 3.
-	MaxAttempts int
-	// MaxInFlightPerEngine is each engine's hard in-flight cap; when
-	// every candidate is at it the gateway sheds with 429. 0: no cap.
-	MaxInFlightPerEngine int
-	// HealthInterval of active /health checks; negative disables them.
-	// Default 5s.
-	HealthInterval time.Duration
-	// EventBuffer is the routing-event buffer. Default 4096.
-	EventBuffer int
-	// Pick, RetryBudget and Outlier tune the guardrails.
-	Pick        pick.Options
-	RetryBudget budget.Config
-	Outlier     outlier.Config
-	// TracerProvider makes the spans; default no-op.
-	TracerProvider trace.TracerProvider
-	// Logger; default discards.
-	Logger *slog.Logger
-	// Registerer receives the metrics; nil: not registered.
-	Registerer prometheus.Registerer
-	// Gatherer, when set, is served at /metrics.
-	Gatherer prometheus.Gatherer
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-	// HTTPServer serves the listener: ServerFast (the gateway's own
-	// HTTP/1.1 loop for the proxy routes, net/http for the rest) or
-	// ServerStd (net/http for everything). Default ServerFast.
-	HTTPServer string
-
-	ownClient bool // Transport was not set: plain-http engines get engineClient
-}
-
-func (c *Config) defaults() error {
-	if c.Cluster == "" {
-		return errors.New("cluster is required")
-	}
-	if c.Listen == "" {
-		c.Listen = DefaultListen
-	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.FirstTokenTimeout <= 0 {
-		c.FirstTokenTimeout = DefaultFirstTokenTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.MaxAttempts <= 0 || c.MaxAttempts > DefaultMaxAttempts {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.HealthInterval == 0 {
-		c.HealthInterval = DefaultHealthInterval
-	}
-	if c.EventBuffer <= 0 {
-		c.EventBuffer = DefaultEventBuffer
-	}
-	if c.TracerProvider == nil {
-		c.TracerProvider = noop.NewTracerProvider()
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	switch c.HTTPServer {
-	case "":
-		c.HTTPServer = ServerFast
-	case ServerFast, ServerStd:
-	default:
-		return fmt.Errorf("http server %q: want %q or %q", c.HTTPServer, ServerFast, ServerStd)
-	}
-	if c.Transport == nil {
-		c.ownClient = true
-		c.Transport = &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: c.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        0,
-			MaxIdleConnsPerHost: 1024,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true,
-			ForceAttemptHTTP2:   false,
-			// One read takes every event the engine has sent so far
-			// (the default 4 KiB holds about 20 tokens).
-			ReadBufferSize: sseBufSize,
-		}
-	}
-	return nil
-}
 
 // routing is one immutable routing state, swapped atomically.
 type routing struct {
@@ -239,7 +71,7 @@ type Stats struct {
 
 // Gateway routes and proxies requests.
 type Gateway struct {
-	cfg     Config
+	cfg     cfg
 	log     *slog.Logger
 	m       *metrics
 	hot     hotMetrics
@@ -253,9 +85,6 @@ type Gateway struct {
 	tracing bool // spans are made (TracerProvider is not the no-op default)
 	prop    propagation.TextMapPropagator
 	handler http.Handler
-
-	kafka   *kgo.Client
-	emitter *streams.Emitter
 
 	addr  atomic.Pointer[string]
 	ready chan struct{}
@@ -272,101 +101,97 @@ type Gateway struct {
 	drains  drains        // tails of complete streams being drained
 }
 
-// New validates cfg and builds a gateway; Run starts it.
-func New(cfg Config) (*Gateway, error) {
-	if err := cfg.defaults(); err != nil {
+// New builds the gateway of cluster (a CPU cluster, or region, whose
+// snapshots it routes on) from opts; Run starts it.
+func New(cluster string, opts ...Opt) (*Gateway, error) {
+	cfg := cfg{cluster: cluster}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.registerer)
+	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
 		cfg:        cfg,
-		log:        cfg.Logger.With("component", "gateway", "cluster", cfg.Cluster),
-		m:          newMetrics(cfg.Registerer),
+		log:        cfg.logger.With("component", "gateway", "cluster", cfg.cluster),
+		m:          m,
 		pool:       pick.NewPool(),
-		budget:     budget.New(cfg.RetryBudget),
-		outlier:    outlier.New(cfg.Outlier),
+		budget:     budget.New(cfg.retryBudget),
+		outlier:    outlier.New(cfg.outlier),
 		shedder:    shed.New(),
-		tracer:     cfg.TracerProvider.Tracer("github.com/switchyard-llm/switchyard/gateway"),
+		tracer:     cfg.tracerProvider.Tracer("github.com/switchyard-llm/switchyard/gateway"),
 		prop:       propagation.TraceContext{},
 		ready:      make(chan struct{}),
 		healthFail: map[string]int{},
 	}
-	g.hot = g.m.hot(cfg.Cluster)
-	_, noTracing := cfg.TracerProvider.(noop.TracerProvider)
+	g.hot = g.m.hot(cfg.cluster)
+	_, noTracing := cfg.tracerProvider.(noop.TracerProvider)
 	g.tracing = !noTracing
 	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
 	g.reqBufs.New = func() any { return &reqBuf{b: make([]byte, 0, 2048)} }
 	if cfg.ownClient {
-		g.client = newEngineClient(cfg.ConnectTimeout, cfg.Now)
+		g.client = newEngineClient(cfg.connectTimeout, cfg.now)
 	}
-	if len(cfg.Models) > 0 {
+	if len(cfg.models) > 0 {
 		g.models = map[string]bool{}
-		for _, m := range cfg.Models {
+		for _, m := range cfg.models {
 			g.models[m] = true
 		}
 	}
-	g.registerGauges(cfg.Registerer)
-	if len(cfg.Engines) > 0 {
-		specs := make([]pick.Spec, len(cfg.Engines))
-		for i, e := range cfg.Engines {
-			if err := checkEndpoint(e.URL); err != nil {
-				return nil, fmt.Errorf("static engine %q: %w", e.ID, err)
-			}
-			specs[i] = pick.Spec{ID: e.ID, URL: strings.TrimRight(e.URL, "/"), Weight: 1}
-		}
-		opt := cfg.Pick
-		opt.LeastLoaded = true
-		t, err := g.pool.Build(specs, opt)
-		if err != nil {
-			return nil, fmt.Errorf("static engines: %w", err)
-		}
-		g.setLimits(t)
-		g.cur.Store(&routing{table: t, fallback: true, versionHeader: []string{"0"}})
-		g.outlier.SetClusterSize(t.Len())
+	if err := g.registerGauges(cfg.registerer); err != nil {
+		return nil, err
 	}
-	if cfg.SnapshotFile != "" {
-		snap, err := ReadSnapshotFile(cfg.SnapshotFile)
-		if err != nil {
+	if len(cfg.engines) > 0 {
+		if err := g.applyStatic(cfg.engines); err != nil {
 			return nil, err
 		}
-		if err := g.apply(snap); err != nil {
-			return nil, fmt.Errorf("snapshot file %s: %w", cfg.SnapshotFile, err)
-		}
 	}
-	if len(cfg.KafkaBrokers) > 0 {
-		cl, err := kgo.NewClient(
-			kgo.SeedBrokers(cfg.KafkaBrokers...),
-			kgo.ProducerLinger(5*time.Millisecond),
-			kgo.RecordDeliveryTimeout(30*time.Second),
-			kgo.MaxBufferedRecords(cfg.EventBuffer),
-			kgo.ProducerBatchCompression(kgo.NoCompression()),
-			kgo.ClientID("switchyard-gateway-"+cfg.Cluster),
-		)
-		if err != nil {
-			return nil, fmt.Errorf("creating kafka client: %w", err)
+	if cfg.initial != nil {
+		if err := g.apply(cfg.initial); err != nil {
+			return nil, fmt.Errorf("initial snapshot: %w", err)
 		}
-		g.kafka = cl
-		g.emitter = streams.NewEmitter(cl, streams.TopicsFor(cfg.TopicPrefix).RoutingEvents, "gateway", cfg.EventBuffer, cfg.Registerer)
 	}
 	g.handler = g.routes()
 	return g, nil
 }
 
-func (g *Gateway) registerGauges(reg prometheus.Registerer) {
-	if reg == nil {
-		return
+// applyStatic routes on the static engines until a snapshot arrives.
+func (g *Gateway) applyStatic(engines []StaticEngine) error {
+	specs := make([]pick.Spec, len(engines))
+	for i, e := range engines {
+		specs[i] = pick.Spec{ID: e.ID, URL: strings.TrimRight(e.URL, "/"), Weight: 1}
 	}
-	labels := prometheus.Labels{"cluster": g.cfg.Cluster}
+	opt := g.cfg.pick
+	opt.LeastLoaded = true
+	t, err := g.pool.Build(specs, opt)
+	if err != nil {
+		return fmt.Errorf("static engines: %w", err)
+	}
+	g.setLimits(t)
+	g.cur.Store(&routing{table: t, fallback: true, versionHeader: []string{"0"}})
+	g.outlier.SetClusterSize(t.Len())
+	return nil
+}
+
+func (g *Gateway) registerGauges(reg prometheus.Registerer) error {
+	labels := prometheus.Labels{"cluster": g.cfg.cluster}
+	var errs []error
 	gauge := func(name, help string, f func() float64) {
-		_ = reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		_, err := obs.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help, ConstLabels: labels,
 		}, f))
+		errs = append(errs, err)
 	}
 	gauge("snapshot_age_seconds", "Age of the snapshot routed on (since its creation); -1 before any snapshot.", func() float64 {
 		rt := g.cur.Load()
 		if rt == nil || rt.fallback {
 			return -1
 		}
-		return g.cfg.Now().Sub(rt.created).Seconds()
+		return g.cfg.now().Sub(rt.created).Seconds()
 	})
 	gauge("snapshot_version", "Version of the snapshot routed on; 0 before any snapshot.", func() float64 {
 		if rt := g.cur.Load(); rt != nil {
@@ -376,21 +201,22 @@ func (g *Gateway) registerGauges(reg prometheus.Registerer) {
 	})
 	gauge("in_flight", "Requests in flight to engines.", func() float64 { return float64(g.pool.InFlight()) })
 	gauge("ejected_engines", "Engines ejected now.", func() float64 { return float64(g.outlier.Ejected()) })
+	return errors.Join(errs...)
 }
 
 // apply validates snap and swaps it in.
 func (g *Gateway) apply(snap *schemas.WeightSnapshot) error {
 	err := g.applyErr(snap)
 	if err != nil {
-		g.m.rejected.WithLabelValues(g.cfg.Cluster, rejectReason(err)).Inc()
+		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
 		return err
 	}
-	g.m.applied.WithLabelValues(g.cfg.Cluster).Inc()
+	g.m.applied.WithLabelValues(g.cfg.cluster).Inc()
 	return nil
 }
 
 func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
-	cw, err := ValidateSnapshot(snap, g.cfg.Cluster)
+	cw, err := ValidateSnapshot(snap, g.cfg.cluster)
 	if err != nil {
 		return err
 	}
@@ -400,13 +226,13 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	rt := &routing{version: snap.GetVersion(), shed: cw.GetShedFraction(), created: time.UnixMilli(snap.GetCreatedUnixMs()),
 		versionHeader: []string{strconv.FormatUint(snap.GetVersion(), 10)}}
 	if snap.GetCreatedUnixMs() <= 0 {
-		rt.created = g.cfg.Now()
+		rt.created = g.cfg.now()
 	}
 	specs := make([]pick.Spec, 0, len(cw.GetWeights()))
 	for _, w := range cw.GetWeights() {
 		specs = append(specs, pick.Spec{ID: w.GetEngineId(), URL: strings.TrimRight(w.GetEndpointUrl(), "/"), Weight: w.GetWeight()})
 	}
-	t, err := g.pool.Build(specs, g.cfg.Pick)
+	t, err := g.pool.Build(specs, g.cfg.pick)
 	switch {
 	case errors.Is(err, pick.ErrNoEngines) && rt.shed >= 1-sumTolerance:
 		rt.shed = 1 // the plan sheds everything
@@ -424,7 +250,7 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 
 func (g *Gateway) setLimits(t *pick.Table) {
 	for i := 0; i < t.Len(); i++ {
-		t.Engine(i).State.SetLimit(int64(g.cfg.MaxInFlightPerEngine))
+		t.Engine(i).State.SetLimit(int64(g.cfg.maxInFlight))
 	}
 }
 
@@ -433,7 +259,7 @@ func (g *Gateway) setLimits(t *pick.Table) {
 func (g *Gateway) ApplySnapshot(b []byte) error {
 	snap, err := DecodeSnapshot(b)
 	if err != nil {
-		g.m.rejected.WithLabelValues(g.cfg.Cluster, rejectReason(err)).Inc()
+		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
 		return err
 	}
 	return g.apply(snap)
@@ -457,7 +283,7 @@ func (g *Gateway) Ready() <-chan struct{} { return g.ready }
 // Stats returns counters for status lines.
 func (g *Gateway) Stats() Stats {
 	s := Stats{
-		Cluster:       g.cfg.Cluster,
+		Cluster:       g.cfg.cluster,
 		Requests:      g.requests.Load(),
 		Succeeded:     g.succeeded.Load(),
 		Failed:        g.failed.Load(),
@@ -478,9 +304,9 @@ func (g *Gateway) Stats() Stats {
 // until ctx is done, then shuts down gracefully (in-flight requests get
 // up to 10s).
 func (g *Gateway) Run(ctx context.Context) error {
-	ln, err := net.Listen("tcp", g.cfg.Listen)
+	ln, err := net.Listen("tcp", g.cfg.listen)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", g.cfg.Listen, err)
+		return fmt.Errorf("listening on %s: %w", g.cfg.listen, err)
 	}
 	return g.Serve(ctx, ln)
 }
@@ -498,31 +324,20 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 	var fast *fastServer
-	if g.cfg.HTTPServer == ServerFast {
+	if g.cfg.httpServer == ServerFast {
 		fast = newFastServer(g, srv, ln.Addr())
 	}
 	eg, ectx := errgroup.WithContext(ctx)
-	emitCtx, stopEmit := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopEmit()
-	var emitDone chan struct{}
-	if g.emitter != nil {
-		emitDone = make(chan struct{})
-		go func() {
-			defer close(emitDone)
-			_ = g.emitter.Run(emitCtx)
-		}()
+	var updates <-chan []byte
+	if g.cfg.snapshots != nil {
+		updates = g.cfg.snapshots.Updates()
 	}
-	var watcher *snapshots.Watcher
-	if g.cfg.NATSURL != "" {
-		watcher = snapshots.NewWatcher(g.cfg.NATSURL, g.cfg.SnapshotBucket, g.cfg.Cluster)
-		eg.Go(func() error { return watcher.Run(ectx) })
-	}
-	eg.Go(func() error { g.control(ectx, watcher); return nil })
-	if g.cfg.HealthInterval > 0 {
+	eg.Go(func() error { g.control(ectx, updates); return nil })
+	if g.cfg.healthInterval > 0 {
 		eg.Go(func() error { g.healthLoop(ectx); return nil })
 	}
-	if len(g.cfg.KafkaBrokers) > 0 && !g.cfg.IgnoreSignals {
-		eg.Go(func() error { return g.consumeSignals(ectx) })
+	if g.cfg.signals != nil {
+		eg.Go(func() error { g.followSignals(ectx, g.cfg.signals); return nil })
 	}
 	eg.Go(func() error {
 		<-ectx.Done()
@@ -562,24 +377,13 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if g.client != nil {
 		g.client.closeAll()
 	}
-	stopEmit()
-	if emitDone != nil {
-		<-emitDone
-	}
-	if g.kafka != nil {
-		g.kafka.Close()
-	}
 	return errors.Join(serveErr, waitErr)
 }
 
 // control applies snapshots and ticks the guardrails, in one goroutine.
-func (g *Gateway) control(ctx context.Context, w *snapshots.Watcher) {
+func (g *Gateway) control(ctx context.Context, updates <-chan []byte) {
 	tick := time.NewTicker(tickInterval)
 	defer tick.Stop()
-	var updates <-chan []byte
-	if w != nil {
-		updates = w.Updates()
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -595,9 +399,9 @@ func (g *Gateway) control(ctx context.Context, w *snapshots.Watcher) {
 			g.tickShed()
 		case <-tick.C:
 			if g.client != nil {
-				g.client.closeIdle(g.cfg.Now().Add(-g.client.idleTimeout))
+				g.client.closeIdle(g.cfg.now().Add(-g.client.idleTimeout))
 			}
-			if n := g.outlier.Tick(g.cfg.Now()); n > 0 {
+			if n := g.outlier.Tick(g.cfg.now()); n > 0 {
 				g.log.Info("engines returned from ejection", "count", n)
 			}
 			g.tickShed()
@@ -613,12 +417,12 @@ func (g *Gateway) tickShed() {
 	g.shedder.Update(f, 0.3)
 }
 
-// Metrics returns the /metrics handler of cfg.Gatherer, or nil.
+// metricsHandler returns the /metrics handler of the Gatherer, or nil.
 func (g *Gateway) metricsHandler() http.Handler {
-	if g.cfg.Gatherer == nil {
+	if g.cfg.gatherer == nil {
 		return nil
 	}
-	return promhttp.HandlerFor(g.cfg.Gatherer, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(g.cfg.gatherer, promhttp.HandlerOpts{})
 }
 
 // drains counts background drains so that Serve can wait for them; once

@@ -27,21 +27,21 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// startGateway runs a gateway on a free port until the test ends.
-func startGateway(t testing.TB, cfg Config) (*Gateway, string) {
+// startGateway runs a us-east gateway on a free port until the test
+// ends.
+func startGateway(t testing.TB, opts ...Opt) (*Gateway, string) {
 	t.Helper()
-	if cfg.Cluster == "" {
-		cfg.Cluster = "us-east"
-	}
-	cfg.Listen = "127.0.0.1:0"
-	if cfg.HealthInterval == 0 {
-		cfg.HealthInterval = -1
-	}
-	if cfg.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer, cfg.Gatherer = reg, reg
-	}
-	g, err := New(cfg)
+	return startCluster(t, "us-east", opts...)
+}
+
+// startCluster runs a gateway of cluster on a free port until the test
+// ends: without health checks and with its own registry unless opts say
+// otherwise.
+func startCluster(t testing.TB, cluster string, opts ...Opt) (*Gateway, string) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	opts = append([]Opt{HealthInterval(-1), Registerer(reg), Gatherer(reg)}, opts...)
+	g, err := New(cluster, append(opts, Listen("127.0.0.1:0"))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestStreamThroughFallback(t *testing.T) { forEachServer(t, testStreamThroug
 
 func testStreamThroughFallback(t *testing.T, server string) {
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
-	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(a, b)})
+	g, base := startGateway(t, HTTPServer(server), Engines(static(a, b)...))
 	status, h, body := post(t, context.Background(), base, chatBody(true, "hello"), map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"})
 	if status != 200 {
 		t.Fatalf("status %d: %s", status, body)
@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) { forEachServer(t, testBadInput) }
 
 func testBadInput(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), MaxBodyBytes: 1024, Models: []string{"sim"}})
+	_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), MaxBodyBytes(1024), Models("sim"))
 	big := `{"model":"sim","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
 	tests := []struct {
 		name   string
@@ -206,7 +206,7 @@ func testEngine4xxNotRetried(t *testing.T, server string) {
 	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
 	a.setMode("400")
 	b.setMode("400")
-	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(a, b)})
+	g, base := startGateway(t, HTTPServer(server), Engines(static(a, b)...))
 	status, _, body := post(t, context.Background(), base, chatBody(false, "x"), nil)
 	if status != 400 || !strings.Contains(body, "bad prompt") {
 		t.Fatalf("%d %s", status, body)
@@ -224,12 +224,12 @@ func TestRetryBeforeFirstByte(t *testing.T) { forEachServer(t, testRetryBeforeFi
 func testRetryBeforeFirstByte(t *testing.T, server string) {
 	tests := []struct {
 		name, mode string
-		cfg        Config
+		opts       []Opt
 		reason     string
 	}{
-		{"5xx", "500", Config{}, "status_5xx"},
-		{"connection refused", "closed", Config{}, "connect"},
-		{"first token timeout", "hang", Config{FirstTokenTimeout: 200 * time.Millisecond}, "first_token_timeout"},
+		{"5xx", "500", nil, "status_5xx"},
+		{"connection refused", "closed", nil, "connect"},
+		{"first token timeout", "hang", []Opt{FirstTokenTimeout(200 * time.Millisecond)}, "first_token_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -238,12 +238,7 @@ func testRetryBeforeFirstByte(t *testing.T, server string) {
 			if tt.mode == "closed" {
 				bad.srv.Close()
 			}
-			cfg := tt.cfg
-			cfg.Engines = static(bad, good)
-			reg := prometheus.NewRegistry()
-			cfg.Registerer, cfg.Gatherer = reg, reg
-			cfg.HTTPServer = server
-			g, base := startGateway(t, cfg)
+			g, base := startGateway(t, append(tt.opts, Engines(static(bad, good)...), HTTPServer(server))...)
 			for i := 0; i < 6; i++ {
 				for _, stream := range []bool{true, false} {
 					status, h, body := post(t, context.Background(), base, chatBody(stream, fmt.Sprint(i)), nil)
@@ -276,7 +271,7 @@ func TestMidStreamFailureAndIdleTimeout(t *testing.T) {
 func testMidStreamFailureAndIdleTimeout(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
 	e.setMode("slow") // one event, then silence
-	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), IdleTimeout: 200 * time.Millisecond})
+	g, base := startGateway(t, HTTPServer(server), Engines(static(e)...), IdleTimeout(200*time.Millisecond))
 	status, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil)
 	if status != 200 {
 		t.Fatalf("status %d", status)
@@ -296,7 +291,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 func testClientDisconnectCancelsUpstream(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
 	e.setMode("slow")
-	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
+	g, base := startGateway(t, HTTPServer(server), Engines(static(e)...))
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(chatBody(true, "x")))
 	resp, err := http.DefaultClient.Do(req)
@@ -340,8 +335,8 @@ func asAPIError(err error, target **openai.Error) bool { return errors.As(err, t
 func TestSharedRegistry(t *testing.T) {
 	e := newFakeEngine(t, "a")
 	reg := prometheus.NewRegistry()
-	g1, b1 := startGateway(t, Config{Cluster: "one", Engines: static(e), Registerer: reg, Gatherer: reg})
-	g2, _ := startGateway(t, Config{Cluster: "two", Engines: static(e), Registerer: reg, Gatherer: reg})
+	g1, b1 := startCluster(t, "one", Engines(static(e)...), Registerer(reg), Gatherer(reg))
+	g2, _ := startCluster(t, "two", Engines(static(e)...), Registerer(reg), Gatherer(reg))
 	post(t, context.Background(), b1, chatBody(false, "x"), nil)
 	if settled(t, g1).Requests != 1 || g2.Stats().Requests != 0 {
 		t.Fatalf("%+v %+v", g1.Stats(), g2.Stats())
@@ -387,7 +382,7 @@ func TestEngineLingersAfterDone(t *testing.T) { forEachServer(t, testEngineLinge
 func testEngineLingersAfterDone(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
 	e.setMode("linger")
-	g, base := startGateway(t, Config{HTTPServer: server, Engines: static(e)})
+	g, base := startGateway(t, HTTPServer(server), Engines(static(e)...))
 	status, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil)
 	if status != 200 || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("%d %q", status, body)

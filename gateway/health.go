@@ -17,7 +17,7 @@ const healthFailures = 2
 // healthLoop checks GET <engine>/health of the routed engines every
 // HealthInterval, at most 16 at a time.
 func (g *Gateway) healthLoop(ctx context.Context) {
-	t := time.NewTicker(g.cfg.HealthInterval)
+	t := time.NewTicker(g.cfg.healthInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -55,13 +55,13 @@ func (g *Gateway) checkAll(ctx context.Context) {
 }
 
 func (g *Gateway) checkOne(ctx context.Context, e *pick.Engine) {
-	timeout := min(g.cfg.HealthInterval, 2*time.Second)
+	timeout := min(g.cfg.healthInterval, 2*time.Second)
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	ok := false
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, e.URL+"/health", nil)
 	if err == nil {
-		if resp, err := g.cfg.Transport.RoundTrip(req); err == nil {
+		if resp, err := g.cfg.transport.RoundTrip(req); err == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			ok = resp.StatusCode < 300

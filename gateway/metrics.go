@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/obs"
 )
 
 // metrics are the gateway's Prometheus metrics, all labelled by cluster so
@@ -30,14 +32,21 @@ var (
 	latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 )
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the metrics with reg, sharing those another
+// gateway of the same registry registered first.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	var errs []error
 	cv := func(name, help string, labels ...string) *prometheus.CounterVec {
-		return register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help}, labels))
+		c, err := obs.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help}, labels))
+		errs = append(errs, err)
+		return c
 	}
 	hv := func(name, help string) *prometheus.HistogramVec {
-		return register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help, Buckets: latencyBuckets}, []string{"cluster"}))
+		h, err := obs.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help, Buckets: latencyBuckets}, []string{"cluster"}))
+		errs = append(errs, err)
+		return h
 	}
-	return &metrics{
+	m := &metrics{
 		requests:      cv("requests_total", "Requests by outcome: ok, error, shed, client_error, canceled.", "cluster", "outcome"),
 		ttft:          hv("ttft_seconds", "Time from request arrival to the first token (first SSE data event; whole response when not streaming)."),
 		e2e:           hv("request_duration_seconds", "End-to-end request latency at the gateway."),
@@ -49,9 +58,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		picks:         cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
 		applied:       cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
 		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale.", "cluster", "reason"),
-		dropped:       cv("events_dropped_total", "Routing events dropped (emitter buffer full or no Kafka configured).", "cluster"),
+		dropped:       cv("events_dropped_total", "Routing events dropped (event sink full or none configured).", "cluster"),
 		signals:       cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine.", "cluster", "result"),
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("gateway metrics: %w", err)
+	}
+	return m, nil
 }
 
 // hotMetrics are the series every request touches, resolved for the
@@ -77,20 +90,4 @@ func (m *metrics) hot(cluster string) hotMetrics {
 		h.picks[r] = m.picks.WithLabelValues(cluster, r.String())
 	}
 	return h
-}
-
-// register registers c, reusing an identical collector already there.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if ex, ok := are.ExistingCollector.(C); ok {
-				return ex
-			}
-		}
-	}
-	return c
 }

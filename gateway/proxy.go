@@ -44,7 +44,7 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc("/v1/models", g.serveModels)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, "{\"status\":\"ok\",\"cluster\":%q,\"snapshot_version\":%d}\n", g.cfg.Cluster, g.Stats().SnapshotVersion)
+		fmt.Fprintf(w, "{\"status\":\"ok\",\"cluster\":%q,\"snapshot_version\":%d}\n", g.cfg.cluster, g.Stats().SnapshotVersion)
 	})
 	if h := g.metricsHandler(); h != nil {
 		mux.Handle("/metrics", h)
@@ -67,12 +67,12 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use POST")
 		return
 	}
-	start := g.cfg.Now()
+	start := g.cfg.now()
 	g.requests.Add(1)
 	g.budget.Request(start)
 	ev := &schemas.RoutingEvent{
 		SchemaVersion:   schemas.Version,
-		Cluster:         g.cfg.Cluster,
+		Cluster:         g.cfg.cluster,
 		EventTimeUnixMs: start.UnixMilli(),
 	}
 	// Without a TracerProvider the incoming trace context is still
@@ -86,7 +86,7 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 	out := g.handleInference(ctx, w, r, ev, start)
 	ev.Status = out.status
 	ev.HttpStatus = uint32(out.httpStatus)
-	ev.E2EMs = ms(g.cfg.Now().Sub(start))
+	ev.E2EMs = ms(g.cfg.now().Sub(start))
 	g.record(ev, out, start)
 	if !g.tracing {
 		return
@@ -103,7 +103,7 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time) {
-	cl := g.cfg.Cluster
+	cl := g.cfg.cluster
 	label := "ok"
 	switch out.status {
 	case schemas.RequestStatus_REQUEST_STATUS_OK:
@@ -126,7 +126,7 @@ func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time)
 		label = "error"
 	}
 	g.hot.requests[label].Inc()
-	if g.emitter == nil || !g.emitter.Emit(cl, ev) {
+	if g.cfg.events == nil || !g.cfg.events.Emit(cl, ev) {
 		g.dropped.Add(1)
 		g.hot.dropped.Inc()
 	}
@@ -180,14 +180,14 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	if !validHeaderValue(session) {
 		return clientError(w, 400, "invalid_header", HeaderSession, "header "+HeaderSession+" must be printable ASCII of at most 256 bytes")
 	}
-	if r.ContentLength > g.cfg.MaxBodyBytes {
-		return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body of %d bytes exceeds the limit of %d", r.ContentLength, g.cfg.MaxBodyBytes))
+	if r.ContentLength > g.cfg.maxBodyBytes {
+		return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body of %d bytes exceeds the limit of %d", r.ContentLength, g.cfg.maxBodyBytes))
 	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes), r.ContentLength)
+	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.maxBodyBytes), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", g.cfg.MaxBodyBytes))
+			return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", g.cfg.maxBodyBytes))
 		}
 		if r.Context().Err() != nil {
 			return outcome{statusCanceled, 499}
@@ -225,7 +225,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 }
 
 func (g *Gateway) shed(w http.ResponseWriter, reason string, prio shed.Priority) outcome {
-	g.m.shed.WithLabelValues(g.cfg.Cluster, reason, prio.String()).Inc()
+	g.m.shed.WithLabelValues(g.cfg.cluster, reason, prio.String()).Inc()
 	w.Header().Set("Retry-After", "1")
 	msg := "the cluster is shedding load; retry after 1s"
 	if reason == "capacity" {
@@ -249,17 +249,17 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	var tried [DefaultMaxAttempts]int32
 	n := 0
 	var last attemptResult
-	for attempt := 0; attempt < g.cfg.MaxAttempts; attempt++ {
+	for attempt := 0; attempt < g.cfg.maxAttempts; attempt++ {
 		if attempt > 0 {
 			if r.Context().Err() != nil {
 				return outcome{statusCanceled, 499}
 			}
-			if !g.budget.TryRetry(g.cfg.Now()) {
-				g.m.budgetDenied.WithLabelValues(g.cfg.Cluster).Inc()
+			if !g.budget.TryRetry(g.cfg.now()) {
+				g.m.budgetDenied.WithLabelValues(g.cfg.cluster).Inc()
 				break
 			}
 			g.retries.Add(1)
-			g.m.retries.WithLabelValues(g.cfg.Cluster).Inc()
+			g.m.retries.WithLabelValues(g.cfg.cluster).Inc()
 		}
 		i, reason := rt.table.Pick(key, tried[:n])
 		if i < 0 {
@@ -274,7 +274,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if int(reason) < len(g.hot.picks) && g.hot.picks[reason] != nil {
 			g.hot.picks[reason].Inc()
 		} else {
-			g.m.picks.WithLabelValues(g.cfg.Cluster, reason.String()).Inc()
+			g.m.picks.WithLabelValues(g.cfg.cluster, reason.String()).Inc()
 		}
 		eng := rt.table.Engine(i)
 		ev.EngineId = eng.ID
@@ -288,9 +288,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		ev.TtftMs, ev.MeanTbotMs = ms(res.ttft), ms(res.tbot)
 		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.promptTokens, res.outputTokens, res.cachedTokens
 		if res.failReason != "" && r.Context().Err() == nil && !res.complete {
-			g.m.upstreamFails.WithLabelValues(g.cfg.Cluster, res.failReason).Inc()
-			if g.outlier.Failure(eng.State, g.cfg.Now()) {
-				g.m.ejections.WithLabelValues(g.cfg.Cluster, eng.ID).Inc()
+			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
+			if g.outlier.Failure(eng.State, g.cfg.now()) {
+				g.m.ejections.WithLabelValues(g.cfg.cluster, eng.ID).Inc()
 				g.log.Warn("engine ejected", "engine", eng.ID)
 			}
 		} else if res.failReason == "" {
@@ -344,7 +344,7 @@ func upstreamURL(base, path string) string {
 }
 
 func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body []byte, stream bool, start time.Time) (res attemptResult) {
-	res.queued = g.cfg.Now().Sub(start)
+	res.queued = g.cfg.now().Sub(start)
 	// The upstream request follows the client (a client that leaves
 	// cancels it) but is not derived from its context: the tail of a
 	// stream that is complete at data: [DONE] is drained after the handler
@@ -371,7 +371,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
 	}
 	defer span.End()
-	firstTimer := time.AfterFunc(g.cfg.FirstTokenTimeout, func() { cancel(errFirstToken) })
+	firstTimer := time.AfterFunc(g.cfg.firstTokenTimeout, func() { cancel(errFirstToken) })
 	defer firstTimer.Stop()
 
 	resp, err := g.roundTrip(ctx, r, w, eng, body)
@@ -446,7 +446,7 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, w http.Respons
 		req.Header[HeaderRequestID] = v[:1]
 	}
 	g.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	return g.cfg.Transport.RoundTrip(req)
+	return g.cfg.transport.RoundTrip(req)
 }
 
 // maxPooledRequest bounds the request buffers kept for reuse.
@@ -572,7 +572,7 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 		res.failReason, res.err = failReason(ctx, "stream"), causeOr(ctx, err)
 		return
 	}
-	res.ttft = g.cfg.Now().Sub(start)
+	res.ttft = g.cfg.now().Sub(start)
 	if bytes.Contains(b, []byte(`"usage"`)) {
 		res.setUsage(b)
 	}
@@ -735,7 +735,7 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 	defer g.bufs.Put(bp)
 	buf := *bp
 	flusher, _ := w.(http.Flusher)
-	sc := sseScan{now: g.cfg.Now, start: start, lineStart: true}
+	sc := sseScan{now: g.cfg.now, start: start, lineStart: true}
 	var (
 		pending []byte // relayed bytes held before the commit
 		idle    *time.Timer
@@ -783,9 +783,9 @@ func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *ht
 				}
 				pending = nil
 			}
-			idle = time.AfterFunc(g.cfg.IdleTimeout, func() { cancel(errIdle) })
+			idle = time.AfterFunc(g.cfg.idleTimeout, func() { cancel(errIdle) })
 		} else if sc.eventEnded && idle != nil {
-			idle.Reset(g.cfg.IdleTimeout)
+			idle.Reset(g.cfg.idleTimeout)
 		}
 		if res.committed {
 			if scan > 0 {
@@ -848,13 +848,13 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 	}
 	var tried [DefaultMaxAttempts]int32
 	key := rand.Uint64()
-	for n := 0; n < g.cfg.MaxAttempts; n++ {
+	for n := 0; n < g.cfg.maxAttempts; n++ {
 		i, _ := rt.table.Pick(key, tried[:n])
 		if i < 0 {
 			break
 		}
 		tried[n] = int32(i)
-		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, g.cfg.Now())
+		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, g.cfg.now())
 		rt.table.Done(i)
 		if res.committed || r.Context().Err() != nil {
 			return

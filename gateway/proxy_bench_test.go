@@ -90,8 +90,8 @@ func BenchmarkProxyStream(b *testing.B) {
 			name = "apart"
 		}
 		b.Run(name, func(b *testing.B) {
-			g, err := New(Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: "http://a"}, {ID: "b", URL: "http://b"}},
-				Transport: sseTransport{events: benchEvents(), apart: apart}, HealthInterval: -1})
+			g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://a"}, StaticEngine{ID: "b", URL: "http://b"}),
+				Transport(sseTransport{events: benchEvents(), apart: apart}), HealthInterval(-1))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -166,11 +166,11 @@ func cannedEngine(b *testing.B) string {
 func BenchmarkProxyEngine(b *testing.B) {
 	for _, client := range []string{"own", "nethttp"} {
 		b.Run(client, func(b *testing.B) {
-			cfg := Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: cannedEngine(b)}}, HealthInterval: -1}
+			opts := []Opt{Engines(StaticEngine{ID: "a", URL: cannedEngine(b)}), HealthInterval(-1)}
 			if client == "nethttp" {
-				cfg.Transport = &http.Transport{MaxIdleConnsPerHost: 16, ReadBufferSize: sseBufSize, DisableCompression: true}
+				opts = append(opts, Transport(&http.Transport{MaxIdleConnsPerHost: 16, ReadBufferSize: sseBufSize, DisableCompression: true}))
 			}
-			g, err := New(cfg)
+			g, err := New("c", opts...)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -52,7 +52,7 @@ func split(b []byte, n int) [][]byte {
 // relay runs streamSSE over stream delivered in reads of n bytes.
 func relay(t testing.TB, stream []byte, n int) (*httptest.ResponseRecorder, attemptResult) {
 	t.Helper()
-	g, err := New(Config{Cluster: "c", Engines: []StaticEngine{{ID: "a", URL: "http://a"}}, HealthInterval: -1, IdleTimeout: time.Minute})
+	g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://a"}), HealthInterval(-1), IdleTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-	"os"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -37,15 +36,12 @@ func DecodeSnapshot(b []byte) (*schemas.WeightSnapshot, error) {
 	return &s, nil
 }
 
-// ReadSnapshotFile reads a WeightSnapshot in protobuf JSON.
-func ReadSnapshotFile(path string) (*schemas.WeightSnapshot, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading snapshot file: %w", err)
-	}
+// DecodeSnapshotJSON decodes a WeightSnapshot in protobuf JSON (the
+// --snapshot-file format).
+func DecodeSnapshotJSON(b []byte) (*schemas.WeightSnapshot, error) {
 	var s schemas.WeightSnapshot
 	if err := protojson.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrSnapshotDecode, path, err)
+		return nil, fmt.Errorf("%w: %w", ErrSnapshotDecode, err)
 	}
 	return &s, nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"math"
+	"os"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -11,8 +12,12 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-func TestReadSnapshotFile(t *testing.T) {
-	snap, err := ReadSnapshotFile("testdata/snapshot.good.json")
+func TestDecodeSnapshotJSON(t *testing.T) {
+	b, err := os.ReadFile("testdata/snapshot.good.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := DecodeSnapshotJSON(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,8 +31,8 @@ func TestReadSnapshotFile(t *testing.T) {
 	if _, err := ValidateSnapshot(snap, "ap-south"); !errors.Is(err, ErrSnapshotCluster) {
 		t.Fatalf("missing cluster: %v", err)
 	}
-	if _, err := ReadSnapshotFile("testdata/missing.json"); err == nil {
-		t.Fatal("missing file read")
+	if _, err := DecodeSnapshotJSON(b[:len(b)/2]); !errors.Is(err, ErrSnapshotDecode) {
+		t.Fatalf("truncated snapshot: %v", err)
 	}
 }
 
@@ -87,7 +92,7 @@ func TestValidateSnapshot(t *testing.T) {
 }
 
 func TestApplyKeepsLastGoodAndVersionsIncrease(t *testing.T) {
-	g, err := New(Config{Cluster: "us-east", HealthInterval: -1})
+	g, err := New("us-east", HealthInterval(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +134,8 @@ func TestApplyKeepsLastGoodAndVersionsIncrease(t *testing.T) {
 // FuzzSnapshot: any bytes decode, validate and build without panic, and a
 // snapshot that validates builds a table without NaN shares.
 func FuzzSnapshot(f *testing.F) {
-	good, _ := ReadSnapshotFile("testdata/snapshot.good.json")
+	js, _ := os.ReadFile("testdata/snapshot.good.json")
+	good, _ := DecodeSnapshotJSON(js)
 	b, _ := proto.Marshal(good)
 	f.Add(b)
 	f.Add([]byte{})

@@ -21,7 +21,7 @@ func testTracing(t *testing.T, server string) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer tp.Shutdown(context.Background())
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, Config{HTTPServer: server, Engines: static(e), TracerProvider: tp})
+	_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), TracerProvider(tp))
 	if s, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil); s != 200 {
 		t.Fatalf("%d %s", s, body)
 	}

@@ -92,18 +92,15 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 		}
 		base := http.DefaultTransport.(*http.Transport).Clone()
 		base.MaxIdleConnsPerHost = 256
-		gw, err := gateway.New(gateway.Config{
-			Cluster: region, Listen: listen, NATSURL: natsURL, KafkaBrokers: kafka,
-			Engines:    fallback,
-			Transport:  &networkTransport{base: base, from: region, rtt: top.RTTms, region: regionOf},
-			Logger:     log.With("component", "gateway", "cluster", region),
-			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"cluster": region}, reg),
-		})
+		rg, err := newRegionGateway(region, natsURL, kafka, reg,
+			gateway.Listen(listen), gateway.Engines(fallback...),
+			gateway.Transport(&networkTransport{base: base, from: region, rtt: top.RTTms, region: regionOf}),
+			gateway.Logger(log.With("component", "gateway", "cluster", region)))
 		if err != nil {
 			return nil, fmt.Errorf("gateway %s: %w", region, err)
 		}
-		g.Go(func() error { return gw.Run(ctx) })
-		p.gateways = append(p.gateways, &gatewayProc{cluster: region, svc: gw})
+		rg.run(ctx, g)
+		p.gateways = append(p.gateways, &gatewayProc{cluster: region, svc: rg.gw})
 	}
 	for _, gw := range p.gateways {
 		select {

@@ -1,5 +1,6 @@
-// Package gateway is the `switchyard gateway` command: it parses flags into
-// a gateway.Config and runs the data plane (package gateway).
+// Package gateway is the `switchyard gateway` command: it parses flags,
+// reads the snapshot file, connects to NATS and Kafka, and runs the data
+// plane (package gateway) with those clients.
 package gateway
 
 import (
@@ -8,13 +9,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
 // Command returns `switchyard gateway`.
@@ -26,84 +35,202 @@ func Command() cli.Command {
 	}
 }
 
-// Config, New and the Gateway type are the library's; re-exported so the
-// demo can run gateways in-process from either package.
-type (
-	Config  = gateway.Config
-	Gateway = gateway.Gateway
-)
+// Flags are the parsed command line of `switchyard gateway`.
+type Flags struct {
+	Cluster              string
+	Listen               string
+	SnapshotFile         string
+	SnapshotBucket       string
+	Engines              []gateway.StaticEngine
+	Models               []string
+	MaxBodyBytes         int64
+	ConnectTimeout       time.Duration
+	FirstTokenTimeout    time.Duration
+	IdleTimeout          time.Duration
+	MaxInFlightPerEngine int
+	HealthInterval       time.Duration
+	RetryBudget          budget.Config
+	EventBuffer          int
+	HTTPServer           string
+	LogLevel             string
+	NATSURL              string
+	KafkaBrokers         []string
+	TopicPrefix          string
+}
 
-// New builds a gateway (see gateway.New).
-func New(cfg Config) (*Gateway, error) { return gateway.New(cfg) }
-
-// ParseFlags parses args into a Config (Logger, Registerer and Gatherer
-// left unset).
-func ParseFlags(args []string, getenv func(string) string) (Config, string, error) {
+// ParseFlags parses args (and SWITCHYARD_* variables from getenv).
+func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	var cfg Config
+	var f Flags
 	var conn cli.Connection
-	var engines, models, logLevel string
-	fs.StringVar(&cfg.Cluster, "cluster", "", "CPU cluster (region) whose snapshot this gateway routes on (required)")
-	fs.StringVar(&cfg.Listen, "listen", gateway.DefaultListen, "HTTP listen address (OpenAI API, /health, /metrics)")
-	fs.StringVar(&cfg.SnapshotFile, "snapshot-file", "", "WeightSnapshot in protobuf JSON applied at start (routes with no control plane)")
-	fs.StringVar(&cfg.SnapshotBucket, "snapshot-bucket", "", "JetStream KV bucket of snapshots (default switchyard_snapshots)")
+	var engines, models string
+	fs.StringVar(&f.Cluster, "cluster", "", "CPU cluster (region) whose snapshot this gateway routes on (required)")
+	fs.StringVar(&f.Listen, "listen", gateway.DefaultListen, "HTTP listen address (OpenAI API, /health, /metrics)")
+	fs.StringVar(&f.SnapshotFile, "snapshot-file", "", "WeightSnapshot in protobuf JSON applied at start (routes with no control plane)")
+	fs.StringVar(&f.SnapshotBucket, "snapshot-bucket", "", "JetStream KV bucket of snapshots (default switchyard_snapshots)")
 	fs.StringVar(&engines, "engines", "", "static engines id=url,... routed to (fewest in flight) until a snapshot arrives")
 	fs.StringVar(&models, "models", "", "comma-separated accepted model names (empty: any)")
-	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", gateway.DefaultMaxBodyBytes, "request body limit (413 above)")
-	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", gateway.DefaultConnectTimeout, "engine connect timeout")
-	fs.DurationVar(&cfg.FirstTokenTimeout, "first-token-timeout", gateway.DefaultFirstTokenTimeout, "wait for the first byte of the engine's response body")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "longest gap between SSE events")
-	fs.IntVar(&cfg.MaxInFlightPerEngine, "max-in-flight-per-engine", 0, "hard in-flight cap per engine; 429 when all are full (0: none)")
-	fs.DurationVar(&cfg.HealthInterval, "health-interval", gateway.DefaultHealthInterval, "active /health check interval (negative: off)")
-	fs.Float64Var(&cfg.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
-	fs.IntVar(&cfg.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
-	fs.IntVar(&cfg.EventBuffer, "event-buffer", gateway.DefaultEventBuffer, "routing events buffered for Kafka before dropping")
-	fs.StringVar(&cfg.HTTPServer, "http-server", gateway.ServerFast, "server for the proxy routes: fast (own HTTP/1.1 loop, net/http for the rest) or std (net/http)")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Int64Var(&f.MaxBodyBytes, "max-body-bytes", gateway.DefaultMaxBodyBytes, "request body limit (413 above)")
+	fs.DurationVar(&f.ConnectTimeout, "connect-timeout", gateway.DefaultConnectTimeout, "engine connect timeout")
+	fs.DurationVar(&f.FirstTokenTimeout, "first-token-timeout", gateway.DefaultFirstTokenTimeout, "wait for the first byte of the engine's response body")
+	fs.DurationVar(&f.IdleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "longest gap between SSE events")
+	fs.IntVar(&f.MaxInFlightPerEngine, "max-in-flight-per-engine", 0, "hard in-flight cap per engine; 429 when all are full (0: none)")
+	fs.DurationVar(&f.HealthInterval, "health-interval", gateway.DefaultHealthInterval, "active /health check interval (negative: off)")
+	fs.Float64Var(&f.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
+	fs.IntVar(&f.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
+	fs.IntVar(&f.EventBuffer, "event-buffer", gateway.DefaultEventBuffer, "routing events buffered for Kafka before dropping")
+	fs.StringVar(&f.HTTPServer, "http-server", gateway.ServerFast, "server for the proxy routes: fast (own HTTP/1.1 loop, net/http for the rest) or std (net/http)")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	conn.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
-		return cfg, "", err
+		return f, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, "", fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+		return f, fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
 	}
-	if cfg.Cluster == "" {
-		return cfg, "", fmt.Errorf("%w: --cluster is required", cli.ErrUsage)
+	if f.Cluster == "" {
+		return f, fmt.Errorf("%w: --cluster is required", cli.ErrUsage)
 	}
-	if cfg.HTTPServer != gateway.ServerFast && cfg.HTTPServer != gateway.ServerStd {
-		return cfg, "", fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, cfg.HTTPServer)
+	if f.HTTPServer != gateway.ServerFast && f.HTTPServer != gateway.ServerStd {
+		return f, fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, f.HTTPServer)
 	}
 	var err error
-	if cfg.Engines, err = gateway.ParseEngines(engines); err != nil {
-		return cfg, "", fmt.Errorf("%w: --engines: %w", cli.ErrUsage, err)
+	if f.Engines, err = gateway.ParseEngines(engines); err != nil {
+		return f, fmt.Errorf("%w: --engines: %w", cli.ErrUsage, err)
 	}
 	for _, m := range strings.Split(models, ",") {
 		if m = strings.TrimSpace(m); m != "" {
-			cfg.Models = append(cfg.Models, m)
+			f.Models = append(f.Models, m)
 		}
 	}
-	cfg.NATSURL = conn.NATSURL
-	cfg.KafkaBrokers = conn.Brokers()
-	cfg.TopicPrefix = conn.TopicPrefix
-	return cfg, logLevel, nil
+	f.NATSURL = conn.NATSURL
+	f.KafkaBrokers = conn.Brokers()
+	f.TopicPrefix = conn.TopicPrefix
+	return f, nil
+}
+
+// options are the gateway options the flags set (no clients).
+func (f Flags) options() []gateway.Opt {
+	return []gateway.Opt{
+		gateway.Listen(f.Listen),
+		gateway.Engines(f.Engines...),
+		gateway.Models(f.Models...),
+		gateway.MaxBodyBytes(f.MaxBodyBytes),
+		gateway.ConnectTimeout(f.ConnectTimeout),
+		gateway.FirstTokenTimeout(f.FirstTokenTimeout),
+		gateway.IdleTimeout(f.IdleTimeout),
+		gateway.MaxInFlightPerEngine(f.MaxInFlightPerEngine),
+		gateway.HealthInterval(f.HealthInterval),
+		gateway.RetryBudget(f.RetryBudget),
+		gateway.HTTPServer(f.HTTPServer),
+	}
 }
 
 func run(ctx context.Context, args []string, _, stderr io.Writer) error {
-	cfg, level, err := ParseFlags(args, nil)
+	f, err := ParseFlags(args, nil)
 	if err != nil {
 		return err
 	}
 	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
+	if err := lv.UnmarshalText([]byte(f.LogLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level: %w", cli.ErrUsage, err)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Registerer, cfg.Gatherer = reg, reg
-	g, err := gateway.New(cfg)
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return fmt.Errorf("registering go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return fmt.Errorf("registering process collector: %w", err)
+	}
+	opts := append(f.options(), gateway.Logger(log), gateway.Registerer(reg), gateway.Gatherer(reg))
+	if f.SnapshotFile != "" {
+		snap, err := readSnapshotFile(f.SnapshotFile)
+		if err != nil {
+			return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+		}
+		opts = append(opts, gateway.InitialSnapshot(snap))
+	}
+	var k *kafka
+	if len(f.KafkaBrokers) > 0 {
+		if k, err = dialKafka(f, reg); err != nil {
+			return err
+		}
+		defer k.close()
+		opts = append(opts, gateway.Events(k.emitter), gateway.Signals(k.signals))
+	}
+	var w *snapshots.Watcher
+	if f.NATSURL != "" {
+		w = snapshots.NewWatcher(f.NATSURL, f.SnapshotBucket, f.Cluster)
+		opts = append(opts, gateway.Snapshots(w))
+	}
+	g, err := gateway.New(f.Cluster, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
-	return g.Run(ctx)
+	if k != nil {
+		// The emitter outlives the gateway, to send the events of the
+		// requests that finish while it shuts down.
+		stop := k.runEmitter(ctx)
+		defer stop()
+	}
+	eg, ectx := errgroup.WithContext(ctx)
+	if w != nil {
+		eg.Go(func() error { return w.Run(ectx) })
+	}
+	eg.Go(func() error { return g.Run(ectx) })
+	return eg.Wait()
+}
+
+func readSnapshotFile(path string) (*schemas.WeightSnapshot, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading snapshot file: %w", err)
+	}
+	snap, err := gateway.DecodeSnapshotJSON(b)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot file %s: %w", path, err)
+	}
+	return snap, nil
+}
+
+// kafka holds a gateway's Kafka clients: a producer of routing events
+// (through an emitter) and a follower of engine signals.
+type kafka struct {
+	producer, signals *kgo.Client
+	emitter           *streams.Emitter
+}
+
+func dialKafka(f Flags, reg prometheus.Registerer) (*kafka, error) {
+	topics := streams.TopicsFor(f.TopicPrefix)
+	prod, err := kgo.NewClient(append(gateway.EventProduceOpts(f.EventBuffer),
+		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-"+f.Cluster))...)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	sig, err := kgo.NewClient(append(gateway.SignalConsumeOpts(topics.Signals, time.Now()),
+		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-signals-"+f.Cluster))...)
+	if err != nil {
+		prod.Close()
+		return nil, fmt.Errorf("creating kafka signal client: %w", err)
+	}
+	em := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", f.EventBuffer, reg)
+	return &kafka{producer: prod, signals: sig, emitter: em}, nil
+}
+
+// runEmitter runs the emitter until stop is called (not when ctx ends);
+// stop flushes it.
+func (k *kafka) runEmitter(ctx context.Context) (stop func()) {
+	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = k.emitter.Run(ectx) // returns nil once flushed
+	}()
+	return func() { cancel(); <-done }
+}
+
+func (k *kafka) close() {
+	k.signals.Close()
+	k.producer.Close()
 }

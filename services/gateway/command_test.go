@@ -9,12 +9,12 @@ import (
 
 func TestParseFlags(t *testing.T) {
 	env := map[string]string{"SWITCHYARD_KAFKA_BROKERS": "k1:9092,k2:9092"}
-	cfg, level, err := ParseFlags([]string{"--cluster", "eu", "--engines", "a=http://127.0.0.1:1,b=http://127.0.0.1:2", "--models", "m1, m2", "--nats-url", ""},
+	cfg, err := ParseFlags([]string{"--cluster", "eu", "--engines", "a=http://127.0.0.1:1,b=http://127.0.0.1:2", "--models", "m1, m2", "--nats-url", ""},
 		func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Cluster != "eu" || len(cfg.Engines) != 2 || cfg.Engines[1].URL != "http://127.0.0.1:2" || len(cfg.Models) != 2 || level != "info" {
+	if cfg.Cluster != "eu" || len(cfg.Engines) != 2 || cfg.Engines[1].URL != "http://127.0.0.1:2" || len(cfg.Models) != 2 || cfg.LogLevel != "info" {
 		t.Fatalf("%+v", cfg)
 	}
 	if len(cfg.KafkaBrokers) != 2 || cfg.NATSURL != "" || cfg.Listen != "127.0.0.1:8080" {
@@ -23,7 +23,7 @@ func TestParseFlags(t *testing.T) {
 	if cfg.HTTPServer != "fast" {
 		t.Errorf("default http server %q", cfg.HTTPServer)
 	}
-	if cfg, _, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
 		t.Errorf("SWITCHYARD_HTTP_SERVER=std: %q %v", cfg.HTTPServer, err)
 	}
 	for _, args := range [][]string{
@@ -34,7 +34,7 @@ func TestParseFlags(t *testing.T) {
 		{"--cluster", "eu", "--bogus"},
 		{"--cluster", "eu", "--http-server", "fastest"},
 	} {
-		if _, _, err := ParseFlags(args, func(string) string { return "" }); !errors.Is(err, cli.ErrUsage) {
+		if _, err := ParseFlags(args, func(string) string { return "" }); !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%q: %v, want usage error", args, err)
 		}
 	}

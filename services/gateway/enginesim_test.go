@@ -31,7 +31,7 @@ func TestThroughEnginesim(t *testing.T) {
 		<-s.Ready()
 		engines = append(engines, gw.StaticEngine{ID: id, URL: "http://" + s.Addr()})
 	}
-	g, err := gw.New(gw.Config{Cluster: "local", Listen: "127.0.0.1:0", Engines: engines, HealthInterval: -1})
+	g, err := gw.New("local", gw.Listen("127.0.0.1:0"), gw.Engines(engines...), gw.HealthInterval(-1))
 	if err != nil {
 		t.Fatal(err)
 	}

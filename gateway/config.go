@@ -1,0 +1,327 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/gateway/budget"
+	"github.com/switchyard-llm/switchyard/gateway/outlier"
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Defaults of the options.
+const (
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultMaxBodyBytes      = 4 << 20
+	DefaultConnectTimeout    = 2 * time.Second
+	DefaultFirstTokenTimeout = 30 * time.Second
+	DefaultIdleTimeout       = 30 * time.Second
+	DefaultMaxAttempts       = 3
+	DefaultHealthInterval    = 5 * time.Second
+	DefaultEventBuffer       = 4096
+	tickInterval             = 250 * time.Millisecond
+)
+
+// HTTP servers (HTTPServer).
+const (
+	// ServerFast serves the proxy routes with the gateway's own HTTP/1.1
+	// loop (package httpserver) and hands every other request to net/http.
+	ServerFast = "fast"
+	// ServerStd serves everything with net/http.
+	ServerStd = "std"
+)
+
+// SnapshotSource delivers the cluster's weight snapshots. Updates returns
+// one channel, the same on every call, of proto-binary WeightSnapshots;
+// a slow reader may miss intermediate values but never the latest, and
+// the channel is closed when the source stops. The gateway only reads
+// it: whoever built the source runs it. *snapshots.Watcher satisfies it.
+type SnapshotSource interface {
+	Updates() <-chan []byte
+}
+
+// EventSink takes one RoutingEvent per request, keyed by cluster. Emit
+// must not block; it reports false when the event was dropped (the
+// gateway counts those). *streams.Emitter satisfies it.
+type EventSink interface {
+	Emit(key string, ev proto.Message) bool
+}
+
+// SignalFetcher polls engine signals: each record's value is a
+// proto-binary EngineSignal. PollFetches blocks until records arrive or
+// ctx is done. A *kgo.Client consuming the engine-signal topic (see
+// SignalConsumeOpts) satisfies it.
+type SignalFetcher interface {
+	PollFetches(ctx context.Context) kgo.Fetches
+}
+
+// StaticEngine is an engine known without a snapshot (--engines).
+type StaticEngine struct {
+	ID  string
+	URL string
+}
+
+// ParseEngines parses "id=url,id=url".
+func ParseEngines(s string) ([]StaticEngine, error) {
+	var out []StaticEngine
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, u, ok := strings.Cut(part, "=")
+		if !ok || id == "" {
+			return nil, fmt.Errorf("engine %q: want id=url", part)
+		}
+		if err := checkEndpoint(u); err != nil {
+			return nil, fmt.Errorf("engine %q: %w", id, err)
+		}
+		out = append(out, StaticEngine{ID: id, URL: strings.TrimRight(u, "/")})
+	}
+	return out, nil
+}
+
+// Opt configures a Gateway (see New).
+type Opt interface{ apply(*cfg) }
+
+type opt func(*cfg)
+
+func (o opt) apply(c *cfg) { o(c) }
+
+// cfg is a gateway's configuration, built from the options and completed
+// by validate.
+type cfg struct {
+	cluster           string
+	listen            string
+	snapshots         SnapshotSource
+	initial           *schemas.WeightSnapshot
+	events            EventSink
+	signals           SignalFetcher
+	engines           []StaticEngine
+	models            []string
+	transport         http.RoundTripper
+	ownClient         bool // transport was not set: plain-http engines get the engine client
+	maxBodyBytes      int64
+	connectTimeout    time.Duration
+	firstTokenTimeout time.Duration
+	idleTimeout       time.Duration
+	maxAttempts       int
+	maxInFlight       int
+	healthInterval    time.Duration
+	pick              pick.Options
+	retryBudget       budget.Config
+	outlier           outlier.Config
+	tracerProvider    trace.TracerProvider
+	logger            *slog.Logger
+	registerer        prometheus.Registerer
+	gatherer          prometheus.Gatherer
+	now               func() time.Time
+	httpServer        string
+}
+
+// Listen is the HTTP listen address of Run. Default 127.0.0.1:8080.
+func Listen(addr string) Opt { return opt(func(c *cfg) { c.listen = addr }) }
+
+// Snapshots is where the cluster's snapshots come from. Default none:
+// the gateway routes on its initial snapshot or static engines only.
+func Snapshots(src SnapshotSource) Opt { return opt(func(c *cfg) { c.snapshots = src }) }
+
+// InitialSnapshot is validated and applied by New (a bad one fails New).
+// Default none.
+func InitialSnapshot(snap *schemas.WeightSnapshot) Opt {
+	return opt(func(c *cfg) { c.initial = snap })
+}
+
+// Events receives the routing events. Default none: events are dropped
+// and counted (switchyard_gateway_events_dropped_total).
+func Events(sink EventSink) Opt { return opt(func(c *cfg) { c.events = sink }) }
+
+// Signals is followed for engine health and ready replicas: an engine
+// whose own signals say unhealthy or no ready replicas gets no traffic.
+// Default none.
+func Signals(f SignalFetcher) Opt { return opt(func(c *cfg) { c.signals = f }) }
+
+// Engines are routed to (fewest in flight, healthy first) until a
+// snapshot arrives. Default none.
+func Engines(es ...StaticEngine) Opt { return opt(func(c *cfg) { c.engines = es }) }
+
+// Models is the set of model names accepted; others get 404
+// model_not_found. Default empty: any non-empty model is accepted.
+func Models(names ...string) Opt { return opt(func(c *cfg) { c.models = names }) }
+
+// Transport reaches the engines. Default: plain-http engines get the
+// gateway's own pooled HTTP/1.1 client (package engineclient) and https
+// engines a keep-alive net/http transport, both with ConnectTimeout.
+func Transport(rt http.RoundTripper) Opt { return opt(func(c *cfg) { c.transport = rt }) }
+
+// MaxBodyBytes bounds request bodies (413 above). Default 4 MiB; n <= 0
+// means the default.
+func MaxBodyBytes(n int64) Opt { return opt(func(c *cfg) { c.maxBodyBytes = n }) }
+
+// ConnectTimeout bounds dialing an engine (default transport only).
+// Default 2s; d <= 0 means the default.
+func ConnectTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.connectTimeout = d }) }
+
+// FirstTokenTimeout bounds the wait for the first byte of the response
+// body. Default 30s; d <= 0 means the default.
+func FirstTokenTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.firstTokenTimeout = d }) }
+
+// IdleTimeout bounds the gap between SSE events. Default 30s; d <= 0
+// means the default.
+func IdleTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.idleTimeout = d }) }
+
+// MaxAttempts per request, at most 3. Default 3; n outside 1..3 means 3.
+func MaxAttempts(n int) Opt { return opt(func(c *cfg) { c.maxAttempts = n }) }
+
+// MaxInFlightPerEngine is each engine's hard in-flight cap; when every
+// candidate is at it the gateway sheds with 429. Default 0: no cap.
+func MaxInFlightPerEngine(n int) Opt { return opt(func(c *cfg) { c.maxInFlight = n }) }
+
+// HealthInterval of the active /health checks; negative disables them.
+// Default 5s; 0 means the default.
+func HealthInterval(d time.Duration) Opt { return opt(func(c *cfg) { c.healthInterval = d }) }
+
+// PickOptions tune the picker. Default the zero pick.Options.
+func PickOptions(o pick.Options) Opt { return opt(func(c *cfg) { c.pick = o }) }
+
+// RetryBudget bounds retries. Default the zero budget.Config (budget's
+// own defaults).
+func RetryBudget(b budget.Config) Opt { return opt(func(c *cfg) { c.retryBudget = b }) }
+
+// Outlier tunes outlier ejection. Default the zero outlier.Config
+// (outlier's own defaults).
+func Outlier(o outlier.Config) Opt { return opt(func(c *cfg) { c.outlier = o }) }
+
+// TracerProvider makes the spans. Default: no-op (no spans; an incoming
+// trace context is still passed to the engine).
+func TracerProvider(tp trace.TracerProvider) Opt { return opt(func(c *cfg) { c.tracerProvider = tp }) }
+
+// Logger logs. Default: discards.
+func Logger(l *slog.Logger) Opt { return opt(func(c *cfg) { c.logger = l }) }
+
+// Registerer receives the metrics (all labelled by cluster, so gateways
+// of several clusters can share one). Default: a private registry (the
+// metrics are kept but not exported).
+func Registerer(r prometheus.Registerer) Opt { return opt(func(c *cfg) { c.registerer = r }) }
+
+// Gatherer is served at /metrics. Default none: no /metrics route.
+func Gatherer(g prometheus.Gatherer) Opt { return opt(func(c *cfg) { c.gatherer = g }) }
+
+// Clock is the time source. Default time.Now.
+func Clock(now func() time.Time) Opt { return opt(func(c *cfg) { c.now = now }) }
+
+// HTTPServer serves the listener: ServerFast (the gateway's own HTTP/1.1
+// loop for the proxy routes, net/http for the rest) or ServerStd
+// (net/http for everything). Default ServerFast; "" means the default.
+func HTTPServer(name string) Opt { return opt(func(c *cfg) { c.httpServer = name }) }
+
+// validate checks the configuration and fills in the defaults.
+func (c *cfg) validate() error {
+	if c.cluster == "" {
+		return errors.New("cluster is required")
+	}
+	switch c.httpServer {
+	case "":
+		c.httpServer = ServerFast
+	case ServerFast, ServerStd:
+	default:
+		return fmt.Errorf("http server %q: want %q or %q", c.httpServer, ServerFast, ServerStd)
+	}
+	for _, e := range c.engines {
+		if err := checkEndpoint(e.URL); err != nil {
+			return fmt.Errorf("static engine %q: %w", e.ID, err)
+		}
+	}
+	if c.listen == "" {
+		c.listen = DefaultListen
+	}
+	if c.maxBodyBytes <= 0 {
+		c.maxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.connectTimeout <= 0 {
+		c.connectTimeout = DefaultConnectTimeout
+	}
+	if c.firstTokenTimeout <= 0 {
+		c.firstTokenTimeout = DefaultFirstTokenTimeout
+	}
+	if c.idleTimeout <= 0 {
+		c.idleTimeout = DefaultIdleTimeout
+	}
+	if c.maxAttempts <= 0 || c.maxAttempts > DefaultMaxAttempts {
+		c.maxAttempts = DefaultMaxAttempts
+	}
+	if c.healthInterval == 0 {
+		c.healthInterval = DefaultHealthInterval
+	}
+	if c.tracerProvider == nil {
+		c.tracerProvider = noop.NewTracerProvider()
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	if c.registerer == nil {
+		c.registerer = prometheus.NewRegistry()
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.transport == nil {
+		c.ownClient = true
+		c.transport = &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: c.connectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        0,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+			// One read takes every event the engine has sent so far
+			// (the default 4 KiB holds about 20 tokens).
+			ReadBufferSize: sseBufSize,
+		}
+	}
+	return nil
+}
+
+// SignalLookback is how far back a gateway reads engine signals when it
+// starts; signalMaxAge is the oldest signal it acts on.
+const (
+	SignalLookback = 30 * time.Second
+	signalMaxAge   = 60 * time.Second
+)
+
+// SignalConsumeOpts are the options of a Kafka client that follows
+// topic (the engine-signal topic) from SignalLookback before now, for
+// Signals.
+func SignalConsumeOpts(topic string, now time.Time) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(now.Add(-SignalLookback).UnixMilli())),
+	}
+}
+
+// EventProduceOpts are the options of a Kafka client producing a
+// gateway's routing events with an emitter of buffer records.
+func EventProduceOpts(buffer int) []kgo.Opt {
+	if buffer <= 0 {
+		buffer = DefaultEventBuffer
+	}
+	return []kgo.Opt{
+		kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.RecordDeliveryTimeout(30 * time.Second),
+		kgo.MaxBufferedRecords(buffer),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+	}
+}

@@ -1,0 +1,81 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// regionGateway is one region's gateway and the clients it was given:
+// a snapshot watcher, a producer of routing events and a follower of
+// engine signals.
+type regionGateway struct {
+	gw       *gateway.Gateway
+	watcher  *snapshots.Watcher
+	emitter  *streams.Emitter
+	producer *kgo.Client
+	signals  *kgo.Client
+}
+
+// newRegionGateway builds region's gateway on the embedded brokers. Its
+// metrics go to reg as they are: they carry their cluster label
+// themselves, so the gateways of every region share reg.
+func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Registerer, opts ...gateway.Opt) (*regionGateway, error) {
+	topics := streams.TopicsFor("")
+	prod, err := kgo.NewClient(append(gateway.EventProduceOpts(0),
+		kgo.SeedBrokers(kafka...), kgo.ClientID("switchyard-gateway-"+region))...)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	sig, err := kgo.NewClient(append(gateway.SignalConsumeOpts(topics.Signals, time.Now()),
+		kgo.SeedBrokers(kafka...), kgo.ClientID("switchyard-gateway-signals-"+region))...)
+	if err != nil {
+		prod.Close()
+		return nil, fmt.Errorf("creating kafka signal client: %w", err)
+	}
+	rg := &regionGateway{
+		watcher:  snapshots.NewWatcher(natsURL, "", region),
+		emitter:  streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, reg),
+		producer: prod,
+		signals:  sig,
+	}
+	rg.gw, err = gateway.New(region, append(opts,
+		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Signals(sig), gateway.Registerer(reg))...)
+	if err != nil {
+		rg.close()
+		return nil, err
+	}
+	return rg, nil
+}
+
+// run runs the gateway and its watcher under g until ctx is done; the
+// emitter outlives the gateway to send the events of its last requests.
+func (rg *regionGateway) run(ctx context.Context, g *errgroup.Group) {
+	g.Go(func() error { return rg.watcher.Run(ctx) })
+	g.Go(func() error {
+		defer rg.close()
+		ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = rg.emitter.Run(ectx) // returns nil once flushed
+		}()
+		err := rg.gw.Run(ctx)
+		stop()
+		<-done
+		return err
+	})
+}
+
+func (rg *regionGateway) close() {
+	rg.signals.Close()
+	rg.producer.Close()
+}
