@@ -42,24 +42,11 @@ func newProblem(in *Instance) (*problem, bool) {
 	slices.SortFunc(clusters, func(a, b Cluster) int { return strings.Compare(a.ID, b.ID) })
 	engines := slices.Clone(in.Engines)
 	slices.SortFunc(engines, func(a, b Engine) int { return strings.Compare(a.ID, b.ID) })
-	nc, ne := len(clusters), len(engines)
-	eidx := make(map[string]int32, ne)
-	p.engineID = make([]string, ne)
-	p.capRPS = make([]float64, ne)
-	p.healthy = make([]bool, ne)
-	p.usable = make([]bool, ne)
-	p.curves = make([]curve, ne)
-	for j, e := range engines {
-		if j > 0 && e.ID == engines[j-1].ID {
-			return nil, false
-		}
-		eidx[e.ID] = int32(j)
-		p.engineID[j] = e.ID
-		p.capRPS[j] = e.CapacityRPS
-		p.healthy[j] = e.Healthy
-		p.usable[j] = e.Healthy && e.CapacityRPS > 0
-		p.curves[j] = newCurve(e.LatencyMs, e.CapacityRPS, in.MaxUtilization)
+	eidx, ok := p.addEngines(engines, in.MaxUtilization)
+	if !ok {
+		return nil, false
 	}
+	nc, ne := len(clusters), len(engines)
 	nEdge := 0
 	for _, row := range in.RTTms {
 		nEdge += len(row)
@@ -71,16 +58,7 @@ func newProblem(in *Instance) (*problem, bool) {
 	p.clusterID = make([]string, nc)
 	p.demand = make([]float64, nc)
 	p.blocked = make([][]blockedEdge, nc)
-	type entry struct {
-		j int32
-		v float64
-	}
-	var row, prow []entry
-	// Per engine: the cluster (+1) whose rtt row lists it, and its
-	// previous weight for that cluster.
-	seen := make([]int32, ne)
-	prevW := make([]float64, ne)
-	rttAt := make([]float64, ne)
+	b := &rowBuilder{eidx: eidx, seen: make([]int32, ne), prevW: make([]float64, ne), rttAt: make([]float64, ne)}
 	rows, prevs := 0, 0
 	for i, c := range clusters {
 		if i > 0 && c.ID == clusters[i-1].ID {
@@ -96,74 +74,134 @@ func newProblem(in *Instance) (*problem, bool) {
 		if ok {
 			prevs++
 		}
-		row = row[:0]
-		for id, r := range rtts {
-			j, ok := eidx[id]
-			if !ok || !inRange(r) {
-				return nil, false
-			}
-			row = append(row, entry{j, r})
-			seen[j] = int32(i + 1)
-			rttAt[j] = r
-		}
-		// Engine order is id order: a dense row is read off by a scan
-		// over the engines, a sparse one sorted.
-		if 4*len(row) >= ne {
-			row = row[:0]
-			for j := range seen {
-				if seen[j] == int32(i+1) {
-					row = append(row, entry{int32(j), rttAt[j]})
-				}
-			}
-		} else {
-			slices.SortFunc(row, func(a, b entry) int { return int(a.j) - int(b.j) })
-		}
-		prow = prow[:0]
-		for id, w := range prev {
-			j, ok := eidx[id]
-			if !ok || !finite(w) || w < 0 || w > 1 {
-				return nil, false
-			}
-			prow = append(prow, entry{j, w})
-		}
-		slices.SortFunc(prow, func(a, b entry) int { return int(a.j) - int(b.j) })
-		sum := 0.0 // in id order, as Validate sums
-		for _, e := range prow {
-			sum += e.v
-			prevW[e.j] = e.v
-		}
-		if sum > 1+1e-6 {
+		if !b.rttRow(i, rtts) || !b.prevRow(prev) {
 			return nil, false
 		}
-		for _, e := range row {
-			j := e.j
-			if !p.usable[j] {
-				reason := "unhealthy"
-				if p.healthy[j] {
-					reason = "capacity"
-				}
-				p.blocked[i] = append(p.blocked[i], blockedEdge{engine: j, rtt: e.v, reason: reason})
-				continue
-			}
-			p.eng = append(p.eng, j)
-			p.rtt = append(p.rtt, e.v)
-			pw := prevW[j]
-			if pw < 1e-9 { // rounding dust from an earlier plan, not traffic
-				pw = 0
-			}
-			p.prev = append(p.prev, c.DemandRPS*pw)
-		}
-		p.start = append(p.start, int32(len(p.eng)))
-		for _, e := range prow {
-			if seen[e.j] != int32(i+1) && e.v > 0 {
-				p.blocked[i] = append(p.blocked[i], blockedEdge{engine: e.j, rtt: nan(), reason: "residency"})
-			}
-			prevW[e.j] = 0
-		}
-		slices.SortFunc(p.blocked[i], func(a, b blockedEdge) int { return int(a.engine) - int(b.engine) })
+		p.addEdges(i, c.DemandRPS, b)
 	}
 	if rows != len(in.RTTms) || prevs != len(in.Previous) {
 		return nil, false // rows of unknown clusters
 	}
 	return p, true
+}
+
+// addEngines indexes the engines (sorted by id) and returns the id ->
+// index map; it reports false on a duplicate id.
+func (p *problem) addEngines(engines []Engine, maxU float64) (map[string]int32, bool) {
+	ne := len(engines)
+	eidx := make(map[string]int32, ne)
+	p.engineID = make([]string, ne)
+	p.capRPS = make([]float64, ne)
+	p.healthy = make([]bool, ne)
+	p.usable = make([]bool, ne)
+	p.curves = make([]curve, ne)
+	for j, e := range engines {
+		if j > 0 && e.ID == engines[j-1].ID {
+			return nil, false
+		}
+		eidx[e.ID] = int32(j)
+		p.engineID[j] = e.ID
+		p.capRPS[j] = e.CapacityRPS
+		p.healthy[j] = e.Healthy
+		p.usable[j] = e.Healthy && e.CapacityRPS > 0
+		p.curves[j] = newCurve(e.LatencyMs, e.CapacityRPS, maxU)
+	}
+	return eidx, true
+}
+
+// rowBuilder holds one cluster's rtt and previous-weight rows in engine
+// order, with per-engine scratch reused across clusters.
+type rowBuilder struct {
+	eidx      map[string]int32
+	row, prow []rowEntry
+	// Per engine: the cluster (+1) whose rtt row lists it, its rtt there
+	// and its previous weight for that cluster.
+	seen         []int32
+	rttAt, prevW []float64
+}
+
+type rowEntry struct {
+	j int32
+	v float64
+}
+
+// rttRow reads cluster i's rtt row into b.row in engine order; it reports
+// false on an unknown engine or an rtt out of range.
+func (b *rowBuilder) rttRow(i int, rtts map[string]float64) bool {
+	b.row = b.row[:0]
+	for id, r := range rtts {
+		j, ok := b.eidx[id]
+		if !ok || !inRange(r) {
+			return false
+		}
+		b.row = append(b.row, rowEntry{j, r})
+		b.seen[j] = int32(i + 1)
+		b.rttAt[j] = r
+	}
+	// Engine order is id order: a dense row is read off by a scan
+	// over the engines, a sparse one sorted.
+	if 4*len(b.row) >= len(b.seen) {
+		b.row = b.row[:0]
+		for j := range b.seen {
+			if b.seen[j] == int32(i+1) {
+				b.row = append(b.row, rowEntry{int32(j), b.rttAt[j]})
+			}
+		}
+	} else {
+		slices.SortFunc(b.row, func(x, y rowEntry) int { return int(x.j) - int(y.j) })
+	}
+	return true
+}
+
+// prevRow reads a cluster's previous weights into b.prow (engine order)
+// and b.prevW; it reports false on an unknown engine, a weight outside
+// [0, 1] or weights summing to more than 1.
+func (b *rowBuilder) prevRow(prev map[string]float64) bool {
+	b.prow = b.prow[:0]
+	for id, w := range prev {
+		j, ok := b.eidx[id]
+		if !ok || !finite(w) || w < 0 || w > 1 {
+			return false
+		}
+		b.prow = append(b.prow, rowEntry{j, w})
+	}
+	slices.SortFunc(b.prow, func(x, y rowEntry) int { return int(x.j) - int(y.j) })
+	sum := 0.0 // in id order, as Validate sums
+	for _, e := range b.prow {
+		sum += e.v
+		b.prevW[e.j] = e.v
+	}
+	return sum <= 1+1e-6
+}
+
+// addEdges appends cluster i's allowed edges (usable engines in its rtt
+// row) and its blocked ones: unusable engines in the row and previously
+// used engines outside it. It clears b.prevW.
+func (p *problem) addEdges(i int, demand float64, b *rowBuilder) {
+	for _, e := range b.row {
+		j := e.j
+		if !p.usable[j] {
+			reason := "unhealthy"
+			if p.healthy[j] {
+				reason = "capacity"
+			}
+			p.blocked[i] = append(p.blocked[i], blockedEdge{engine: j, rtt: e.v, reason: reason})
+			continue
+		}
+		p.eng = append(p.eng, j)
+		p.rtt = append(p.rtt, e.v)
+		pw := b.prevW[j]
+		if pw < 1e-9 { // rounding dust from an earlier plan, not traffic
+			pw = 0
+		}
+		p.prev = append(p.prev, demand*pw)
+	}
+	p.start = append(p.start, int32(len(p.eng)))
+	for _, e := range b.prow {
+		if b.seen[e.j] != int32(i+1) && e.v > 0 {
+			p.blocked[i] = append(p.blocked[i], blockedEdge{engine: e.j, rtt: nan(), reason: "residency"})
+		}
+		b.prevW[e.j] = 0
+	}
+	slices.SortFunc(p.blocked[i], func(x, y blockedEdge) int { return int(x.engine) - int(y.engine) })
 }
