@@ -103,7 +103,7 @@ func readNATS(ctx context.Context, url, bucket, cluster string) (*schemas.Weight
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
-	store, err := snapshots.Open(ctx, js, snapshots.Config{Bucket: bucket})
+	store, err := snapshots.Open(ctx, js, snapshots.Bucket(bucket))
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-// Defaults of Config.
+// Defaults of the options.
 const (
 	DefaultBucket       = "switchyard_snapshots"
 	DefaultHistory      = 64
@@ -39,63 +38,85 @@ var (
 
 var validKey = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
 
-// Config names the bucket and stream.
-type Config struct {
-	Bucket       string // default DefaultBucket
-	History      uint8  // values kept per key, default DefaultHistory
-	AuditStream  string // default DefaultAuditStream
-	AuditSubject string // default DefaultAuditSubject
-	Logger       *slog.Logger
+// Opt configures a Store (see Open).
+type Opt interface{ apply(*cfg) }
+
+type opt func(*cfg)
+
+func (o opt) apply(c *cfg) { o(c) }
+
+// cfg names the bucket and stream.
+type cfg struct {
+	bucket       string
+	history      uint8
+	auditStream  string
+	auditSubject string
 }
 
-func (c *Config) defaults() {
-	if c.Bucket == "" {
-		c.Bucket = DefaultBucket
+// Bucket is the key-value bucket of the latest snapshots. Default
+// DefaultBucket; "" means the default.
+func Bucket(name string) Opt { return opt(func(c *cfg) { c.bucket = name }) }
+
+// History is how many values the bucket keeps per key. Default
+// DefaultHistory; 0 means the default.
+func History(n uint8) Opt { return opt(func(c *cfg) { c.history = n }) }
+
+// AuditStream and AuditSubject name the stream holding every whole
+// snapshot. Defaults DefaultAuditStream and DefaultAuditSubject; ""
+// means the default.
+func AuditStream(name, subject string) Opt {
+	return opt(func(c *cfg) { c.auditStream, c.auditSubject = name, subject })
+}
+
+// validate fills in the defaults (JetStream itself checks the names).
+func (c *cfg) validate() error {
+	if c.bucket == "" {
+		c.bucket = DefaultBucket
 	}
-	if c.History == 0 {
-		c.History = DefaultHistory
+	if c.history == 0 {
+		c.history = DefaultHistory
 	}
-	if c.AuditStream == "" {
-		c.AuditStream = DefaultAuditStream
+	if c.auditStream == "" {
+		c.auditStream = DefaultAuditStream
 	}
-	if c.AuditSubject == "" {
-		c.AuditSubject = DefaultAuditSubject
+	if c.auditSubject == "" {
+		c.auditSubject = DefaultAuditSubject
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	return nil
 }
 
 // Store reads and writes snapshots.
 type Store struct {
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
-	cfg Config
+	cfg cfg
 }
 
 // Open creates (or binds to) the bucket and the audit stream.
-func Open(ctx context.Context, js jetstream.JetStream, cfgs ...Config) (*Store, error) {
-	var cfg Config
-	if len(cfgs) > 0 {
-		cfg = cfgs[0]
+func Open(ctx context.Context, js jetstream.JetStream, opts ...Opt) (*Store, error) {
+	var cfg cfg
+	for _, o := range opts {
+		o.apply(&cfg)
 	}
-	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.Bucket,
+		Bucket:      cfg.bucket,
 		Description: "Switchyard weight snapshots, one key per CPU cluster",
-		History:     cfg.History,
+		History:     cfg.history,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening snapshot bucket %q: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("opening snapshot bucket %q: %w", cfg.bucket, err)
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        cfg.AuditStream,
+		Name:        cfg.auditStream,
 		Description: "Every whole Switchyard weight snapshot, for audit",
-		Subjects:    []string{cfg.AuditSubject},
+		Subjects:    []string{cfg.auditSubject},
 		MaxAge:      30 * 24 * time.Hour,
 		MaxBytes:    512 << 20,
 	}); err != nil {
-		return nil, fmt.Errorf("opening audit stream %q: %w", cfg.AuditStream, err)
+		return nil, fmt.Errorf("opening audit stream %q: %w", cfg.auditStream, err)
 	}
 	return &Store{js: js, kv: kv, cfg: cfg}, nil
 }
@@ -109,7 +130,7 @@ func (s *Store) Publish(ctx context.Context, snap *schemas.WeightSnapshot) error
 	if err != nil {
 		return fmt.Errorf("encoding snapshot %d: %w", snap.GetVersion(), err)
 	}
-	if _, err := s.js.Publish(ctx, s.cfg.AuditSubject, whole); err != nil {
+	if _, err := s.js.Publish(ctx, s.cfg.auditSubject, whole); err != nil {
 		return fmt.Errorf("publishing snapshot %d to audit stream: %w", snap.GetVersion(), err)
 	}
 	var errs []error

@@ -99,3 +99,38 @@ func TestWatcherSurvivesMissingBucketAndDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOptionsNameBucketAndStream: Open creates the bucket and audit
+// stream the options name, with the history asked for.
+func TestOptionsNameBucketAndStream(t *testing.T) {
+	ns := testenv.NATS(t)
+	js := testenv.JetStream(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := snapshots.Open(ctx, js, snapshots.Bucket("other_bucket"), snapshots.History(3),
+		snapshots.AuditStream("OTHER_AUDIT", "other.audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Publish(ctx, snap(1, "region-a")); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "other_bucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := kv.Status(ctx)
+	if err != nil || status.History() != 3 {
+		t.Fatalf("bucket history %v, %v; want 3", status, err)
+	}
+	stream, err := js.Stream(ctx, "OTHER_AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := stream.Info(ctx); err != nil || info.State.Msgs != 1 || info.Config.Subjects[0] != "other.audit" {
+		t.Fatalf("audit stream %+v, %v", info, err)
+	}
+	if _, err := js.KeyValue(ctx, snapshots.DefaultBucket); err == nil {
+		t.Error("default bucket created too")
+	}
+}
