@@ -30,7 +30,15 @@ import "math"
 //     says otherwise — and never below the throughput;
 //   - a window without the token counters falls back to the occupancy
 //     guess (throughput over max(running / max batch, KV usage), blended
-//     toward the prior's request rate at low occupancy).
+//     toward the prior's request rate at low occupancy);
+//   - whatever the case, capacity is at most what the batch limit allows:
+//     by Little's law a request stays running/throughput seconds, and at
+//     most batch requests per replica run at once (and each stays no
+//     shorter at a fuller batch), so capacity <= throughput × batch /
+//     running (per replica). The batch limit is the engine's (configured
+//     or exported), else inferred from a queue at a running plateau, else
+//     the GPU class's prior (Engine.batchLimit), and never below the most
+//     the engine ran, so the bound is never below the throughput.
 //
 // Smoothing across windows (trusting measurements, holding the estimate
 // at light load) is the planner's job (optimizer/plan), so that each
@@ -58,6 +66,9 @@ type windowCapacity struct {
 	// work is the replica-seconds of work per request at the window's
 	// token mix (0: unknown).
 	work float64
+	// batch is the per-replica batch limit and running the mean running
+	// requests per replica (0: no bound).
+	batch, running float64
 }
 
 // saturated: the window ran at capacity.
@@ -86,6 +97,9 @@ func (w windowCapacity) capacity() float64 {
 		c = math.Max(w.replicas/w.work, w.rps)
 	default:
 		c = w.replicas * w.guess(w.rps/w.replicas)
+	}
+	if w.batch > 0 && w.running > 0 && w.rps > 0 {
+		c = math.Min(c, w.rps*math.Max(1, w.batch/w.running))
 	}
 	if !finite(c) || c < 0 {
 		return 0

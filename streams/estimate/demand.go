@@ -11,17 +11,25 @@ type Demand struct {
 	requests             uint32
 	tokened              float64
 	promptSum, outputSum float64
+	// prompted counts the successful requests whose event carries
+	// prompt_tokens (the others' prompt size comes from the engines'
+	// counters, see demandEstimate).
+	prompted float64
 }
 
 // Add folds a validated routing event in. Every request counts toward
 // demand whatever its outcome (shed and failed requests were demand too);
-// the token mix comes from successful ones.
+// the token mix comes from successful ones. prompt_tokens 0 means the
+// gateway did not learn the usage, not an empty prompt.
 func (d *Demand) Add(ev *schemas.RoutingEvent) {
 	d.requests++
 	if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_OK {
 		d.tokened++
-		d.promptSum += float64(ev.GetPromptTokens())
 		d.outputSum += float64(ev.GetOutputTokens())
+		if pt := ev.GetPromptTokens(); pt > 0 {
+			d.prompted++
+			d.promptSum += float64(pt)
+		}
 	}
 }
 
@@ -34,8 +42,12 @@ const (
 // demandEstimate merges a cluster's panes (one entry per pane of the
 // window, nil where the cluster had no traffic) into a DemandEstimate.
 // The forecast is Holt's linear smoothing of the per-pane rates, one
-// slide ahead, floored at zero.
-func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*Demand) *schemas.DemandEstimate {
+// slide ahead, floored at zero. mean_prompt_tokens averages the events'
+// prompt_tokens where they carry it and, for the successful requests
+// whose events do not, the prompt tokens per request the serving engine
+// reported over the window (unsized: their count and that sum, see
+// promptFallback).
+func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*Demand, unsized promptFallback) *schemas.DemandEstimate {
 	var tot Demand
 	slide := float64(slideMs) / 1000
 	var level, trend float64
@@ -45,6 +57,7 @@ func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*De
 			tot.requests += p.requests
 			tot.tokened += p.tokened
 			tot.promptSum += p.promptSum
+			tot.prompted += p.prompted
 			tot.outputSum += p.outputSum
 			rate = float64(p.requests) / slide
 		}
@@ -63,25 +76,55 @@ func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*De
 		ForecastRps:  math.Max(0, level+trend),
 	}
 	if tot.tokened > 0 {
-		out.MeanPromptTokens = tot.promptSum / tot.tokened
 		out.MeanOutputTokens = tot.outputSum / tot.tokened
+	}
+	if n := tot.prompted + unsized.n; n > 0 {
+		out.MeanPromptTokens = (tot.promptSum + unsized.sum) / n
 	}
 	return out
 }
 
-// Network accumulates one (cluster, engine) pair's latency samples.
+// promptFallback is the prompt size of a cluster's successful requests
+// whose events lack prompt_tokens: n requests, sum their estimated prompt
+// tokens (each its engine's prompt tokens per request over the window).
+type promptFallback struct{ n, sum float64 }
+
+// Network accumulates one (cluster, engine) pair's latency samples, and
+// the pair's successful requests whose events lack prompt_tokens.
+//
+// Network latency comes, in order of preference, from the gateway's own
+// round-trip measurement (network_rtt_ms), from streaming requests'
+// gateway TTFT minus the engine's TTFT (per request when the event has
+// engine_ttft_ms, else against the engine's mean over the window). A
+// non-streaming response's "TTFT" is its whole response time, so it is
+// never a network sample.
 type Network struct {
-	// Samples with both gateway and engine TTFT.
+	// Direct round-trip measurements.
+	rttSum float64
+	rttN   uint32
+	// Streaming samples with both gateway and engine TTFT.
 	diffSum float64
 	diffN   uint32
-	// Samples with only the gateway TTFT.
+	// Streaming samples with only the gateway TTFT.
 	ttftSum float64
 	ttftN   uint32
+	// Successful requests without prompt_tokens.
+	unsized uint32
 }
 
-// Add folds a successful routing event in.
+// Add folds a validated routing event in.
 func (n *Network) Add(ev *schemas.RoutingEvent) {
-	if ev.GetStatus() != schemas.RequestStatus_REQUEST_STATUS_OK || ev.GetTtftMs() <= 0 {
+	if rtt := ev.GetNetworkRttMs(); rtt > 0 {
+		n.rttSum += rtt
+		n.rttN++
+	}
+	if ev.GetStatus() != schemas.RequestStatus_REQUEST_STATUS_OK {
+		return
+	}
+	if ev.GetPromptTokens() == 0 {
+		n.unsized++
+	}
+	if !ev.GetStream() || ev.GetTtftMs() <= 0 {
 		return
 	}
 	if ev.GetEngineTtftMs() > 0 {
@@ -94,20 +137,27 @@ func (n *Network) Add(ev *schemas.RoutingEvent) {
 }
 
 func (n *Network) merge(o *Network) {
+	n.rttSum += o.rttSum
+	n.rttN += o.rttN
 	n.diffSum += o.diffSum
 	n.diffN += o.diffN
 	n.ttftSum += o.ttftSum
 	n.ttftN += o.ttftN
+	n.unsized += o.unsized
 }
 
-// networkEstimate sets *out to the mean of gateway TTFT minus engine
-// TTFT per request when events carry engine_ttft_ms; otherwise the mean
-// gateway TTFT minus the engine's mean reported TTFT over the same window
-// (engineTTFT, 0 when unknown, in which case no estimate is made and it
-// returns false). Floored at zero.
+// networkEstimate sets *out to the mean directly measured round trip when
+// events carry network_rtt_ms; otherwise the mean of gateway TTFT minus
+// engine TTFT per streaming request when they carry engine_ttft_ms;
+// otherwise the mean streaming gateway TTFT minus the engine's mean
+// reported TTFT over the same window (engineTTFT, 0 when unknown, in which
+// case no estimate is made and it returns false). Floored at zero.
 func networkEstimate(out *schemas.NetworkEstimate, cluster, engine string, end int64, n *Network, engineTTFT float64) bool {
 	out.SchemaVersion, out.Cluster, out.EngineId, out.WindowEndUnixMs = schemas.Version, cluster, engine, end
 	switch {
+	case n.rttN > 0:
+		out.RttMs = n.rttSum / float64(n.rttN)
+		out.Samples = n.rttN
 	case n.diffN > 0:
 		out.RttMs = n.diffSum / float64(n.diffN)
 		out.Samples = n.diffN

@@ -57,6 +57,7 @@ type Engine struct {
 	ready                             uint32
 	health                            schemas.Health
 	maxBatch                          uint32
+	maxBatchSource                    string
 	signals, unhealthy                uint32
 	interval, finished, prompt, gen   float64
 	running, waiting, kv, util        float64
@@ -64,6 +65,12 @@ type Engine struct {
 	ttftCount, ttftSumMs              float64
 	tbotCount, tbotSumMs              float64
 	ttft, tbot                        bins
+	// Running requests per ready replica: the sum and the maximum over
+	// all signals, and over the signals in which requests waited (waitN
+	// of them), for the batch limit (see batchLimit).
+	runSum, runMax     float64
+	waitN              uint32
+	waitRun, waitRunMx float64
 }
 
 // utilization of one signal: running requests over the concurrent
@@ -95,10 +102,18 @@ func (e *Engine) Add(s *schemas.EngineSignal) {
 		e.endpoint, e.region, e.gpuClass, e.model = s.GetEndpointUrl(), s.GetRegion(), s.GetGpuClass(), s.GetModel()
 		e.ready, e.health = s.GetReadyReplicas(), s.GetHealth()
 		if s.GetMaxBatch() > 0 {
-			e.maxBatch = s.GetMaxBatch()
+			e.maxBatch, e.maxBatchSource = s.GetMaxBatch(), s.GetMaxBatchSource()
 		}
 	}
 	e.signals++
+	r := s.GetRunningRequests() / float64(max(s.GetReadyReplicas(), 1))
+	e.runSum += r
+	e.runMax = math.Max(e.runMax, r)
+	if s.GetWaitingRequests() >= 1 {
+		e.waitN++
+		e.waitRun += r
+		e.waitRunMx = math.Max(e.waitRunMx, r)
+	}
 	if s.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || s.GetHealth() == schemas.Health_HEALTH_DEGRADED {
 		e.unhealthy++
 	}
@@ -132,10 +147,15 @@ func (e *Engine) Merge(o *Engine) {
 		e.endpoint, e.region, e.gpuClass, e.model = o.endpoint, o.region, o.gpuClass, o.model
 		e.ready, e.health = o.ready, o.health
 		if o.maxBatch > 0 {
-			e.maxBatch = o.maxBatch
+			e.maxBatch, e.maxBatchSource = o.maxBatch, o.maxBatchSource
 		}
 	}
 	e.signals += o.signals
+	e.runSum += o.runSum
+	e.runMax = math.Max(e.runMax, o.runMax)
+	e.waitN += o.waitN
+	e.waitRun += o.waitRun
+	e.waitRunMx = math.Max(e.waitRunMx, o.waitRunMx)
 	e.unhealthy += o.unhealthy
 	e.interval += o.interval
 	e.finished += o.finished
@@ -161,6 +181,79 @@ func (e *Engine) MeanTTFTMs() float64 {
 		return 0
 	}
 	return e.ttftSumMs / e.ttftCount
+}
+
+// promptPerRequest is the engine's prompt tokens per request over the
+// window (per prefill completed, per finished request without a TTFT
+// histogram), 0 when unknown.
+func (e *Engine) promptPerRequest() float64 {
+	n := e.ttftCount
+	if n == 0 {
+		n = e.finished
+	}
+	if !(n > 0) || !(e.prompt > 0) {
+		return 0
+	}
+	if r := e.prompt / n; finite(r) {
+		return r
+	}
+	return 0
+}
+
+// Sources of an engine estimate's batch limit (capacity_source).
+const (
+	// SourceConfigured: the agent's engine list sets max_batch.
+	SourceConfigured = "configured"
+	// SourceEngineMetrics: the engine exports it (also assumed for a
+	// non-zero max_batch from an agent that does not say).
+	SourceEngineMetrics = "engine_metrics"
+	// SourceInferred: requests waited while running stayed at a plateau
+	// in this window, so the plateau is the limit.
+	SourceInferred = "inferred"
+	// SourcePrior: the GPU class's default (Prior.MaxBatch).
+	SourcePrior = "prior"
+)
+
+// Batch-limit inference (see batchLimit): requests waited (waiting >= 1)
+// in at least plateauSignals scrapes and at least plateauShare of the
+// window's scrapes, and in those scrapes running per replica stayed within
+// plateauTol of its top, which it never exceeded by more than plateauTol
+// in any scrape. A continuous-batching engine below its limit admits
+// waiting requests at once, so a queue it keeps at a fixed running count
+// is its limit (its max_num_seqs, or what its KV cache holds); the short
+// queues it forms whenever one step's prefill budget is spent come at
+// whatever running count the load gives, and fail the plateau test.
+const (
+	plateauSignals = 2
+	plateauShare   = 0.25
+	plateauTol     = 0.1
+)
+
+// batchLimit is the per-replica batch limit of the window and where it
+// came from: the signals' max_batch; else inferred from a queue at a
+// running plateau; else the GPU class's prior. Never below the most
+// requests the engine ran per replica in the window.
+func (e *Engine) batchLimit(p Prior) (uint32, string) {
+	top := math.Ceil(e.runMax - 1e-9)
+	limit := func(b float64, src string) (uint32, string) {
+		b = math.Max(b, top)
+		if !finite(b) || b > 1e9 {
+			b = 1e9
+		}
+		return uint32(math.Max(b, 1)), src
+	}
+	if e.maxBatch > 0 {
+		if e.maxBatchSource == SourceConfigured {
+			return limit(float64(e.maxBatch), SourceConfigured)
+		}
+		return limit(float64(e.maxBatch), SourceEngineMetrics)
+	}
+	m := e.waitRunMx
+	if e.waitN >= plateauSignals && float64(e.waitN) >= plateauShare*float64(e.signals) && m >= 1 &&
+		e.waitRun/float64(e.waitN) >= (1-plateauTol)*m && e.runMax <= (1+plateauTol)*m {
+		return limit(math.Round(m), SourceInferred)
+	}
+	return limit(p.MaxBatch, SourcePrior)
 }
 
 // Estimate turns the window's accumulated state into an EngineEstimate.
@@ -209,8 +302,15 @@ func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.Engi
 	if e.queries > 0 {
 		miss = 1 - out.PrefixHitRate
 	}
+	batch, source := e.batchLimit(p)
+	out.MaxBatch, out.CapacitySource = batch, source
+	var running float64
+	if n > 0 {
+		running = e.runSum / n
+	}
 	capRPS := windowCapacity{
 		rps: rps, waiting: waiting, replicas: replicas, util: out.Utilization,
+		batch: float64(batch), running: running,
 		healthy: out.Health != schemas.Health_HEALTH_UNHEALTHY, prior: p.ReplicaRPS,
 		work: workPerRequest(p, e.prompt, e.ttftCount, miss, e.gen, e.finished),
 	}.capacity()

@@ -253,6 +253,10 @@ func TestWindowCapacity(t *testing.T) {
 		{"token mix: the prior's work bound", windowCapacity{rps: 20, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02}, 100},
 		{"token mix, bound below throughput: throughput", windowCapacity{rps: 120, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02}, 120},
 		{"token mix, queue: throughput", windowCapacity{rps: 40, waiting: 40, replicas: 1, healthy: true, prior: 16, work: 0.02}, 40},
+		{"batch bound below the token-mix bound", windowCapacity{rps: 20, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02, batch: 16, running: 8}, 40},
+		{"batch bound above the token-mix bound", windowCapacity{rps: 20, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02, batch: 256, running: 8}, 100},
+		{"batch bound never below throughput", windowCapacity{rps: 20, replicas: 2, healthy: true, prior: 16, util: 0.1, work: 0.02, batch: 4, running: 8}, 20},
+		{"batch bound on the occupancy guess", windowCapacity{rps: 40, replicas: 2, healthy: true, prior: 16, util: 0.4, batch: 20, running: 10}, 80},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

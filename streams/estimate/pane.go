@@ -195,11 +195,6 @@ func (m *Merged) Estimates(fit Fitter, workers int) []*schemas.Estimate {
 		}
 		wg.Wait()
 	}
-	for _, c := range sortedKeys(demand) {
-		e := &envs[len(out)]
-		e.Kind = &schemas.Estimate_Demand{Demand: demandEstimate(c, w.Start, w.End, w.Slide, demand[c])}
-		out = append(out, e)
-	}
 	pairs := make([]pair, 0, len(network))
 	for k := range network {
 		pairs = append(pairs, k)
@@ -210,6 +205,33 @@ func (m *Merged) Estimates(fit Fitter, workers int) []*schemas.Estimate {
 		}
 		return strings.Compare(a.engine, b.engine)
 	})
+	// Prompt sizes of requests whose events lack prompt_tokens, from
+	// their engines' counters (summed in pair order: deterministic).
+	var unsized map[string]promptFallback
+	for _, k := range pairs {
+		n := network[k]
+		if n.unsized == 0 {
+			continue
+		}
+		e := engines[k.engine]
+		if e == nil {
+			continue
+		}
+		if ppr := e.promptPerRequest(); ppr > 0 {
+			if unsized == nil {
+				unsized = map[string]promptFallback{}
+			}
+			f := unsized[k.cluster]
+			f.n += float64(n.unsized)
+			f.sum += float64(n.unsized) * ppr
+			unsized[k.cluster] = f
+		}
+	}
+	for _, c := range sortedKeys(demand) {
+		e := &envs[len(out)]
+		e.Kind = &schemas.Estimate_Demand{Demand: demandEstimate(c, w.Start, w.End, w.Slide, demand[c], unsized[c])}
+		out = append(out, e)
+	}
 	nets := make([]schemas.NetworkEstimate, len(pairs))
 	netKinds := make([]schemas.Estimate_Network, len(pairs))
 	for i, k := range pairs {
