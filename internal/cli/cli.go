@@ -87,8 +87,14 @@ const (
 
 // Register adds --kafka-brokers, --nats-url and --topic-prefix to fs.
 func (c *Connection) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.KafkaBrokers, "kafka-brokers", DefaultKafkaBrokers, "comma-separated Kafka bootstrap brokers")
+	c.RegisterKafka(fs)
 	fs.StringVar(&c.NATSURL, "nats-url", DefaultNATSURL, "NATS server URL (JetStream enabled)")
+}
+
+// RegisterKafka adds --kafka-brokers and --topic-prefix to fs, for
+// commands that use Kafka only.
+func (c *Connection) RegisterKafka(fs *flag.FlagSet) {
+	fs.StringVar(&c.KafkaBrokers, "kafka-brokers", DefaultKafkaBrokers, "comma-separated Kafka bootstrap brokers")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", "switchyard", "prefix of every Kafka topic name")
 }
 

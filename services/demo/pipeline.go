@@ -8,19 +8,20 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
-	"github.com/switchyard-llm/switchyard/services/agent"
 	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
-	"github.com/switchyard-llm/switchyard/services/processor"
+	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
 // pipeline is the running control and data plane of the demo.
 type pipeline struct {
 	agents    []*agent.Service
-	processor *processor.Service
+	processor *process.Processor
 	optimizer *optsvc.Service
 	gateways  []*gatewayProc
 }
@@ -55,14 +56,13 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 		p.agents = append(p.agents, a)
 	}
 
-	proc, err := processor.New(processor.Config{
-		KafkaBrokers: kafka, Window: 10 * time.Second, Slide: 2 * time.Second, AllowedLateness: 2 * time.Second,
+	proc, err := startProcessor(ctx, g, kafka, process.Config{
+		Window: 10 * time.Second, Slide: 2 * time.Second, AllowedLateness: 2 * time.Second,
 		Logger: log.With("component", "processor"), Registerer: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
 	}
-	g.Go(func() error { return proc.Run(ctx) })
 	p.processor = proc
 
 	opt, err := optsvc.New(optsvc.Config{
@@ -111,6 +111,25 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 		}
 	}
 	return p, nil
+}
+
+// startProcessor runs the stream processor under g on its own Kafka
+// client, closed when it stops.
+func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg process.Config) (*process.Processor, error) {
+	cl, err := kgo.NewClient(append(process.ClientOpts(cfg), kgo.SeedBrokers(kafka...))...)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	proc, err := process.New(cl, cfg)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
+	g.Go(func() error {
+		defer cl.Close()
+		return proc.Run(ctx)
+	})
+	return proc, nil
 }
 
 func (p *pipeline) latestVersion() uint64      { return p.optimizer.Stats().LatestVersion }

@@ -9,10 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/internal/testenv"
-	"github.com/switchyard-llm/switchyard/services/agent"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
+	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
 // TestAgentToEstimates runs a real agent scraping a vLLM-style /metrics
@@ -35,8 +38,9 @@ func TestAgentToEstimates(t *testing.T) {
 	defer srv.Close()
 	kc := testenv.Kafka(t)
 	topics := streams.TopicsFor("chain")
-	ensure(t, kc, topics)
-	est := collect(t, kc, topics.Estimates)
+	if err := streams.EnsureTopics(context.Background(), testenv.Client(t, kc), topics, 3); err != nil {
+		t.Fatal(err)
+	}
 	ag, err := agent.New(agent.Config{
 		Engines:  []agent.Target{{ID: "sim-1", URL: srv.URL, Region: "us", GPUClass: "h100"}},
 		Interval: 50 * time.Millisecond, KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "chain",
@@ -45,22 +49,38 @@ func TestAgentToEstimates(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ag.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	cfg := config(kc, "chain")
-	cfg.Window, cfg.Slide, cfg.AllowedLateness = time.Second, 500*time.Millisecond, 100*time.Millisecond
-	p, stop := start(t, cfg)
+	defer cancel()
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- ag.Run(ctx) }()
+	defer func() { cancel(); <-agentDone }()
+
+	cfg := process.Config{TopicPrefix: "chain", Group: "proc-chain",
+		Window: time.Second, Slide: 500 * time.Millisecond, AllowedLateness: 100 * time.Millisecond}
+	p, err := process.New(testenv.Client(t, kc, process.ClientOpts(cfg)...), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procCtx, stopProc := context.WithCancel(ctx)
+	procDone := make(chan error, 1)
+	go func() { procDone <- p.Run(procCtx) }()
+
+	est := testenv.Client(t, kc, kgo.ConsumeTopics(topics.Estimates), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	found := false
 	testenv.Eventually(t, 15*time.Second, func() bool {
-		for _, r := range est.snapshot() {
+		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer pcancel()
+		est.PollFetches(pctx).EachRecord(func(r *kgo.Record) {
 			e, err := estimate.DecodeEstimate(r.Value)
 			if err == nil && e.GetEngine().GetEngineId() == "sim-1" && e.GetEngine().GetObservedRps() > 0 && e.GetEngine().GetTtftProfile().GetSamples() > 0 {
-				return true
+				found = true
 			}
-		}
-		return false
+		})
+		return found
 	}, "engine estimate from scraped signals")
-	stop()
+	stopProc()
+	if err := <-procDone; err != nil {
+		t.Fatal(err)
+	}
 	if st := p.Stats(); st.SignalsConsumed == 0 || st.EstimatesPublished == 0 {
 		t.Errorf("processor stats %+v", st)
 	}

@@ -1,3 +1,6 @@
+// Package processor is the `switchyard processor` command: it parses
+// flags, builds the Kafka client and runs the stream processor
+// (streams/process; see docs/processor.md).
 package processor
 
 import (
@@ -6,11 +9,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
 // Command is `switchyard processor`.
@@ -25,26 +31,37 @@ func Command() cli.Command {
 func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("processor", flag.ContinueOnError)
 	var conn cli.Connection
-	conn.Register(fs)
-	var cfg Config
+	conn.RegisterKafka(fs)
+	var cfg process.Config
 	fs.StringVar(&cfg.Group, "group", "switchyard-processor", "consumer group (and checkpoint key)")
-	fs.DurationVar(&cfg.Window, "window", 30e9, "window size")
-	fs.DurationVar(&cfg.Slide, "slide", 10e9, "window slide (window must be a multiple of it)")
-	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5e9, "how far out of event-time order a record may arrive and still count")
+	fs.DurationVar(&cfg.Window, "window", 30*time.Second, "window size")
+	fs.DurationVar(&cfg.Slide, "slide", 10*time.Second, "window slide (window must be a multiple of it)")
+	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5*time.Second, "how far out of event-time order a record may arrive and still count")
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
-	cfg.KafkaBrokers = conn.Brokers()
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	s, err := New(cfg)
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: processor config: %v", cli.ErrUsage, err)
+	}
+	brokers := conn.Brokers()
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
+	}
+	cl, err := kgo.NewClient(append(process.ClientOpts(cfg), kgo.SeedBrokers(brokers...))...)
 	if err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	p, err := process.New(cl, cfg)
+	if err != nil {
+		return err
 	}
 	if *metricsListen != "" {
 		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
@@ -53,5 +70,5 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	return s.Run(ctx)
+	return p.Run(ctx)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
 func TestCommandUsage(t *testing.T) {
@@ -20,6 +21,8 @@ func TestCommandUsage(t *testing.T) {
 		{"--window", "10s", "--slide", "3s"},
 		{"--allowed-lateness", "-1s"},
 		{"--no-such-flag"},
+		{"--nats-url", "nats://127.0.0.1:4222"}, // the processor uses no NATS
+		{"--kafka-brokers", " "},
 	} {
 		err := Command().Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		if !errors.Is(err, cli.ErrUsage) {
@@ -41,7 +44,7 @@ func TestCommandRuns(t *testing.T) {
 		ctx, c := context.WithTimeout(context.Background(), time.Second)
 		defer c()
 		topics, err := kadmTopics(ctx, cl)
-		return err == nil && topics[CheckpointTopic("")]
+		return err == nil && topics[process.CheckpointTopic("")]
 	}, "processor created its topics")
 	cancel()
 	if err := <-done; err != nil {

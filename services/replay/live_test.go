@@ -13,7 +13,6 @@ import (
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
-	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
@@ -32,11 +31,7 @@ func TestReplayReproducesLiveSnapshots(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	proc, err := processor.New(processor.Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix,
-		Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	proc := liveProcessor(t, kc, prefix)
 	opt, err := optsvc.New(optsvc.Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix, NATSURL: ns.ClientURL(),
 		Settle: 200 * time.Millisecond, Settings: settings})
 	if err != nil {

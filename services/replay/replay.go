@@ -26,8 +26,8 @@ import (
 
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
-	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/process"
 	"github.com/switchyard-llm/switchyard/streams/window"
 )
 
@@ -62,7 +62,7 @@ type Config struct {
 	// Settings).
 	Planner Planner
 	// OnWindow, when set, sees every completed window's estimates.
-	OnWindow func(processor.Fired)
+	OnWindow func(process.Fired)
 	Logger   *slog.Logger
 }
 
@@ -125,7 +125,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, format Format) (Result,
 		planner = OptimizerPlanner(cfg.Settings)
 	}
 	topics := streams.TopicsFor(cfg.TopicPrefix)
-	core, err := processor.NewCore(topics, window.Spec{Size: cfg.Window, Slide: cfg.Slide, AllowedLateness: cfg.AllowedLateness}, nil)
+	core, err := process.NewCore(topics, window.Spec{Size: cfg.Window, Slide: cfg.Slide, AllowedLateness: cfg.AllowedLateness}, nil)
 	if err != nil {
 		return res, err
 	}
@@ -155,7 +155,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, format Format) (Result,
 		}
 	}
 	bw := bufio.NewWriter(out)
-	emit := func(fired []processor.Fired) error {
+	emit := func(fired []process.Fired) error {
 		for _, f := range fired {
 			res.Windows++
 			if cfg.OnWindow != nil {
@@ -227,9 +227,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer, format Format) (Result,
 				}
 				res.Records++
 				switch out, _ := core.Handle(r); out {
-				case processor.DeadLettered:
+				case process.DeadLettered:
 					res.DeadLettered++
-				case processor.Late:
+				case process.Late:
 					res.Late++
 				}
 			})

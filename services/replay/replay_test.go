@@ -18,9 +18,9 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/schemas"
-	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
+	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
 var t0 = time.Now().Add(-time.Hour).Truncate(time.Minute)
@@ -76,11 +76,7 @@ func history(t *testing.T, kc *kfake.Cluster, topics streams.Topics, dur time.Du
 // published estimates by "key@window_end".
 func liveEstimates(t *testing.T, kc *kfake.Cluster, prefix string, lastEnd time.Time) map[string][]byte {
 	t.Helper()
-	p, err := processor.New(processor.Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix,
-		Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := liveProcessor(t, kc, prefix)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -107,6 +103,18 @@ func liveEstimates(t *testing.T, kc *kfake.Cluster, prefix string, lastEnd time.
 	return out
 }
 
+// liveProcessor is the live processor over prefix's topics with the
+// window settings the tests replay with.
+func liveProcessor(t *testing.T, kc *kfake.Cluster, prefix string) *process.Processor {
+	t.Helper()
+	cfg := process.Config{TopicPrefix: prefix, Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}
+	p, err := process.New(testenv.Client(t, kc, process.ClientOpts(cfg)...), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func TestReplay(t *testing.T) {
 	kc := testenv.Kafka(t)
 	const prefix = "rp"
@@ -122,7 +130,7 @@ func TestReplay(t *testing.T) {
 		cfg := base
 		var mu sync.Mutex
 		compared := 0
-		cfg.OnWindow = func(f processor.Fired) {
+		cfg.OnWindow = func(f process.Fired) {
 			mu.Lock()
 			defer mu.Unlock()
 			if end := time.UnixMilli(f.End); !end.After(from) || end.After(to) {

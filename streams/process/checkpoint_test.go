@@ -1,4 +1,4 @@
-package processor
+package process
 
 import (
 	"context"
@@ -13,12 +13,9 @@ import (
 func TestReadCheckpoint(t *testing.T) {
 	kc := testenv.Kafka(t)
 	ctx := context.Background()
-	s, err := New(Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "ckpt"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newProcessor(t, kc, Config{TopicPrefix: "ckpt"})
 	cl := testenv.Client(t, kc)
-	if err := s.ensureTopics(ctx, cl); err != nil {
+	if err := s.ensureTopics(ctx); err != nil {
 		t.Fatal(err)
 	}
 	topic := CheckpointTopic("ckpt")

@@ -1,4 +1,4 @@
-package processor
+package process
 
 import (
 	"github.com/prometheus/client_golang/prometheus"

@@ -1,4 +1,4 @@
-package processor
+package process
 
 import (
 	"context"
@@ -157,15 +157,34 @@ func byWindow(t *testing.T, recs []*kgo.Record) map[string][]byte {
 	return out
 }
 
-func start(t *testing.T, cfg Config) (*Service, func()) {
+// newProcessor returns a processor for cfg on its own client of kc, and
+// a func that closes the client (leaving the group, as a stopped
+// processor does); cleanup closes it too.
+func newProcessor(t testing.TB, kc *kfake.Cluster, cfg Config) (*Processor, func()) {
 	t.Helper()
-	s, err := New(cfg)
+	cl, err := kgo.NewClient(append(ClientOpts(cfg), kgo.SeedBrokers(kc.ListenAddrs()...))...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	closeClient := sync.OnceFunc(cl.Close)
+	t.Cleanup(closeClient)
+	p, err := New(cl, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, closeClient
+}
+
+func start(t *testing.T, kc *kfake.Cluster, cfg Config) (*Processor, func()) {
+	t.Helper()
+	s, closeClient := newProcessor(t, kc, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- s.Run(ctx) }()
+	go func() {
+		err := s.Run(ctx)
+		closeClient()
+		errc <- err
+	}()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -181,9 +200,9 @@ func start(t *testing.T, cfg Config) (*Service, func()) {
 
 var errCrash = errors.New("simulated crash")
 
-func config(kc *kfake.Cluster, prefix string) Config {
+func config(prefix string) Config {
 	return Config{
-		KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix, Group: "proc-" + prefix,
+		TopicPrefix: prefix, Group: "proc-" + prefix,
 		Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second,
 	}
 }
@@ -203,7 +222,7 @@ func TestEndToEnd(t *testing.T) {
 	cl := ensure(t, kc, topics)
 	produce(t, cl, topics, workload(t0, 40*time.Second))
 	est := collect(t, kc, topics.Estimates)
-	s, stop := start(t, config(kc, "e2e"))
+	s, stop := start(t, kc, config("e2e"))
 	// Windows ending at t0+10s … t0+35s fire (the watermark reaches
 	// t0+39.75s; a window fires at end+1s).
 	testenv.Eventually(t, 20*time.Second, func() bool {
@@ -303,7 +322,7 @@ func TestDeadLetter(t *testing.T) {
 	produce(t, cl, topics, in)
 	dlq := collect(t, kc, topics.DeadLetter)
 	est := collect(t, kc, topics.Estimates)
-	s, stop := start(t, config(kc, "dlq"))
+	s, stop := start(t, kc, config("dlq"))
 	testenv.Eventually(t, 20*time.Second, func() bool { return len(dlq.snapshot()) == len(bad) && len(est.snapshot()) > 0 },
 		"bad records dead-lettered and estimates still published")
 	stop()
@@ -340,7 +359,7 @@ func TestRestartReproducesEstimates(t *testing.T) {
 	produce(t, refCl, ref, first)
 	produce(t, refCl, ref, second)
 	refEst := collect(t, kc, ref.Estimates)
-	_, stopRef := start(t, config(kc, "ref"))
+	_, stopRef := start(t, kc, config("ref"))
 	lastID := fmt.Sprintf("engine/e2@%d", t0.Add(55*time.Second).UnixMilli())
 	testenv.Eventually(t, 30*time.Second, func() bool { _, ok := byWindow(t, refEst.snapshot())[lastID]; return ok }, "reference run done")
 	stopRef()
@@ -348,10 +367,10 @@ func TestRestartReproducesEstimates(t *testing.T) {
 
 	for _, tc := range []struct {
 		name  string
-		crash func(*Service)
+		crash func(*Processor)
 	}{
-		{"kill", func(s *Service) { s.noFinalCheckpoint = true }},
-		{"crash_before_checkpoint", func(s *Service) {
+		{"kill", func(s *Processor) { s.noFinalCheckpoint = true }},
+		{"crash_before_checkpoint", func(s *Processor) {
 			// Crash after the windows of the first half are
 			// published, before their checkpoint (the last one in the
 			// run or the final one on cancel).
@@ -369,22 +388,23 @@ func TestRestartReproducesEstimates(t *testing.T) {
 			cl := ensure(t, kc, topics)
 			produce(t, cl, topics, first)
 			est := collect(t, kc, topics.Estimates)
-			cfg := config(kc, "run-"+tc.name)
-			s1, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := config("run-" + tc.name)
+			s1, closeClient := newProcessor(t, kc, cfg)
 			s1.maxPoll = 40
 			tc.crash(s1)
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
-			go func() { errc <- s1.Run(ctx) }()
+			go func() {
+				err := s1.Run(ctx)
+				closeClient()
+				errc <- err
+			}()
 			testenv.Eventually(t, 20*time.Second, func() bool {
 				st := s1.Stats()
 				return len(errc) > 0 || st.SignalsConsumed+st.RoutingEventsConsumed+st.DeadLettered == uint64(len(first)) && st.Checkpoints >= 2
 			}, "first half consumed")
 			cancel()
-			err = <-errc
+			err := <-errc
 			if tc.name != "kill" && !errors.Is(err, errCrash) {
 				t.Fatalf("run ended with %v, want the simulated crash", err)
 			}
@@ -392,7 +412,7 @@ func TestRestartReproducesEstimates(t *testing.T) {
 				t.Fatal(err)
 			}
 			produce(t, cl, topics, second)
-			s2, stop := start(t, cfg)
+			s2, stop := start(t, kc, cfg)
 			testenv.Eventually(t, 30*time.Second, func() bool { _, ok := byWindow(t, est.snapshot())[lastID]; return ok }, "restarted run done")
 			stop()
 			got := byWindow(t, est.snapshot())
@@ -408,6 +428,41 @@ func TestRestartReproducesEstimates(t *testing.T) {
 				t.Errorf("dead lettered %d times", dl)
 			}
 			t.Logf("first run %+v, second run %+v", s1.Stats(), s2.Stats())
+		})
+	}
+}
+
+func TestNewChecksClient(t *testing.T) {
+	kc := testenv.Kafka(t)
+	cfg := config("chk")
+	topics := streams.TopicsFor("chk")
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt // with testenv.Client; nil: no client
+		want string
+	}{
+		{"no_client", nil, "no kafka client"},
+		{"no_group", []kgo.Opt{}, `group ""`},
+		{"other_group", []kgo.Opt{kgo.ConsumerGroup("other"), kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents), kgo.DisableAutoCommit()}, `group "other"`},
+		{"auto_commit", []kgo.Opt{kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents)}, "automatically"},
+		{"one_topic", []kgo.Opt{kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(topics.Signals), kgo.DisableAutoCommit()}, topics.RoutingEvents},
+		{"client_opts", ClientOpts(cfg), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cl *kgo.Client
+			if tc.opts != nil {
+				cl = testenv.Client(t, kc, tc.opts...)
+			}
+			_, err := New(cl, cfg)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: err %v, want one mentioning %q", err, tc.want)
+			}
 		})
 	}
 }
