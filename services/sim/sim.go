@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg Config
 	var pols string
 	fs.StringVar(&cfg.Scenario, "scenario", "", "scenario file (JSON; see docs/sim.md)")
-	fs.StringVar(&cfg.Trace, "trace", "", "trace file overriding the scenario's (Mooncake JSONL or Azure CSV)")
+	fs.StringVar(&cfg.Trace, "trace", "", "trace file replacing a mooncake or azure scenario's (Mooncake JSONL or Azure CSV; an error for a generator scenario)")
 	fs.StringVar(&pols, "policies", strings.Join(policy.Names(), ","), "comma-separated policies to compare")
 	fs.Int64Var(&cfg.Seed, "seed", -1, "random seed (default: the scenario's)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object with every policy's metrics as the last line")
@@ -126,6 +126,9 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		factories[i], _ = policy.New(name, seed)
 	}
 	wl, err := sc.Build(scenario.BuildOptions{Seed: seed, Trace: cfg.Trace, Strict: cfg.Strict})
+	if errors.Is(err, scenario.ErrTraceOnGenerator) {
+		return fmt.Errorf("%w: --trace %s: %w", cli.ErrUsage, cfg.Trace, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/simulator/scenario"
 )
 
 const scenarioJSON = `{
@@ -133,6 +134,19 @@ func TestBadInput(t *testing.T) {
 		_, _, err := runCmd(t, "--scenario", tr, "--policies", "round-robin", "--strict")
 		if err == nil || !strings.Contains(err.Error(), "line 2") {
 			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("trace on a generator scenario is a usage error", func(t *testing.T) {
+		// A flag that would do nothing is refused: hetero-fleet with two
+		// different traces used to print the same results.
+		trace := filepath.Join(dir, "t.jsonl")
+		out, _, err := runCmd(t, "--scenario", sc, "--policies", "round-robin", "--trace", trace)
+		if !errors.Is(err, cli.ErrUsage) || !errors.Is(err, scenario.ErrTraceOnGenerator) ||
+			!strings.Contains(err.Error(), "t.jsonl") || !strings.Contains(err.Error(), `"cmd"`) {
+			t.Fatalf("got %v, want a usage error naming the trace and the scenario", err)
+		}
+		if out != "" {
+			t.Fatalf("printed results anyway:\n%s", out)
 		}
 	})
 	t.Run("trace flag overrides", func(t *testing.T) {

@@ -2,6 +2,9 @@ package des_test
 
 import (
 	"encoding/json"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,22 +97,58 @@ func TestNearestStaysLocalUntilItsRegionIsDown(t *testing.T) {
 	}
 }
 
+// shortLocal is region-bc in small: cluster a's demand (100 rps) is
+// about 1.4x its one local H100's capacity, while region b, 40 ms away,
+// has an H100 serving 20 rps.
+const shortLocal = `{
+  "name": "short-local", "duration_s": 60, "slo": {"ttft_ms": 2000, "tbot_ms": 100},
+  "regions": ["a", "b"], "rtt_ms": {"a": {"b": 40}},
+  "clusters": [{"id": "a", "region": "a", "share": 5}, {"id": "b", "region": "b", "share": 1}],
+  "engines": [{"id": "a-0", "region": "a", "gpu": "h100"}, {"id": "b-0", "region": "b", "gpu": "h100"}],
+  "workload": {"kind": "generator", "rate_rps": 120, "sessions": 256},
+  "control": {"optimizer_period_s": 2, "window_s": 4, "slide_s": 1, "allowed_lateness_s": 1}
+}`
+
+// When a region's demand exceeds its local capacity, switchyard's
+// snapshots send part of that region's traffic to the other region and
+// requests are actually served there, which keeps the tail far below
+// nearest-only routing's.
 func TestSwitchyardPublishesWeightsAndRoutesAcrossRegions(t *testing.T) {
-	sc, wl := load(t, small)
-	r := run(t, sc, wl, "switchyard", 1)
-	if r.Series.Weight == nil {
-		t.Fatal("switchyard reports no weights")
+	sc, wl := load(t, shortLocal)
+	f, err := policy.New("switchyard", 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	nonzero := false
-	for _, w := range r.Series.Weight {
-		for _, v := range w {
-			if v > 0 {
-				nonzero = true
-			}
-		}
+	var pol des.Policy
+	capture := func(w *des.World) (des.Policy, error) {
+		p, err := f(w)
+		pol = p
+		return p, err
 	}
-	if !nonzero {
-		t.Fatal("no snapshot was ever installed")
+	r, err := des.Run(sc, wl, "switchyard", capture, des.Options{Series: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, w := pol.(des.Weighted).Weights()
+	if len(w) != 2 || len(w[0]) != 2 {
+		t.Fatalf("no snapshot was installed: weights %v", w)
+	}
+	// Cluster a (index 0) puts a real share on b-0 (index 1).
+	if w[0][1] < 0.2 {
+		t.Fatalf("cluster a's weight on b-0 is %.3f, want >= 0.2 (weights %v)", w[0][1], w)
+	}
+	m := r.Metrics
+	// b's own traffic is 1/6 of the total and stays local; a's spill
+	// (about 0.3 of a's traffic) is served in b.
+	if m.CrossRegionShare < 0.2 {
+		t.Fatalf("cross-region share %.3f, want >= 0.2", m.CrossRegionShare)
+	}
+	near := run(t, sc, wl, "nearest", 1)
+	if near.Metrics.CrossRegionShare != 0 {
+		t.Fatalf("nearest crossed regions: %.3f", near.Metrics.CrossRegionShare)
+	}
+	if m.TTFTms.P99 >= near.Metrics.TTFTms.P99/2 {
+		t.Fatalf("switchyard p99 TTFT %.0f ms, nearest %.0f ms: spilling should at least halve it", m.TTFTms.P99, near.Metrics.TTFTms.P99)
 	}
 }
 
@@ -230,5 +269,164 @@ func TestOutcomeRetryMarksAllButTheLastAttempt(t *testing.T) {
 	}
 	if retried == 0 {
 		t.Fatal("no request was retried while a-0 was down")
+	}
+}
+
+// outcomes records every attempt's outcome and the world it ran in.
+type outcomes struct {
+	w    *des.World
+	next int
+	by   map[int]des.Outcome
+	eng  map[int]int
+}
+
+func (o *outcomes) Pick(_ time.Duration, q *des.Request, exclude []int32) int {
+	for k := range o.w.Engines {
+		e := (o.next + k) % len(o.w.Engines)
+		tried := false
+		for _, x := range exclude {
+			tried = tried || int(x) == e
+		}
+		if !tried && o.w.Healthy(e) {
+			o.next = e + 1
+			return e
+		}
+	}
+	return -1
+}
+
+func (o *outcomes) Done(_ time.Duration, q *des.Request, e int, out des.Outcome) {
+	if out.OK {
+		o.by[q.Index] = out
+		o.eng[q.Index] = e
+	}
+}
+
+func (o *outcomes) Tick(time.Duration) {}
+
+func runOutcomes(t *testing.T, sc *scenario.Scenario, wl *scenario.Stream) (*outcomes, *des.Result) {
+	t.Helper()
+	o := &outcomes{by: map[int]des.Outcome{}, eng: map[int]int{}}
+	r, err := des.Run(sc, wl, "outcomes", func(w *des.World) (des.Policy, error) { o.w = w; return o, nil }, des.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, r
+}
+
+// A non-streaming response reaches the gateway whole: its observed TTFT
+// is its E2E, and the TTFT percentiles cover streaming requests only.
+func TestNonStreamingTTFTIsE2E(t *testing.T) {
+	js := strings.Replace(small, `"rate_rps": 60}`, `"rate_rps": 60, "non_streaming_share": 0.5}`, 1)
+	sc, wl := load(t, js)
+	sc.Events = nil
+	o, r := runOutcomes(t, sc, wl)
+	var streamTTFT []float64
+	nonStr := 0
+	for i, out := range o.by {
+		req := &wl.Requests[i]
+		if req.NonStreaming {
+			nonStr++
+			if out.TTFT != out.E2E {
+				t.Fatalf("non-streaming request %d: TTFT %v != E2E %v", i, out.TTFT, out.E2E)
+			}
+			continue
+		}
+		if req.OutputTokens > 1 && out.TTFT >= out.E2E {
+			t.Fatalf("streaming request %d: TTFT %v >= E2E %v", i, out.TTFT, out.E2E)
+		}
+		streamTTFT = append(streamTTFT, float64(out.TTFT)/1e6)
+	}
+	m := r.Metrics
+	if n := len(o.by); nonStr < n/3 || nonStr > 2*n/3 {
+		t.Fatalf("%d of %d completed requests are non-streaming, want about half", nonStr, n)
+	}
+	if m.NonStreaming != nonStr || m.Completed != len(o.by) {
+		t.Fatalf("metrics count %d non-streaming of %d, outcomes %d of %d", m.NonStreaming, m.Completed, nonStr, len(o.by))
+	}
+	slices.Sort(streamTTFT)
+	k := int(math.Ceil(0.99*float64(len(streamTTFT)))) - 1
+	if want := math.Round(streamTTFT[k]*10) / 10; math.Abs(m.TTFTms.P99-want) > 0.11 {
+		t.Fatalf("p99 TTFT %v, want %v (streaming requests only)", m.TTFTms.P99, want)
+	}
+}
+
+// An engine with latency_multiplier 6 is six times slower than its
+// same-class peer, while the world still shows the class's preset.
+func TestLatencyMultiplierSlowsOneEngine(t *testing.T) {
+	js := strings.Replace(small, `{"id": "b-0", "region": "b", "gpu": "h100"}`, `{"id": "b-0", "region": "b", "gpu": "h100", "latency_multiplier": 6}`, 1)
+	js = strings.Replace(js, `"rate_rps": 60}`, `"rate_rps": 2}`, 1) // light load: small batches
+	sc, wl := load(t, js)
+	sc.Events = nil
+	o, _ := runOutcomes(t, sc, wl)
+	var sum [3]time.Duration
+	var tok [3]int
+	for i, out := range o.by {
+		e := o.eng[i]
+		sum[e] += out.E2E - out.TTFT
+		tok[e] += wl.Requests[i].OutputTokens - 1
+	}
+	perTok := func(e int) float64 { return float64(sum[e]) / float64(tok[e]) }
+	if ratio := perTok(1) / perTok(0); ratio < 5.5 || ratio > 6.5 {
+		t.Fatalf("b-0 decodes %.2fx slower than a-0, want 6x", ratio)
+	}
+	if o.w.Engines[1].Preset != o.w.Engines[0].Preset {
+		t.Fatal("the slowed engine shows a different preset")
+	}
+}
+
+// An engine flagged report_max_batch: false exports no batch limit.
+func TestReportedMaxBatch(t *testing.T) {
+	js := strings.Replace(small, `{"id": "b-0", "region": "b", "gpu": "h100"}`, `{"id": "b-0", "region": "b", "gpu": "h100", "report_max_batch": false}`, 1)
+	sc, wl := load(t, js)
+	o, _ := runOutcomes(t, sc, wl)
+	if got := o.w.Engines[1].ReportedMaxBatch(); got != 0 {
+		t.Fatalf("b-0 reports max batch %d, want 0", got)
+	}
+	if got, want := o.w.Engines[0].ReportedMaxBatch(), o.w.Engines[0].Preset.MaxSeqs; got != want || want == 0 {
+		t.Fatalf("a-0 reports max batch %d, want the preset's %d", got, want)
+	}
+}
+
+// restartProbe routes every request to engine 0 and asks, at every tick,
+// how much of the first request's prompt engine 0's cache holds.
+type restartProbe struct {
+	w     *des.World
+	first *des.Request
+	held  map[time.Duration]int
+}
+
+func (p *restartProbe) Pick(_ time.Duration, q *des.Request, exclude []int32) int {
+	if p.first == nil {
+		p.first = q
+	}
+	if len(exclude) > 0 {
+		return -1
+	}
+	return 0
+}
+func (p *restartProbe) Done(time.Duration, *des.Request, int, des.Outcome) {}
+func (p *restartProbe) Tick(now time.Duration) {
+	if p.first != nil {
+		p.held[now] = p.w.PrefixMatch(0, p.first)
+	}
+}
+
+// An engine killed and restarted comes back with a cold cache.
+func TestRestartedEngineIsCold(t *testing.T) {
+	js := strings.Replace(small, `"rate_rps": 60}`, `"rate_rps": 5, "sessions": 4}`, 1)
+	sc, wl := load(t, js)
+	p := &restartProbe{held: map[time.Duration]int{}}
+	if _, err := des.Run(sc, wl, "probe", func(w *des.World) (des.Policy, error) { p.w = w; return p, nil }, des.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// a-0 is down from 8 s to 12 s; nothing routes there until the
+	// gateways notice it is back (14 s), and the probe's prompt was cached
+	// before 8 s.
+	if p.held[7900*time.Millisecond] == 0 {
+		t.Fatal("the first prompt was not cached before the kill")
+	}
+	if got := p.held[12100*time.Millisecond]; got != 0 {
+		t.Fatalf("after the restart engine 0 holds %d tokens of the first prompt, want a cold cache", got)
 	}
 }

@@ -63,18 +63,35 @@ type Outcome struct {
 	// Switchyard's does, reports on the request's last attempt only.
 	Retry bool
 	// TTFT and E2E are as seen at the gateway (network included);
-	// EngineTTFT is the engine's own.
+	// EngineTTFT is the engine's own. A non-streaming response
+	// (W.NonStreaming) reaches the gateway whole, so its TTFT equals
+	// its E2E: the gateway cannot observe the first token.
 	TTFT, E2E, EngineTTFT time.Duration
-	// MeanTBOT is the mean time between output tokens.
+	// MeanTBOT is the engine's mean time between output tokens.
 	MeanTBOT                                 time.Duration
 	PromptTokens, OutputTokens, CachedTokens int
 }
 
-// EngineInfo is the static description of an engine.
+// EngineInfo is the static description of an engine, as its operator
+// declared it: an engine made slower than its class (the scenario's
+// latency_multiplier) still shows its class's preset here.
 type EngineInfo struct {
 	ID, Region, GPU string
 	Preset          engine.Preset
 	Replicas        int
+	// MaxBatchHidden: the engine does not export its batch limit (the
+	// scenario's report_max_batch: false), as vLLM does not.
+	MaxBatchHidden bool
+}
+
+// ReportedMaxBatch is the batch limit (max running sequences per
+// replica) the engine's metrics export: the preset's, or 0 when the
+// engine hides it.
+func (e EngineInfo) ReportedMaxBatch() int {
+	if e.MaxBatchHidden {
+		return 0
+	}
+	return e.Preset.MaxSeqs
 }
 
 // ClusterInfo is the static description of a gateway cluster.

@@ -23,11 +23,16 @@ type Percentiles struct {
 
 // Metrics are the per-policy numbers of `switchyard sim --json`.
 type Metrics struct {
+	// TTFTms and TBOTms are over completed streaming requests only: a
+	// non-streaming client sees no first token and no token gaps, only
+	// its E2E. E2Ems is over every completed request.
 	TTFTms Percentiles `json:"ttft_ms"`
 	TBOTms Percentiles `json:"tbot_ms"`
 	E2Ems  Percentiles `json:"e2e_ms"`
 	// GoodputRPS is completed requests meeting the scenario's SLO per
-	// second of the arrival window.
+	// second of the arrival window. A non-streaming request meets it when
+	// its E2E is within the time a streaming response meeting both
+	// bounds could take: slo.ttft_ms + (output tokens − 1) × slo.tbot_ms.
 	GoodputRPS float64 `json:"goodput_rps"`
 	// KVHitRate is the share of prompt tokens served from prefix caches.
 	KVHitRate float64 `json:"kv_hit_rate"`
@@ -46,6 +51,9 @@ type Metrics struct {
 	CrossRegionShare float64 `json:"cross_region_share"`
 	Requests         int     `json:"requests"`
 	Completed        int     `json:"completed"`
+	// NonStreaming counts the completed requests that were not streamed
+	// (absent when every request streams).
+	NonStreaming int `json:"non_streaming,omitempty"`
 	// FailedAttempts counts attempts that failed (retried or not).
 	FailedAttempts int `json:"failed_attempts"`
 	// SLOAttainment is the share of all requests that met the SLO.
@@ -63,7 +71,7 @@ type Series struct {
 	// Weight[e] is engine e's weight averaged over clusters (nil for
 	// policies without weights).
 	Weight [][]float64
-	// TTFTms holds every completed request's TTFT, sorted.
+	// TTFTms holds every completed streaming request's TTFT, sorted.
 	TTFTms []float64
 }
 
@@ -76,6 +84,8 @@ type collector struct {
 	ttft, tbot    []float32
 	e2e           []float32
 	good, cross   int
+	completed     int
+	nonStr        int
 	shed, failed  int
 	attemptFailed int
 	sloTTFT       time.Duration
@@ -114,11 +124,19 @@ func newCollector(name string, s *sim, keep bool) *collector {
 func ms(d time.Duration) float32 { return float32(float64(d) / 1e6) }
 
 func (c *collector) done(s *sim, v *Request, e int, o Outcome) {
-	c.ttft = append(c.ttft, ms(o.TTFT))
-	c.tbot = append(c.tbot, ms(o.MeanTBOT))
+	c.completed++
 	c.e2e = append(c.e2e, ms(o.E2E))
-	if o.TTFT <= c.sloTTFT && o.MeanTBOT <= c.sloTBOT {
-		c.good++
+	if v.W.NonStreaming {
+		c.nonStr++
+		if o.E2E <= c.sloTTFT+time.Duration(max(o.OutputTokens-1, 0))*c.sloTBOT {
+			c.good++
+		}
+	} else {
+		c.ttft = append(c.ttft, ms(o.TTFT))
+		c.tbot = append(c.tbot, ms(o.MeanTBOT))
+		if o.TTFT <= c.sloTTFT && o.MeanTBOT <= c.sloTBOT {
+			c.good++
+		}
 	}
 	if s.world.Clusters[v.Cluster].Region != s.world.Engines[e].Region {
 		c.cross++
@@ -214,7 +232,7 @@ func (c *collector) sample(s *sim, t time.Duration) {
 
 func (c *collector) result(s *sim) *Result {
 	m := Metrics{
-		Requests: len(s.wl.Requests), Completed: len(c.ttft),
+		Requests: len(s.wl.Requests), Completed: c.completed, NonStreaming: c.nonStr,
 		Shed: c.shed, Failed: c.failed, FailedAttempts: c.attemptFailed,
 		WeightReversals: c.revs,
 	}

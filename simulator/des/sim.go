@@ -15,8 +15,10 @@
 // retries). An attempt to an engine that is down, or whose queue is full,
 // fails back to the gateway after the round trip and is retried on
 // another engine, at most three attempts in all. An engine going down
-// fails what it holds (retried when no token has reached the client yet)
-// and comes back with a cold cache. Gateways notice an engine going down
+// fails what it holds (retried when no token has reached the client yet:
+// before the first token, or at any point of a non-streaming response)
+// and comes back with a cold cache. A non-streaming request's response
+// reaches the gateway whole, so the gateway's TTFT for it is its E2E. Gateways notice an engine going down
 // or up HealthCheckMs after the fact. A region outage takes down the
 // region's engines; its gateway cluster keeps serving its users (the edge
 // is elsewhere).
@@ -170,9 +172,10 @@ func newSim(sc *scenario.Scenario, wl *scenario.Stream) (*sim, error) {
 			p.MaxBatchedTokens = max(p.MaxBatchedTokens, e.MaxSeqs+1)
 		}
 		reps := max(e.Replicas, 1)
-		info := EngineInfo{ID: e.ID, Region: e.Region, GPU: e.GPU, Preset: p, Replicas: reps}
+		info := EngineInfo{ID: e.ID, Region: e.Region, GPU: e.GPU, Preset: p, Replicas: reps, MaxBatchHidden: !e.ReportsMaxBatch()}
 		w.Engines = append(w.Engines, info)
-		s.slots = append(s.slots, slot{info: info, cfg: engine.Config{Preset: p, Replicas: reps, MaxWaiting: e.MaxWaiting}, up: true, seenUp: true})
+		cfg := engine.Config{Preset: p, Replicas: reps, MaxWaiting: e.MaxWaiting, LatencyMultiplier: e.LatencyMultiplier}
+		s.slots = append(s.slots, slot{info: info, cfg: cfg, up: true, seenUp: true})
 		if err := s.startInstance(i, reps); err != nil {
 			return nil, err
 		}
@@ -518,6 +521,9 @@ func (s *sim) engineEvents(k int, t time.Duration) int {
 				MeanTBOT:     res.MeanITL(),
 				PromptTokens: res.PromptTokens, OutputTokens: res.OutputTokens, CachedTokens: res.CachedTokens,
 			}
+			if v.W.NonStreaming {
+				o.TTFT = o.E2E // the first byte arrives with the whole body
+			}
 			st.state = stDone
 			s.policy.Done(t, v, int(st.slot), o)
 			s.col.done(s, v, int(st.slot), o)
@@ -593,7 +599,8 @@ func (s *sim) kill(k int, now time.Duration) int {
 		}
 		v := &s.views[i]
 		half := s.world.RTT[v.Cluster][st.slot] / 2
-		if !st.gotFirst {
+		if !st.gotFirst || v.W.NonStreaming {
+			// Nothing has reached the client yet: the gateway retries.
 			st.state = stPending
 			s.push(pending{t: now + half, kind: pRetry, idx: int32(i)})
 			continue

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -43,8 +44,18 @@ const mooncakeTick = 3 * time.Second
 // generatorBlockTokens is the prefix-block size the generator uses.
 const generatorBlockTokens = 64
 
+// ErrTraceOnGenerator is returned by Build when BuildOptions.Trace is
+// set on a scenario whose workload is the generator: there is no trace to
+// replace, and ignoring the option would silently run something else
+// than the caller asked for.
+var ErrTraceOnGenerator = errors.New("a trace given for a generator workload")
+
 // Build produces the scenario's workload.
 func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
+	if opt.Trace != "" && s.Workload.Kind == KindGenerator {
+		return nil, fmt.Errorf("%w: scenario %q generates its requests; only a mooncake or azure workload's trace can be replaced",
+			ErrTraceOnGenerator, s.Name)
+	}
 	dur := time.Duration(s.DurationS * float64(time.Second))
 	shares := s.shares()
 	out := &Stream{}
@@ -156,9 +167,26 @@ func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
 		}
 	}
 	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Arrival < reqs[j].Arrival })
+	s.markNonStreaming(reqs, opt.Seed)
 	out.Requests = reqs
 	out.Span = dur
 	return out, nil
+}
+
+// markNonStreaming makes workload.non_streaming_share of the
+// conversations non-streaming, drawn per session from a hash of the
+// session and the seed (no random stream is consumed, so a share of 0
+// leaves the workload exactly as it was).
+func (s *Scenario) markNonStreaming(reqs []workload.Request, seed uint64) {
+	share := s.Workload.NonStreamingShare
+	if share <= 0 {
+		return
+	}
+	salt := strconv.FormatUint(seed, 36) + "|"
+	for i := range reqs {
+		u := float64(hash64(salt+reqs[i].Session)>>11) / (1 << 53)
+		reqs[i].NonStreaming = u < share
+	}
 }
 
 // sniff tells the trace format by content, so --trace may replace a

@@ -82,7 +82,18 @@ type Engine struct {
 	// MaxSeqs overrides the preset's batch limit (vLLM's max_num_seqs),
 	// as operators tune it to where the GPU saturates.
 	MaxSeqs int `json:"max_seqs,omitempty"`
+	// LatencyMultiplier makes the engine that many times slower than its
+	// GPU preset (every prefill and decode step), while it still declares
+	// the preset's class: a throttled or misconfigured peer (default 1).
+	LatencyMultiplier float64 `json:"latency_multiplier,omitempty"`
+	// ReportMaxBatch says whether the engine exports its batch limit
+	// (default true). vLLM does not: with false the engine's agent
+	// publishes no max batch and the processor must infer or assume one.
+	ReportMaxBatch *bool `json:"report_max_batch,omitempty"`
 }
+
+// ReportsMaxBatch reports whether the engine exports its batch limit.
+func (e Engine) ReportsMaxBatch() bool { return e.ReportMaxBatch == nil || *e.ReportMaxBatch }
 
 // Workload kinds.
 const (
@@ -114,6 +125,11 @@ type Workload struct {
 	// DurationS in [0,1], multiplier >= 0] points, interpolated linearly.
 	// Requests are thinned by multiplier / max multiplier.
 	RateProfile [][2]float64 `json:"rate_profile,omitempty"`
+	// NonStreamingShare is the share of conversations whose client asks
+	// for a non-streaming response (stream: false), in [0, 1] (default 0:
+	// every request streams). A conversation is drawn once, by a hash of
+	// its session and the seed, so all its turns agree.
+	NonStreamingShare float64 `json:"non_streaming_share,omitempty"`
 }
 
 // Control holds the control-plane and gateway settings.
@@ -246,12 +262,42 @@ func (s *Scenario) Validate() error {
 	if s.Name == "" {
 		return invalid("name is empty")
 	}
+	if err := s.validateNumbers(); err != nil {
+		return err
+	}
+	regions, err := s.validateRegions()
+	if err != nil {
+		return err
+	}
+	clusters, err := s.validateClusters(regions)
+	if err != nil {
+		return err
+	}
+	engines, err := s.validateEngines(regions)
+	if err != nil {
+		return err
+	}
+	if err := s.validateWorkload(); err != nil {
+		return err
+	}
+	for i, ev := range s.Events {
+		if err := s.validateEvent(i, ev, engines, regions, clusters); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateNumbers checks the scalar settings: durations, rates and the
+// control plane's knobs are finite and non-negative, and the SLO positive.
+func (s *Scenario) validateNumbers() error {
 	for _, f := range []struct {
 		name string
 		v    float64
 	}{
 		{"duration_s", s.DurationS}, {"drain_s", s.DrainS}, {"intra_region_rtt_ms", s.IntraRegionRTTms},
 		{"workload.time_scale", s.Workload.TimeScale}, {"workload.rate_rps", s.Workload.RateRPS},
+		{"workload.non_streaming_share", s.Workload.NonStreamingShare},
 		{"control.tick_ms", s.Control.TickMs}, {"control.signal_interval_s", s.Control.SignalIntervalS},
 		{"control.window_s", s.Control.WindowS}, {"control.slide_s", s.Control.SlideS},
 		{"control.allowed_lateness_s", s.Control.AllowedLatenessS},
@@ -276,91 +322,108 @@ func (s *Scenario) Validate() error {
 	if !(s.SLO.TBOTms > 0) || !finite(s.SLO.TBOTms) {
 		return invalid("slo.tbot_ms = %v, want > 0", s.SLO.TBOTms)
 	}
+	return nil
+}
+
+// validateRegions checks the region names and the RTT matrix, and
+// returns the set of regions.
+func (s *Scenario) validateRegions() (map[string]bool, error) {
 	if len(s.Regions) == 0 {
-		return invalid("regions is empty")
+		return nil, invalid("regions is empty")
 	}
 	regions := map[string]bool{}
 	for i, r := range s.Regions {
 		if r == "" {
-			return invalid("regions[%d] is empty", i)
+			return nil, invalid("regions[%d] is empty", i)
 		}
 		if regions[r] {
-			return invalid("regions[%d] %q is duplicated", i, r)
+			return nil, invalid("regions[%d] %q is duplicated", i, r)
 		}
 		regions[r] = true
 	}
 	for _, a := range sortedKeys(s.RTTms) {
 		row := s.RTTms[a]
 		if !regions[a] {
-			return invalid("rtt_ms[%q]: unknown region", a)
+			return nil, invalid("rtt_ms[%q]: unknown region", a)
 		}
 		for _, b := range sortedKeys(row) {
 			v := row[b]
 			if !regions[b] {
-				return invalid("rtt_ms[%q][%q]: unknown region", a, b)
+				return nil, invalid("rtt_ms[%q][%q]: unknown region", a, b)
 			}
 			if !finite(v) || v < 0 || v > 60000 {
-				return invalid("rtt_ms[%q][%q] = %v, want in [0, 60000]", a, b, v)
+				return nil, invalid("rtt_ms[%q][%q] = %v, want in [0, 60000]", a, b, v)
 			}
 		}
 	}
+	return regions, nil
+}
+
+// validateClusters checks the gateway clusters and returns their ids.
+func (s *Scenario) validateClusters(regions map[string]bool) (map[string]bool, error) {
 	if len(s.Clusters) == 0 {
-		return invalid("clusters is empty")
+		return nil, invalid("clusters is empty")
 	}
 	if len(s.Clusters) > MaxClusters {
-		return invalid("clusters has %d entries, limit %d", len(s.Clusters), MaxClusters)
+		return nil, invalid("clusters has %d entries, limit %d", len(s.Clusters), MaxClusters)
 	}
 	clusters := map[string]bool{}
 	for i, c := range s.Clusters {
 		switch {
 		case c.ID == "":
-			return invalid("clusters[%d].id is empty", i)
+			return nil, invalid("clusters[%d].id is empty", i)
 		case clusters[c.ID]:
-			return invalid("clusters[%d].id %q is duplicated", i, c.ID)
+			return nil, invalid("clusters[%d].id %q is duplicated", i, c.ID)
 		case !regions[c.Region]:
-			return invalid("clusters[%d].region %q is not in regions", i, c.Region)
+			return nil, invalid("clusters[%d].region %q is not in regions", i, c.Region)
 		}
 		if err := nonNeg(fmt.Sprintf("clusters[%d].share", i), c.Share); err != nil {
-			return err
+			return nil, err
 		}
 		clusters[c.ID] = true
 	}
+	return clusters, nil
+}
+
+// validateEngines checks the engines and returns their ids.
+func (s *Scenario) validateEngines(regions map[string]bool) (map[string]bool, error) {
 	if len(s.Engines) == 0 {
-		return invalid("engines is empty")
+		return nil, invalid("engines is empty")
 	}
 	if len(s.Engines) > MaxEngines {
-		return invalid("engines has %d entries, limit %d", len(s.Engines), MaxEngines)
+		return nil, invalid("engines has %d entries, limit %d", len(s.Engines), MaxEngines)
 	}
 	engines := map[string]bool{}
 	for i, e := range s.Engines {
-		switch {
-		case e.ID == "":
-			return invalid("engines[%d].id is empty", i)
-		case engines[e.ID]:
-			return invalid("engines[%d].id %q is duplicated", i, e.ID)
-		case !regions[e.Region]:
-			return invalid("engines[%d].region %q is not in regions", i, e.Region)
-		case e.Replicas < 0 || e.Replicas > 1024:
-			return invalid("engines[%d].replicas = %d, want in [1, 1024] (0 means 1)", i, e.Replicas)
-		case e.MaxWaiting < 0:
-			return invalid("engines[%d].max_waiting = %d, want >= 0", i, e.MaxWaiting)
-		case e.MaxSeqs < 0 || e.MaxSeqs > 1<<16:
-			return invalid("engines[%d].max_seqs = %d, want in [1, %d] (0: the preset's)", i, e.MaxSeqs, 1<<16)
-		case e.MaxModelLen < 0 || e.MaxModelLen == 1 || e.MaxModelLen > 1<<20:
-			return invalid("engines[%d].max_model_len = %d, want in [2, %d] (0: the preset's)", i, e.MaxModelLen, 1<<20)
-		}
-		if _, err := engine.LookupPreset(e.GPU); err != nil {
-			return invalid("engines[%d].gpu: %v", i, err)
+		if err := validateEngine(i, e, regions, engines); err != nil {
+			return nil, err
 		}
 		engines[e.ID] = true
 	}
-	if err := s.validateWorkload(); err != nil {
-		return err
+	return engines, nil
+}
+
+func validateEngine(i int, e Engine, regions, seen map[string]bool) error {
+	switch {
+	case e.ID == "":
+		return invalid("engines[%d].id is empty", i)
+	case seen[e.ID]:
+		return invalid("engines[%d].id %q is duplicated", i, e.ID)
+	case !regions[e.Region]:
+		return invalid("engines[%d].region %q is not in regions", i, e.Region)
+	case e.Replicas < 0 || e.Replicas > 1024:
+		return invalid("engines[%d].replicas = %d, want in [1, 1024] (0 means 1)", i, e.Replicas)
+	case e.MaxWaiting < 0:
+		return invalid("engines[%d].max_waiting = %d, want >= 0", i, e.MaxWaiting)
+	case e.MaxSeqs < 0 || e.MaxSeqs > 1<<16:
+		return invalid("engines[%d].max_seqs = %d, want in [1, %d] (0: the preset's)", i, e.MaxSeqs, 1<<16)
+	case e.MaxModelLen < 0 || e.MaxModelLen == 1 || e.MaxModelLen > 1<<20:
+		return invalid("engines[%d].max_model_len = %d, want in [2, %d] (0: the preset's)", i, e.MaxModelLen, 1<<20)
+	case !finite(e.LatencyMultiplier) || e.LatencyMultiplier < 0 || e.LatencyMultiplier > 1000:
+		return invalid("engines[%d].latency_multiplier = %v, want in (0, 1000] (0 means 1)", i, e.LatencyMultiplier)
 	}
-	for i, ev := range s.Events {
-		if err := s.validateEvent(i, ev, engines, regions, clusters); err != nil {
-			return err
-		}
+	if _, err := engine.LookupPreset(e.GPU); err != nil {
+		return invalid("engines[%d].gpu: %v", i, err)
 	}
 	return nil
 }
@@ -404,6 +467,9 @@ func (s *Scenario) validateWorkload() error {
 	}
 	if len(w.RateProfile) > 0 && !(s.DurationS > 0) {
 		return invalid("workload.rate_profile needs duration_s > 0")
+	}
+	if w.NonStreamingShare > 1 {
+		return invalid("workload.non_streaming_share = %v, want in [0, 1]", w.NonStreamingShare)
 	}
 	return nil
 }

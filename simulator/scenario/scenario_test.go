@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,10 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"event kind", `"kind": "engine_down"`, `"kind": "meteor"`, "events[0].kind"},
 		{"cluster share", `"share": 3`, `"share": -3`, "clusters[0].share"},
 		{"trailing", `"cluster": "a"}]`, `"cluster": "a"}]}{"x": 1`, "trailing data"},
+		{"latency multiplier", `"gpu": "h100"}`, `"gpu": "h100", "latency_multiplier": -2}`, "engines[0].latency_multiplier"},
+		{"latency multiplier too big", `"gpu": "h100"}`, `"gpu": "h100", "latency_multiplier": 5000}`, "engines[0].latency_multiplier"},
+		{"report max batch type", `"gpu": "h100"}`, `"gpu": "h100", "report_max_batch": 0}`, "report_max_batch"},
+		{"non-streaming share", `"rate_rps": 20}`, `"rate_rps": 20, "non_streaming_share": 1.5}`, "workload.non_streaming_share"},
 	}
 	if _, err := Parse([]byte(good)); err != nil {
 		t.Fatalf("good scenario: %v", err)
@@ -86,6 +91,65 @@ func TestShippedScenariosLoadAndBuild(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A trace given for a generator workload would be silently ignored, so
+// Build refuses it.
+func TestTraceOnGeneratorIsAnError(t *testing.T) {
+	s, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Build(BuildOptions{Seed: 1, Trace: "x.jsonl"}); !errors.Is(err, ErrTraceOnGenerator) {
+		t.Fatalf("got %v, want ErrTraceOnGenerator", err)
+	}
+}
+
+// non_streaming_share marks about that share of the conversations, all
+// turns of a conversation alike, and leaves the rest of the workload as
+// it was.
+func TestNonStreamingShare(t *testing.T) {
+	plain, err := Parse([]byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, err := Parse([]byte(strings.Replace(good, `"rate_rps": 20}`, `"rate_rps": 20, "non_streaming_share": 0.5}`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := plain.Build(BuildOptions{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := half.Build(BuildOptions{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Requests) != len(b.Requests) {
+		t.Fatalf("%d requests, %d with the share", len(a.Requests), len(b.Requests))
+	}
+	bySession := map[string]bool{}
+	non := 0
+	for i, r := range b.Requests {
+		if a.Requests[i].NonStreaming {
+			t.Fatal("a share of 0 made a request non-streaming")
+		}
+		q := r
+		q.NonStreaming = false
+		if !reflect.DeepEqual(q, a.Requests[i]) {
+			t.Fatalf("request %d differs beyond the flag: %+v vs %+v", i, r, a.Requests[i])
+		}
+		if prev, ok := bySession[r.Session]; ok && prev != r.NonStreaming {
+			t.Fatalf("session %s mixes streaming and non-streaming turns", r.Session)
+		}
+		bySession[r.Session] = r.NonStreaming
+		if r.NonStreaming {
+			non++
+		}
+	}
+	if n := len(b.Requests); non < n/4 || non > 3*n/4 {
+		t.Fatalf("%d of %d requests are non-streaming, want about half", non, n)
 	}
 }
 

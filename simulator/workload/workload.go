@@ -33,6 +33,10 @@ type Request struct {
 	Blocks       []uint64
 	PromptTokens int
 	OutputTokens int
+	// NonStreaming: the client asked for the whole response at once
+	// (stream: false), so nothing reaches it before the last token. The
+	// zero value streams, as chat clients do.
+	NonStreaming bool
 }
 
 // Generator configures the built-in conversational workload.
