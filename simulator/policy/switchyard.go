@@ -212,6 +212,7 @@ func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus,
 		Attempts:      uint32(r.Attempt),
 		PromptTokens:  uint32(min(r.W.PromptTokens, math.MaxUint32)),
 		OutputTokens:  uint32(min(r.W.OutputTokens, math.MaxUint32)),
+		Stream:        !r.W.NonStreaming,
 	}
 	if e >= 0 {
 		ev.EngineId = p.w.Engines[e].ID
@@ -301,7 +302,7 @@ func (p *switchyard) scrape(now time.Duration) {
 			RequestsFinished:   float64(st.Finished - prev.Finished),
 			PromptTokens:       float64(st.PromptTokens - prev.PromptTokens),
 			GenerationTokens:   float64(st.GenerationTokens - prev.GenerationTokens),
-			MaxBatch:           uint32(info.Preset.MaxSeqs),
+			MaxBatch:           uint32(info.ReportedMaxBatch()),
 		}
 		if p.ttftH.Count > 0 {
 			p.sig.TtftSeconds = &p.ttftH
