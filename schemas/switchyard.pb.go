@@ -1267,9 +1267,14 @@ type Explanation struct {
 	// traffic on this engine (the dual price), in ms.
 	MarginalMs float64 `protobuf:"fixed64,3,opt,name=marginal_ms,json=marginalMs,proto3" json:"marginal_ms,omitempty"`
 	// Constraints that bind: "capacity", "unhealthy", "residency", "zero".
-	Binding       []string `protobuf:"bytes,4,rep,name=binding,proto3" json:"binding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Binding []string `protobuf:"bytes,4,rep,name=binding,proto3" json:"binding,omitempty"`
+	// The engine's batch limit per replica in its latest estimate, and where
+	// it came from (EngineEstimate.max_batch, capacity_source); 0 and ""
+	// when unknown.
+	MaxBatch       uint32 `protobuf:"varint,5,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	CapacitySource string `protobuf:"bytes,6,opt,name=capacity_source,json=capacitySource,proto3" json:"capacity_source,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Explanation) Reset() {
@@ -1328,6 +1333,20 @@ func (x *Explanation) GetBinding() []string {
 		return x.Binding
 	}
 	return nil
+}
+
+func (x *Explanation) GetMaxBatch() uint32 {
+	if x != nil {
+		return x.MaxBatch
+	}
+	return 0
+}
+
+func (x *Explanation) GetCapacitySource() string {
+	if x != nil {
+		return x.CapacitySource
+	}
+	return ""
 }
 
 type EngineWeight struct {
@@ -1768,14 +1787,16 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06engine\x18\x01 \x01(\v2\x1d.switchyard.v1.EngineEstimateH\x00R\x06engine\x127\n" +
 	"\x06demand\x18\x02 \x01(\v2\x1d.switchyard.v1.DemandEstimateH\x00R\x06demand\x12:\n" +
 	"\anetwork\x18\x03 \x01(\v2\x1e.switchyard.v1.NetworkEstimateH\x00R\anetworkB\x06\n" +
-	"\x04kind\"\x84\x01\n" +
+	"\x04kind\"\xca\x01\n" +
 	"\vExplanation\x12\x1d\n" +
 	"\n" +
 	"network_ms\x18\x01 \x01(\x01R\tnetworkMs\x12\x1b\n" +
 	"\tengine_ms\x18\x02 \x01(\x01R\bengineMs\x12\x1f\n" +
 	"\vmarginal_ms\x18\x03 \x01(\x01R\n" +
 	"marginalMs\x12\x18\n" +
-	"\abinding\x18\x04 \x03(\tR\abinding\"\xd5\x01\n" +
+	"\abinding\x18\x04 \x03(\tR\abinding\x12\x1b\n" +
+	"\tmax_batch\x18\x05 \x01(\rR\bmaxBatch\x12'\n" +
+	"\x0fcapacity_source\x18\x06 \x01(\tR\x0ecapacitySource\"\xd5\x01\n" +
 	"\fEngineWeight\x12\x1b\n" +
 	"\tengine_id\x18\x01 \x01(\tR\bengineId\x12!\n" +
 	"\fendpoint_url\x18\x02 \x01(\tR\vendpointUrl\x12\x16\n" +

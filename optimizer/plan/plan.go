@@ -303,6 +303,7 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 		region[e.ID] = s.engines[e.ID].GetRegion()
 	}
 	spill(in, region, snap.GetClusters())
+	explainCapacity(s.engines, snap.GetClusters())
 	return snap, nil
 }
 

@@ -37,11 +37,19 @@ func seedSnapshot(t *testing.T) *schemas.WeightSnapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &schemas.WeightSnapshot{
+	snap := &schemas.WeightSnapshot{
 		SchemaVersion: schemas.Version, Version: 7, CreatedUnixMs: 1_700_000_000_000,
 		Clusters:     sol.ClusterWeights(map[string]string{"b-0": "http://b-0:8000", "c-0": "http://c-0:8000"}),
 		InputsDigest: in.Digest(), Stats: sol.Stats(),
 	}
+	for _, cw := range snap.GetClusters() {
+		for _, w := range cw.GetWeights() {
+			if w.GetEngineId() == "b-0" && w.GetExplanation() != nil {
+				w.Explanation.MaxBatch, w.Explanation.CapacitySource = 16, "inferred"
+			}
+		}
+	}
+	return snap
 }
 
 func runExplain(t *testing.T, args ...string) (string, error) {
@@ -53,7 +61,8 @@ func runExplain(t *testing.T, args ...string) (string, error) {
 
 func checkTable(t *testing.T, out string) {
 	t.Helper()
-	for _, want := range []string{"version 7", "region-b", "b-0", "c-0", "capacity", "MARGINAL MS", "http://b-0:8000", "(shed)", optimizer.SolverName} {
+	for _, want := range []string{"version 7", "region-b", "b-0", "c-0", "capacity", "MARGINAL MS", "http://b-0:8000", "(shed)", optimizer.SolverName,
+		"MAX BATCH", "16 (inferred)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -1,0 +1,21 @@
+package plan
+
+import "github.com/switchyard-llm/switchyard/schemas"
+
+// explainCapacity copies each engine's batch limit and where it came from
+// (EngineEstimate.max_batch, capacity_source) from its latest estimate
+// into the snapshot's explanations, for `switchyard explain`.
+func explainCapacity(engines map[string]*schemas.EngineEstimate, clusters []*schemas.ClusterWeights) {
+	for _, cw := range clusters {
+		for _, w := range cw.GetWeights() {
+			e := engines[w.GetEngineId()]
+			if e.GetMaxBatch() == 0 && e.GetCapacitySource() == "" {
+				continue
+			}
+			if w.Explanation == nil {
+				w.Explanation = &schemas.Explanation{}
+			}
+			w.Explanation.MaxBatch, w.Explanation.CapacitySource = e.GetMaxBatch(), e.GetCapacitySource()
+		}
+	}
+}
