@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/engineclient"
 )
 
 // newCountingEngine is a fakeEngine that counts the connections it
@@ -87,7 +87,7 @@ func TestEngineClientStaleConnection(t *testing.T) {
 		}
 		// Wait for the drain to pool the connection, then close it
 		// from the engine's side.
-		waitFor(t, 10*time.Second, func() bool { return idleConns(g) > 0 }, "connection pooled")
+		waitFor(t, 10*time.Second, func() bool { return g.client.IdleConns() > 0 }, "connection pooled")
 		e.srv.CloseClientConnections()
 	}
 	if s := g.Stats(); s.Retries != 0 || s.Failed != 0 || s.Succeeded != 5 {
@@ -103,9 +103,9 @@ func TestEngineClientIdleSweep(t *testing.T) {
 	if code, _, body := post(t, context.Background(), base, chatBody(false, "hi"), nil); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
-	waitFor(t, 10*time.Second, func() bool { return idleConns(g) == 1 }, "connection pooled")
-	g.client.closeIdle(time.Now().Add(time.Hour))
-	if n := idleConns(g); n != 0 {
+	waitFor(t, 10*time.Second, func() bool { return g.client.IdleConns() == 1 }, "connection pooled")
+	g.client.CloseIdle(time.Now().Add(time.Hour))
+	if n := g.client.IdleConns(); n != 0 {
 		t.Errorf("%d idle connections after the sweep", n)
 	}
 	if code, _, body := post(t, context.Background(), base, chatBody(false, "hi"), nil); code != 200 {
@@ -113,147 +113,16 @@ func TestEngineClientIdleSweep(t *testing.T) {
 	}
 }
 
-func TestAppendTarget(t *testing.T) {
-	tests := []struct{ base, path, want string }{
-		{"http://h:1", "/v1/chat/completions", "/v1/chat/completions"},
-		{"http://h:1/v1", "/v1/chat/completions", "/v1/chat/completions"},
-		{"http://h:1/v1/", "/v1/models", "/v1/models"},
-		{"http://h:1/engine/a", "/v1/completions", "/engine/a/v1/completions"},
-		{"http://h:1/engine/v1", "/v1/completions", "/engine/v1/completions"},
-	}
-	c := newEngineClient(time.Second, time.Now)
-	for _, tt := range tests {
-		hp := c.host(tt.base)
-		if hp == nil {
-			t.Fatalf("%s: not plain http", tt.base)
-		}
-		if got := string(hp.appendTarget(nil, tt.path)); got != tt.want {
-			t.Errorf("%s + %s = %s, want %s", tt.base, tt.path, got, tt.want)
-		}
-		if want := strings.TrimRight(tt.base, "/"); upstreamURL(want, tt.path) != "http://h:1"+tt.want {
-			t.Errorf("upstreamURL(%s, %s) = %s disagrees", want, tt.path, upstreamURL(want, tt.path))
-		}
-	}
-	if hp := c.host("https://h:1"); hp != nil {
-		t.Error("https engine routed to the plain-http client")
-	}
-	if hp := c.host("http://h"); hp == nil || hp.addr != "h:80" {
-		t.Errorf("default port: %+v", hp)
-	}
-}
-
-func TestAppendHeaderRefusesLineBreaks(t *testing.T) {
-	if b := appendHeader(nil, "A", "x\r\nB: y"); len(b) != 0 {
-		t.Errorf("appended %q", b)
-	}
-	if b := string(appendHeader(nil, "A", "x y")); b != "A: x y\r\n" {
-		t.Errorf("appended %q", b)
-	}
-}
-
-func idleConns(g *Gateway) int {
-	g.client.mu.RLock()
-	defer g.client.mu.RUnlock()
-	n := 0
-	for _, hp := range g.client.hosts {
-		if hp != nil {
-			hp.mu.Lock()
-			n += len(hp.idle)
-			hp.mu.Unlock()
-		}
-	}
-	return n
-}
-
-// readAll reads a raw response through readHead and the body, as the
-// proxy does, and reports status, Content-Type, body, whether the
-// connection would be kept and the error.
-func readRaw(raw string) (status int, ct, body string, kept bool, err error) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	c := newEngineClient(time.Second, time.Now)
-	hp := c.host("http://h:1")
-	ec := &engineConn{nc: a, pool: hp}
-	ec.br = bufio.NewReaderSize(strings.NewReader(raw), 64)
-	r, err := ec.readHead()
-	if err != nil {
-		return 0, "", "", false, err
-	}
-	r.body.c, r.body.ec, r.body.stop = c, ec, func() bool { return true }
-	data, err := io.ReadAll(&r.body)
-	hp.mu.Lock()
-	kept = len(hp.idle) == 1
-	hp.mu.Unlock()
-	return r.resp.StatusCode, r.resp.Header.Get("Content-Type"), string(data), kept, err
-}
-
-func TestReadHead(t *testing.T) {
-	tests := []struct {
-		name, raw  string
-		status     int
-		ct, body   string
-		kept, fail bool
-	}{
-		{"chunked", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", 200, "text/event-stream", "hello world", true, false},
-		{"chunked with trailer", "HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", 200, "", "abc", true, false},
-		{"content length", "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 2\r\n\r\n{}", 400, "application/json; charset=utf-8", "{}", true, false},
-		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", 200, "", "ok", false, false},
-		{"until close", "HTTP/1.1 200 OK\r\n\r\nall of it", 200, "", "all of it", false, false},
-		{"http/1.0", "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", 200, "", "x", false, false},
-		{"no content", "HTTP/1.1 204 No Content\r\n\r\n", 204, "", "", true, false},
-		{"bare LF", "HTTP/1.1 200 OK\nContent-Length: 1\n\nx", 200, "", "x", true, false},
-		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", 200, "", "ab", false, true},
-		{"bad status", "HTTP/1.1 2x0 OK\r\n\r\n", 0, "", "", false, true},
-		{"not http", "SSH-2.0\r\n\r\n", 0, "", "", false, true},
-		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", 0, "", "", false, true},
-		{"two lengths", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 0, "", "", false, true},
-		{"gzip", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", 0, "", "", false, true},
-		{"bad chunk", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 200, "", "", false, true},
-		{"cut head", "HTTP/1.1 200 OK\r\nContent-", 0, "", "", false, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			status, ct, body, kept, err := readRaw(tt.raw)
-			if (err != nil) != tt.fail {
-				t.Fatalf("err %v, want failure %v", err, tt.fail)
+// TestUpstreamURLMatchesEngineClient: net/http's path (upstreamURL) and
+// the engine client send a request for a path to the same target.
+func TestUpstreamURLMatchesEngineClient(t *testing.T) {
+	c := engineclient.New(time.Second, time.Now)
+	for _, base := range []string{"http://h:1", "http://h:1/v1", "http://h:1/v1/", "http://h:1/engine/a", "http://h:1/engine/v1"} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models"} {
+			target := string(c.Host(base).AppendTarget(nil, path))
+			if got, want := upstreamURL(strings.TrimRight(base, "/"), path), "http://h:1"+target; got != want {
+				t.Errorf("upstreamURL(%s, %s) = %s, engine client %s", base, path, got, want)
 			}
-			if status != tt.status || ct != tt.ct || body != tt.body || kept != tt.kept {
-				t.Errorf("got %d %q %q kept %v, want %d %q %q kept %v", status, ct, body, kept, tt.status, tt.ct, tt.body, tt.kept)
-			}
-		})
+		}
 	}
-}
-
-// TestChunkedEndWithData: the last events and the end of a chunked body
-// that arrive together are one read that ends the body.
-func TestChunkedEndWithData(t *testing.T) {
-	raw := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n0\r\n\r\n"
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	c := newEngineClient(time.Second, time.Now)
-	ec := &engineConn{nc: a, pool: c.host("http://h:1")}
-	ec.br = bufio.NewReader(strings.NewReader(raw))
-	r, err := ec.readHead()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.body.c, r.body.ec, r.body.stop = c, ec, func() bool { return true }
-	buf := make([]byte, 100)
-	n, err := r.body.Read(buf)
-	if n != 6 || err != io.EOF {
-		t.Errorf("Read = %d, %v; want 6, EOF", n, err)
-	}
-}
-
-// FuzzReadHead: any engine response gives a response or an error, never
-// a panic, and a body read ends.
-func FuzzReadHead(f *testing.F) {
-	f.Add("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
-	f.Add("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close, x\r\n\r\nok")
-	f.Add("HTTP/1.0 100 Continue\r\n\r\n")
-	f.Fuzz(func(t *testing.T, raw string) {
-		_, _, _, _, _ = readRaw(raw)
-	})
 }

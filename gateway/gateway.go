@@ -37,6 +37,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/gateway/budget"
+	"github.com/switchyard-llm/switchyard/gateway/engineclient"
+	"github.com/switchyard-llm/switchyard/gateway/httpserver"
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/shed"
@@ -95,10 +97,10 @@ type Gateway struct {
 	healthMu   sync.Mutex
 	healthFail map[string]int
 
-	client  *engineClient // nil when Config.Transport was set
-	reqBufs sync.Pool     // *reqBuf
-	bufs    sync.Pool     // *[]byte of sseBufSize, relay buffers
-	drains  drains        // tails of complete streams being drained
+	client  *engineclient.Client // nil when a Transport was given
+	reqBufs sync.Pool            // *reqBuf
+	bufs    sync.Pool            // *[]byte of sseBufSize, relay buffers
+	drains  drains               // tails of complete streams being drained
 }
 
 // New builds the gateway of cluster (a CPU cluster, or region, whose
@@ -134,7 +136,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
 	g.reqBufs.New = func() any { return &reqBuf{b: make([]byte, 0, 2048)} }
 	if cfg.ownClient {
-		g.client = newEngineClient(cfg.connectTimeout, cfg.now)
+		g.client = engineclient.New(cfg.connectTimeout, cfg.now)
 	}
 	if len(cfg.models) > 0 {
 		g.models = map[string]bool{}
@@ -319,13 +321,21 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	g.log.Info("gateway listening", "addr", addr)
 	srv := &http.Server{
 		Handler:           g.handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       serverIdleTimeout,
+		ReadHeaderTimeout: httpserver.ReadHeaderTimeout,
+		IdleTimeout:       httpserver.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
-	var fast *fastServer
+	var fast *httpserver.Server
 	if g.cfg.httpServer == ServerFast {
-		fast = newFastServer(g, srv, ln.Addr())
+		fast = httpserver.New(httpserver.Config{
+			Handler:      http.HandlerFunc(g.serveInference),
+			Paths:        []string{pathChat, pathCompletions},
+			Std:          srv,
+			Addr:         ln.Addr(),
+			MaxBodyBytes: g.cfg.maxBodyBytes,
+			Logger:       g.log,
+			OnHandoff:    func() { g.handoffs.Add(1) },
+		})
 	}
 	eg, ectx := errgroup.WithContext(ctx)
 	var updates <-chan []byte
@@ -344,8 +354,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if fast != nil {
-			if err := fast.shutdown(sctx, ln); err != nil {
-				fast.close()
+			if err := fast.Shutdown(sctx, ln); err != nil {
+				fast.Close()
 			}
 			return nil
 		}
@@ -356,7 +366,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	})
 	var serveErr error
 	if fast != nil {
-		serveErr = fast.serve(ln)
+		serveErr = fast.Serve(ln)
 	} else {
 		serveErr = srv.Serve(ln)
 	}
@@ -367,7 +377,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		serveErr = fmt.Errorf("serving: %w", serveErr)
 		// Stop the other goroutines.
 		if fast != nil {
-			fast.close()
+			fast.Close()
 		} else {
 			_ = srv.Close()
 		}
@@ -375,7 +385,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	waitErr := eg.Wait()
 	g.drains.closeAndWait() // at most doneGrace
 	if g.client != nil {
-		g.client.closeAll()
+		g.client.CloseAll()
 	}
 	return errors.Join(serveErr, waitErr)
 }
@@ -399,7 +409,7 @@ func (g *Gateway) control(ctx context.Context, updates <-chan []byte) {
 			g.tickShed()
 		case <-tick.C:
 			if g.client != nil {
-				g.client.closeIdle(g.cfg.now().Add(-g.client.idleTimeout))
+				g.client.CloseIdle(g.cfg.now().Add(-g.client.IdleTimeout()))
 			}
 			if n := g.outlier.Tick(g.cfg.now()); n > 0 {
 				g.log.Info("engines returned from ejection", "count", n)

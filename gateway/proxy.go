@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard-llm/switchyard/gateway/engineclient"
+	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/shed"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -37,10 +39,16 @@ const (
 	doneGrace        = time.Second
 )
 
+// The proxy routes.
+const (
+	pathChat        = "/v1/chat/completions"
+	pathCompletions = "/v1/completions"
+)
+
 func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/chat/completions", g.serveInference)
-	mux.HandleFunc("/v1/completions", g.serveInference)
+	mux.HandleFunc(pathChat, g.serveInference)
+	mux.HandleFunc(pathCompletions, g.serveInference)
 	mux.HandleFunc("/v1/models", g.serveModels)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -416,11 +424,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 // plain-http engine, else by Config.Transport.
 func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, w http.ResponseWriter, eng *pick.Engine, body []byte) (*http.Response, error) {
 	if g.client != nil {
-		if hp := g.client.host(eng.URL); hp != nil {
+		if hp := g.client.Host(eng.URL); hp != nil {
 			rb := g.reqBufs.Get().(*reqBuf)
 			rb.b = rb.b[:0]
 			g.appendRequest(ctx, rb, hp, r, w, body)
-			resp, err := g.client.do(ctx, hp, rb.b)
+			resp, err := g.client.Do(ctx, hp, rb.b)
 			if cap(rb.b) <= maxPooledRequest {
 				g.reqBufs.Put(rb)
 			}
@@ -459,19 +467,15 @@ type reqBuf struct{ b []byte }
 func (rb *reqBuf) Get(string) string { return "" }
 func (rb *reqBuf) Keys() []string    { return nil }
 func (rb *reqBuf) Set(key, value string) {
-	rb.b = appendHeader(rb.b, key, value)
+	rb.b = wire.AppendHeader(rb.b, key, value)
 }
 
 // appendRequest appends the engine's HTTP/1.1 request: the same headers
 // as the net/http path (Content-Type, the forwarded client headers, the
 // request id, the trace context), then body.
-func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *hostPool, r *http.Request, w http.ResponseWriter, body []byte) {
-	b := append(rb.b, r.Method...)
-	b = append(b, ' ')
-	b = hp.appendTarget(b, r.URL.EscapedPath())
-	b = append(b, " HTTP/1.1\r\nHost: "...)
-	b = append(b, hp.host...)
-	b = append(b, "\r\nContent-Type: application/json\r\n"...)
+func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *engineclient.Host, r *http.Request, w http.ResponseWriter, body []byte) {
+	b := hp.AppendRequestLine(rb.b, r.Method, r.URL.EscapedPath())
+	b = append(b, "Content-Type: application/json\r\n"...)
 	if body != nil {
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, int64(len(body)), 10)
@@ -482,29 +486,15 @@ func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *hostPool, r
 			continue
 		}
 		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
-			b = appendHeader(b, h, v[0])
+			b = wire.AppendHeader(b, h, v[0])
 		}
 	}
 	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
-		b = appendHeader(b, HeaderRequestID, v[0])
+		b = wire.AppendHeader(b, HeaderRequestID, v[0])
 	}
 	rb.b = b
 	g.prop.Inject(ctx, rb)
 	rb.b = append(append(rb.b, "\r\n"...), body...)
-}
-
-// appendHeader appends "key: value\r\n", leaving out a value that could
-// break the request (net/http's server has already refused those).
-func appendHeader(b []byte, key, value string) []byte {
-	for i := 0; i < len(value); i++ {
-		if c := value[i]; c == '\r' || c == '\n' || c == 0 {
-			return b
-		}
-	}
-	b = append(b, key...)
-	b = append(b, ": "...)
-	b = append(b, value...)
-	return append(b, "\r\n"...)
 }
 
 // Constant header values, shared by every request (net/http does not
@@ -684,7 +674,7 @@ type sseScan struct {
 func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
 	if s.lineStart {
 		s.inUsage = false
-		line := trimEOL(chunk)
+		line := wire.TrimEOL(chunk)
 		switch {
 		case len(line) == 0 && complete:
 			s.eventEnded = true
@@ -712,7 +702,7 @@ func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
 			}
 		}
 	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
-		s.usageLine = append(s.usageLine, trimEOL(chunk)...)
+		s.usageLine = append(s.usageLine, wire.TrimEOL(chunk)...)
 	}
 	if s.inUsage && complete {
 		if res.setUsage(s.usageLine) {
@@ -861,12 +851,4 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "no engine answered")
-}
-
-// trimEOL is bytes.TrimRight(b, "\r\n") without the cutset set-up.
-func trimEOL(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

@@ -178,7 +178,7 @@ func BenchmarkProxyEngine(b *testing.B) {
 			b.StopTimer()
 			g.drains.closeAndWait()
 			if g.client != nil {
-				g.client.closeAll()
+				g.client.CloseAll()
 			}
 		})
 	}

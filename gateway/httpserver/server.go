@@ -1,4 +1,8 @@
-package gateway
+// Package httpserver is the gateway's own HTTP/1.1 server loop for its
+// proxy routes: it parses the plain requests of those routes itself and
+// hands every other connection, with the bytes already read, to a
+// net/http server.
+package httpserver
 
 import (
 	"bufio"
@@ -15,12 +19,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
 )
 
-// Timeouts of both servers.
+// Timeouts of the server, which its net/http server should share.
 const (
-	readHeaderTimeout = 10 * time.Second
-	serverIdleTimeout = 2 * time.Minute
+	ReadHeaderTimeout = 10 * time.Second
+	IdleTimeout       = 2 * time.Minute
 	fastReadBufSize   = 4 << 10 // request heads above go to net/http
 	fastPreBody       = 8 << 10 // body buffered before a response goes chunked
 	fastMaxKeep       = 64 << 10
@@ -34,8 +40,8 @@ const (
 	connClosed
 )
 
-// fastServer is the gateway's own HTTP/1.1 server loop for the two proxy
-// routes (POST /v1/chat/completions and /v1/completions). One goroutine
+// Server is the gateway's own HTTP/1.1 server loop for its proxy routes
+// (Config.Paths, POST only). One goroutine
 // per connection reads requests; each request runs in a second goroutine
 // of the connection while the first waits in a read of the next request, which is how a client that goes away (EOF, reset) cancels the
 // request's context without a read-deadline dance. Anything it does not
@@ -43,12 +49,14 @@ const (
 // HTTP/1.0, upgrades, big heads, bodies over the limit, malformed
 // heads) is handed, with the bytes already read, to the net/http server,
 // which serves the connection from then on.
-type fastServer struct {
-	g       *Gateway
-	std     *http.Server
-	handoff *handoffListener
-	log     *slog.Logger
-	maxBody int64
+type Server struct {
+	handler   http.Handler
+	paths     []string
+	onHandoff func()
+	std       *http.Server
+	handoff   *handoffListener
+	log       *slog.Logger
+	maxBody   int64
 
 	shutting atomic.Bool
 	mu       sync.Mutex
@@ -58,16 +66,46 @@ type fastServer struct {
 	readers  sync.Pool // *bufio.Reader
 }
 
-func newFastServer(g *Gateway, std *http.Server, addr net.Addr) *fastServer {
-	s := &fastServer{
-		g:       g,
-		std:     std,
-		handoff: &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: addr},
-		log:     g.log,
-		maxBody: g.cfg.maxBodyBytes,
-		conns:   map[*fastConn]struct{}{},
-		stdDone: make(chan struct{}),
+// Config configures a Server.
+type Config struct {
+	// Handler serves the requests the server parses itself.
+	Handler http.Handler
+	// Paths are the routes it serves itself (POST only).
+	Paths []string
+	// Std serves every other connection; New starts it.
+	Std *http.Server
+	// Addr is the listener's address, as the net/http server sees it.
+	Addr net.Addr
+	// MaxBodyBytes bounds the bodies the server reads itself; a longer
+	// request goes to Std.
+	MaxBodyBytes int64
+	// Logger; default discards.
+	Logger *slog.Logger
+	// OnHandoff, when set, is called for each connection handed to Std.
+	OnHandoff func()
+}
+
+// New starts cfg.Std on the connections the server hands off and returns
+// the server; Serve starts serving a listener.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.OnHandoff == nil {
+		cfg.OnHandoff = func() {}
+	}
+	s := &Server{
+		handler:   cfg.Handler,
+		paths:     cfg.Paths,
+		onHandoff: cfg.OnHandoff,
+		std:       cfg.Std,
+		handoff:   &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: cfg.Addr},
+		log:       cfg.Logger,
+		maxBody:   cfg.MaxBodyBytes,
+		conns:     map[*fastConn]struct{}{},
+		stdDone:   make(chan struct{}),
+	}
+	std := cfg.Std
 	s.readers.New = func() any { return bufio.NewReaderSize(nil, fastReadBufSize) }
 	go func() {
 		defer close(s.stdDone)
@@ -76,8 +114,8 @@ func newFastServer(g *Gateway, std *http.Server, addr net.Addr) *fastServer {
 	return s
 }
 
-// serve accepts connections until ln is closed.
-func (s *fastServer) serve(ln net.Listener) error {
+// Serve accepts connections until ln is closed.
+func (s *Server) Serve(ln net.Listener) error {
 	var delay time.Duration
 	for {
 		c, err := ln.Accept()
@@ -104,7 +142,7 @@ func (s *fastServer) serve(ln net.Listener) error {
 	}
 }
 
-func (s *fastServer) track(fc *fastConn) bool {
+func (s *Server) track(fc *fastConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutting.Load() {
@@ -115,17 +153,17 @@ func (s *fastServer) track(fc *fastConn) bool {
 	return true
 }
 
-func (s *fastServer) forget(fc *fastConn) {
+func (s *Server) forget(fc *fastConn) {
 	s.mu.Lock()
 	delete(s.conns, fc)
 	s.mu.Unlock()
 	s.wg.Done()
 }
 
-// shutdown stops accepting (the caller closes the listener), lets
+// Shutdown stops accepting (it closes ln), lets
 // requests in flight finish, closes idle connections, and shuts the
 // net/http server down, until ctx ends.
-func (s *fastServer) shutdown(ctx context.Context, ln net.Listener) error {
+func (s *Server) Shutdown(ctx context.Context, ln net.Listener) error {
 	s.mu.Lock()
 	s.shutting.Store(true)
 	s.mu.Unlock()
@@ -150,7 +188,7 @@ func (s *fastServer) shutdown(ctx context.Context, ln net.Listener) error {
 }
 
 // closeIdle closes idle connections and reports whether none is left.
-func (s *fastServer) closeIdle() bool {
+func (s *Server) closeIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for fc := range s.conns {
@@ -162,8 +200,8 @@ func (s *fastServer) closeIdle() bool {
 	return len(s.conns) == 0
 }
 
-// close closes everything at once (after a shutdown timed out).
-func (s *fastServer) close() {
+// Close closes everything at once (after a shutdown timed out).
+func (s *Server) Close() {
 	s.shutting.Store(true)
 	_ = s.std.Close()
 	s.mu.Lock()
@@ -177,7 +215,7 @@ func (s *fastServer) close() {
 
 // fastConn is one client connection.
 type fastConn struct {
-	s        *fastServer
+	s        *Server
 	c        net.Conn
 	br       *bufio.Reader
 	state    atomic.Int32
@@ -189,7 +227,7 @@ type fastConn struct {
 	bodyR    bodyReader
 	w        fastResponse
 	cancel   context.CancelFunc
-	raw      *rawIO       // nil: write through fc.c
+	raw      *wire.RawIO  // nil: write through fc.c
 	jobs     chan fastJob // to the request goroutine, started at the first request
 
 	// Written by the request goroutine before it signals done.
@@ -221,7 +259,7 @@ func (fc *fastConn) serve() {
 		}
 	}()
 	s := fc.s
-	fc.raw = newRawIO(fc.c)
+	fc.raw = wire.NewRawIO(fc.c)
 	fc.br = s.readers.Get().(*bufio.Reader)
 	if fc.raw != nil {
 		fc.br.Reset(fc.raw)
@@ -236,7 +274,7 @@ func (fc *fastConn) serve() {
 			s.readers.Put(fc.br)
 		}
 	}()
-	_ = fc.c.SetReadDeadline(fc.accepted.Add(readHeaderTimeout))
+	_ = fc.c.SetReadDeadline(fc.accepted.Add(ReadHeaderTimeout))
 	running := false
 	var idleFrom time.Time // end of the last response; zero before the first
 	for {
@@ -251,7 +289,7 @@ func (fc *fastConn) serve() {
 		if running {
 			if err != nil {
 				if isTimeout(err) {
-					_ = fc.c.SetReadDeadline(time.Now().Add(serverIdleTimeout))
+					_ = fc.c.SetReadDeadline(time.Now().Add(IdleTimeout))
 					continue
 				}
 				// The client went away: cancel the request.
@@ -268,8 +306,8 @@ func (fc *fastConn) serve() {
 			return
 		}
 		if err != nil {
-			if isTimeout(err) && !idleFrom.IsZero() && time.Since(idleFrom) < serverIdleTimeout && fc.state.Load() == connIdle {
-				_ = fc.c.SetReadDeadline(idleFrom.Add(serverIdleTimeout))
+			if isTimeout(err) && !idleFrom.IsZero() && time.Since(idleFrom) < IdleTimeout && fc.state.Load() == connIdle {
+				_ = fc.c.SetReadDeadline(idleFrom.Add(IdleTimeout))
 				continue
 			}
 			fc.closeConn()
@@ -289,7 +327,7 @@ func (fc *fastConn) serve() {
 		if ok {
 			clear(fc.hdr)
 			buf, _ := fc.br.Peek(end)
-			rh, ok = parseHead(string(buf), s.maxBody, fc.hdr)
+			rh, ok = parseHead(string(buf), s.paths, s.maxBody, fc.hdr)
 		}
 		if !ok {
 			release = false
@@ -309,7 +347,7 @@ func (fc *fastConn) serve() {
 			fc.closeConn()
 			return
 		}
-		_ = fc.c.SetReadDeadline(time.Now().Add(serverIdleTimeout))
+		_ = fc.c.SetReadDeadline(time.Now().Add(IdleTimeout))
 		running = true
 		if fc.jobs == nil {
 			fc.jobs = make(chan fastJob, 1)
@@ -336,7 +374,7 @@ func (fc *fastConn) readHead(keptAlive bool) (end int, ok bool, err error) {
 		}
 		if keptAlive && !deadline {
 			deadline = true
-			_ = fc.c.SetReadDeadline(time.Now().Add(readHeaderTimeout))
+			_ = fc.c.SetReadDeadline(time.Now().Add(ReadHeaderTimeout))
 		}
 		if _, err := fc.br.Peek(len(buf) + 1); err != nil {
 			return 0, false, err
@@ -419,7 +457,7 @@ func (fc *fastConn) handle(r *http.Request, rh reqHead, keepable bool) {
 		w.release()
 		fc.done <- struct{}{}
 	}()
-	fc.s.g.serveInference(w, r)
+	fc.s.handler.ServeHTTP(w, r)
 }
 
 func (fc *fastConn) closeConn() {
@@ -434,7 +472,7 @@ func (fc *fastConn) handOff() {
 	fc.br.Reset(nil)
 	fc.s.readers.Put(fc.br)
 	fc.state.Store(connClosed) // no longer ours
-	fc.s.g.handoffs.Add(1)
+	fc.s.onHandoff()
 	if !fc.s.handoff.give(rc) {
 		_ = fc.c.Close()
 	}
@@ -470,7 +508,7 @@ func (b *bodyReader) Close() error { return nil }
 // then sets Content-Length as net/http does), after which every Write
 // is one chunk and every Flush one write to the connection.
 type fastResponse struct {
-	c          io.Writer // the connection, or its rawIO
+	c          io.Writer // the connection, or its RawIO
 	cancel     context.CancelFunc
 	hdr        http.Header
 	out        []byte // bytes not yet written to the connection
@@ -519,7 +557,7 @@ func (w *fastResponse) WriteHeader(code int) {
 	w.wroteHead, w.status = true, code
 	w.noBody = code == http.StatusNoContent || code == http.StatusNotModified
 	if v := w.hdr.Get("Content-Length"); v != "" {
-		if n, ok := parseLength(v); ok {
+		if n, ok := wire.ParseLength(v); ok {
 			w.cl = n
 		} else {
 			w.hdr.Del("Content-Length")
@@ -616,11 +654,11 @@ func (w *fastResponse) sendHead(final bool) {
 	b = append(b, http.StatusText(w.status)...)
 	b = append(b, "\r\n"...)
 	for k, vs := range w.hdr {
-		if !validToken(k) || k == "Transfer-Encoding" || k == "Connection" || k == "Content-Length" {
+		if !wire.ValidToken(k) || k == "Transfer-Encoding" || k == "Connection" || k == "Content-Length" {
 			continue
 		}
 		for _, v := range vs {
-			b = appendHeader(b, k, v)
+			b = wire.AppendHeader(b, k, v)
 		}
 	}
 	if _, ok := w.hdr["Date"]; !ok {
@@ -629,7 +667,7 @@ func (w *fastResponse) sendHead(final bool) {
 		b = append(b, "\r\n"...)
 	}
 	if _, ok := w.hdr["Content-Type"]; !ok && len(w.pre) > 0 && !w.noBody {
-		b = appendHeader(b, "Content-Type", http.DetectContentType(w.pre))
+		b = wire.AppendHeader(b, "Content-Type", http.DetectContentType(w.pre))
 	}
 	switch {
 	case w.noBody:

@@ -1,4 +1,4 @@
-package gateway
+package wire
 
 import (
 	"io"
@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// rawIO reads and writes a socket with raw recvfrom(2) and sendto(2)
+// RawIO reads and writes a socket with raw recvfrom(2) and sendto(2)
 // calls, which do not enter the Go scheduler's syscall state. A send on
 // loopback runs the receiver's TCP processing inline, and a receive
 // that opens the window sends an ACK the same way (tens of µs each);
@@ -19,7 +19,7 @@ import (
 // socket as for any read or write (deadlines and Close included).
 //
 // One Read and one Write may run at the same time, as on a net.Conn.
-type rawIO struct {
+type RawIO struct {
 	rc     syscall.RawConn
 	rd, wr rawOp
 }
@@ -33,8 +33,8 @@ type rawOp struct {
 	fn    func(fd uintptr) bool
 }
 
-// newRawIO returns nil when c is not a socket.
-func newRawIO(c net.Conn) *rawIO {
+// NewRawIO returns the raw I/O of c, or nil when c is not a socket.
+func NewRawIO(c net.Conn) *RawIO {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return nil
@@ -43,7 +43,7 @@ func newRawIO(c net.Conn) *rawIO {
 	if err != nil {
 		return nil
 	}
-	r := &rawIO{rc: rc}
+	r := &RawIO{rc: rc}
 	r.rd.fn, r.wr.fn = r.rd.recv, r.wr.send
 	return r
 }
@@ -85,7 +85,7 @@ func (r *rawOp) send(fd uintptr) bool {
 }
 
 // Read is net.Conn's Read.
-func (r *rawIO) Read(p []byte) (int, error) {
+func (r *RawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -106,7 +106,7 @@ func (r *rawIO) Read(p []byte) (int, error) {
 }
 
 // Write writes all of p or fails, as net.Conn's Write.
-func (r *rawIO) Write(p []byte) (int, error) {
+func (r *RawIO) Write(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}

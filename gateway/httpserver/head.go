@@ -1,14 +1,10 @@
-package gateway
+package httpserver
 
 import (
 	"net/http"
 	"strings"
-)
 
-// The proxy routes the fast server serves itself.
-const (
-	pathChat        = "/v1/chat/completions"
-	pathCompletions = "/v1/completions"
+	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
 )
 
 // reqHead is what parseHead keeps of a request head besides the headers.
@@ -20,25 +16,31 @@ type reqHead struct {
 }
 
 // parseHead parses a complete request head (request line through the
-// blank line) that the fast server serves itself, adding its headers
+// blank line) that the server serves itself, adding its headers
 // (canonical keys, Host left out, values sharing head's memory) to h.
-// It accepts only the plain case: "POST /v1/chat/completions HTTP/1.1"
-// or "POST /v1/completions HTTP/1.1", CRLF line ends, well-formed
+// It accepts only the plain case: "POST <path> HTTP/1.1" for one of
+// paths, CRLF line ends, well-formed
 // header names and values, exactly one simple Host, exactly one
 // Content-Length of at most maxBody, and no Transfer-Encoding, Expect,
 // Upgrade, Trailer or Connection: upgrade. Anything else reports false,
 // and the connection goes to net/http, which decides as before.
-func parseHead(head string, maxBody int64, h http.Header) (rh reqHead, ok bool) {
+func parseHead(head string, paths []string, maxBody int64, h http.Header) (rh reqHead, ok bool) {
 	line, rest, found := strings.Cut(head, "\r\n")
 	if !found {
 		return rh, false
 	}
-	switch line {
-	case "POST " + pathChat + " HTTP/1.1":
-		rh.path = pathChat
-	case "POST " + pathCompletions + " HTTP/1.1":
-		rh.path = pathCompletions
-	default:
+	target, post := strings.CutPrefix(line, "POST ")
+	target, http11 := strings.CutSuffix(target, " HTTP/1.1")
+	if !post || !http11 {
+		return rh, false
+	}
+	for _, p := range paths {
+		if target == p {
+			rh.path = p
+			break
+		}
+	}
+	if rh.path == "" {
 		return rh, false
 	}
 	vals := make([]string, 0, strings.Count(rest, "\n"))
@@ -55,7 +57,7 @@ func parseHead(head string, maxBody int64, h http.Header) (rh reqHead, ok bool) 
 			break
 		}
 		colon := strings.IndexByte(line, ':')
-		if colon <= 0 || !validToken(line[:colon]) {
+		if colon <= 0 || !wire.ValidToken(line[:colon]) {
 			return rh, false
 		}
 		v := trimOWS(line[colon+1:])
@@ -71,7 +73,7 @@ func parseHead(head string, maxBody int64, h http.Header) (rh reqHead, ok bool) 
 			haveHost, rh.host = true, v
 			continue
 		case "Content-Length":
-			n, ok := parseLength(v)
+			n, ok := wire.ParseLength(v)
 			if haveLen || !ok || n > maxBody {
 				return rh, false
 			}
@@ -101,22 +103,6 @@ func parseHead(head string, maxBody int64, h http.Header) (rh reqHead, ok bool) 
 	return rh, true
 }
 
-// parseLength parses a Content-Length value: 1 to 18 digits.
-func parseLength(s string) (int64, bool) {
-	if s == "" || len(s) > 18 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
 func trimOWS(s string) string {
 	for s != "" && (s[0] == ' ' || s[0] == '\t') {
 		s = s[1:]
@@ -125,23 +111,6 @@ func trimOWS(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
-}
-
-// validToken reports whether s is an RFC 9110 token (a header name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 // validFieldValue: visible ASCII, obs-text, spaces and tabs.

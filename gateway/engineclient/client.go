@@ -1,4 +1,9 @@
-package gateway
+// Package engineclient is the gateway's own HTTP/1.1 client to
+// plain-http engines: pooled keep-alive connections, the request written
+// in one write, the response head parsed in place. It does what the
+// proxy needs of net/http.Transport at a fraction of its cost per
+// request.
+package engineclient
 
 import (
 	"bufio"
@@ -15,10 +20,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
 )
 
-// engineClient is the gateway's own HTTP/1.1 client to plain-http
-// engines, used unless Config.Transport is set. It does what the proxy
+// Client is the gateway's own HTTP/1.1 client to plain-http engines,
+// used unless the gateway is given a Transport. It does what the proxy
 // needs of net/http.Transport at a fraction of its cost per request: a
 // pool of keep-alive connections per engine, the request (head and body)
 // written in one write from the handler's goroutine, the response head
@@ -30,28 +37,30 @@ import (
 // cleanly (io.EOF, nothing left over, no Connection: close) and before
 // the request's context ended; the end of the context closes the
 // connection, which fails a blocked dial, write or read.
-type engineClient struct {
+type Client struct {
 	dialer      net.Dialer
 	maxIdle     int           // idle connections kept per engine
 	idleTimeout time.Duration // an idle connection older than this is closed
 	now         func() time.Time
 
 	mu    sync.RWMutex
-	hosts map[string]*hostPool // by engine base URL; nil entry: not plain http
+	hosts map[string]*Host // by engine base URL; nil entry: not plain http
 }
 
-func newEngineClient(connectTimeout time.Duration, now func() time.Time) *engineClient {
-	return &engineClient{
+// New returns a client that dials with connectTimeout and reads the
+// time from now.
+func New(connectTimeout time.Duration, now func() time.Time) *Client {
+	return &Client{
 		dialer:      net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
 		maxIdle:     1024,
 		idleTimeout: 90 * time.Second,
 		now:         now,
-		hosts:       map[string]*hostPool{},
+		hosts:       map[string]*Host{},
 	}
 }
 
-// hostPool is one engine's idle connections and request-line parts.
-type hostPool struct {
+// Host is one engine's idle connections and request-line parts.
+type Host struct {
 	addr string // host:port to dial
 	host string // Host header value
 	path string // escaped path of the base URL ("" or "/v1" or a prefix)
@@ -64,9 +73,9 @@ type hostPool struct {
 // engineConn is one connection to an engine.
 type engineConn struct {
 	nc        net.Conn
-	raw       *rawIO // nc's raw syscalls; nil: nc's own Read and Write
+	raw       *wire.RawIO // nc's raw syscalls; nil: nc's own Read and Write
 	br        *bufio.Reader
-	pool      *hostPool
+	pool      *Host
 	nread     int64 // bytes read from nc, to tell a stale connection
 	idleSince time.Time
 	reused    bool
@@ -84,9 +93,9 @@ func (c *engineConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// host returns the pool of the engine at base, or nil when base is not a
+// Host returns the pool of the engine at base, or nil when base is not a
 // plain http URL (then net/http's transport is used).
-func (c *engineClient) host(base string) *hostPool {
+func (c *Client) Host(base string) *Host {
 	c.mu.RLock()
 	hp, ok := c.hosts[base]
 	c.mu.RUnlock()
@@ -99,7 +108,7 @@ func (c *engineClient) host(base string) *hostPool {
 		if port == "" {
 			port = "80"
 		}
-		hp = &hostPool{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, path: strings.TrimRight(u.EscapedPath(), "/")}
+		hp = &Host{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, path: strings.TrimRight(u.EscapedPath(), "/")}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -110,10 +119,10 @@ func (c *engineClient) host(base string) *hostPool {
 	return hp
 }
 
-// appendTarget appends the request target of path (escaped) on this
+// AppendTarget appends the request target of path (escaped) on this
 // engine: the base URL's path, without a trailing /v1 when path starts
-// with /v1/ (as upstreamURL).
-func (hp *hostPool) appendTarget(b []byte, path string) []byte {
+// with /v1/ (as the gateway's upstream URL).
+func (hp *Host) AppendTarget(b []byte, path string) []byte {
 	p := hp.path
 	if strings.HasSuffix(p, "/v1") && strings.HasPrefix(path, "/v1/") {
 		p = p[:len(p)-3]
@@ -121,8 +130,19 @@ func (hp *hostPool) appendTarget(b []byte, path string) []byte {
 	return append(append(b, p...), path...)
 }
 
+// AppendRequestLine appends "method target HTTP/1.1" and the Host
+// header of a request for path on this engine.
+func (hp *Host) AppendRequestLine(b []byte, method, path string) []byte {
+	b = append(b, method...)
+	b = append(b, ' ')
+	b = hp.AppendTarget(b, path)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, hp.host...)
+	return append(b, "\r\n"...)
+}
+
 // get returns an idle connection, or dials one.
-func (hp *hostPool) get(ctx context.Context, c *engineClient, fresh bool) (*engineConn, error) {
+func (hp *Host) get(ctx context.Context, c *Client, fresh bool) (*engineConn, error) {
 	if !fresh {
 		now := c.now()
 		hp.mu.Lock()
@@ -144,13 +164,13 @@ func (hp *hostPool) get(ctx context.Context, c *engineClient, fresh bool) (*engi
 	if err != nil {
 		return nil, err
 	}
-	ec := &engineConn{nc: nc, raw: newRawIO(nc), pool: hp}
-	ec.br = bufio.NewReaderSize(ec, sseBufSize)
+	ec := &engineConn{nc: nc, raw: wire.NewRawIO(nc), pool: hp}
+	ec.br = bufio.NewReaderSize(ec, ReadBufSize)
 	return ec, nil
 }
 
 // put returns a connection whose last response ended cleanly.
-func (hp *hostPool) put(c *engineClient, ec *engineConn) {
+func (hp *Host) put(c *Client, ec *engineConn) {
 	ec.idleSince = c.now()
 	hp.mu.Lock()
 	if len(hp.idle) < c.maxIdle {
@@ -163,9 +183,9 @@ func (hp *hostPool) put(c *engineClient, ec *engineConn) {
 	}
 }
 
-// closeIdle closes the idle connections unused since before cutoff and
+// CloseIdle closes the idle connections unused since before cutoff and
 // forgets engines unused since then.
-func (c *engineClient) closeIdle(cutoff time.Time) {
+func (c *Client) CloseIdle(cutoff time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for base, hp := range c.hosts {
@@ -191,8 +211,27 @@ func (c *engineClient) closeIdle(cutoff time.Time) {
 	}
 }
 
-// closeAll closes every idle connection.
-func (c *engineClient) closeAll() {
+// IdleTimeout is the age at which an idle connection is closed rather
+// than reused.
+func (c *Client) IdleTimeout() time.Duration { return c.idleTimeout }
+
+// IdleConns counts the idle connections of every engine.
+func (c *Client) IdleConns() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := 0
+	for _, hp := range c.hosts {
+		if hp != nil {
+			hp.mu.Lock()
+			n += len(hp.idle)
+			hp.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// CloseAll closes every idle connection.
+func (c *Client) CloseAll() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, hp := range c.hosts {
@@ -208,15 +247,19 @@ func (c *engineClient) closeAll() {
 	}
 }
 
+// ReadBufSize is the read buffer of a connection: room for every event
+// of a stream that arrives in one read (the relay's buffer is as big).
+const ReadBufSize = 32 << 10
+
 // errBodyClosed is read from a body after Close.
 var errBodyClosed = errors.New("engine response body closed")
 
-// do sends req, a complete HTTP/1.1 request (head and body), to hp and
+// Do sends req, a complete HTTP/1.1 request (head and body), to hp and
 // reads the response head. The response body must be read to io.EOF
 // (the connection then goes back to the pool) or closed. A kept-alive
 // connection that the engine had closed (it fails before any byte of the
 // response) is replaced by a new one, once.
-func (c *engineClient) do(ctx context.Context, hp *hostPool, req []byte) (*http.Response, error) {
+func (c *Client) Do(ctx context.Context, hp *Host, req []byte) (*http.Response, error) {
 	fresh := false
 	for {
 		ec, err := hp.get(ctx, c, fresh)
@@ -299,7 +342,7 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 	}
 	status := 0
 	for _, c := range line[9:12] {
-		if !isDigit(c) {
+		if c < '0' || c > '9' {
 			return nil, fmt.Errorf("%w: status line %q", errMalformedResponse, bytes.TrimSpace(line))
 		}
 		status = status*10 + int(c-'0')
@@ -324,7 +367,7 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 		if n > maxHeaderLines {
 			return nil, fmt.Errorf("%w: more than %d header lines", errMalformedResponse, maxHeaderLines)
 		}
-		line = trimEOL(line)
+		line = wire.TrimEOL(line)
 		if len(line) == 0 {
 			break
 		}
@@ -387,7 +430,7 @@ type engineBody struct {
 	cr      io.Reader // chunked decoder, or nil
 	remain  int64     // bytes left when not chunked; -1: up to EOF
 	trailer bool      // the chunked body ended; its trailer is still to read
-	c       *engineClient
+	c       *Client
 	ec      *engineConn // nil once released
 	stop    func() bool // stops closing the connection at the context's end
 	keep    bool        // the connection may serve another request after this body
