@@ -1,3 +1,6 @@
+// Package replay is the `switchyard replay` command: it parses flags,
+// builds the Kafka client and runs the replay library (streams/replay; see
+// docs/replay.md).
 package replay
 
 import (
@@ -10,7 +13,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/streams/replay"
 )
 
 // Command is `switchyard replay`.
@@ -37,7 +43,7 @@ func ParseTime(s string) (time.Time, error) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	var conn cli.Connection
-	conn.Register(fs)
+	conn.RegisterKafka(fs)
 	from := fs.String("from", "", "start of the range (RFC 3339 or Unix ms); required")
 	to := fs.String("to", "", "end of the range (RFC 3339 or Unix ms); required")
 	cfgFile := fs.String("config", "", "YAML file of processor and optimizer settings (what-if); default the live defaults")
@@ -46,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
-	var cfg Config
+	var cfg replay.Config
 	var err error
 	if cfg.From, err = ParseTime(*from); err != nil {
 		return fmt.Errorf("%w: --from: %v", cli.ErrUsage, err)
@@ -57,20 +63,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *outFile == "" {
 		return fmt.Errorf("%w: --out is required", cli.ErrUsage)
 	}
-	f := JSONLines
+	f := replay.JSONLines
 	switch *format {
 	case "jsonl":
 	case "binary":
-		f = Binary
+		f = replay.Binary
 	default:
 		return fmt.Errorf("%w: --format %q", cli.ErrUsage, *format)
 	}
 	if *cfgFile != "" {
-		if err := LoadConfig(*cfgFile, &cfg); err != nil {
+		if err := replay.LoadConfig(*cfgFile, &cfg); err != nil {
 			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 		}
 	}
-	cfg.KafkaBrokers = conn.Brokers()
+	brokers := conn.Brokers()
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
+	}
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	out := stdout
@@ -82,7 +91,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer file.Close()
 		out = file
 	}
-	res, err := Run(ctx, cfg, out, f)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	res, err := replay.Run(ctx, cl, cfg, out, f)
 	if err != nil {
 		return err
 	}

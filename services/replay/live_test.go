@@ -14,6 +14,9 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/replay"
+	"github.com/switchyard-llm/switchyard/streams/replay/replaytest"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
@@ -25,13 +28,17 @@ func TestReplayReproducesLiveSnapshots(t *testing.T) {
 	kc := testenv.Kafka(t)
 	ns := testenv.NATS(t)
 	const prefix = "live"
-	history(t, kc, streams.TopicsFor(prefix), 60*time.Second)
+	replaytest.History(t, kc, streams.TopicsFor(prefix), t0, 60*time.Second)
 	settings := plan.Settings{Clusters: []string{"us", "eu"}, EstimateTTL: time.Hour}
 	lastEnd := t0.Add(55 * time.Second)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	proc := liveProcessor(t, kc, prefix)
+	pcfg := process.Config{TopicPrefix: prefix, Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}
+	proc, err := process.New(testenv.Client(t, kc, process.ClientOpts(pcfg)...), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opt, err := optsvc.New(optsvc.Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix, NATSURL: ns.ClientURL(),
 		Settle: 200 * time.Millisecond, Settings: settings})
 	if err != nil {
@@ -79,12 +86,12 @@ func TestReplayReproducesLiveSnapshots(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	cfg := Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix, From: t0.Add(-time.Minute), To: lastEnd,
+	cfg := replay.Config{TopicPrefix: prefix, From: t0.Add(-time.Minute), To: lastEnd,
 		Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second, Settings: settings}
-	if _, err := Run(ctx, cfg, &out, Binary); err != nil {
+	if _, err := replay.Run(ctx, testenv.Client(t, kc), cfg, &out, replay.Binary); err != nil {
 		t.Fatal(err)
 	}
-	replayed, err := ReadSnapshots(&out, Binary)
+	replayed, err := replay.ReadSnapshots(&out, replay.Binary)
 	if err != nil {
 		t.Fatal(err)
 	}
