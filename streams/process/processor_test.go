@@ -39,7 +39,7 @@ func signal(engine, gpu string, at time.Time, running, finished float64) *schema
 func routing(cluster, engine string, at time.Time, i int) *schemas.RoutingEvent {
 	return &schemas.RoutingEvent{
 		SchemaVersion: schemas.Version, RequestId: fmt.Sprintf("r%d", i), Cluster: cluster, EngineId: engine,
-		Status: schemas.RequestStatus_REQUEST_STATUS_OK, EventTimeUnixMs: at.UnixMilli(),
+		Status: schemas.RequestStatus_REQUEST_STATUS_OK, EventTimeUnixMs: at.UnixMilli(), Stream: true,
 		TtftMs: 80, EngineTtftMs: 60, PromptTokens: 500, OutputTokens: 100,
 	}
 }
