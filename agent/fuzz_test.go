@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,18 @@ func FuzzScrape(f *testing.F) {
 	b := render(fakeState{running: 1, kv: 0.2, hits: 2, queries: 10, success: 1, ttft: [3]float64{0, 1, 1}, ttftSum: 0.1}, old)
 	f.Add(a, b)
 	f.Add(b, a)
+	fixtures, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range fixtures {
+		body, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add("", string(body))
+		f.Add(string(body), a)
+	}
 	f.Add("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running -4\n", "vllm:num_requests_running NaN\n")
 	f.Add("# TYPE vllm:time_to_first_token_seconds histogram\nvllm:time_to_first_token_seconds_bucket{le=\"-1\"} 3\nvllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\nvllm:time_to_first_token_seconds_sum 1e308\nvllm:time_to_first_token_seconds_count 2\n", "")
 	f.Fuzz(func(t *testing.T, first, second string) {
