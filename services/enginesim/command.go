@@ -31,12 +31,17 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed of generated text and injected faults")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", 1, "run the engine model this many times faster than real time")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", DefaultMaxTokens, "output tokens when a request sets no max_tokens")
+	fs.StringVar(&cfg.Metrics, "metrics", MetricsFull, `metrics on /metrics: "full" (vLLM's plus enginesim's batch limit, replicas and request counters) or "vllm" (only what vLLM exposes)`)
+	fs.Float64Var(&cfg.LatencyMultiplier, "latency-multiplier", 1, "make prefill and decode this many times slower than the GPU class's preset")
 	conn.Register(fs) // unused: the engine publishes nothing itself; every service takes them
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	if !(cfg.LatencyMultiplier > 0) { // zero would mean the default in Config
+		return fmt.Errorf("%w: --latency-multiplier must be positive, got %v", cli.ErrUsage, cfg.LatencyMultiplier)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	s, err := New(cfg)

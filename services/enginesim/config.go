@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,17 @@ const (
 	DefaultGPUClass  = "h100"
 	DefaultModel     = "switchyard-sim-8b"
 	DefaultMaxTokens = 64
+)
+
+// Metric sets /metrics can expose (Config.Metrics).
+const (
+	// MetricsFull is vLLM's metrics plus enginesim's own: the batch limit
+	// (switchyard_enginesim_max_num_seqs), replicas, identity, rejected and
+	// canceled requests.
+	MetricsFull = "full"
+	// MetricsVLLM is only what vLLM itself exposes, by vLLM's names: no
+	// batch limit, no replica count, nothing enginesim-specific.
+	MetricsVLLM = "vllm"
 )
 
 // ErrInvalidConfig marks a Config that New refuses.
@@ -47,6 +59,14 @@ type Config struct {
 	// DefaultMaxTokens is the output length when a request sets neither
 	// max_tokens nor max_completion_tokens (default 64).
 	DefaultMaxTokens int
+	// Metrics is the set of metrics /metrics serves: MetricsFull (default)
+	// or MetricsVLLM.
+	Metrics string
+	// LatencyMultiplier makes prefill and decode that many times slower
+	// than the GPU class's preset (its step costs multiplied, its prefill
+	// rate divided), e.g. 6 for a slow engine declared with the same GPU
+	// class as fast ones. Default 1; must be in [0.01, 1000].
+	LatencyMultiplier float64
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, also receives the engine's metrics with an
@@ -77,17 +97,31 @@ func (c *Config) setDefaults() {
 	if c.DefaultMaxTokens == 0 {
 		c.DefaultMaxTokens = DefaultMaxTokens
 	}
+	if c.Metrics == "" {
+		c.Metrics = MetricsFull
+	}
+	if c.LatencyMultiplier == 0 {
+		c.LatencyMultiplier = 1
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 }
 
-// validate checks a defaulted config and returns its engine preset.
+// validate checks a defaulted config and returns its engine preset,
+// slowed down by LatencyMultiplier.
 func (c *Config) validate() (engine.Preset, error) {
 	p, err := engine.LookupPreset(c.GPUClass)
 	if err != nil {
 		return p, fmt.Errorf("%w: gpu class: %w", ErrInvalidConfig, err)
 	}
+	switch {
+	case c.Metrics != MetricsFull && c.Metrics != MetricsVLLM:
+		return p, fmt.Errorf("%w: metrics must be %q or %q, got %q", ErrInvalidConfig, MetricsFull, MetricsVLLM, c.Metrics)
+	case math.IsNaN(c.LatencyMultiplier) || c.LatencyMultiplier < 0.01 || c.LatencyMultiplier > 1000:
+		return p, fmt.Errorf("%w: latency multiplier must be in [0.01, 1000], got %v", ErrInvalidConfig, c.LatencyMultiplier)
+	}
+	p = slower(p, c.LatencyMultiplier)
 	switch {
 	case !utf8.ValidString(c.ID) || !utf8.ValidString(c.Model):
 		return p, fmt.Errorf("%w: id and model must be valid UTF-8", ErrInvalidConfig)
@@ -99,4 +133,18 @@ func (c *Config) validate() (engine.Preset, error) {
 		return p, fmt.Errorf("%w: default max tokens must be in [1, %d), got %d", ErrInvalidConfig, p.MaxModelLen, c.DefaultMaxTokens)
 	}
 	return p, nil
+}
+
+// slower returns p with every step cost multiplied and the prefill rate
+// divided by m, so that prefill and decode both take m times as long.
+func slower(p engine.Preset, m float64) engine.Preset {
+	if m == 1 {
+		return p
+	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(math.Round(float64(d) * m)) }
+	p.PrefillTokensPerSec /= m
+	p.StepBase = scale(p.StepBase)
+	p.StepPerSeq = scale(p.StepPerSeq)
+	p.StepPerContextToken = scale(p.StepPerContextToken)
+	return p
 }

@@ -22,7 +22,8 @@ func e2eBuckets() []float64 {
 }
 
 // metrics are one Service's Prometheus metrics, with vLLM's names so that
-// scrapers written for vLLM work unchanged.
+// scrapers written for vLLM work unchanged. Unless full, only what vLLM
+// exposes is registered (the others are still counted, unexported).
 type metrics struct {
 	ttft     prometheus.Histogram
 	itl      prometheus.Histogram
@@ -33,9 +34,10 @@ type metrics struct {
 	rejected *prometheus.CounterVec // reason
 	canceled prometheus.Counter
 	engine   *engineCollector
+	full     bool
 }
 
-func newMetrics(model string, info engineInfo) *metrics {
+func newMetrics(model string, info engineInfo, full bool) *metrics {
 	ml := prometheus.Labels{"model_name": model}
 	return &metrics{
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -67,12 +69,17 @@ func newMetrics(model string, info engineInfo) *metrics {
 		canceled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_enginesim_requests_canceled_total", Help: "Requests canceled by client disconnect before finishing.", ConstLabels: ml,
 		}),
-		engine: &engineCollector{model: model, info: info},
+		engine: &engineCollector{model: model, info: info, full: full},
+		full:   full,
 	}
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.ttft, m.itl, m.e2e, m.queue, m.prefill, m.success, m.rejected, m.canceled, m.engine}
+	vllm := []prometheus.Collector{m.ttft, m.itl, m.e2e, m.queue, m.prefill, m.success, m.engine}
+	if !m.full {
+		return vllm
+	}
+	return append(vllm, m.rejected, m.canceled)
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
@@ -99,6 +106,7 @@ type engineInfo struct {
 type engineCollector struct {
 	model string
 	info  engineInfo
+	full  bool // also enginesim's own gauges
 	mu    sync.Mutex
 	st    engine.Stats
 }
@@ -140,13 +148,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", float64(st.PromptTokens))
 	counter("vllm:generation_tokens_total", "Number of generation tokens processed.", float64(st.GenerationTokens))
 	counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine (the model never preempts).", 0)
-	gauge("switchyard_enginesim_max_num_seqs", "Maximum number of concurrently running requests (max_num_seqs times replicas).", float64(c.info.maxSeqs*c.info.replicas))
-	gauge("switchyard_enginesim_replicas", "Number of engine replicas behind this endpoint.", float64(c.info.replicas))
 	ch <- prometheus.MustNewConstMetric(
 		c.desc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
 			"block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization", "num_gpu_blocks"),
 		prometheus.GaugeValue, 1,
 		strconv.Itoa(c.info.blockSize), "auto", "True", "0.9", strconv.Itoa(c.info.kvBlocks*c.info.replicas))
+	if !c.full {
+		return
+	}
+	gauge("switchyard_enginesim_max_num_seqs", "Maximum number of concurrently running requests (max_num_seqs times replicas).", float64(c.info.maxSeqs*c.info.replicas))
+	gauge("switchyard_enginesim_replicas", "Number of engine replicas behind this endpoint.", float64(c.info.replicas))
 	ch <- prometheus.MustNewConstMetric(
 		c.desc("switchyard_enginesim_info", "Simulated engine identity.", "engine_id", "gpu_class"),
 		prometheus.GaugeValue, 1, c.info.id, c.info.gpuClass)

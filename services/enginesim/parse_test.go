@@ -45,6 +45,9 @@ func TestCommandUsage(t *testing.T) {
 		{"bad gpu class", []string{"--gpu-class", "tpu"}},
 		{"bad replicas", []string{"--replicas", "x"}},
 		{"extra args", []string{"extra"}},
+		{"bad metrics", []string{"--metrics", "prometheus"}},
+		{"zero latency multiplier", []string{"--latency-multiplier", "0"}},
+		{"negative latency multiplier", []string{"--latency-multiplier", "-2"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -95,7 +95,7 @@ func New(cfg Config) (*Service, error) {
 	s.met = newMetrics(cfg.Model, engineInfo{
 		id: cfg.ID, gpuClass: p.Name, replicas: cfg.Replicas,
 		blockSize: p.BlockSize, kvBlocks: p.KVBlocks, maxSeqs: p.MaxSeqs,
-	})
+	}, cfg.Metrics == MetricsFull)
 	s.met.engine.set(eng.Stats())
 	if err := s.met.register(s.reg); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -168,7 +168,8 @@ func (s *Service) Run(ctx context.Context) error {
 	addr := ln.Addr().String()
 	s.addr.Store(&addr)
 	s.readyOne.Do(func() { close(s.ready) })
-	s.log.Info("enginesim listening", "addr", addr, "gpu_class", s.preset.Name, "model", s.cfg.Model, "replicas", s.cfg.Replicas)
+	s.log.Info("enginesim listening", "addr", addr, "gpu_class", s.preset.Name, "model", s.cfg.Model, "replicas", s.cfg.Replicas,
+		"metrics", s.cfg.Metrics, "latency_multiplier", s.cfg.LatencyMultiplier)
 
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	driveCtx, stopDrive := context.WithCancel(context.WithoutCancel(ctx))

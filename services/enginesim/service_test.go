@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -534,6 +535,10 @@ func TestNewErrors(t *testing.T) {
 		{"time scale", Config{TimeScale: -1}},
 		{"max tokens", Config{DefaultMaxTokens: 1 << 30}},
 		{"id", Config{ID: "\xff"}},
+		{"metrics", Config{Metrics: "prometheus"}},
+		{"latency multiplier", Config{LatencyMultiplier: -1}},
+		{"latency multiplier too large", Config{LatencyMultiplier: 1e4}},
+		{"latency multiplier nan", Config{LatencyMultiplier: math.NaN()}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
