@@ -125,7 +125,7 @@ func TestScrapeDeltas(t *testing.T) {
 				SchemaVersion: schemas.Version, EngineId: "e1", EndpointUrl: f.srv.URL, Region: "us", GpuClass: "h100",
 				EventTimeUnixMs: t0.Add(2 * time.Second).UnixMilli(), ReadyReplicas: 2, Health: schemas.Health_HEALTH_HEALTHY,
 				RunningRequests: 7, WaitingRequests: 2, KvCacheUsage: 0.75, PrefixCacheHits: 30, PrefixCacheQueries: 60,
-				IntervalSeconds: 2, RequestsFinished: 4, PromptTokens: 2000, GenerationTokens: 300, Model: "m", MaxBatch: 64,
+				IntervalSeconds: 2, RequestsFinished: 4, PromptTokens: 2000, GenerationTokens: 300, Model: "m", MaxBatch: 64, MaxBatchSource: "engine_metrics",
 				TtftSeconds: &schemas.Histogram{Bounds: []float64{0.1, 1}, Counts: []uint64{1, 2, 1}, Sum: 3, Count: 4},
 				TbotSeconds: &schemas.Histogram{Bounds: []float64{0.1, 1}, Counts: []uint64{1, 2, 1}, Sum: 0.3, Count: 4},
 			}

@@ -162,20 +162,21 @@ func TestMaxBatch(t *testing.T) {
 		configured uint32
 		body       string
 		want       uint32
+		source     string
 	}{
-		{"vllm_states_none", 0, string(vllm), 0},
-		{"configured", 16, string(vllm), 16},
-		{"configured_over_engine", 16, string(vllm) + "# TYPE vllm:max_num_seqs gauge\nvllm:max_num_seqs 256\n", 16},
-		{"gauge", 0, string(vllm) + "# TYPE vllm:max_num_seqs gauge\nvllm:max_num_seqs{engine=\"0\"} 64\n", 64},
-		{"sglang_gauge", 0, "# TYPE sglang:max_running_requests gauge\nsglang:max_running_requests{tp_rank=\"0\"} 48\n", 48},
-		{"info_label", 0, "# TYPE vllm:scheduler_config_info gauge\nvllm:scheduler_config_info{max_num_seqs=\"32\",max_num_batched_tokens=\"8192\"} 1\n", 32},
-		{"info_label_not_a_number", 0, "# TYPE vllm:scheduler_config_info gauge\nvllm:scheduler_config_info{max_num_seqs=\"None\"} 1\n", 0},
-		{"enginesim_per_replica", 0, "# TYPE switchyard_enginesim_max_num_seqs gauge\nswitchyard_enginesim_max_num_seqs 512\n# TYPE switchyard_enginesim_replicas gauge\nswitchyard_enginesim_replicas 2\n", 256},
+		{"vllm_states_none", 0, string(vllm), 0, ""},
+		{"configured", 16, string(vllm), 16, "configured"},
+		{"configured_over_engine", 16, string(vllm) + "# TYPE vllm:max_num_seqs gauge\nvllm:max_num_seqs 256\n", 16, "configured"},
+		{"gauge", 0, string(vllm) + "# TYPE vllm:max_num_seqs gauge\nvllm:max_num_seqs{engine=\"0\"} 64\n", 64, "engine_metrics"},
+		{"sglang_gauge", 0, "# TYPE sglang:max_running_requests gauge\nsglang:max_running_requests{tp_rank=\"0\"} 48\n", 48, "engine_metrics"},
+		{"info_label", 0, "# TYPE vllm:scheduler_config_info gauge\nvllm:scheduler_config_info{max_num_seqs=\"32\",max_num_batched_tokens=\"8192\"} 1\n", 32, "engine_metrics"},
+		{"info_label_not_a_number", 0, "# TYPE vllm:scheduler_config_info gauge\nvllm:scheduler_config_info{max_num_seqs=\"None\"} 1\n", 0, ""},
+		{"enginesim_per_replica", 0, "# TYPE switchyard_enginesim_max_num_seqs gauge\nswitchyard_enginesim_max_num_seqs 512\n# TYPE switchyard_enginesim_replicas gauge\nswitchyard_enginesim_replicas 2\n", 256, "engine_metrics"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sig := scrapeFromZero(t, Target{ID: "e", MaxBatch: tc.configured}, tc.body)
-			if sig.GetMaxBatch() != tc.want {
-				t.Errorf("max batch %d, want %d", sig.GetMaxBatch(), tc.want)
+			if sig.GetMaxBatch() != tc.want || sig.GetMaxBatchSource() != tc.source {
+				t.Errorf("max batch %d from %q, want %d from %q", sig.GetMaxBatch(), sig.GetMaxBatchSource(), tc.want, tc.source)
 			}
 		})
 	}

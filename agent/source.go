@@ -2,7 +2,7 @@ package agent
 
 import "github.com/switchyard-llm/switchyard/schemas"
 
-// Where a signal's max_batch came from.
+// Values of EngineSignal.max_batch_source: where max_batch came from.
 const (
 	// maxBatchConfigured: the agent's engine list (Target.MaxBatch).
 	maxBatchConfigured = "configured"
@@ -10,8 +10,5 @@ const (
 	maxBatchEngineMetrics = "engine_metrics"
 )
 
-// setMaxBatchSource records where sig's max_batch came from. EngineSignal
-// has no field for it in this schema version, so the source is only
-// documented (docs/agent.md): a configured limit always wins over one the
-// engine states.
-func setMaxBatchSource(_ *schemas.EngineSignal, _ string) {}
+// setMaxBatchSource records where sig's max_batch came from.
+func setMaxBatchSource(sig *schemas.EngineSignal, source string) { sig.MaxBatchSource = source }

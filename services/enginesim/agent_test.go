@@ -29,10 +29,11 @@ func TestScrapeEnginesim(t *testing.T) {
 		replicas     uint32
 		configured   uint32
 		wantMaxBatch uint32
+		wantSource   string
 	}{
-		{metrics: enginesim.MetricsFull, replicas: 2, wantMaxBatch: uint32(l4.MaxSeqs)},
+		{metrics: enginesim.MetricsFull, replicas: 2, wantMaxBatch: uint32(l4.MaxSeqs), wantSource: "engine_metrics"},
 		{metrics: enginesim.MetricsVLLM, replicas: 1, wantMaxBatch: 0},
-		{metrics: enginesim.MetricsVLLM, replicas: 1, configured: 16, wantMaxBatch: 16},
+		{metrics: enginesim.MetricsVLLM, replicas: 1, configured: 16, wantMaxBatch: 16, wantSource: "configured"},
 	} {
 		t.Run(fmt.Sprintf("%s_max_batch_%d", tc.metrics, tc.configured), func(t *testing.T) {
 			sim, err := enginesim.New(enginesim.Config{ID: "sim", GPUClass: "l4", Replicas: 2, TimeScale: 20, DefaultMaxTokens: 8, Metrics: tc.metrics})
@@ -66,9 +67,9 @@ func TestScrapeEnginesim(t *testing.T) {
 			if err := estimate.ValidateSignal(sig, time.Time{}); err != nil {
 				t.Fatalf("invalid signal from enginesim: %v", err)
 			}
-			if sig.GetHealth() != schemas.Health_HEALTH_HEALTHY || sig.GetReadyReplicas() != tc.replicas || sig.GetMaxBatch() != tc.wantMaxBatch {
-				t.Errorf("health %v, replicas %d (want %d), max batch %d (want %d)",
-					sig.GetHealth(), sig.GetReadyReplicas(), tc.replicas, sig.GetMaxBatch(), tc.wantMaxBatch)
+			if sig.GetHealth() != schemas.Health_HEALTH_HEALTHY || sig.GetReadyReplicas() != tc.replicas || sig.GetMaxBatch() != tc.wantMaxBatch || sig.GetMaxBatchSource() != tc.wantSource {
+				t.Errorf("health %v, replicas %d (want %d), max batch %d from %q (want %d from %q)",
+					sig.GetHealth(), sig.GetReadyReplicas(), tc.replicas, sig.GetMaxBatch(), sig.GetMaxBatchSource(), tc.wantMaxBatch, tc.wantSource)
 			}
 			if sig.GetRequestsFinished() != 1 || sig.GetTtftSeconds().GetCount() != 1 || sig.GetGenerationTokens() == 0 || sig.GetPromptTokens() == 0 {
 				t.Errorf("deltas after one request: %v", sig)
