@@ -149,6 +149,7 @@ func (s *Service) Run(ctx context.Context) error {
 		// Not fatal: the topics may be managed elsewhere and exist.
 		s.log.Warn("ensuring topics", "err", err)
 	}
+	s.log.Info("agent scraping", "engines", len(s.cfg.Engines), "interval", s.cfg.Interval, "topic", s.topics.Signals)
 	g, gctx := errgroup.WithContext(ctx)
 	for _, t := range s.cfg.Engines {
 		g.Go(func() error { s.loop(gctx, cl, t); return nil })
@@ -167,6 +168,7 @@ type engineLoop struct {
 	id       string
 	scraper  *Scraper
 	failures failureLog
+	answered bool // a scrape has succeeded
 }
 
 func (s *Service) newLoop(t Target) *engineLoop {
@@ -212,6 +214,11 @@ func (s *Service) scrapeOnce(ctx context.Context, e *engineLoop) (*schemas.Engin
 	} else {
 		s.m.scrapes.WithLabelValues("ok").Inc()
 		e.failures.success(now)
+		if !e.answered {
+			e.answered = true
+			e.failures.log.Info("engine answered", "model", sig.GetModel(), "health", sig.GetHealth().String(),
+				"ready_replicas", sig.GetReadyReplicas(), "max_batch", sig.GetMaxBatch(), "max_batch_source", sig.GetMaxBatchSource())
+		}
 	}
 	return sig, true
 }

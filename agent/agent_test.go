@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -195,7 +196,7 @@ func TestPublishesSignals(t *testing.T) {
 	s, err := New(Config{
 		Engines:      []Target{{ID: "good", URL: f.srv.URL, Region: "us", GPUClass: "a100"}, {ID: "down", URL: "http://127.0.0.1:1"}},
 		Interval:     20 * time.Millisecond,
-		KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "agent", Registerer: reg,
+		KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "agent", Registerer: reg, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -129,8 +129,9 @@ func TestScrapeErrorsCounted(t *testing.T) {
 	if st := s.Stats(); st.Scrapes != 6 || st.ScrapeErrors != 3 {
 		t.Errorf("stats %+v", st)
 	}
-	got := rec.lines("engine")
-	if len(got) != 1 || got[0] != "WARN scrape failed engine=down" {
-		t.Errorf("log lines %q, want one failure line for engine down", got)
+	got := rec.lines("engine", "max_batch", "max_batch_source")
+	want := []string{"WARN scrape failed engine=down", "INFO engine answered max_batch=64 max_batch_source=engine_metrics engine=up"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("log lines\n got %q\nwant %q", got, want)
 	}
 }
