@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -20,16 +21,39 @@ import (
 type Settings struct {
 	// MaxUtilization caps each engine's planned load (default 0.9).
 	MaxUtilization float64
-	// ChurnWeight is ms per unit of traffic moved from the previous
-	// weights (see optimizer.Instance.ChurnWeight); negative means 0.
+	// ChurnWeight, when positive, is an absolute churn weight: ms per
+	// rps of traffic moved from the previous weights (see
+	// optimizer.Instance.ChurnWeight), whatever the latencies at stake.
+	// 0 (the default) plans with the relative weight ChurnRelative;
+	// negative turns the churn term off.
 	ChurnWeight float64
+	// ChurnRelative (κ) sets the churn weight of each instance to κ × the
+	// demand-weighted expected latency of the previous weights at the
+	// current estimates (see churn.go); default DefaultChurnRelative,
+	// negative turns the churn term off. Used when ChurnWeight is 0.
+	ChurnRelative float64
 	// EstimateTTL drops engine and demand estimates older than this
-	// (default 30s): a silent engine is not planned for.
+	// (default 30s): a silent engine is not planned for. The previous
+	// weights expire after it too (no churn against an old plan).
 	EstimateTTL time.Duration
+	// NetworkTTL drops measured network estimates older than this
+	// (default 2m); the pair then falls back to the static RegionRTTms /
+	// DefaultRTTms value.
+	NetworkTTL time.Duration
 	// Clusters are always planned for, with at least MinDemandRPS, so
 	// every gateway gets a snapshot before traffic flows.
 	Clusters     []string
 	MinDemandRPS float64
+	// IdleDemandRPS: a cluster whose demand estimate is at most
+	// max(IdleDemandRPS, MinDemandRPS) is idle, and its weights are spread
+	// by capacity over its nearest engines unless its previous weights
+	// were made under real demand (see idle.go). Default 0.5; negative:
+	// never idle.
+	IdleDemandRPS float64
+	// ProbeShare is the most any one probe floor takes of a cluster's
+	// traffic (see probe.go); default DefaultProbeShare, negative: no
+	// probe floors.
+	ProbeShare float64
 	// RegionRTTms is the static region→region network latency used when
 	// no network estimate exists for a (cluster, engine) pair. A missing
 	// pair falls back to DefaultRTTms (0 in the same region); with
@@ -47,11 +71,20 @@ func (s *Settings) defaults() {
 	if s.MaxUtilization <= 0 || s.MaxUtilization > 1 {
 		s.MaxUtilization = 0.9
 	}
-	if s.ChurnWeight < 0 {
-		s.ChurnWeight = 0
+	if s.ChurnRelative == 0 {
+		s.ChurnRelative = DefaultChurnRelative
 	}
 	if s.EstimateTTL <= 0 {
 		s.EstimateTTL = 30 * time.Second
+	}
+	if s.NetworkTTL <= 0 {
+		s.NetworkTTL = 2 * time.Minute
+	}
+	if s.IdleDemandRPS == 0 {
+		s.IdleDemandRPS = 0.5
+	}
+	if s.ProbeShare == 0 {
+		s.ProbeShare = DefaultProbeShare
 	}
 	if s.DefaultRTTms <= 0 {
 		s.DefaultRTTms = 50
@@ -61,13 +94,12 @@ func (s *Settings) defaults() {
 	}
 }
 
-// DefaultChurnWeight is the churn weight the optimizer service uses unless
-// told otherwise, in ms per rps moved. Measured with `switchyard sim` on
-// the shipped scenarios (docs/sim.md): 5 let the weights reverse every
-// few plans on profile noise; 200–500 cut reversals 3–20× and improved p99
-// TTFT on every scenario but the Mooncake one; 1000 began to slow
-// reactions (hetero-fleet, region-outage).
-const DefaultChurnWeight = 500.0
+// DefaultChurnWeight is the absolute churn weight the optimizer service
+// and the simulator use unless told otherwise: 0, i.e. the relative churn
+// weight (DefaultChurnRelative). The former default, 500 ms per rps, needed
+// a second of latency gap to move anything on ~100 ms engines and let
+// weights chase noise where latencies are seconds.
+const DefaultChurnWeight = 0.0
 
 // ErrNothingToPlan: no fresh engine or no cluster to plan for.
 var ErrNothingToPlan = errors.New("no fresh engine estimates or no clusters to plan for")
@@ -78,8 +110,35 @@ type State struct {
 	engines  map[string]*schemas.EngineEstimate
 	demand   map[string]*schemas.DemandEstimate
 	network  map[[2]string]*schemas.NetworkEstimate
-	previous map[string]map[string]float64
+	previous map[string]*previousPlan
 	capacity map[string]*capacityState
+	pools    map[string]*poolMemory
+	// planned is what Instance learned for the instance it built last,
+	// for State.Solve's post-processing (idle spreading, probe floors).
+	planned *planContext
+}
+
+// previousPlan is one cluster's last published weights and the view of the
+// fleet they were made from.
+type previousPlan struct {
+	weights map[string]float64
+	// usable: the engines the cluster could use then (healthy, reachable).
+	usable map[string]bool
+	// createdMs: the snapshot's creation time.
+	createdMs int64
+	// real: made under real demand (not at the idle floor).
+	real bool
+}
+
+// planContext is what State.Solve needs to know about the instance that
+// Instance built.
+type planContext struct {
+	in     *opt.Instance
+	set    Settings
+	region map[string]string
+	// idle clusters (demand at the floor) whose weights are spread by
+	// capacity after the solve.
+	idle map[string]bool
 }
 
 // NewState returns an empty state.
@@ -88,8 +147,9 @@ func NewState() *State {
 		engines:  map[string]*schemas.EngineEstimate{},
 		demand:   map[string]*schemas.DemandEstimate{},
 		network:  map[[2]string]*schemas.NetworkEstimate{},
-		previous: map[string]map[string]float64{},
+		previous: map[string]*previousPlan{},
 		capacity: map[string]*capacityState{},
+		pools:    map[string]*poolMemory{},
 	}
 }
 
@@ -123,16 +183,34 @@ func (s *State) Apply(est *schemas.Estimate) {
 }
 
 // Remember records the weights of a published snapshot as the previous
-// weights for the churn term.
+// weights for the churn term, with the engines each cluster could use
+// when they were made (an engine the snapshot explains as "unhealthy" or
+// "residency" could not be used) and whether they were made under real
+// demand (see idle.go).
 func (s *State) Remember(snap *schemas.WeightSnapshot) {
+	idleRPS := 0.5
+	if pc := s.planned; pc != nil {
+		idleRPS = pc.set.idleRPS()
+	}
 	for _, cw := range snap.GetClusters() {
-		m := map[string]float64{}
+		p := &previousPlan{weights: map[string]float64{}, usable: map[string]bool{}, createdMs: snap.GetCreatedUnixMs(),
+			real: cw.GetDemandRps() > idleRPS}
 		for _, w := range cw.GetWeights() {
 			if w.GetWeight() > 0 {
-				m[w.GetEngineId()] = w.GetWeight()
+				p.weights[w.GetEngineId()] = w.GetWeight()
+			}
+			if !slices.Contains(w.GetExplanation().GetBinding(), "unhealthy") && !slices.Contains(w.GetExplanation().GetBinding(), "residency") {
+				p.usable[w.GetEngineId()] = true
 			}
 		}
-		s.previous[cw.GetCluster()] = m
+		// An idle cluster's weights held from real-demand weights stay
+		// real (they are kept through the idle period); weights spread by
+		// capacity are a fine churn reference for the next burst but not
+		// a reason to keep anything.
+		if old := s.previous[cw.GetCluster()]; !p.real && old != nil && old.real && s.planned != nil && s.planned.idle[cw.GetCluster()] {
+			p.real = true
+		}
+		s.previous[cw.GetCluster()] = p
 	}
 }
 
@@ -141,7 +219,7 @@ func (s *State) Remember(snap *schemas.WeightSnapshot) {
 func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string]string, error) {
 	set.defaults()
 	cutoff := now.Add(-set.EstimateTTL).UnixMilli()
-	in := &opt.Instance{MaxUtilization: set.MaxUtilization, ChurnWeight: set.ChurnWeight, RTTms: map[string]map[string]float64{}}
+	in := &opt.Instance{MaxUtilization: set.MaxUtilization, RTTms: map[string]map[string]float64{}}
 	endpoints := map[string]string{}
 	region := map[string]string{}
 
@@ -149,6 +227,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	// latency: e2e(u) = TTFT(u) + outputTokens × TBOT(u).
 	var outTok, outW float64
 	demand := map[string]float64{}
+	raw := map[string]float64{}
 	for _, id := range set.Clusters {
 		demand[id] = set.MinDemandRPS
 	}
@@ -161,6 +240,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		if !finite(rps) || rps < 0 {
 			continue
 		}
+		raw[id] = rps
 		demand[id] = math.Max(rps, set.MinDemandRPS)
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
 			outTok += mo * rps
@@ -182,14 +262,15 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		}
 		fresh = append(fresh, e)
 	}
-	ttftPool, tbotPool := profilePools(fresh)
+	s.observePools(fresh)
+	ttftPool, tbotPool := s.profilePools(fresh)
 	var his []float64
 	var sumLo, sumHi float64
 	for _, e := range fresh {
-		id, cls := e.GetEngineId(), e.GetGpuClass()
+		id := e.GetEngineId()
 		prof, err := engineLatency(id,
-			pooled(points(e.GetTtftProfile()), requests(e), ttftPool[cls]),
-			pooled(points(e.GetTbotProfile()), requests(e), tbotPool[cls]),
+			s.plannedProfile(e, ttft, ttftPool),
+			s.plannedProfile(e, tbot, tbotPool),
 			meanOut)
 		if err != nil {
 			continue
@@ -226,10 +307,12 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 			in.Engines[i].CapacityRPS += t * (his[i] - in.Engines[i].CapacityRPS)
 		}
 	}
+	netCutoff := now.Add(-set.NetworkTTL).UnixMilli()
 	for _, c := range in.Clusters {
 		row := map[string]float64{}
 		for _, e := range in.Engines {
-			if n, ok := s.network[[2]string{c.ID, e.ID}]; ok && n.GetSamples() >= set.MinNetworkSamples && finite(n.GetRttMs()) && n.GetRttMs() >= 0 {
+			if n, ok := s.network[[2]string{c.ID, e.ID}]; ok && n.GetWindowEndUnixMs() >= netCutoff &&
+				n.GetSamples() >= set.MinNetworkSamples && finite(n.GetRttMs()) && n.GetRttMs() >= 0 {
 				row[e.ID] = n.GetRttMs()
 				continue
 			}
@@ -248,24 +331,12 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		}
 		in.RTTms[c.ID] = row
 	}
-	if len(s.previous) > 0 {
-		in.Previous = map[string]map[string]float64{}
-		for c, m := range s.previous {
-			if _, ok := demand[c]; !ok {
-				continue
-			}
-			row := map[string]float64{}
-			for e, w := range m {
-				if _, ok := endpoints[e]; ok {
-					row[e] = w
-				}
-			}
-			in.Previous[c] = row
-		}
-	}
+	in.Previous = s.churnReference(in, now, set)
+	in.ChurnWeight = churnWeight(in, set)
 	if err := in.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("building instance: %w", err)
 	}
+	s.planned = &planContext{in: in, set: set, region: region, idle: idleClusters(in, raw, set)}
 	return in, endpoints, nil
 }
 
@@ -290,9 +361,12 @@ func Solve(in *opt.Instance, endpoints map[string]string, version uint64, now ti
 	}, nil
 }
 
-// Solve is the package's Solve followed by the failover split (see
-// spill.go), which needs the engines' regions from the state's estimates:
-// what the optimizer service, replay and the simulator publish.
+// Solve is the package's Solve followed by the planner's post-processing,
+// which needs the engines' regions from the state's estimates: idle
+// clusters spread by capacity (idle.go), the failover split (spill.go)
+// and the probe floors (probe.go). It is what the optimizer service,
+// replay and the simulator publish. The idle spreading and probe floors
+// apply when in is the instance this state's Instance built last.
 func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
 	snap, err := Solve(in, endpoints, version, now)
 	if err != nil {
@@ -302,7 +376,14 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 	for _, e := range in.Engines {
 		region[e.ID] = s.engines[e.ID].GetRegion()
 	}
+	pc := s.planned
+	if pc != nil && pc.in == in {
+		spreadIdle(in, pc.idle, s.previous, snap.GetClusters())
+	}
 	spill(in, region, snap.GetClusters())
+	if pc != nil && pc.in == in {
+		probe(in, pc.set, snap.GetClusters())
+	}
 	explainCapacity(s.engines, snap.GetClusters())
 	return snap, nil
 }

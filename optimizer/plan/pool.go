@@ -92,6 +92,11 @@ func pooled(own [][2]float64, samples float64, class *classPool) [][2]float64 {
 	if class == nil || class.total <= 0 || len(own) == 0 {
 		return own
 	}
+	return blend(own, samples, class.at)
+}
+
+// blend is (n·own(u) + K·target(u))/(n + K) at own's knots.
+func blend(own [][2]float64, samples float64, target func(float64) float64) [][2]float64 {
 	n := 0.0
 	if samples > 0 && finite(samples) {
 		n = samples
@@ -99,7 +104,7 @@ func pooled(own [][2]float64, samples float64, class *classPool) [][2]float64 {
 	a := n / (n + PoolSamples)
 	out := make([][2]float64, len(own))
 	for i, p := range own {
-		out[i] = [2]float64{p[0], a*p[1] + (1-a)*class.at(p[0])}
+		out[i] = [2]float64{p[0], a*p[1] + (1-a)*target(p[0])}
 	}
 	return out
 }
@@ -112,28 +117,55 @@ func requests(e *schemas.EngineEstimate) float64 {
 	return float64(e.GetTtftProfile().GetSamples())
 }
 
+// kind selects one of an engine's two profiles.
+type kind int
+
+const (
+	ttft kind = iota
+	tbot
+)
+
+func (k kind) profile(e *schemas.EngineEstimate) *schemas.LatencyProfile {
+	if k == ttft {
+		return e.GetTtftProfile()
+	}
+	return e.GetTbotProfile()
+}
+
 // profilePools builds the per-class pools of TTFT and TBOT profiles over
-// the fresh engine estimates.
-func profilePools(engines []*schemas.EngineEstimate) (ttft, tbot map[string]*classPool) {
-	ttft, tbot = map[string]*classPool{}, map[string]*classPool{}
+// the fresh engine estimates, leaving out the engines whose profile of
+// that kind departs from their class (see outliers.go).
+func (s *State) profilePools(engines []*schemas.EngineEstimate) (ttftPool, tbotPool map[string]*classPool) {
+	ttftPool, tbotPool = map[string]*classPool{}, map[string]*classPool{}
 	for _, e := range engines {
 		cls := e.GetGpuClass()
-		for _, k := range []struct {
-			m map[string]*classPool
-			p *schemas.LatencyProfile
-		}{{ttft, e.GetTtftProfile()}, {tbot, e.GetTbotProfile()}} {
-			pool := k.m[cls]
+		for k, m := range []map[string]*classPool{ttftPool, tbotPool} {
+			pool := m[cls]
 			if pool == nil {
 				pool = &classPool{}
-				k.m[cls] = pool
+				m[cls] = pool
 			}
-			pool.add(points(k.p), requests(e))
+			if !s.outlier(e.GetEngineId(), kind(k)) {
+				pool.add(points(kind(k).profile(e)), requests(e))
+			}
 		}
 	}
-	for _, m := range []map[string]*classPool{ttft, tbot} {
+	for _, m := range []map[string]*classPool{ttftPool, tbotPool} {
 		for _, pool := range m {
 			pool.done()
 		}
 	}
-	return ttft, tbot
+	return ttftPool, tbotPool
+}
+
+// plannedProfile is e's profile of kind k as the planner uses it: pooled
+// with its class when it agrees with the class, else shrunk toward its
+// own last well-measured profile (see outliers.go).
+func (s *State) plannedProfile(e *schemas.EngineEstimate, k kind, pools map[string]*classPool) [][2]float64 {
+	own, n := points(k.profile(e)), requests(e)
+	if m := s.pools[e.GetEngineId()]; m != nil && s.outlier(e.GetEngineId(), k) && len(m.kinds[k].last) > 0 && len(own) > 0 {
+		last := m.kinds[k].last
+		return blend(own, n, func(u float64) float64 { return interp(last, u) })
+	}
+	return pooled(own, n, pools[e.GetGpuClass()])
 }
