@@ -181,3 +181,18 @@ func TestMaxBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixCacheNeedsPromptTokens: a cached-token counter or a hit-rate
+// gauge alone says nothing about how many tokens were looked up, so the
+// signal then carries no prefix-cache values rather than a made-up rate.
+func TestPrefixCacheNeedsPromptTokens(t *testing.T) {
+	for _, body := range []string{
+		"# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{cache_source=\"device\"} 500\n",
+		"# TYPE trtllm_kv_cache_hit_rate gauge\ntrtllm_kv_cache_hit_rate 0.5\n",
+	} {
+		sig := scrapeFromZero(t, Target{ID: "e"}, body)
+		if sig.GetPrefixCacheHits() != 0 || sig.GetPrefixCacheQueries() != 0 {
+			t.Errorf("%q: hits %v of %v queries, want none", body, sig.GetPrefixCacheHits(), sig.GetPrefixCacheQueries())
+		}
+	}
+}

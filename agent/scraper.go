@@ -111,8 +111,10 @@ func fill(sig *schemas.EngineSignal, health schemas.Health, cur *reading, st *Sc
 		}
 		return histDelta(cur.hists[q], p)
 	}
+	_, hasPrompt := cur.counters["prompt"]
 	sig.PromptTokens = d("prompt")
-	if _, ok := cur.counters["prompt"]; !ok {
+	if !hasPrompt {
+		_, hasPrompt = cur.hists["prompt_hist"]
 		sig.PromptTokens = hd("prompt_hist").GetSum()
 	}
 	sig.GenerationTokens = d("generation")
@@ -125,10 +127,10 @@ func fill(sig *schemas.EngineSignal, health schemas.Health, cur *reading, st *Sc
 	switch {
 	case hasHits && hasQueries:
 		sig.PrefixCacheHits, sig.PrefixCacheQueries = d("hits"), d("queries")
-	case hasHits:
+	case hasHits && hasPrompt:
 		// Cached prompt tokens out of all prompt tokens (SGLang).
 		sig.PrefixCacheHits, sig.PrefixCacheQueries = d("hits"), max(d("hits"), sig.PromptTokens)
-	case hasRate:
+	case hasRate && hasPrompt:
 		// A hit-rate gauge applied to this interval's prompt tokens.
 		sig.PrefixCacheQueries = sig.PromptTokens
 		sig.PrefixCacheHits = math.Min(1, math.Max(0, rate)) * sig.PromptTokens
