@@ -33,6 +33,14 @@
 //
 // With no snapshot the gateway builds a LeastLoaded table: healthy engines,
 // fewest in flight, ties broken by the affinity key.
+//
+// PickRequest (score.go) is the gateway's picker: it takes the key's last
+// engine and the first three acceptable engines of the same walk, and
+// scores them by the time the request would take to its first tokens
+// there, from this gateway's own queued prefill work, the prefix blocks
+// it remembers sending, the network latency and what it learned of each
+// engine; the plan's order wins unless another candidate is better by
+// more than a tolerance.
 package pick
 
 import (
@@ -79,6 +87,9 @@ type Spec struct {
 	ID     string
 	URL    string
 	Weight float64
+	// RTTms is the network round trip to the engine (the snapshot's
+	// network estimate), used by PickRequest's scores. 0: unknown.
+	RTTms float64
 }
 
 // Engine is one engine of a built table.
@@ -86,6 +97,7 @@ type Engine struct {
 	ID    string
 	URL   string
 	Share float64 // normalized weight
+	RTTms float64 // Spec.RTTms
 	State *State
 	salt  uint64
 }
@@ -106,6 +118,21 @@ type Options struct {
 	// SlotsPerEngine sizes the table (M >= SlotsPerEngine·engines, prime,
 	// at least 4093). Default 64.
 	SlotsPerEngine int
+	// Candidates is the number of distinct engines of the weighted walk
+	// PickRequest scores (besides the key's last engine). Default 3, at
+	// most 4.
+	Candidates int
+	// ScoreSlack and ScoreSlackMs are PickRequest's tolerance: the first
+	// candidate in affinity-and-weight order whose score is within
+	// ScoreSlack·best + ScoreSlackMs of the best one wins. Defaults 0.2
+	// and 30 ms.
+	ScoreSlack   float64
+	ScoreSlackMs float64
+	// LookaheadTokens is how many output tokens PickRequest's score
+	// waits for: it estimates the time until the client has that many
+	// tokens, so a slow decoder costs something but the plan, not the
+	// picker, trades decode speed against everything else. Default 8.
+	LookaheadTokens int
 }
 
 func (o *Options) defaults() {
@@ -123,6 +150,19 @@ func (o *Options) defaults() {
 	}
 	if o.SlotsPerEngine <= 0 {
 		o.SlotsPerEngine = 64
+	}
+	if o.Candidates <= 0 {
+		o.Candidates = 3
+	}
+	o.Candidates = min(o.Candidates, maxCandidates)
+	if !(o.ScoreSlack > 0) || math.IsInf(o.ScoreSlack, 0) {
+		o.ScoreSlack = 0.2
+	}
+	if o.LookaheadTokens <= 0 {
+		o.LookaheadTokens = 8
+	}
+	if !(o.ScoreSlackMs > 0) || math.IsInf(o.ScoreSlackMs, 0) {
+		o.ScoreSlackMs = 30
 	}
 }
 
@@ -142,10 +182,21 @@ type Pool struct {
 	mu     sync.Mutex
 	states map[string]*State
 	total  atomic.Int64
+	mem    *memory
 }
 
+// Memory sizes of a pool: 2^16 affinity keys and 2^18 two-way buckets of
+// prefix blocks (4.5 MiB), remembered for at most memoryTTLMs.
+const (
+	memoryKeyBits   = 16
+	memoryBlockBits = 18
+	memoryTTLMs     = 10 * 60 * 1000
+)
+
 // NewPool returns an empty pool.
-func NewPool() *Pool { return &Pool{states: map[string]*State{}} }
+func NewPool() *Pool {
+	return &Pool{states: map[string]*State{}, mem: newMemory(memoryKeyBits, memoryBlockBits, memoryTTLMs)}
+}
 
 // State returns the state of engine id, creating it.
 func (p *Pool) State(id string) *State {
@@ -153,7 +204,7 @@ func (p *Pool) State(id string) *State {
 	defer p.mu.Unlock()
 	s, ok := p.states[id]
 	if !ok {
-		s = &State{id: id, total: &p.total}
+		s = &State{id: id, total: &p.total, idx: uint32(len(p.states))}
 		p.states[id] = s
 	}
 	return s
@@ -176,6 +227,9 @@ type Table struct {
 	slots   []int32
 	total   *atomic.Int64
 	opt     Options
+	pool    *Pool
+	mem     *memory
+	byPool  []int32 // pool index -> engine index, -1: not in the table
 }
 
 // Build returns a table over specs. Engines of weight 0 are left out
@@ -214,9 +268,22 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 	if len(kept) == 0 || !(sum > 0) || math.IsInf(sum, 0) {
 		return nil, ErrNoEngines
 	}
-	t := &Table{engines: make([]Engine, len(kept)), total: &p.total, opt: opt}
+	t := &Table{engines: make([]Engine, len(kept)), total: &p.total, opt: opt, pool: p, mem: p.mem}
 	for i, s := range kept {
-		t.engines[i] = Engine{ID: s.ID, URL: s.URL, Share: s.Weight / sum, State: p.State(s.ID), salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
+		rtt := s.RTTms
+		if !(rtt > 0) || math.IsInf(rtt, 0) {
+			rtt = 0
+		}
+		t.engines[i] = Engine{ID: s.ID, URL: s.URL, Share: s.Weight / sum, RTTms: rtt, State: p.State(s.ID), salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
+	}
+	p.mu.Lock()
+	t.byPool = make([]int32, len(p.states))
+	p.mu.Unlock()
+	for i := range t.byPool {
+		t.byPool[i] = -1
+	}
+	for i := range t.engines {
+		t.byPool[t.engines[i].State.idx] = int32(i)
 	}
 	if !opt.LeastLoaded {
 		t.slots = maglev(t.engines, opt.SlotsPerEngine)

@@ -23,6 +23,43 @@ type State struct {
 	flags    atomic.Uint32 // flagEjected | flagDown
 	reject   atomic.Uint32 // penalty: share of keys turned away, in 1/65536
 	total    *atomic.Int64 // the pool's in-flight total
+
+	idx     uint32       // position in the pool, for the affinity memory
+	prefill atomic.Int64 // this gateway's queued prefill tokens (requests with no first token yet)
+	forgot  atomic.Int64 // stamp+1 of the last Forget, 0: never
+	model   model
+}
+
+// Prefill returns the prompt tokens of this gateway's requests on the
+// engine that have no first token yet (uncached part, as estimated).
+func (s *State) Prefill() int64 { return s.prefill.Load() }
+
+// Forget drops what the gateway remembers and has learned about the
+// engine: which keys and prefix blocks it holds (an engine that went down
+// comes back with a cold cache) and its latency model. nowMs is the
+// caller's clock, as in Request.NowMs.
+func (s *State) Forget(nowMs int64) {
+	s.forgot.Store(int64(stampOf(nowMs)) + 1)
+	s.model.forget()
+}
+
+// fresh reports whether a memory entry stamped st was made after the
+// engine's last Forget (within half the stamp range, which wraps).
+func (s *State) fresh(st uint64) bool {
+	f := s.forgot.Load()
+	if f == 0 {
+		return true
+	}
+	d := (st - uint64(f-1)) & (1<<stampBits - 1)
+	return d > 0 && d < 1<<(stampBits-1)
+}
+
+// Model returns what the gateway has learned of the engine as of nowMs:
+// TTFT = interceptMs + msPerToken·(prefill tokens ahead), the mean time
+// between output tokens, and whether each part is current.
+func (s *State) Model(nowMs int64) (interceptMs, msPerToken, tbotMs float64, known, knownTBOT bool) {
+	m := s.model.params(nowMs)
+	return m.a, m.p, m.d, m.known, m.knownD
 }
 
 // ID returns the engine id.

@@ -23,8 +23,10 @@ import (
 // convex profile fit) turn a sliding window of both into estimates; every
 // optimizer period the real optimizer (optimizer.Solve) plans weights from
 // them; after the propagation delay every gateway installs its cluster's
-// weights in the real selector (gateway/pick: weighted Maglev with
-// affinity and bounded load) and sheds the planned fraction. Before the
+// weights in the real selector (gateway/pick's PickRequest: weighted
+// Maglev with affinity and bounded load, candidates scored by this
+// gateway's queued prefill, remembered prefix blocks, network latency and
+// learned engine speed) and sheds the planned fraction. Before the
 // first snapshot gateways use pick's least-loaded fallback table, as the
 // gateway does without a snapshot.
 type switchyard struct {
@@ -70,6 +72,7 @@ type acc struct{ n, sum float64 }
 type pendingSnap struct {
 	at      time.Duration
 	weights [][]float64
+	rtt     [][]float64 // the plan's network estimate, ms
 	shed    []float64
 }
 
@@ -82,6 +85,18 @@ type gateway struct {
 	states  []*pick.State
 	shed    float64
 	ex      []int32
+	up      []bool // health as last seen, to forget an engine that went down
+	// placed holds each request's attempt in flight: the table it was
+	// placed on and its ticket (the gateway's attempt state).
+	placed map[int]placement
+	chain  []uint64
+}
+
+type placement struct {
+	table *pick.Table
+	i     int
+	tk    pick.Ticket
+	first bool
 }
 
 func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
@@ -118,9 +133,10 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 		p.planSet.RegionRTTms[ci.ID] = row
 	}
 	for range w.Clusters {
-		g := &gateway{pool: pick.NewPool()}
+		g := &gateway{pool: pick.NewPool(), placed: map[int]placement{}}
 		for _, e := range w.Engines {
 			g.states = append(g.states, g.pool.State(e.ID))
+			g.up = append(g.up, true)
 		}
 		specs := make([]pick.Spec, n)
 		for e, info := range w.Engines {
@@ -151,7 +167,7 @@ func (g *gateway) install(t *pick.Table, w *des.World) {
 	}
 }
 
-func (p *switchyard) Pick(_ time.Duration, r *des.Request, exclude []int32) int {
+func (p *switchyard) Pick(now time.Duration, r *des.Request, exclude []int32) int {
 	g := p.gw[r.Cluster]
 	// Shed, or for a retry with nowhere left to go, failed.
 	refused := schemas.RequestStatus_REQUEST_STATUS_SHED
@@ -168,24 +184,43 @@ func (p *switchyard) Pick(_ time.Duration, r *des.Request, exclude []int32) int 
 			g.ex = append(g.ex, int32(i))
 		}
 	}
-	i, _ := g.table.Pick(r.Key, g.ex)
+	g.chain = chainHashes(g.chain[:0], r)
+	req := pick.Request{Key: r.Key, NowMs: now.Milliseconds(), PromptTokens: r.W.PromptTokens,
+		Blocks: g.chain, BlockTokens: p.w.BlockTokens}
+	i, _, tk := g.table.PickRequest(&req, g.ex)
 	if i < 0 {
 		p.record(r, -1, refused, des.Outcome{})
 		return -1
 	}
+	g.placed[r.Index] = placement{table: g.table, i: i, tk: tk}
 	return g.toWorld[i]
 }
 
 // FirstToken implements des.FirstTokenObserver: the engine's TTFT
 // histogram observes a request when its first token is produced, as
 // vLLM's does.
-func (p *switchyard) FirstToken(_ time.Duration, _ *des.Request, e int, engineTTFT time.Duration) {
+func (p *switchyard) FirstToken(_ time.Duration, r *des.Request, e int, engineTTFT time.Duration) {
 	p.ttft[e].n++
 	p.ttft[e].sum += engineTTFT.Seconds()
+	g := p.gw[r.Cluster]
+	if pl, ok := g.placed[r.Index]; ok && !pl.first {
+		pl.table.FirstToken(pl.i, pl.tk, float64(engineTTFT)/1e6)
+		pl.first = true
+		g.placed[r.Index] = pl
+	}
 }
 
 func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome) {
-	p.gw[r.Cluster].states[e].Release()
+	g := p.gw[r.Cluster]
+	g.states[e].Release()
+	if pl, ok := g.placed[r.Index]; ok {
+		delete(g.placed, r.Index)
+		tbot := 0.0
+		if o.OK && o.OutputTokens > 1 {
+			tbot = float64(o.MeanTBOT) / 1e6
+		}
+		pl.table.Finished(pl.i, pl.tk, pl.first, tbot)
+	}
 	if o.Retry {
 		return // the gateway reports the request once, after its last attempt
 	}
@@ -239,7 +274,12 @@ func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus,
 func (p *switchyard) Tick(now time.Duration) {
 	for _, g := range p.gw {
 		for e, st := range g.states {
-			st.SetDown(!p.w.Healthy(e))
+			up := p.w.Healthy(e)
+			if g.up[e] && !up {
+				st.Forget(now.Milliseconds())
+			}
+			g.up[e] = up
+			st.SetDown(!up)
 		}
 	}
 	for now >= p.nextSig {
@@ -343,19 +383,25 @@ func (p *switchyard) solve(now time.Duration) {
 		return // keep routing on the last good snapshot
 	}
 	p.plan.Remember(snapshot)
-	weights := map[string]map[string]float64{}
+	// Weights and the plan's network latency per cluster and engine (the
+	// gateway's picker scores candidates by it).
+	weights, rtt := map[string]map[string]float64{}, map[string]map[string]float64{}
 	for _, cw := range snapshot.GetClusters() {
-		m := map[string]float64{}
+		m, r := map[string]float64{}, map[string]float64{}
 		for _, w := range cw.GetWeights() {
 			m[w.GetEngineId()] = w.GetWeight()
+			r[w.GetEngineId()] = w.GetExplanation().GetNetworkMs()
 		}
-		weights[cw.GetCluster()] = m
+		weights[cw.GetCluster()], rtt[cw.GetCluster()] = m, r
 	}
-	snap := pendingSnap{at: now + p.ctl.propagation, weights: make([][]float64, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
+	snap := pendingSnap{at: now + p.ctl.propagation, weights: make([][]float64, len(p.w.Clusters)),
+		rtt: make([][]float64, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
 	for c, ci := range p.w.Clusters {
 		snap.weights[c] = make([]float64, len(p.w.Engines))
+		snap.rtt[c] = make([]float64, len(p.w.Engines))
 		for e, info := range p.w.Engines {
 			snap.weights[c][e] = weights[ci.ID][info.ID]
+			snap.rtt[c][e] = rtt[ci.ID][info.ID]
 		}
 		for _, cw := range snapshot.GetClusters() {
 			if cw.GetCluster() == ci.ID {
@@ -371,7 +417,7 @@ func (p *switchyard) installSnap(s pendingSnap) {
 		var specs []pick.Spec
 		for e, info := range p.w.Engines {
 			if w := s.weights[c][e]; w > 0 {
-				specs = append(specs, pick.Spec{ID: info.ID, Weight: w})
+				specs = append(specs, pick.Spec{ID: info.ID, Weight: w, RTTms: s.rtt[c][e]})
 			}
 		}
 		g.shed = s.shed[c]

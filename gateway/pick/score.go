@@ -1,0 +1,335 @@
+package pick
+
+import (
+	"math"
+	"math/bits"
+)
+
+// Request is what PickRequest knows of a request. Only Key is required;
+// every other field sharpens the estimate when present.
+type Request struct {
+	// Key is the affinity key (session, user or prompt prefix hash).
+	Key uint64
+	// NowMs is the caller's clock in milliseconds (any epoch, monotonic
+	// enough for the memory's TTL).
+	NowMs int64
+	// PromptTokens is the prompt's length in tokens (an estimate is fine).
+	PromptTokens int
+	// Blocks are the prompt's prefix-block hashes, Blocks[k] covering the
+	// prompt up to the end of block k, BlockTokens tokens each.
+	Blocks      []uint64
+	BlockTokens int
+}
+
+// Ticket is what the caller hands back about a placed request: the
+// prefill work it added to its engine's queue and the work that was
+// ahead of it (its own included), for FirstToken.
+type Ticket struct {
+	Uncached int64   // tokens this request adds to the engine's prefill queue
+	Work     float64 // prefill tokens ahead of it when sent, its own included
+	Score    float64 // the score it was placed on, ms
+	AtMs     int64   // Request.NowMs
+}
+
+// maxCandidates bounds Options.Candidates.
+const maxCandidates = 4
+
+// scored is one candidate of PickRequest.
+type scored struct {
+	i        int32
+	uncached int64
+	work     float64
+	score    float64
+	m        params
+}
+
+// PickRequest chooses an engine for r, skipping exclude, and counts the
+// request in flight on it (end it with Done, and FirstToken when the
+// first token arrives).
+//
+// # Algorithm
+//
+// The candidates are, in order: the engine that last served r.Key (so
+// affinity survives weight changes), then the first distinct acceptable
+// engines of r.Key's walk over the weighted Maglev table (acceptable as
+// in Pick: not excluded, available, not turned away by its penalty,
+// within its bounded load and hard limit), up to three in all. Each is
+// scored by the time this request would take on it as this gateway can
+// tell:
+//
+//	RTT + a + p·(queued + uncached) + d·output
+//
+// where RTT is the snapshot's network latency to the engine, queued the
+// prefill tokens of this gateway's requests on the engine that have no
+// first token yet, uncached the part of this prompt whose prefix blocks
+// the engine was not recently sent, a and p the intercept and slope of
+// the engine's TTFT against queued prefill work and d its time between
+// output tokens, both learned from this gateway's own requests (engines
+// with nothing learned yet take the mean of the candidates that have).
+// The first candidate in that order whose score is within the tolerance
+// (Options.ScoreSlack·best + Options.ScoreSlackMs) of the best wins, so
+// the plan's shares and affinity hold unless a queue, a slower engine or
+// a cache miss costs more than the tolerance. Shares stay bounded: every
+// candidate satisfies the bounded-load guard of Pick.
+//
+// When no candidate is acceptable, Pick's overflow and panic fallbacks
+// apply. LeastLoaded tables ignore scores and behave like Pick.
+func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
+	if len(t.engines) == 0 {
+		return -1, None, Ticket{}
+	}
+	if t.opt.LeastLoaded {
+		i, why := t.Pick(r.Key, exclude)
+		return i, why, t.ticket(i, r)
+	}
+	var buf [maxCandidates + 1]scored
+	c, sticky := t.collect(r, exclude, buf[:0])
+	if len(c) == 0 {
+		i, why := t.fallback(r.Key, exclude)
+		return i, why, t.ticket(i, r)
+	}
+	t.score(r, c)
+	for len(c) > 0 {
+		k := choose(c, t.opt.ScoreSlack, t.opt.ScoreSlackMs)
+		e := &t.engines[c[k].i]
+		if e.State.tryAcquire() {
+			e.State.prefill.Add(c[k].uncached)
+			t.remember(r, e.State)
+			why := Weighted
+			if k == 0 && (sticky || c[0].i == t.slots[t.slotOf(r.Key)]) {
+				why = Affinity
+			}
+			return int(c[k].i), why, Ticket{Uncached: c[k].uncached, Work: c[k].work, Score: c[k].score, AtMs: r.NowMs}
+		}
+		c = append(c[:k], c[k+1:]...)
+	}
+	i, why := t.fallback(r.Key, exclude)
+	return i, why, t.ticket(i, r)
+}
+
+// fallback is Pick's behaviour after its walk: least loaded, then panic.
+func (t *Table) fallback(key uint64, exclude []int32) (int, Reason) {
+	if i := t.least(key, exclude, true, false); i >= 0 {
+		return i, Overflow
+	}
+	if i := t.least(key, exclude, true, true); i >= 0 {
+		return i, Panic
+	}
+	return -1, None
+}
+
+// ticket accounts a request placed by a fallback: all of its prompt is
+// queued prefill work on the engine.
+func (t *Table) ticket(i int, r *Request) Ticket {
+	if i < 0 {
+		return Ticket{}
+	}
+	s := t.engines[i].State
+	u := int64(max(r.PromptTokens, 0))
+	w := float64(s.prefill.Add(u))
+	t.remember(r, s)
+	return Ticket{Uncached: u, Work: w, AtMs: r.NowMs}
+}
+
+func (t *Table) slotOf(key uint64) uint64 {
+	pos, _ := bits.Mul64(mix(key), uint64(len(t.slots)))
+	return pos
+}
+
+// acceptable applies Pick's per-engine checks, except the hard limit
+// (tryAcquire enforces it when the engine is chosen).
+func (t *Table) acceptable(i int32, h uint64, tot, grow float64, exclude []int32) bool {
+	if excluded(i, exclude) {
+		return false
+	}
+	e := &t.engines[i]
+	s := e.State
+	if !s.Available() {
+		return false
+	}
+	if rej := s.reject.Load(); rej > 0 && uint32(mix(h^e.salt)>>48) < rej {
+		return false
+	}
+	if l := s.limit.Load(); l > 0 && s.inflight.Load() >= l {
+		return false
+	}
+	return float64(s.inflight.Load())+1 <= e.Share*tot*grow+t.opt.Floor
+}
+
+// collect appends the candidates: the key's last engine when it is in
+// the table and acceptable, then the walk's first distinct acceptable
+// engines.
+func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool) {
+	h := mix(r.Key)
+	tot := float64(t.total.Load()) + 1
+	grow := 1 + t.opt.Slack
+	sticky := false
+	if mem := t.mem; mem != nil {
+		if id, st := mem.lastEngine(r.Key, stampOf(r.NowMs)); id > 0 && int(id) <= len(t.byPool) {
+			if i := t.byPool[id-1]; i >= 0 && t.engines[i].State.fresh(st) && t.acceptable(i, h, tot, grow, exclude) {
+				c = append(c, scored{i: i})
+				sticky = true
+			}
+		}
+	}
+	m := uint64(len(t.slots))
+	pos := t.slotOf(r.Key)
+	for p := 0; p < t.opt.MaxProbes && len(c) < t.opt.Candidates; p++ {
+		i := t.slots[pos]
+		if pos++; pos == m {
+			pos = 0
+		}
+		if has(c, i) || !t.acceptable(i, h, tot, grow, exclude) {
+			continue
+		}
+		c = append(c, scored{i: i})
+	}
+	return c, sticky
+}
+
+func has(c []scored, i int32) bool {
+	for k := range c {
+		if c[k].i == i {
+			return true
+		}
+	}
+	return false
+}
+
+// score fills each candidate's uncached tokens, work ahead and score.
+func (t *Table) score(r *Request, c []scored) {
+	prompt := int64(max(r.PromptTokens, 0))
+	t.cached(r, c)
+	look := float64(t.opt.LookaheadTokens)
+	// Engines with nothing learned take the mean of those with something.
+	var sa, sp, sd float64
+	var na, nd int
+	for k := range c {
+		m := &c[k].m
+		*m = t.engines[c[k].i].State.model.params(r.NowMs)
+		if m.known {
+			sa, sp, na = sa+m.a, sp+m.p, na+1
+		}
+		if m.knownD {
+			sd, nd = sd+m.d, nd+1
+		}
+	}
+	da, dp, dd := 0.0, defaultMsPerToken, 0.0
+	if na > 0 {
+		da, dp = sa/float64(na), sp/float64(na)
+	}
+	if nd > 0 {
+		dd = sd / float64(nd)
+	}
+	for k := range c {
+		e := &t.engines[c[k].i]
+		m := &c[k].m
+		if !m.known {
+			m.a, m.p = da, dp
+		}
+		if !m.knownD {
+			m.d = dd
+		}
+		u := max(prompt-c[k].uncached, 0) // c[k].uncached holds the cached tokens here
+		c[k].uncached = u
+		c[k].work = float64(max(e.State.prefill.Load(), 0) + u)
+		c[k].score = e.RTTms + m.a + m.p*c[k].work + m.d*look
+	}
+}
+
+// defaultMsPerToken is the prefill cost assumed before any engine of the
+// candidates has been measured (10,000 tokens/s): it only orders queues
+// against network latency until the first measurements arrive.
+const defaultMsPerToken = 0.1
+
+// cached sets each candidate's uncached field to the tokens of r's
+// prompt the engine is expected to hold: the longest run of leading
+// blocks the memory says were sent to it.
+func (t *Table) cached(r *Request, c []scored) {
+	mem := t.mem
+	if mem == nil || len(r.Blocks) == 0 || r.BlockTokens <= 0 {
+		return
+	}
+	now := stampOf(r.NowMs)
+	var ids [maxCandidates + 1]uint32
+	var run [maxCandidates + 1]bool
+	alive := 0
+	for k := range c {
+		ids[k] = t.engines[c[k].i].State.idx + 1
+		run[k] = true
+		alive++
+	}
+	for b, h := range r.Blocks {
+		e0, e1, s0, s1 := mem.holders(h, now)
+		for k := range c {
+			if !run[k] {
+				continue
+			}
+			st := t.engines[c[k].i].State
+			if (e0 == ids[k] && st.fresh(s0)) || (e1 == ids[k] && st.fresh(s1)) {
+				c[k].uncached = int64((b + 1) * r.BlockTokens)
+				continue
+			}
+			run[k] = false
+			alive--
+		}
+		if alive == 0 {
+			break
+		}
+	}
+}
+
+// choose returns the index of the first candidate whose score is within
+// the tolerance of the best.
+func choose(c []scored, slack, slackMs float64) int {
+	best := math.Inf(1)
+	for k := range c {
+		best = min(best, c[k].score)
+	}
+	lim := best + slack*best + slackMs
+	for k := range c {
+		if c[k].score <= lim {
+			return k
+		}
+	}
+	return 0
+}
+
+// remember records r's key and blocks as served by s.
+func (t *Table) remember(r *Request, s *State) {
+	mem := t.mem
+	if mem == nil || s.idx >= maxMemEngine {
+		return
+	}
+	now := stampOf(r.NowMs)
+	id := s.idx + 1
+	mem.rememberKey(r.Key, now, id)
+	for _, h := range r.Blocks {
+		mem.rememberBlock(h, now, id)
+	}
+}
+
+// FirstToken tells the table that the request placed with tk on engine i
+// produced its first token after engineTTFTms at the engine (the
+// gateway's TTFT less the network round trip): its prefill work leaves
+// the engine's queue and the engine's model learns from it.
+func (t *Table) FirstToken(i int, tk Ticket, engineTTFTms float64) {
+	s := t.engines[i].State
+	s.prefill.Add(-tk.Uncached)
+	s.model.observeFirstToken(tk.Work, engineTTFTms, tk.AtMs)
+}
+
+// Finished tells the table that the request placed with tk on engine i
+// ended, whether or not Done was called yet. When it had no first token
+// its prefill work leaves the queue now; tbotMs, its mean time between
+// output tokens (0 when unknown, as for a non-streaming response), feeds
+// the engine's model.
+func (t *Table) Finished(i int, tk Ticket, firstToken bool, tbotMs float64) {
+	s := t.engines[i].State
+	if !firstToken {
+		s.prefill.Add(-tk.Uncached)
+	}
+	if tbotMs > 0 {
+		s.model.observeTBOT(tbotMs, tk.AtMs)
+	}
+}

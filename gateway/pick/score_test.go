@@ -1,0 +1,305 @@
+package pick
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// place picks r and returns the engine id.
+func place(t *testing.T, tb *Table, r *Request) (string, int, Ticket) {
+	t.Helper()
+	i, why, tk := tb.PickRequest(r, nil)
+	if i < 0 {
+		t.Fatalf("no engine for key %x (%v)", r.Key, why)
+	}
+	return tb.Engine(i).ID, i, tk
+}
+
+// teach gives engine i of tb n first tokens following TTFT = a + p·work.
+func teach(tb *Table, i int, n int, a, p float64, nowMs int64) {
+	for k := range n {
+		w := float64(500 + 300*(k%7))
+		tb.FirstToken(i, Ticket{Work: w, AtMs: nowMs}, a+p*w)
+	}
+}
+
+// TestModelLearnsLine: the engine model recovers intercept and slope of
+// TTFT against queued work from 200 noiseless samples, and a non-negative
+// fit from degenerate ones.
+func TestModelLearnsLine(t *testing.T) {
+	var m model
+	for k := range 200 {
+		w := float64(100 * (k % 13))
+		m.observeFirstToken(w, 40+0.05*w, 1000)
+	}
+	x := m.params(1000)
+	a, p, known := x.a, x.p, x.known
+	if !known || math.Abs(a-40) > 1e-6 || math.Abs(p-0.05) > 1e-9 {
+		t.Fatalf("a=%v p=%v known=%v, want 40, 0.05, true", a, p, known)
+	}
+	var flat model
+	for range 10 {
+		flat.observeFirstToken(300, 90, 1000)
+	}
+	if x := flat.params(1000); x.a != 90 || x.p != 0 {
+		t.Fatalf("constant work: a=%v p=%v, want 90, 0", x.a, x.p)
+	}
+	if flat.params(1000 + modelStaleMs + 1).known {
+		t.Fatal("a model with no sample for modelStaleMs is still used")
+	}
+}
+
+// TestModelTBOTTracksSpeedNotLoad: the decode term follows an engine's
+// fast periods at once and its slow (loaded) ones only slowly.
+func TestModelTBOTTracksSpeedNotLoad(t *testing.T) {
+	var m model
+	for range 20 {
+		m.observeTBOT(20, 0)
+	}
+	for range 20 {
+		m.observeTBOT(200, 0) // a burst of load
+	}
+	if d := m.params(0).d; d > 60 {
+		t.Fatalf("20 loaded samples moved TBOT to %v ms; want it near the engine's 20 ms", d)
+	}
+	m.observeTBOT(10, 0)
+	m.observeTBOT(10, 0)
+	if d := m.params(0).d; d > 30 {
+		t.Fatalf("TBOT %v ms after faster samples, want it to follow down", d)
+	}
+}
+
+// TestPickRequestAvoidsQueue: of two equally weighted engines, a key
+// whose first choice has a queue of this gateway's requests (that
+// costs more than the tolerance) goes to the other one.
+func TestPickRequestAvoidsQueue(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(2, func(int) float64 { return 1 }), Options{Floor: 100})
+	for i := range 2 {
+		teach(tb, i, 20, 30, 0.1, 0)
+	}
+	// Find a key whose first choice is e0, then queue 20k tokens on e0.
+	var key uint64
+	for k := uint64(1); ; k++ {
+		if id, _, _ := place(t, tb, &Request{Key: k, PromptTokens: 100}); id == "e0" {
+			key = k
+			break
+		}
+	}
+	tb.engines[0].State.prefill.Store(20000)
+	id, _, tk := place(t, tb, &Request{Key: key, PromptTokens: 100, NowMs: 1})
+	if id != "e1" {
+		t.Fatalf("key went to %s with 20k queued tokens there (2 s), want e1", id)
+	}
+	if tk.Uncached != 100 || tk.Work < 100 {
+		t.Fatalf("ticket %+v, want 100 uncached tokens", tk)
+	}
+}
+
+// TestPickRequestStickyAcrossWeightChange: a key keeps the engine that
+// served it when a new snapshot moves its Maglev slot elsewhere.
+func TestPickRequestStickyAcrossWeightChange(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(4, func(int) float64 { return 1 }), Options{})
+	moved := 0
+	for k := uint64(1); k <= 200; k++ {
+		first, i, tk := place(t, tb, &Request{Key: k, NowMs: 10})
+		tb.Finished(i, tk, false, 0)
+		tb.Done(i)
+		w := []float64{1, 1, 1, 1}
+		w[i] = 0.2 // the engine that served the key now has a small weight
+		tb2 := mustBuild(t, p, specs(4, func(j int) float64 { return w[j] }), Options{})
+		if j, _ := pickDone(tb2, k, nil); tb2.Engine(j).ID != first {
+			moved++ // plain Maglev would move this key
+		}
+		again, j, tk2 := place(t, tb2, &Request{Key: k, NowMs: 20})
+		tb2.Finished(j, tk2, false, 0)
+		tb2.Done(j)
+		if again != first {
+			t.Fatalf("key %d moved from %s to %s after a weight change", k, first, again)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no key's Maglev slot moved: the test proves nothing")
+	}
+}
+
+// TestPickRequestPrefersCachedPrefix: a new key whose prompt shares a long
+// prefix with a request already sent to an engine goes to an engine that
+// holds it (the memory remembers the newest two holders of each block)
+// whenever one is among its candidates.
+func TestPickRequestPrefersCachedPrefix(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(3, func(int) float64 { return 1 }), Options{})
+	for i := range 3 {
+		teach(tb, i, 20, 20, 0.05, 0)
+	}
+	chain := make([]uint64, 100) // 100 blocks of 64 tokens: 6,400 tokens
+	for k := range chain {
+		chain[k] = uint64(k)*0x9e3779b97f4a7c15 + 7
+	}
+	_, i, tk := place(t, tb, &Request{Key: 1, PromptTokens: 6400, Blocks: chain, BlockTokens: 64, NowMs: 5})
+	tb.FirstToken(i, tk, 20+0.05*tk.Work)
+	tb.Finished(i, tk, true, 10)
+	tb.Done(i)
+	hits := 0
+	for k := uint64(2); k < 50; k++ {
+		_, j, tk := place(t, tb, &Request{Key: k * 7919, PromptTokens: 6500, Blocks: chain, BlockTokens: 64, NowMs: 6})
+		if tk.Uncached == 100 {
+			hits++
+		}
+		tb.Finished(j, tk, false, 0)
+		tb.Done(j)
+	}
+	if hits < 45 {
+		t.Fatalf("%d of 48 keys went to an engine holding their 6,400-token prefix", hits)
+	}
+}
+
+// TestPickRequestKeepsShares: with nothing queued and nothing cached,
+// 40,000 distinct keys land in proportion to weight within 1.5 points:
+// the score does not move traffic off the plan when it has no reason to.
+func TestPickRequestKeepsShares(t *testing.T) {
+	w := []float64{0.5, 0.3, 0.2}
+	p := NewPool()
+	tb := mustBuild(t, p, specs(3, func(i int) float64 { return w[i] }), Options{})
+	for i := range 3 {
+		teach(tb, i, 20, 30, 0.05, 0)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	n := 40000
+	got := make([]int, 3)
+	for range n {
+		_, i, tk := place(t, tb, &Request{Key: r.Uint64(), PromptTokens: 200, NowMs: 1})
+		tb.Finished(i, tk, false, 0)
+		tb.Done(i)
+		got[i]++
+	}
+	for i := range w {
+		if s := float64(got[i]) / float64(n); math.Abs(s-w[i]) > 0.015 {
+			t.Fatalf("engine %d share %.3f, want %.2f±0.015 (%v)", i, s, w[i], got)
+		}
+	}
+}
+
+// TestForgetDropsAffinity: after an engine went down and came back
+// (Forget), a key it served is no longer sent back to it for affinity's
+// sake, and its model is relearned.
+func TestForgetDropsAffinity(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(4, func(int) float64 { return 1 }), Options{})
+	teach(tb, 0, 20, 30, 0.05, 0)
+	// Serve 300 keys; remember which went to e0.
+	var onE0 []uint64
+	for k := uint64(1); k <= 300; k++ {
+		id, i, tk := place(t, tb, &Request{Key: k, NowMs: 1000})
+		tb.Finished(i, tk, false, 0)
+		tb.Done(i)
+		if id == "e0" {
+			onE0 = append(onE0, k)
+		}
+	}
+	st := tb.Engine(0).State
+	st.Forget(5000)
+	if _, _, _, known, _ := st.Model(5000); known {
+		t.Fatal("model kept after Forget")
+	}
+	// With e0's weight now tiny, the keys' walks lead elsewhere; before
+	// Forget they would have stuck to e0.
+	tb2 := mustBuild(t, p, specs(4, func(i int) float64 { return []float64{0.01, 1, 1, 1}[i] }), Options{})
+	back := 0
+	for _, k := range onE0 {
+		id, i, tk := place(t, tb2, &Request{Key: k, NowMs: 9000})
+		tb2.Finished(i, tk, false, 0)
+		tb2.Done(i)
+		if id == "e0" {
+			back++
+		}
+	}
+	if len(onE0) == 0 || back > len(onE0)/5 {
+		t.Fatalf("%d of %d keys went back to e0 after Forget", back, len(onE0))
+	}
+}
+
+// TestPrefillAccounting: the queue term rises by a request's uncached
+// tokens at pick and falls at its first token (or at its end without
+// one), so it returns to zero.
+func TestPrefillAccounting(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(2, func(int) float64 { return 1 }), Options{})
+	type placed struct {
+		i  int
+		tk Ticket
+	}
+	var all []placed
+	for k := uint64(0); k < 100; k++ {
+		_, i, tk := place(t, tb, &Request{Key: k, PromptTokens: 1000, NowMs: 1})
+		all = append(all, placed{i, tk})
+	}
+	if q := tb.Engine(0).State.Prefill() + tb.Engine(1).State.Prefill(); q != 100*1000 {
+		t.Fatalf("queued %d tokens, want 100,000", q)
+	}
+	for k, x := range all {
+		if k%2 == 0 {
+			tb.FirstToken(x.i, x.tk, 50)
+			tb.Finished(x.i, x.tk, true, 10)
+		} else {
+			tb.Finished(x.i, x.tk, false, 0)
+		}
+		tb.Done(x.i)
+	}
+	for i := range 2 {
+		if q := tb.Engine(i).State.Prefill(); q != 0 {
+			t.Fatalf("engine %d has %d queued tokens after every request ended", i, q)
+		}
+	}
+}
+
+func TestMemoryTTLAndTags(t *testing.T) {
+	m := newMemory(4, 4, 10_000)
+	m.rememberKey(42, stampOf(0), 3)
+	if e, _ := m.lastEngine(42, stampOf(5_000)); e != 3 {
+		t.Fatalf("key engine %d, want 3", e)
+	}
+	if e, _ := m.lastEngine(43, stampOf(5_000)); e != 0 {
+		t.Fatalf("another key read engine %d", e)
+	}
+	if e, _ := m.lastEngine(42, stampOf(20_000)); e != 0 {
+		t.Fatal("entry outlived its TTL")
+	}
+	m.rememberBlock(7, stampOf(0), 1)
+	m.rememberBlock(7, stampOf(0), 2)
+	if e0, e1, _, _ := m.holders(7, stampOf(0)); e0 != 2 || e1 != 1 {
+		t.Fatalf("holders %d %d, want 2 then 1", e0, e1)
+	}
+}
+
+func BenchmarkPickRequest(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	p := NewPool()
+	tb := mustBuild(b, p, specs(1024, func(int) float64 { return r.Float64() + 0.01 }), Options{})
+	keys := make([]uint64, 4096)
+	for i := range keys {
+		keys[i] = HashString(fmt.Sprint("conversation-", r.IntN(2000)))
+	}
+	for i := 0; i < 1024; i += 16 {
+		tb.Engine(i).State.SetPenalty(0.3)
+		teach(tb, i, 8, 30, 0.05, 0)
+	}
+	tb.Engine(5).State.SetEjected(true)
+	var ex [2]int32
+	ex[0], ex[1] = 9, 10
+	req := Request{PromptTokens: 800, NowMs: 1}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for k := 0; b.Loop(); k++ {
+		req.Key = keys[k&4095]
+		i, _, tk := tb.PickRequest(&req, ex[:])
+		if i >= 0 {
+			tb.Finished(i, tk, false, 0)
+			tb.Done(i)
+		}
+	}
+}
