@@ -30,8 +30,6 @@ type Config struct {
 	Engines []Target
 	// Interval between scrapes. Default 2s.
 	Interval time.Duration
-	// KafkaBrokers are the bootstrap brokers. Required.
-	KafkaBrokers []string
 	// TopicPrefix names the topics (streams.TopicsFor). Default "switchyard".
 	TopicPrefix string
 	// Logger defaults to slog.Default().
@@ -64,9 +62,6 @@ func (c Config) Validate() error {
 		}
 		seen[t.ID] = true
 	}
-	if len(c.KafkaBrokers) == 0 {
-		return errors.New("no kafka brokers")
-	}
 	if c.Interval <= 0 {
 		return fmt.Errorf("interval %v not positive", c.Interval)
 	}
@@ -89,6 +84,7 @@ type Stats struct {
 
 // Service is a running agent.
 type Service struct {
+	cl     *kgo.Client
 	cfg    Config
 	topics streams.Topics
 	log    *slog.Logger
@@ -97,8 +93,23 @@ type Service struct {
 	published, publishErrs, scrapes, scrapeErrs atomic.Uint64
 }
 
-// New validates cfg and returns an agent.
-func New(cfg Config) (*Service, error) {
+// ClientOpts are the options the agent wants of its Kafka client, to be
+// added to the seed brokers: a bounded produce buffer (10,000 records;
+// signals beyond it are dropped and counted, never waited for) and a short
+// linger.
+func ClientOpts() []kgo.Opt {
+	return []kgo.Opt{kgo.MaxBufferedRecords(10000), kgo.ProducerLinger(5 * time.Millisecond)}
+}
+
+// ErrNoClient is returned by New without a Kafka client.
+var ErrNoClient = errors.New("no kafka client")
+
+// New validates cfg and returns an agent that publishes with cl (see
+// ClientOpts). The caller owns cl: Run flushes it but does not close it.
+func New(cl *kgo.Client, cfg Config) (*Service, error) {
+	if cl == nil {
+		return nil, ErrNoClient
+	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 2 * time.Second
 	}
@@ -124,7 +135,7 @@ func New(cfg Config) (*Service, error) {
 	for _, t := range cfg.Engines {
 		m.scrapeErrors.WithLabelValues(t.ID) // exported as 0 before any error
 	}
-	return &Service{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, m: m}, nil
+	return &Service{cl: cl, cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, m: m}, nil
 }
 
 // Stats returns the counters.
@@ -135,16 +146,7 @@ func (s *Service) Stats() Stats {
 // Run scrapes every engine each interval until ctx is done, then flushes
 // what is buffered (at most 5s) and returns nil.
 func (s *Service) Run(ctx context.Context) error {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(s.cfg.KafkaBrokers...),
-		kgo.DefaultProduceTopic(s.topics.Signals),
-		kgo.MaxBufferedRecords(10000),
-		kgo.ProducerLinger(5*time.Millisecond),
-	)
-	if err != nil {
-		return fmt.Errorf("creating kafka client: %w", err)
-	}
-	defer cl.Close()
+	cl := s.cl
 	if err := streams.EnsureTopics(ctx, cl, s.topics, 0); err != nil {
 		// Not fatal: the topics may be managed elsewhere and exist.
 		s.log.Warn("ensuring topics", "err", err)
@@ -154,7 +156,7 @@ func (s *Service) Run(ctx context.Context) error {
 	for _, t := range s.cfg.Engines {
 		g.Go(func() error { s.loop(gctx, cl, t); return nil })
 	}
-	err = g.Wait()
+	err := g.Wait()
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if ferr := cl.Flush(fctx); ferr != nil {
@@ -230,7 +232,7 @@ func (s *Service) publish(ctx context.Context, cl *kgo.Client, sig *schemas.Engi
 		s.m.publishErrors.Inc()
 		return
 	}
-	cl.TryProduce(ctx, &kgo.Record{Key: []byte(sig.GetEngineId()), Value: b}, func(_ *kgo.Record, err error) {
+	cl.TryProduce(ctx, &kgo.Record{Topic: s.topics.Signals, Key: []byte(sig.GetEngineId()), Value: b}, func(_ *kgo.Record, err error) {
 		if err != nil {
 			s.publishErrs.Add(1)
 			s.m.publishErrors.Inc()

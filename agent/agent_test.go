@@ -193,10 +193,10 @@ func TestPublishesSignals(t *testing.T) {
 	f := newFakeEngine(t, current)
 	f.set(fakeState{running: 1, success: 1})
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{
-		Engines:      []Target{{ID: "good", URL: f.srv.URL, Region: "us", GPUClass: "a100"}, {ID: "down", URL: "http://127.0.0.1:1"}},
-		Interval:     20 * time.Millisecond,
-		KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "agent", Registerer: reg, Logger: slog.New(slog.DiscardHandler),
+	s, err := New(testenv.Client(t, kc, ClientOpts()...), Config{
+		Engines:     []Target{{ID: "good", URL: f.srv.URL, Region: "us", GPUClass: "a100"}, {ID: "down", URL: "http://127.0.0.1:1"}},
+		Interval:    20 * time.Millisecond,
+		TopicPrefix: "agent", Registerer: reg, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

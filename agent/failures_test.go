@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // recorder is a slog.Handler keeping every record (with the attributes
@@ -92,9 +93,14 @@ func TestScrapeErrorsCounted(t *testing.T) {
 	rec := newRecorder()
 	reg := prometheus.NewRegistry()
 	now := time.Unix(1000, 0)
-	s, err := New(Config{
-		Engines:      []Target{{ID: "down", URL: "http://127.0.0.1:1"}, {ID: "up", URL: live.srv.URL}},
-		KafkaBrokers: []string{"unused:1"}, Registerer: reg, Logger: slog.New(rec),
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // never used: no Run
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	s, err := New(cl, Config{
+		Engines:    []Target{{ID: "down", URL: "http://127.0.0.1:1"}, {ID: "up", URL: live.srv.URL}},
+		Registerer: reg, Logger: slog.New(rec),
 		HTTPClient: &http.Client{Timeout: 5 * time.Second}, Now: func() time.Time { return now },
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/internal/cli"
@@ -60,12 +61,20 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	cfg.Engines = targets
-	cfg.KafkaBrokers = conn.Brokers()
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	s, err := agent.New(cfg)
+	brokers := conn.Brokers()
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
+	}
+	cl, err := kgo.NewClient(append(agent.ClientOpts(), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	s, err := agent.New(cl, cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}

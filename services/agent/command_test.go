@@ -15,6 +15,8 @@ func TestCommandUsage(t *testing.T) {
 		{"--engines", "a"},
 		{"--engine", "a=http://x", "--engine", "a=http://y"},
 		{"--engines", "a=http://x", "--interval", "-1s"},
+		{"--engines", "a=http://x", "--kafka-brokers", " "},
+		{"--engines", "a=http://x,max_batch=0"},
 		{"--no-such-flag"},
 	} {
 		err := Command().Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})

@@ -44,15 +44,20 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 				targets = append(targets, agent.Target{ID: e.spec.ID, URL: e.url, Region: region, GPUClass: e.spec.GPUClass})
 			}
 		}
-		a, err := agent.New(agent.Config{
-			Engines: targets, Interval: time.Second, KafkaBrokers: kafka,
+		cl, err := kgo.NewClient(append(agent.ClientOpts(), kgo.SeedBrokers(kafka...))...)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: creating kafka client: %w", region, err)
+		}
+		a, err := agent.New(cl, agent.Config{
+			Engines: targets, Interval: time.Second,
 			Logger:     log.With("component", "agent", "region", region),
 			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, reg),
 		})
 		if err != nil {
+			cl.Close()
 			return nil, fmt.Errorf("agent %s: %w", region, err)
 		}
-		g.Go(func() error { return a.Run(ctx) })
+		g.Go(func() error { defer cl.Close(); return a.Run(ctx) })
 		p.agents = append(p.agents, a)
 	}
 

@@ -41,9 +41,9 @@ func TestAgentToEstimates(t *testing.T) {
 	if err := streams.EnsureTopics(context.Background(), testenv.Client(t, kc), topics, 3); err != nil {
 		t.Fatal(err)
 	}
-	ag, err := agent.New(agent.Config{
+	ag, err := agent.New(testenv.Client(t, kc, agent.ClientOpts()...), agent.Config{
 		Engines:  []agent.Target{{ID: "sim-1", URL: srv.URL, Region: "us", GPUClass: "h100"}},
-		Interval: 50 * time.Millisecond, KafkaBrokers: kc.ListenAddrs(), TopicPrefix: "chain",
+		Interval: 50 * time.Millisecond, TopicPrefix: "chain",
 	})
 	if err != nil {
 		t.Fatal(err)
