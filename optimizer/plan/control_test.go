@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	opt "github.com/switchyard-llm/switchyard/optimizer"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -374,5 +375,42 @@ func TestIdleClusterSpreadsByCapacity(t *testing.T) {
 				t.Fatalf("idle spread not explained: %v", ew.GetExplanation().GetBinding())
 			}
 		}
+	}
+}
+
+func TestHoldSmallMoves(t *testing.T) {
+	in := func(capB float64) *opt.Instance {
+		return &opt.Instance{
+			MaxUtilization: 0.9,
+			Engines:        []opt.Engine{{ID: "a", CapacityRPS: 100, Healthy: true}, {ID: "b", CapacityRPS: capB, Healthy: true}},
+			Previous:       map[string]map[string]float64{"r": {"a": 0.5, "b": 0.5}},
+		}
+	}
+	cws := func(wa float64) []*schemas.ClusterWeights {
+		return []*schemas.ClusterWeights{{Cluster: "r", DemandRps: 100, Weights: []*schemas.EngineWeight{
+			{EngineId: "a", Weight: wa}, {EngineId: "b", Weight: 1 - wa},
+		}}}
+	}
+	tests := []struct {
+		name   string
+		capB   float64
+		solver float64 // the solver's weight on a
+		want   float64 // published weight on a
+	}{
+		{"small move held", 100, 0.5 + holdShare/2, 0.5},
+		{"move of holdShare not held", 100, 0.5 + 1.01*holdShare, 0.5 + 1.01*holdShare},
+		{"not held onto a full engine", 50, 0.5 + holdShare/2, 0.5 + holdShare/2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cws(tt.solver)
+			held := hold(in(tt.capB), holdShare, c)
+			if got := c[0].GetWeights()[0].GetWeight(); math.Abs(got-tt.want) > 1e-12 {
+				t.Fatalf("weight on a %v, want %v", got, tt.want)
+			}
+			if held["r"] != (tt.want != tt.solver) {
+				t.Fatalf("held %v", held)
+			}
+		})
 	}
 }

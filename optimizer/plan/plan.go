@@ -377,10 +377,14 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 		region[e.ID] = s.engines[e.ID].GetRegion()
 	}
 	pc := s.planned
+	var held map[string]bool
+	if pc != nil && pc.in == in && pc.set.holdShare() > 0 {
+		held = hold(in, pc.set.holdShare(), snap.GetClusters())
+	}
 	if pc != nil && pc.in == in {
 		spreadIdle(in, pc.idle, s.previous, snap.GetClusters())
 	}
-	spill(in, region, snap.GetClusters())
+	spill(in, region, held, snap.GetClusters())
 	if pc != nil && pc.in == in {
 		probe(in, pc.set, snap.GetClusters())
 	}

@@ -61,8 +61,9 @@ type spillEngine struct {
 }
 
 // spill rewrites the weights in cws outside each cluster's home region
-// into the failover split (see above). region maps engine ids to regions.
-func spill(in *opt.Instance, region map[string]string, cws []*schemas.ClusterWeights) {
+// into the failover split (see above), except for the clusters in keep.
+// region maps engine ids to regions.
+func spill(in *opt.Instance, region map[string]string, keep map[string]bool, cws []*schemas.ClusterWeights) {
 	engines := make(map[string]*spillEngine, len(in.Engines))
 	for _, e := range in.Engines {
 		engines[e.ID] = &spillEngine{region: region[e.ID], cap: e.CapacityRPS, healthy: e.Healthy}
@@ -82,7 +83,9 @@ func spill(in *opt.Instance, region map[string]string, cws []*schemas.ClusterWei
 		}
 	}
 	for _, cw := range cws {
-		spillCluster(in, engines, cw)
+		if !keep[cw.GetCluster()] {
+			spillCluster(in, engines, cw)
+		}
 	}
 }
 

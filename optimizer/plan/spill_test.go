@@ -110,7 +110,7 @@ func TestSpill(t *testing.T) {
 				cwA = weights("a", 0, 0, map[string]float64{"a-0": 1})
 			}
 			before := get(cwB)
-			spill(in, region, []*schemas.ClusterWeights{cwA, cwB})
+			spill(in, region, nil, []*schemas.ClusterWeights{cwA, cwB})
 			got := get(cwB)
 			var sum, out float64
 			for id, w := range got {
@@ -216,7 +216,7 @@ func TestSpillKeepsWeightsValid(t *testing.T) {
 				old[[2]string{cw.GetCluster(), w.GetEngineId()}] = w.GetWeight()
 			}
 		}
-		spill(in, region, snap.GetClusters())
+		spill(in, region, nil, snap.GetClusters())
 		for _, cw := range snap.GetClusters() {
 			var sum float64
 			changed := false

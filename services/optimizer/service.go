@@ -330,8 +330,11 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	conn.Register(fs)
 	settle := fs.Duration("settle", 500*time.Millisecond, "plan a window once its estimates have been quiet this long")
 	maxUtil := fs.Float64("max-utilization", 0.9, "cap on each engine's planned utilization, in (0,1]")
-	churn := fs.Float64("churn-weight", plan.DefaultChurnWeight, "ms of cost per unit of traffic moved away from the previous weights")
+	churn := fs.Float64("churn-weight", plan.DefaultChurnWeight, "absolute churn: ms of cost per rps of traffic moved away from the previous weights; 0 = relative (--churn-relative), negative = no churn term")
+	churnRel := fs.Float64("churn-relative", plan.DefaultChurnRelative, "relative churn (used when --churn-weight is 0): churn weight = this x the expected latency of the previous weights; negative = no churn term")
 	ttl := fs.Duration("estimate-ttl", 30*time.Second, "ignore estimates older than this (in event time)")
+	netTTL := fs.Duration("network-ttl", 2*time.Minute, "ignore measured network latencies older than this (static --region-rtt / --default-rtt-ms then apply)")
+	probe := fs.Float64("probe-share", plan.DefaultProbeShare, "most of a cluster's traffic one probe floor takes (each healthy engine gets min(this, 1 rps) from its nearest cluster); negative = no probe floors")
 	clusters := fs.String("clusters", "", "comma-separated clusters always planned for (so their gateways get a snapshot before traffic)")
 	minDemand := fs.Float64("min-demand-rps", 1, "demand floor of every planned cluster")
 	rtt := fs.String("region-rtt", "", "static network latency CLUSTER:REGION=MS,... used until measured")
@@ -355,7 +358,8 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	svc, err := New(Config{
 		KafkaBrokers: conn.Brokers(), TopicPrefix: conn.TopicPrefix, NATSURL: conn.NATSURL, Settle: *settle,
-		Settings: plan.Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, EstimateTTL: *ttl, Clusters: cl,
+		Settings: plan.Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, ChurnRelative: *churnRel, EstimateTTL: *ttl,
+			NetworkTTL: *netTTL, ProbeShare: *probe, Clusters: cl,
 			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
 		Logger: logger, Registerer: reg,
 	})
