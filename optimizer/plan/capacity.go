@@ -28,7 +28,8 @@ import (
 //   - is forgotten when a window finds the engine down (unhealthy, or no
 //     ready replica): it comes back as a new instance with a cold prefix
 //     cache, so what was learned about the old one (measured on warm
-//     caches) overstates it, and it starts over from its next window.
+//     caches) overstates it, and it starts over from its next window;
+//     and when no estimate updated it for capacityMemoryMs (5 minutes).
 //
 // The state is a deterministic function of the sequence of engine
 // estimates (each window counted once, in window order), so replaying the
@@ -41,6 +42,9 @@ const (
 	// unmeasuredHeadroom: the share of an unmeasured engine's bound the
 	// planner plans on while demand fits (see capacity).
 	unmeasuredHeadroom = 0.85
+	// capacityMemoryMs: a tracked capacity not updated for this long is
+	// forgotten (the engine starts over from its next estimate).
+	capacityMemoryMs = 5 * 60 * 1000
 )
 
 type capacityState struct {
@@ -59,6 +63,9 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 		// Down: it comes back as a new instance with a cold cache.
 		*s = capacityState{lastEnd: e.GetWindowEndUnixMs()}
 		return
+	}
+	if s.lastEnd > 0 && e.GetWindowEndUnixMs()-s.lastEnd > capacityMemoryMs {
+		*s = capacityState{} // not heard of for too long: start over
 	}
 	if !finite(c) || c <= 0 || !finite(x) {
 		return // nothing learned

@@ -414,3 +414,27 @@ func TestHoldSmallMoves(t *testing.T) {
 		})
 	}
 }
+
+func TestCapacityMemoryExpires(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	est := func(at time.Time, capacity, observed float64) *schemas.EngineEstimate {
+		e := engineEst("a", "r", capacity, at).GetEngine()
+		e.ObservedRps = observed
+		return e
+	}
+	for _, tt := range []struct {
+		gap    time.Duration
+		wantLo float64
+	}{
+		{time.Minute, 50}, // still the measured 50 rps
+		{capacityMemoryMs*time.Millisecond + time.Second, unmeasuredHeadroom * 200}, // forgotten: the new bound
+	} {
+		var s capacityState
+		s.observe(est(t0, 50, 50)) // a queue: capacity measured at 50 rps
+		e := est(t0.Add(tt.gap), 200, 10)
+		s.observe(e)
+		if lo, _ := s.capacity(e); math.Abs(lo-tt.wantLo) > 1e-9 {
+			t.Errorf("after %v: planned capacity %v, want %v", tt.gap, lo, tt.wantLo)
+		}
+	}
+}

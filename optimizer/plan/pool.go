@@ -22,9 +22,12 @@ import (
 //	f(u) = (n·own(u) + K·class(u)) / (n + K)
 //
 // where n is the engine's sample count, class(u) the sample-weighted mean
-// of the fresh profiles of its GPU class (itself included) and K =
-// PoolSamples. An engine with many samples keeps its own curve; one with
-// a handful gets its class's. Both curves are convex and non-decreasing,
+// of the fresh profiles of its GPU class (itself included) that agree with
+// the class, and K = PoolSamples. An engine with many samples keeps its
+// own curve; one with a handful gets its class's. An engine whose profile
+// departs from its class's (outliers.go) is neither in the class curve
+// nor pulled toward it: its own last well-measured curve takes the
+// class's place. Both curves are convex and non-decreasing,
 // and so is a convex combination of them (evaluated on the engine's own
 // knots: the piecewise-linear interpolant of a convex non-decreasing curve
 // is one too).
