@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
@@ -14,15 +16,16 @@ import (
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
-	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
+	"github.com/switchyard-llm/switchyard/streams/control"
 	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
 // pipeline is the running control and data plane of the demo.
 type pipeline struct {
 	agents    []*agent.Service
 	processor *process.Processor
-	optimizer *optsvc.Service
+	optimizer *control.Optimizer
 	gateways  []*gatewayProc
 }
 
@@ -70,8 +73,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 	}
 	p.processor = proc
 
-	opt, err := optsvc.New(optsvc.Config{
-		KafkaBrokers: kafka, NATSURL: natsURL,
+	opt, err := startOptimizer(ctx, g, kafka, natsURL, control.Config{
 		Settings: plan.Settings{
 			MaxUtilization: 0.9, ChurnWeight: 5, Clusters: top.Regions, MinDemandRPS: 1,
 			RegionRTTms: top.RTTms,
@@ -81,7 +83,6 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 	if err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	g.Go(func() error { return opt.Run(ctx) })
 	p.optimizer = opt
 
 	regionOf := map[string]string{}
@@ -135,6 +136,42 @@ func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg 
 		return proc.Run(ctx)
 	})
 	return proc, nil
+}
+
+// startOptimizer runs the optimizer's control loop under g on its own
+// Kafka client and NATS connection, closed when it stops.
+func startOptimizer(ctx context.Context, g *errgroup.Group, kafka []string, natsURL string, cfg control.Config) (*control.Optimizer, error) {
+	nc, err := nats.Connect(natsURL, nats.Name("switchyard-optimizer"))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to nats %s: %w", natsURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	store, err := snapshots.Open(ctx, js)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("opening the snapshot store: %w", err)
+	}
+	cl, err := kgo.NewClient(append(control.ClientOpts(cfg), kgo.SeedBrokers(kafka...))...)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	opt, err := control.New(cl, store, cfg)
+	if err != nil {
+		cl.Close()
+		nc.Close()
+		return nil, err
+	}
+	g.Go(func() error {
+		defer nc.Close()
+		defer cl.Close()
+		return opt.Run(ctx)
+	})
+	return opt, nil
 }
 
 func (p *pipeline) latestVersion() uint64      { return p.optimizer.Stats().LatestVersion }

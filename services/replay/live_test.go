@@ -12,8 +12,8 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
-	optsvc "github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/control"
 	"github.com/switchyard-llm/switchyard/streams/process"
 	"github.com/switchyard-llm/switchyard/streams/replay"
 	"github.com/switchyard-llm/switchyard/streams/replay/replaytest"
@@ -39,8 +39,12 @@ func TestReplayReproducesLiveSnapshots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := optsvc.New(optsvc.Config{KafkaBrokers: kc.ListenAddrs(), TopicPrefix: prefix, NATSURL: ns.ClientURL(),
-		Settle: 200 * time.Millisecond, Settings: settings})
+	store, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg := control.Config{TopicPrefix: prefix, Settle: 200 * time.Millisecond, Settings: settings}
+	opt, err := control.New(testenv.Client(t, kc, control.ClientOpts(ocfg)...), store, ocfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package optimizer
+package control
 
 import (
 	"context"
@@ -38,10 +38,10 @@ func demandEst(cluster string, rps float64, end time.Time) *schemas.Estimate {
 	}}}
 }
 
-// TestServicePublishesSnapshots runs the service against the real
+// TestOptimizerPublishesSnapshots runs the loop against the real
 // embedded Kafka and NATS: estimates in, versioned snapshots out, and a
 // malformed estimate dead-lettered.
-func TestServicePublishesSnapshots(t *testing.T) {
+func TestOptimizerPublishesSnapshots(t *testing.T) {
 	kc := testenv.Kafka(t)
 	ns := testenv.NATS(t)
 	cl := testenv.Client(t, kc)
@@ -65,8 +65,12 @@ func TestServicePublishesSnapshots(t *testing.T) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(Config{KafkaBrokers: kc.ListenAddrs(), NATSURL: ns.ClientURL(), Settle: 50 * time.Millisecond,
-		Settings: plan.Settings{Clusters: []string{"region-c"}}})
+	st, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg := Config{Settle: 50 * time.Millisecond, Settings: plan.Settings{Clusters: []string{"region-c"}}}
+	svc, err := New(testenv.Client(t, kc, ClientOpts(ocfg)...), st, ocfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +82,6 @@ func TestServicePublishesSnapshots(t *testing.T) {
 		t.Fatalf("latest version %d, want the second window's end %d", v, w2.UnixMilli())
 	}
 
-	st, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
-	if err != nil {
-		t.Fatal(err)
-	}
 	hist, err := st.History(ctx, "region-b")
 	if err != nil {
 		t.Fatal(err)
@@ -114,5 +114,33 @@ func TestServicePublishesSnapshots(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNewRefuses checks New's errors: no client, a client that does not
+// consume the estimates topic, no store.
+func TestNewRefuses(t *testing.T) {
+	kc := testenv.Kafka(t)
+	ns := testenv.NATS(t)
+	st, err := snapshots.Open(context.Background(), testenv.JetStream(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{TopicPrefix: "p"}
+	for _, tc := range []struct {
+		name  string
+		cl    *kgo.Client
+		store Store
+	}{
+		{"no client", nil, st},
+		{"client without the estimates topic", testenv.Client(t, kc), st},
+		{"client of another prefix", testenv.Client(t, kc, ClientOpts(Config{})...), st},
+		{"no store", testenv.Client(t, kc, ClientOpts(cfg)...), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.cl, tc.store, cfg); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
 	}
 }
