@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	opt "github.com/switchyard-llm/switchyard/optimizer"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -436,5 +438,51 @@ func TestCapacityMemoryExpires(t *testing.T) {
 		if lo, _ := s.capacity(e); math.Abs(lo-tt.wantLo) > 1e-9 {
 			t.Errorf("after %v: planned capacity %v, want %v", tt.gap, lo, tt.wantLo)
 		}
+	}
+}
+
+// TestApplyRemembersLikePlan: a planner that only folds in windows
+// already published (the optimizer service after a restart) plans the
+// next window byte for byte as one that planned them.
+func TestApplyRemembersLikePlan(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	window := func(w int) (time.Time, []*schemas.Estimate) {
+		end := t0.Add(time.Duration(w) * 2 * time.Second)
+		n := uint32(200)
+		if w == 3 {
+			n = 0 // the slow engine idle in the planned window
+		}
+		return end, []*schemas.Estimate{
+			flatEngine("fast", "a", "h100", 14, 100, 200, end),
+			flatEngine("slow", "a", "h100", 84, 100, n, end),
+			demandEst("a", 50, end),
+		}
+	}
+	set := Settings{Clusters: []string{"a"}, MinDemandRPS: 1}
+	planned, applied := NewPlanner(set), NewPlanner(set)
+	var snap *schemas.WeightSnapshot
+	for w := range 3 {
+		end, ests := window(w)
+		s, err := planned.Plan(end, ests)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = s
+		applied.Apply(ests...)
+	}
+	applied.Remember(snap)
+	end, ests := window(3)
+	a, err := planned.Plan(end, ests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := applied.Plan(end, ests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
+	bb, _ := proto.MarshalOptions{Deterministic: true}.Marshal(b)
+	if string(ab) != string(bb) {
+		t.Fatalf("restarted planner differs:\n%v\n%v", a, b)
 	}
 }

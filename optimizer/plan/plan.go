@@ -254,14 +254,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	for _, id := range sortedKeys(demand) {
 		in.Clusters = append(in.Clusters, opt.Cluster{ID: id, DemandRPS: demand[id]})
 	}
-	var fresh []*schemas.EngineEstimate
-	for _, id := range sortedKeys(s.engines) {
-		e := s.engines[id]
-		if e.GetWindowEndUnixMs() < cutoff || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
-			continue
-		}
-		fresh = append(fresh, e)
-	}
+	fresh := s.freshEngines(cutoff)
 	s.observePools(fresh)
 	ttftPool, tbotPool := s.profilePools(fresh)
 	var his []float64
@@ -438,10 +431,33 @@ func (p *Planner) Plan(end time.Time, ests []*schemas.Estimate) (*schemas.Weight
 }
 
 // Apply folds estimates into the state without planning.
+// Like Plan, it folds the window (the newest among ests) into the
+// engines' class-deviation memories (outliers.go), so a planner that
+// skips windows already published (the optimizer service after a
+// restart) remembers what one that planned them does.
 func (p *Planner) Apply(ests ...*schemas.Estimate) {
+	var end int64
 	for _, e := range ests {
 		p.st.Apply(e)
+		end = max(end, e.WindowEndUnixMs())
 	}
+	if end > 0 {
+		p.st.observePools(p.st.freshEngines(time.UnixMilli(end).Add(-p.set.EstimateTTL).UnixMilli()))
+	}
+}
+
+// freshEngines are the engine estimates ending at or after cutoff (Unix
+// ms) with a capacity, sorted by engine id.
+func (s *State) freshEngines(cutoff int64) []*schemas.EngineEstimate {
+	var fresh []*schemas.EngineEstimate
+	for _, id := range sortedKeys(s.engines) {
+		e := s.engines[id]
+		if e.GetWindowEndUnixMs() < cutoff || !finite(e.GetCapacityRps()) || e.GetCapacityRps() <= 0 {
+			continue
+		}
+		fresh = append(fresh, e)
+	}
+	return fresh
 }
 
 // Remember seeds the previous weights (for the churn term) and the last
