@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/gateway/relay"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -289,7 +290,7 @@ func (c *cfg) validate() error {
 			ForceAttemptHTTP2:   false,
 			// One read takes every event the engine has sent so far
 			// (the default 4 KiB holds about 20 tokens).
-			ReadBufferSize: sseBufSize,
+			ReadBufferSize: relay.BufSize,
 		}
 	}
 	return nil

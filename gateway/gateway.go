@@ -41,6 +41,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/httpserver"
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/gateway/relay"
 	"github.com/switchyard-llm/switchyard/gateway/shed"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -99,7 +100,7 @@ type Gateway struct {
 
 	client  *engineclient.Client // nil when a Transport was given
 	reqBufs sync.Pool            // *reqBuf
-	bufs    sync.Pool            // *[]byte of sseBufSize, relay buffers
+	bufs    sync.Pool            // *[]byte of relay.BufSize, relay buffers
 	drains  drains               // tails of complete streams being drained
 }
 
@@ -133,7 +134,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 	g.hot = g.m.hot(cfg.cluster)
 	_, noTracing := cfg.tracerProvider.(noop.TracerProvider)
 	g.tracing = !noTracing
-	g.bufs.New = func() any { b := make([]byte, sseBufSize); return &b }
+	g.bufs.New = func() any { b := make([]byte, relay.BufSize); return &b }
 	g.reqBufs.New = func() any { return &reqBuf{b: make([]byte, 0, 2048)} }
 	if cfg.ownClient {
 		g.client = engineclient.New(cfg.connectTimeout, cfg.now)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,21 +21,14 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/engineclient"
 	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/gateway/relay"
 	"github.com/switchyard-llm/switchyard/gateway/shed"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-// Causes of an attempt's cancellation.
-var (
-	errFirstToken = errors.New("first token timeout")
-	errIdle       = errors.New("idle timeout between events")
-)
-
 const (
-	maxResponseBytes = 64 << 20
-	maxErrorBytes    = 1 << 20
-	maxUsageLine     = 64 << 10
-	doneGrace        = time.Second
+	maxErrorBytes = 1 << 20
+	doneGrace     = time.Second
 )
 
 // The proxy routes.
@@ -294,7 +286,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		res := g.attempt(ctx, w, r, rt, eng, body, stream, start)
 		rt.table.Done(i)
 		ev.TtftMs, ev.MeanTbotMs = ms(res.ttft), ms(res.tbot)
-		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.promptTokens, res.outputTokens, res.cachedTokens
+		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.usage.PromptTokens, res.usage.OutputTokens, res.usage.CachedTokens
 		if res.failReason != "" && r.Context().Err() == nil && !res.complete {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
 			if g.outlier.Failure(eng.State, g.cfg.now()) {
@@ -340,8 +332,7 @@ type attemptResult struct {
 	ttft, tbot time.Duration
 	queued     time.Duration // time before this attempt started
 	drain      bool          // complete with the engine's response still open: drain it
-
-	promptTokens, outputTokens, cachedTokens uint32
+	usage      relay.Usage
 }
 
 func upstreamURL(base, path string) string {
@@ -379,12 +370,12 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
 	}
 	defer span.End()
-	firstTimer := time.AfterFunc(g.cfg.firstTokenTimeout, func() { cancel(errFirstToken) })
+	firstTimer := time.AfterFunc(g.cfg.firstTokenTimeout, func() { cancel(relay.ErrFirstToken) })
 	defer firstTimer.Stop()
 
 	resp, err := g.roundTrip(ctx, r, w, eng, body)
 	if err != nil {
-		res.failReason, res.err = failReason(actx, "connect"), fmt.Errorf("%s: %w", eng.ID, causeOr(actx, err))
+		res.failReason, res.err = relay.FailReason(actx, "connect"), fmt.Errorf("%s: %w", eng.ID, relay.CauseOr(actx, err))
 		span.SetStatus(codes.Error, res.failReason)
 		return res
 	}
@@ -400,7 +391,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		// The request's fault: pass the engine's answer through, no retry.
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 		if err != nil {
-			res.failReason, res.err = failReason(actx, "stream"), causeOr(actx, err)
+			res.failReason, res.err = relay.FailReason(actx, "stream"), relay.CauseOr(actx, err)
 			return res
 		}
 		g.setHeaders(w, resp, eng, rt)
@@ -410,7 +401,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return res
 	}
 	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		g.streamSSE(actx, w, resp, eng, rt, start, firstTimer, cancel, &res)
+		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, &res)
 	} else {
 		g.copyWhole(actx, w, resp, eng, rt, start, &res)
 	}
@@ -501,8 +492,6 @@ func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *engineclien
 // modify header values).
 var (
 	jsonContentType = []string{"application/json"}
-	noCache         = []string{"no-cache"}
-	accelNo         = []string{"no"}
 )
 
 // forwardedHeaders are passed from the client to the engine (canonical
@@ -514,7 +503,7 @@ var forwardedHeaders = [...]string{"Accept", "Authorization", "User-Agent", Head
 // releases the upstream request.
 func (g *Gateway) drain(body io.ReadCloser, cancel context.CancelCauseFunc) {
 	defer g.drains.done()
-	t := time.AfterFunc(doneGrace, func() { cancel(errIdle) })
+	t := time.AfterFunc(doneGrace, func() { cancel(relay.ErrIdle) })
 	var b [512]byte
 	for n := 0; n < maxErrorBytes; {
 		m, err := body.Read(b[:])
@@ -526,23 +515,6 @@ func (g *Gateway) drain(body io.ReadCloser, cancel context.CancelCauseFunc) {
 	t.Stop()
 	body.Close()
 	cancel(nil)
-}
-
-func failReason(ctx context.Context, def string) string {
-	switch context.Cause(ctx) {
-	case errFirstToken:
-		return "first_token_timeout"
-	case errIdle:
-		return "idle_timeout"
-	}
-	return def
-}
-
-func causeOr(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c == errFirstToken || c == errIdle {
-		return c
-	}
-	return err
 }
 
 func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing) {
@@ -557,14 +529,14 @@ func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pi
 // copyWhole relays a non-streaming response, read whole first so that a
 // failure before its end can still be retried.
 func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, res *attemptResult) {
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, relay.MaxResponseBytes))
 	if err != nil {
-		res.failReason, res.err = failReason(ctx, "stream"), causeOr(ctx, err)
+		res.failReason, res.err = relay.FailReason(ctx, "stream"), relay.CauseOr(ctx, err)
 		return
 	}
 	res.ttft = g.cfg.now().Sub(start)
 	if bytes.Contains(b, []byte(`"usage"`)) {
-		res.setUsage(b)
+		res.usage.Set(b)
 	}
 	g.setHeaders(w, resp, eng, rt)
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -573,256 +545,23 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 	res.committed, res.complete = true, true
 }
 
-type usage struct {
-	PromptTokens        uint32 `json:"prompt_tokens"`
-	CompletionTokens    uint32 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens uint32 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
-func (res *attemptResult) setUsage(b []byte) bool {
-	if u, found, ok := scanUsage(b); ok {
-		if !found {
-			return false
-		}
-		res.promptTokens, res.outputTokens = u.prompt, u.completion
-		if u.hasDetails {
-			res.cachedTokens = u.cached
-		}
-		return true
-	}
-	var v struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(b, &v) != nil || v.Usage == nil {
-		return false
-	}
-	res.promptTokens, res.outputTokens = v.Usage.PromptTokens, v.Usage.CompletionTokens
-	if d := v.Usage.PromptTokensDetails; d != nil {
-		res.cachedTokens = d.CachedTokens
-	}
-	return true
-}
-
-var (
-	dataPrefix  = []byte("data:")
-	donePayload = []byte("[DONE]")
-	// The keys are searched without their opening quote: bytes.Index
-	// skips ahead with IndexByte on the first byte, and '"' is in every
-	// few bytes of JSON.
-	quotedChoicesKey = []byte(`"choices":[`)
-	usageKey         = []byte(`usage":{`)
-)
-
-// hasKey reports whether payload holds "key (key starts after the quote).
-func hasKey(payload, key []byte) (int, bool) {
-	for off := 0; ; {
-		i := bytes.Index(payload[off:], key)
-		if i < 0 {
-			return -1, false
-		}
-		i += off
-		if i > 0 && payload[i-1] == '"' {
-			return i + len(key), true
-		}
-		off = i + 1
-	}
-}
-
-// contentEvent reports whether a data payload carries content: anything
-// but a chunk with "choices":[] (a usage-only chunk). It looks for the
-// '[' (rare in a chunk) and checks the key before it.
-func contentEvent(payload []byte) bool {
-	for off := 0; ; {
-		i := bytes.IndexByte(payload[off:], '[')
-		if i < 0 {
-			return true
-		}
-		i += off
-		if bytes.HasSuffix(payload[:i+1], quotedChoicesKey) {
-			return i+1 >= len(payload) || payload[i+1] != ']'
-		}
-		off = i + 1
-	}
-}
-
-// sseBufSize is the read buffer of a relayed event stream: room for every
-// event that arrives in one read.
-const sseBufSize = 32 << 10
-
-// sseScan follows an event stream line by line for accounting only (TTFT,
-// TBOT, usage, [DONE]); the bytes are relayed unchanged.
-type sseScan struct {
-	now        func() time.Time
-	start      time.Time
-	batchNow   time.Time // the clock read once per read: events that arrived together share it
-	lineStart  bool
-	inUsage    bool
-	usageLine  []byte
-	eventEnded bool // an event ended since the last flush
-	sawDone    bool // a data: [DONE] line
-	doneEnded  bool // and the end of its event
-	sawUsage   bool
-	firstData  time.Time
-	lastData   time.Time
-	contentN   int
-}
-
-// line scans one line (complete: it ends with '\n') or part of a line
-// longer than the read buffer.
-func (s *sseScan) line(chunk []byte, complete bool, res *attemptResult) {
-	if s.lineStart {
-		s.inUsage = false
-		line := wire.TrimEOL(chunk)
-		switch {
-		case len(line) == 0 && complete:
-			s.eventEnded = true
-			s.doneEnded = s.sawDone
-		case bytes.HasPrefix(line, dataPrefix):
-			payload := bytes.TrimSpace(line[len(dataPrefix):])
-			if bytes.Equal(payload, donePayload) {
-				s.sawDone = true
-				break
-			}
-			if s.batchNow.IsZero() {
-				s.batchNow = s.now()
-			}
-			if s.firstData.IsZero() {
-				s.firstData = s.batchNow
-				res.ttft = s.batchNow.Sub(s.start)
-			}
-			if contentEvent(payload) {
-				s.contentN++
-				s.lastData = s.batchNow
-			}
-			if _, ok := hasKey(payload, usageKey); ok {
-				s.inUsage = true
-				s.usageLine = append(s.usageLine[:0], payload...)
-			}
-		}
-	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
-		s.usageLine = append(s.usageLine, wire.TrimEOL(chunk)...)
-	}
-	if s.inUsage && complete {
-		if res.setUsage(s.usageLine) {
-			s.sawUsage = true
-		}
-		s.inUsage = false
-	}
-	s.lineStart = complete
-}
-
-// streamSSE relays an event stream as it arrives: whatever one read from
-// the engine returns is written at once and flushed if an event ended in
-// it, so events that arrived together leave together and none waits.
-// Nothing reaches the client before the first whole event, so a failure
-// before it can be retried. At data: [DONE] the response is complete: the
-// rest is drained in the background (res.drain) and the handler returns,
-// so the end of the response leaves with the last events.
-func (g *Gateway) streamSSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, res *attemptResult) {
+// relaySSE relays an event stream (see relay.Stream.Relay).
+func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, res *attemptResult) {
 	bp := g.bufs.Get().(*[]byte)
 	defer g.bufs.Put(bp)
-	buf := *bp
-	flusher, _ := w.(http.Flusher)
-	sc := sseScan{now: g.cfg.now, start: start, lineStart: true}
-	var (
-		pending []byte // relayed bytes held before the commit
-		idle    *time.Timer
-		end     int // buf[:end] holds data
-	)
-	defer func() {
-		if idle != nil {
-			idle.Stop()
-		}
-	}()
-	for {
-		n, err := resp.Body.Read(buf[end:])
-		end += n
-		sc.batchNow = time.Time{}
-		scan := 0
-		for {
-			i := bytes.IndexByte(buf[scan:end], '\n')
-			if i < 0 {
-				break
-			}
-			sc.line(buf[scan:scan+i+1], true, res)
-			scan += i + 1
-		}
-		if (scan == 0 && end == len(buf)) || (err != nil && scan < end) {
-			// A line longer than the buffer, or the stream's last bytes.
-			sc.line(buf[scan:end], false, res)
-			scan = end
-		}
-		if !res.committed && (sc.eventEnded || len(pending)+scan > maxResponseBytes) {
-			if !sc.eventEnded {
-				res.failReason, res.err = "stream", errors.New("first event too large")
-				return
-			}
-			firstTimer.Stop()
-			g.setHeaders(w, resp, eng, rt)
-			h := w.Header()
-			h["Cache-Control"] = noCache
-			h["X-Accel-Buffering"] = accelNo
-			w.WriteHeader(resp.StatusCode)
-			res.committed = true
-			if len(pending) > 0 {
-				if _, werr := w.Write(pending); werr != nil {
-					res.err = werr // client gone; ctx is canceled too
-					return
-				}
-				pending = nil
-			}
-			idle = time.AfterFunc(g.cfg.idleTimeout, func() { cancel(errIdle) })
-		} else if sc.eventEnded && idle != nil {
-			idle.Reset(g.cfg.idleTimeout)
-		}
-		if res.committed {
-			if scan > 0 {
-				if _, werr := w.Write(buf[:scan]); werr != nil {
-					res.err = werr // client gone; ctx is canceled too
-					return
-				}
-			}
-		} else {
-			pending = append(pending, buf[:scan]...)
-		}
-		end = copy(buf, buf[scan:end])
-		if sc.sawDone && res.committed && (sc.doneEnded || err != nil) {
-			// Complete: the handler's return ends the response together
-			// with the last events; the engine's own end is drained.
-			res.complete = true
-			res.drain = err == nil
-			break
-		}
-		if err != nil {
-			if err == io.EOF {
-				if !res.committed {
-					res.failReason, res.err = "stream", errors.New("stream ended before its first event")
-				}
-			} else {
-				res.failReason, res.err = failReason(ctx, "stream"), causeOr(ctx, err)
-				if (res.committed && ctx.Err() == nil) || context.Cause(ctx) == errIdle {
-					// Tell an OpenAI client why the stream ends early.
-					_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":%q,\"type\":%q,\"param\":null,\"code\":\"upstream_error\"}}\n\n", "engine stream failed: "+res.err.Error(), typeServer)
-				}
-			}
-			if res.committed && flusher != nil {
-				flusher.Flush()
-			}
-			break
-		}
-		if sc.eventEnded && res.committed && flusher != nil {
-			flusher.Flush()
-		}
-		sc.eventEnded = false
+	st := relay.Stream{
+		Now:         g.cfg.now,
+		Start:       start,
+		Status:      resp.StatusCode,
+		IdleTimeout: g.cfg.idleTimeout,
+		Cancel:      cancel,
+		FirstToken:  firstTimer,
+		Buf:         *bp,
 	}
-	if !sc.sawUsage {
-		res.outputTokens = uint32(sc.contentN)
-	}
-	if sc.contentN > 1 && sc.lastData.After(sc.firstData) {
-		res.tbot = sc.lastData.Sub(sc.firstData) / time.Duration(sc.contentN-1)
-	}
+	r := st.Relay(ctx, w, resp.Body, func(http.Header) { g.setHeaders(w, resp, eng, rt) })
+	res.committed, res.complete, res.drain = r.Committed, r.Complete, r.Drain
+	res.failReason, res.err = r.FailReason, r.Err
+	res.ttft, res.tbot, res.usage = r.TTFT, r.TBOT, r.Usage
 }
 
 func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {

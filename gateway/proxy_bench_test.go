@@ -11,6 +11,8 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/gateway/relay"
 )
 
 // sseTransport answers with a canned 50-token SSE stream from memory,
@@ -168,7 +170,7 @@ func BenchmarkProxyEngine(b *testing.B) {
 		b.Run(client, func(b *testing.B) {
 			opts := []Opt{Engines(StaticEngine{ID: "a", URL: cannedEngine(b)}), HealthInterval(-1)}
 			if client == "nethttp" {
-				opts = append(opts, Transport(&http.Transport{MaxIdleConnsPerHost: 16, ReadBufferSize: sseBufSize, DisableCompression: true}))
+				opts = append(opts, Transport(&http.Transport{MaxIdleConnsPerHost: 16, ReadBufferSize: relay.BufSize, DisableCompression: true}))
 			}
 			g, err := New("c", opts...)
 			if err != nil {

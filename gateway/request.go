@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 )
 
@@ -87,23 +88,23 @@ var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt
 // non-ASCII bytes or that matches a field only case-insensitively (as
 // encoding/json matches), and a repeated field.
 func scanInference(body []byte) (in *inference, ok bool) {
-	s := jscan{b: body, depth: 1}
-	s.ws()
-	if s.i >= len(body) || body[s.i] != '{' {
+	s := jscan.Scanner{B: body, Depth: 1}
+	s.WS()
+	if s.I >= len(body) || body[s.I] != '{' {
 		return nil, false
 	}
-	s.i++
-	s.ws()
+	s.I++
+	s.WS()
 	in = &inference{}
 	var seen uint8
-	if s.i < len(body) && body[s.i] == '}' {
-		s.i++
+	if s.I < len(body) && body[s.I] == '}' {
+		s.I++
 	} else {
 		for {
-			if s.i >= len(body) || body[s.i] != '"' {
+			if s.I >= len(body) || body[s.I] != '"' {
 				return nil, false
 			}
-			ks, ke, plain, ok := s.str()
+			ks, ke, plain, ok := s.Str()
 			if !ok || !plain {
 				return nil, false
 			}
@@ -121,13 +122,13 @@ func scanInference(body []byte) (in *inference, ok bool) {
 					return nil, false
 				}
 			}
-			s.ws()
-			if s.i >= len(body) || body[s.i] != ':' {
+			s.WS()
+			if s.I >= len(body) || body[s.I] != ':' {
 				return nil, false
 			}
-			s.i++
-			s.ws()
-			if s.i >= len(body) {
+			s.I++
+			s.WS()
+			if s.I >= len(body) {
 				return nil, false
 			}
 			if field >= 0 {
@@ -138,16 +139,16 @@ func scanInference(body []byte) (in *inference, ok bool) {
 			}
 			switch field {
 			case 0, 2: // model, user: a plain string or null
-				if body[s.i] == 'n' {
-					if !s.literal("null") {
+				if body[s.I] == 'n' {
+					if !s.Literal("null") {
 						return nil, false
 					}
 					break
 				}
-				if body[s.i] != '"' {
+				if body[s.I] != '"' {
 					return nil, false
 				}
-				vs, ve, plain, ok := s.str()
+				vs, ve, plain, ok := s.Str()
 				if !ok || !plain {
 					return nil, false
 				}
@@ -158,44 +159,44 @@ func scanInference(body []byte) (in *inference, ok bool) {
 				}
 			case 1: // stream: a bool or null
 				switch {
-				case s.literal("true"):
+				case s.Literal("true"):
 					in.Stream = true
-				case s.literal("false"), s.literal("null"):
+				case s.Literal("false"), s.Literal("null"):
 				default:
 					return nil, false
 				}
 			case 3, 4: // messages, prompt: any value, raw
-				start := s.i
-				if !s.value() {
+				start := s.I
+				if !s.Value() {
 					return nil, false
 				}
 				if field == 3 {
-					in.Messages = body[start:s.i]
+					in.Messages = body[start:s.I]
 				} else {
-					in.Prompt = body[start:s.i]
+					in.Prompt = body[start:s.I]
 				}
 			default:
-				if !s.value() {
+				if !s.Value() {
 					return nil, false
 				}
 			}
-			s.ws()
-			if s.i >= len(body) {
+			s.WS()
+			if s.I >= len(body) {
 				return nil, false
 			}
-			if body[s.i] == '}' {
-				s.i++
+			if body[s.I] == '}' {
+				s.I++
 				break
 			}
-			if body[s.i] != ',' {
+			if body[s.I] != ',' {
 				return nil, false
 			}
-			s.i++
-			s.ws()
+			s.I++
+			s.WS()
 		}
 	}
-	s.ws()
-	return in, s.i == len(body)
+	s.WS()
+	return in, s.I == len(body)
 }
 
 // affinityKey derives the KV-cache affinity key: the session header, else

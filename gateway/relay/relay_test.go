@@ -1,9 +1,10 @@
-package gateway
+package relay
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -49,24 +50,41 @@ func split(b []byte, n int) [][]byte {
 	return out
 }
 
-// relay runs streamSSE over stream delivered in reads of n bytes.
-func relay(t testing.TB, stream []byte, n int) (*httptest.ResponseRecorder, attemptResult) {
-	t.Helper()
-	g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://a"}), HealthInterval(-1), IdleTimeout(time.Minute))
-	if err != nil {
-		t.Fatal(err)
+// reads delivers chunks, one per Read.
+type reads struct{ chunks [][]byte }
+
+func (r *reads) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && len(r.chunks) > 0 {
+		m := copy(p[n:], r.chunks[0])
+		n += m
+		if r.chunks[0] = r.chunks[0][m:]; len(r.chunks[0]) == 0 {
+			r.chunks = r.chunks[1:]
+		}
+		if n > 0 {
+			break
+		}
 	}
-	rt := g.cur.Load()
-	resp := &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: &eventReader{events: split(stream, n), apart: true}}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// relayReads relays stream delivered in reads of n bytes.
+func relayReads(t testing.TB, stream []byte, n int) (*httptest.ResponseRecorder, Result) {
+	t.Helper()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	first := time.AfterFunc(time.Minute, func() {})
 	defer first.Stop()
+	st := Stream{
+		Now: time.Now, Start: time.Now(), Status: 200,
+		IdleTimeout: time.Minute, Cancel: cancel, FirstToken: first,
+		Buf: make([]byte, BufSize),
+	}
 	w := httptest.NewRecorder()
-	var res attemptResult
-	g.streamSSE(ctx, w, resp, rt.table.Engine(0), rt, time.Now(), first, cancel, &res)
-	return w, res
+	return w, st.Relay(ctx, w, &reads{chunks: split(stream, n)}, func(h http.Header) { h.Set("X-Engine", "a") })
 }
 
 // TestRelaySplits: however the engine's bytes are cut into reads, the
@@ -77,21 +95,21 @@ func TestRelaySplits(t *testing.T) {
 		fmt.Fprintf(&sb, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}]}\r\n\r\n", i)
 	}
 	sb.WriteString(": comment\n\nevent: x\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":20,\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\n")
-	long := strings.Repeat("y", 3*sseBufSize)
+	long := strings.Repeat("y", 3*BufSize)
 	fmt.Fprintf(&sb, "data: {\"choices\":[{\"delta\":{\"content\":\"%s\"}}]}\n\n", long)
 	sb.WriteString("data: [DONE]\n\n")
 	stream := []byte(sb.String())
-	for _, n := range []int{0, 1, 2, 7, 100, 4096, sseBufSize - 1, sseBufSize + 1} {
+	for _, n := range []int{0, 1, 2, 7, 100, 4096, BufSize - 1, BufSize + 1} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			w, res := relay(t, stream, n)
-			if !res.complete || res.failReason != "" || !bytes.Equal(w.Body.Bytes(), stream) {
-				t.Fatalf("complete %v fail %q: relayed %d of %d bytes", res.complete, res.failReason, w.Body.Len(), len(stream))
+			w, res := relayReads(t, stream, n)
+			if !res.Complete || res.FailReason != "" || !bytes.Equal(w.Body.Bytes(), stream) {
+				t.Fatalf("complete %v fail %q: relayed %d of %d bytes", res.Complete, res.FailReason, w.Body.Len(), len(stream))
 			}
-			if res.promptTokens != 7 || res.outputTokens != 20 || res.cachedTokens != 3 {
-				t.Fatalf("usage %d/%d/%d", res.promptTokens, res.outputTokens, res.cachedTokens)
+			if res.Usage != (Usage{PromptTokens: 7, OutputTokens: 20, CachedTokens: 3}) {
+				t.Fatalf("usage %+v", res.Usage)
 			}
-			if w.Header().Get(HeaderEngine) != "a" || w.Header().Get("Content-Type") != "text/event-stream" {
-				t.Fatalf("headers %v", w.Header())
+			if w.Header().Get("X-Engine") != "a" || w.Header().Get("Cache-Control") != "no-cache" || w.Code != 200 {
+				t.Fatalf("head %d %v", w.Code, w.Header())
 			}
 		})
 	}
@@ -106,12 +124,12 @@ func FuzzRelay(f *testing.F) {
 		if n > 1<<16 || n < -1 {
 			return
 		}
-		w, res := relay(t, stream, n)
+		w, res := relayReads(t, stream, n)
 		got := w.Body.Bytes()
 		switch {
-		case !res.committed:
-			if w.Body.Len() != 0 || res.failReason == "" {
-				t.Fatalf("not committed but relayed %q (fail %q)", got, res.failReason)
+		case !res.Committed:
+			if w.Body.Len() != 0 || res.FailReason == "" {
+				t.Fatalf("not committed but relayed %q (fail %q)", got, res.FailReason)
 			}
 		case !bytes.Contains(stream, donePayload):
 			// Without [DONE] every byte is relayed, then the stream ends.

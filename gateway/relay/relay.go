@@ -1,0 +1,327 @@
+// Package relay copies an engine's server-sent event stream to the
+// client as it arrives and accounts for it on the way (TTFT, TBOT, token
+// usage, the end at data: [DONE]) without changing a byte.
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
+)
+
+// Causes of an upstream request's cancellation (context.Cause).
+var (
+	// ErrFirstToken: no first byte of the response body in time.
+	ErrFirstToken = errors.New("first token timeout")
+	// ErrIdle: too long a gap between events.
+	ErrIdle = errors.New("idle timeout between events")
+)
+
+const (
+	// BufSize is the read buffer of a relayed stream: room for every
+	// event that arrives in one read.
+	BufSize = 32 << 10
+	// MaxResponseBytes bounds what is held of a response before it is
+	// committed to the client.
+	MaxResponseBytes = 64 << 20
+	maxUsageLine     = 64 << 10
+)
+
+// Constant header values, shared by every response (net/http does not
+// modify header values).
+var (
+	noCache = []string{"no-cache"}
+	accelNo = []string{"no"}
+)
+
+// FailReason is the failure label of an upstream request canceled with
+// ctx: first_token_timeout, idle_timeout, or def.
+func FailReason(ctx context.Context, def string) string {
+	switch context.Cause(ctx) {
+	case ErrFirstToken:
+		return "first_token_timeout"
+	case ErrIdle:
+		return "idle_timeout"
+	}
+	return def
+}
+
+// CauseOr returns the timeout that canceled ctx, if any, else err.
+func CauseOr(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c == ErrFirstToken || c == ErrIdle {
+		return c
+	}
+	return err
+}
+
+// Result is what relaying one stream did.
+type Result struct {
+	Committed  bool   // bytes reached the client: no retry possible
+	Complete   bool   // the whole stream (up to data: [DONE]) was relayed
+	Drain      bool   // complete with the engine's response still open: drain it
+	FailReason string // "" unless the engine failed
+	Err        error
+	TTFT, TBOT time.Duration
+	Usage      Usage
+}
+
+// Stream is one event stream to relay.
+type Stream struct {
+	// Now is the clock; Start is the request's arrival, which TTFT is
+	// measured from.
+	Now   func() time.Time
+	Start time.Time
+	// Status is the engine's status, sent at the commit.
+	Status int
+	// IdleTimeout bounds the gap between events once committed; then
+	// Cancel(ErrIdle) cancels the upstream request (ctx of Relay).
+	IdleTimeout time.Duration
+	Cancel      context.CancelCauseFunc
+	// FirstToken is stopped at the commit.
+	FirstToken *time.Timer
+	// Buf is the read buffer, BufSize bytes.
+	Buf []byte
+}
+
+// Relay relays body, the engine's event stream, to w as it arrives:
+// whatever one read returns is written at once and flushed if an event
+// ended in it, so events that arrived together leave together and none
+// waits. Nothing reaches the client before the first whole event, so a
+// failure before it can be retried. At data: [DONE] the response is
+// complete: the caller drains the rest in the background (Result.Drain)
+// and returns, so the end of the response leaves with the last events.
+// At the commit, setHeader sets the response headers before the head is
+// written. (It is an argument rather than a field so that it stays on
+// the caller's stack: a field would leak with Buf and Cancel.)
+func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Reader, setHeader func(http.Header)) (res Result) {
+	buf, cancel := st.Buf, st.Cancel // cancel, not st, goes into the idle timer's closure
+	flusher, _ := w.(http.Flusher)
+	sc := scan{now: st.Now, start: st.Start, lineStart: true}
+	var (
+		pending []byte // relayed bytes held before the commit
+		idle    *time.Timer
+		end     int // buf[:end] holds data
+	)
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
+	for {
+		n, err := body.Read(buf[end:])
+		end += n
+		scanned := sc.lines(buf, end, err != nil, &res)
+		if !res.Committed && (sc.eventEnded || len(pending)+scanned > MaxResponseBytes) {
+			if !sc.eventEnded {
+				res.FailReason, res.Err = "stream", errors.New("first event too large")
+				return res
+			}
+			st.commit(w, setHeader)
+			res.Committed = true
+			if len(pending) > 0 {
+				if _, werr := w.Write(pending); werr != nil {
+					res.Err = werr // client gone; ctx is canceled too
+					return res
+				}
+				pending = nil
+			}
+			idle = time.AfterFunc(st.IdleTimeout, func() { cancel(ErrIdle) })
+		} else if sc.eventEnded && idle != nil {
+			idle.Reset(st.IdleTimeout)
+		}
+		if res.Committed {
+			if scanned > 0 {
+				if _, werr := w.Write(buf[:scanned]); werr != nil {
+					res.Err = werr // client gone; ctx is canceled too
+					return res
+				}
+			}
+		} else {
+			pending = append(pending, buf[:scanned]...)
+		}
+		end = copy(buf, buf[scanned:end])
+		if sc.sawDone && res.Committed && (sc.doneEnded || err != nil) {
+			// Complete: the handler's return ends the response together
+			// with the last events; the engine's own end is drained.
+			res.Complete = true
+			res.Drain = err == nil
+			break
+		}
+		if err != nil {
+			st.fail(ctx, w, err, &res)
+			if res.Committed && flusher != nil {
+				flusher.Flush()
+			}
+			break
+		}
+		if sc.eventEnded && res.Committed && flusher != nil {
+			flusher.Flush()
+		}
+		sc.eventEnded = false
+	}
+	if !sc.sawUsage {
+		res.Usage.OutputTokens = uint32(sc.contentN)
+	}
+	if sc.contentN > 1 && sc.lastData.After(sc.firstData) {
+		res.TBOT = sc.lastData.Sub(sc.firstData) / time.Duration(sc.contentN-1)
+	}
+	return res
+}
+
+// commit sends the head: the engine's status and the stream's headers.
+func (st *Stream) commit(w http.ResponseWriter, setHeader func(http.Header)) {
+	st.FirstToken.Stop()
+	h := w.Header()
+	setHeader(h)
+	h["Cache-Control"] = noCache
+	h["X-Accel-Buffering"] = accelNo
+	w.WriteHeader(st.Status)
+}
+
+// fail records the end of a stream by err before data: [DONE] and, once
+// committed (or at an idle timeout), tells an OpenAI client why the
+// stream ends early.
+func (st *Stream) fail(ctx context.Context, w http.ResponseWriter, err error, res *Result) {
+	if err == io.EOF {
+		if !res.Committed {
+			res.FailReason, res.Err = "stream", errors.New("stream ended before its first event")
+		}
+		return
+	}
+	res.FailReason, res.Err = FailReason(ctx, "stream"), CauseOr(ctx, err)
+	if (res.Committed && ctx.Err() == nil) || context.Cause(ctx) == ErrIdle {
+		_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":%q,\"type\":%q,\"param\":null,\"code\":\"upstream_error\"}}\n\n", "engine stream failed: "+res.Err.Error(), "server_error")
+	}
+}
+
+var (
+	dataPrefix  = []byte("data:")
+	donePayload = []byte("[DONE]")
+	// The keys are searched without their opening quote: bytes.Index
+	// skips ahead with IndexByte on the first byte, and '"' is in every
+	// few bytes of JSON.
+	quotedChoicesKey = []byte(`"choices":[`)
+	usageKey         = []byte(`usage":{`)
+)
+
+// hasKey reports whether payload holds "key (key starts after the quote).
+func hasKey(payload, key []byte) (int, bool) {
+	for off := 0; ; {
+		i := bytes.Index(payload[off:], key)
+		if i < 0 {
+			return -1, false
+		}
+		i += off
+		if i > 0 && payload[i-1] == '"' {
+			return i + len(key), true
+		}
+		off = i + 1
+	}
+}
+
+// contentEvent reports whether a data payload carries content: anything
+// but a chunk with "choices":[] (a usage-only chunk). It looks for the
+// '[' (rare in a chunk) and checks the key before it.
+func contentEvent(payload []byte) bool {
+	for off := 0; ; {
+		i := bytes.IndexByte(payload[off:], '[')
+		if i < 0 {
+			return true
+		}
+		i += off
+		if bytes.HasSuffix(payload[:i+1], quotedChoicesKey) {
+			return i+1 >= len(payload) || payload[i+1] != ']'
+		}
+		off = i + 1
+	}
+}
+
+// scan follows an event stream line by line for accounting only (TTFT,
+// TBOT, usage, [DONE]); the bytes are relayed unchanged.
+type scan struct {
+	now        func() time.Time
+	start      time.Time
+	batchNow   time.Time // the clock read once per read: events that arrived together share it
+	lineStart  bool
+	inUsage    bool
+	usageLine  []byte
+	eventEnded bool // an event ended since the last flush
+	sawDone    bool // a data: [DONE] line
+	doneEnded  bool // and the end of its event
+	sawUsage   bool
+	firstData  time.Time
+	lastData   time.Time
+	contentN   int
+}
+
+// lines scans the complete lines of buf[:end] (and, when a line is longer
+// than the buffer or the stream ended, the rest) and returns how many
+// bytes it scanned.
+func (s *scan) lines(buf []byte, end int, last bool, res *Result) int {
+	s.batchNow = time.Time{}
+	n := 0
+	for {
+		i := bytes.IndexByte(buf[n:end], '\n')
+		if i < 0 {
+			break
+		}
+		s.line(buf[n:n+i+1], true, res)
+		n += i + 1
+	}
+	if (n == 0 && end == len(buf)) || (last && n < end) {
+		// A line longer than the buffer, or the stream's last bytes.
+		s.line(buf[n:end], false, res)
+		n = end
+	}
+	return n
+}
+
+// line scans one line (complete: it ends with '\n') or part of a line
+// longer than the read buffer.
+func (s *scan) line(chunk []byte, complete bool, res *Result) {
+	if s.lineStart {
+		s.inUsage = false
+		line := wire.TrimEOL(chunk)
+		switch {
+		case len(line) == 0 && complete:
+			s.eventEnded = true
+			s.doneEnded = s.sawDone
+		case bytes.HasPrefix(line, dataPrefix):
+			payload := bytes.TrimSpace(line[len(dataPrefix):])
+			if bytes.Equal(payload, donePayload) {
+				s.sawDone = true
+				break
+			}
+			if s.batchNow.IsZero() {
+				s.batchNow = s.now()
+			}
+			if s.firstData.IsZero() {
+				s.firstData = s.batchNow
+				res.TTFT = s.batchNow.Sub(s.start)
+			}
+			if contentEvent(payload) {
+				s.contentN++
+				s.lastData = s.batchNow
+			}
+			if _, ok := hasKey(payload, usageKey); ok {
+				s.inUsage = true
+				s.usageLine = append(s.usageLine[:0], payload...)
+			}
+		}
+	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
+		s.usageLine = append(s.usageLine, wire.TrimEOL(chunk)...)
+	}
+	if s.inUsage && complete {
+		if res.Usage.Set(s.usageLine) {
+			s.sawUsage = true
+		}
+		s.inUsage = false
+	}
+	s.lineStart = complete
+}
