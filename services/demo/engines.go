@@ -7,13 +7,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/switchyard-llm/switchyard/services/enginesim"
+	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 )
 
 // engineProc is one running simulated engine.
 type engineProc struct {
 	spec EngineSpec
-	svc  *enginesim.Service
+	svc  *engineserver.Service
 	url  string
 }
 
@@ -22,9 +22,10 @@ type engineProc struct {
 func startEngines(ctx context.Context, g *errgroup.Group, cfg Config, log *slog.Logger) ([]*engineProc, error) {
 	var fleet []*engineProc
 	for i, spec := range cfg.Topology.Engines {
-		svc, err := enginesim.New(enginesim.Config{
+		svc, err := engineserver.New(engineserver.Config{
 			ID: spec.ID, Listen: "127.0.0.1:0", GPUClass: spec.GPUClass, Model: cfg.Model,
-			Seed: int64(cfg.Seed) + int64(i), Logger: log.With("engine", spec.ID),
+			LatencyMultiplier: spec.LatencyMultiplier,
+			Seed:              int64(cfg.Seed) + int64(i), Logger: log.With("engine", spec.ID),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("engine %s: %w", spec.ID, err)

@@ -26,6 +26,10 @@ type EngineSpec struct {
 	ID       string
 	Region   string
 	GPUClass string
+	// LatencyMultiplier makes this engine's prefill and decode that many
+	// times slower than its GPU class's preset (engineserver.Config's
+	// field of the same name; 0 means 1).
+	LatencyMultiplier float64
 }
 
 // DefaultTopology: three regions; region-b is busy and small, region-c

@@ -1,3 +1,6 @@
+// Package enginesim is the `switchyard enginesim` command: it parses
+// flags and serves one simulated engine (simulator/engineserver; see
+// docs/enginesim.md).
 package enginesim
 
 import (
@@ -8,6 +11,7 @@ import (
 	"log/slog"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 )
 
 // Command returns `switchyard enginesim`: one simulated engine endpoint.
@@ -21,17 +25,17 @@ func Command() cli.Command {
 
 func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("enginesim", flag.ContinueOnError)
-	var cfg Config
+	var cfg engineserver.Config
 	var conn cli.Connection
-	fs.StringVar(&cfg.Listen, "listen", DefaultListen, "address to serve the OpenAI API and /metrics on")
-	fs.StringVar(&cfg.ID, "id", DefaultID, "engine id (logs and switchyard_enginesim_info)")
-	fs.StringVar(&cfg.GPUClass, "gpu-class", DefaultGPUClass, "engine preset: h100, a100 or l4")
-	fs.StringVar(&cfg.Model, "model", DefaultModel, "served model name")
+	fs.StringVar(&cfg.Listen, "listen", engineserver.DefaultListen, "address to serve the OpenAI API and /metrics on")
+	fs.StringVar(&cfg.ID, "id", engineserver.DefaultID, "engine id (logs and switchyard_enginesim_info)")
+	fs.StringVar(&cfg.GPUClass, "gpu-class", engineserver.DefaultGPUClass, "engine preset: h100, a100 or l4")
+	fs.StringVar(&cfg.Model, "model", engineserver.DefaultModel, "served model name")
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "engine replicas behind this endpoint")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed of generated text and injected faults")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", 1, "run the engine model this many times faster than real time")
-	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", DefaultMaxTokens, "output tokens when a request sets no max_tokens")
-	fs.StringVar(&cfg.Metrics, "metrics", MetricsFull, `metrics on /metrics: "full" (vLLM's plus enginesim's batch limit, replicas and request counters) or "vllm" (only what vLLM exposes)`)
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", engineserver.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
+	fs.StringVar(&cfg.Metrics, "metrics", engineserver.MetricsFull, `metrics on /metrics: "full" (vLLM's plus enginesim's batch limit, replicas and request counters) or "vllm" (only what vLLM exposes)`)
 	fs.Float64Var(&cfg.LatencyMultiplier, "latency-multiplier", 1, "make prefill and decode this many times slower than the GPU class's preset")
 	conn.Register(fs) // unused: the engine publishes nothing itself; every service takes them
 	if err := cli.Parse(fs, args, nil); err != nil {
@@ -44,7 +48,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("%w: --latency-multiplier must be positive, got %v", cli.ErrUsage, cfg.LatencyMultiplier)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
-	s, err := New(cfg)
+	s, err := engineserver.New(cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	gw "github.com/switchyard-llm/switchyard/gateway"
-	"github.com/switchyard-llm/switchyard/services/enginesim"
+	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 )
 
 // TestThroughEnginesim streams chat completions from real enginesim
@@ -21,7 +21,7 @@ func TestThroughEnginesim(t *testing.T) {
 	defer cancel()
 	var engines []gw.StaticEngine
 	for _, id := range []string{"sim-a", "sim-b"} {
-		s, err := enginesim.New(enginesim.Config{ID: id, Listen: "127.0.0.1:0", TimeScale: 50})
+		s, err := engineserver.New(engineserver.Config{ID: id, Listen: "127.0.0.1:0", TimeScale: 50})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestThroughEnginesim(t *testing.T) {
 	for turn := 0; turn < 2; turn++ {
 		var resp *http.Response
 		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-			Model:         enginesim.DefaultModel,
+			Model:         engineserver.DefaultModel,
 			Messages:      []openai.ChatCompletionMessageParamUnion{openai.SystemMessage("You are a helpful assistant that answers at length about trains."), openai.UserMessage("Tell me about switchyards.")},
 			MaxTokens:     openai.Int(8),
 			StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},

@@ -1,14 +1,8 @@
-package enginesim
+package engineserver
 
 import (
-	"context"
-	"errors"
-	"io"
 	"strings"
-	"sync"
 	"testing"
-
-	"github.com/switchyard-llm/switchyard/internal/cli"
 )
 
 func TestTextBlockHashesSharePrefixes(t *testing.T) {
@@ -36,46 +30,6 @@ func TestTextBlockHashesSharePrefixes(t *testing.T) {
 	}
 }
 
-func TestCommandUsage(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-	}{
-		{"unknown flag", []string{"--nope"}},
-		{"bad gpu class", []string{"--gpu-class", "tpu"}},
-		{"bad replicas", []string{"--replicas", "x"}},
-		{"extra args", []string{"extra"}},
-		{"bad metrics", []string{"--metrics", "prometheus"}},
-		{"zero latency multiplier", []string{"--latency-multiplier", "0"}},
-		{"negative latency multiplier", []string{"--latency-multiplier", "-2"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := Command().Run(context.Background(), tc.args, io.Discard, io.Discard)
-			if !errors.Is(err, cli.ErrUsage) {
-				t.Fatalf("err = %v, want ErrUsage", err)
-			}
-		})
-	}
-	if c := Command(); c.Name != "enginesim" || c.Summary == "" {
-		t.Fatalf("command %+v", c)
-	}
-}
-
-func TestCommandRuns(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- Command().Run(ctx, []string{"--listen", "127.0.0.1:0", "--gpu-class", "l4", "--kafka-brokers", "x:1"}, io.Discard, &stderr)
-	}()
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "enginesim listening") })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
 func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`), true)
 	f.Add([]byte(`{"model":"m","prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":true}}`), false)
@@ -95,22 +49,4 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("accepted invalid %+v", p)
 		}
 	})
-}
-
-// syncBuffer is a strings.Builder safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,4 +1,4 @@
-package enginesim_test
+package engineserver_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/schemas"
-	"github.com/switchyard-llm/switchyard/services/enginesim"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
+	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
@@ -31,12 +31,12 @@ func TestScrapeEnginesim(t *testing.T) {
 		wantMaxBatch uint32
 		wantSource   string
 	}{
-		{metrics: enginesim.MetricsFull, replicas: 2, wantMaxBatch: uint32(l4.MaxSeqs), wantSource: "engine_metrics"},
-		{metrics: enginesim.MetricsVLLM, replicas: 1, wantMaxBatch: 0},
-		{metrics: enginesim.MetricsVLLM, replicas: 1, configured: 16, wantMaxBatch: 16, wantSource: "configured"},
+		{metrics: engineserver.MetricsFull, replicas: 2, wantMaxBatch: uint32(l4.MaxSeqs), wantSource: "engine_metrics"},
+		{metrics: engineserver.MetricsVLLM, replicas: 1, wantMaxBatch: 0},
+		{metrics: engineserver.MetricsVLLM, replicas: 1, configured: 16, wantMaxBatch: 16, wantSource: "configured"},
 	} {
 		t.Run(fmt.Sprintf("%s_max_batch_%d", tc.metrics, tc.configured), func(t *testing.T) {
-			sim, err := enginesim.New(enginesim.Config{ID: "sim", GPUClass: "l4", Replicas: 2, TimeScale: 20, DefaultMaxTokens: 8, Metrics: tc.metrics})
+			sim, err := engineserver.New(engineserver.Config{ID: "sim", GPUClass: "l4", Replicas: 2, TimeScale: 20, DefaultMaxTokens: 8, Metrics: tc.metrics})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package enginesim
+package engineserver
 
 import (
 	"context"

@@ -1,7 +1,9 @@
-// Package enginesim serves a simulated LLM engine over the OpenAI API: the
-// simulator/engine model driven in real time, with vLLM's Prometheus
-// metrics on /metrics and a fault toggle for failure tests.
-package enginesim
+// Package engineserver serves a simulated LLM engine over the OpenAI API:
+// the simulator/engine model driven in real time, with vLLM's Prometheus
+// metrics on /metrics and a fault toggle for failure tests. It is what
+// `switchyard enginesim` runs (services/enginesim parses the flags) and
+// what the demo and tests start in-process.
+package engineserver
 
 import (
 	"context"
