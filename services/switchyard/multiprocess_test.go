@@ -52,37 +52,7 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	e1, e2, gw := freePort(t), freePort(t), freePort(t)
 	env := append(os.Environ(), "SWITCHYARD_TEST_AS_MAIN=1",
 		"SWITCHYARD_KAFKA_BROKERS="+kafka, "SWITCHYARD_NATS_URL=nats://"+natsAddr)
-	start := func(name string, args ...string) {
-		cmd := exec.CommandContext(ctx, os.Args[0], args...)
-		cmd.Env = env
-		cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-		cmd.WaitDelay = 10 * time.Second
-		out, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout = io.Discard
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting %s: %v", name, err)
-		}
-		var logs strings.Builder
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				logs.WriteString(sc.Text() + "\n")
-			}
-		}()
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			_ = cmd.Wait()
-			<-done
-			if t.Failed() {
-				t.Logf("%s stderr:\n%s", name, logs.String())
-			}
-		})
-	}
+	start := func(name string, args ...string) { startProcess(t, ctx, env, name, args...) }
 	start("brokers", "brokers", "--kafka-listen", kafka, "--nats-listen", natsAddr)
 	waitTCP(t, ctx, kafka)
 	waitTCP(t, ctx, natsAddr)
@@ -110,6 +80,42 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// startProcess starts the test binary as the switchyard binary with args
+// and env, stops it (SIGINT, then kill after 10s) when the test ends, and
+// logs its stderr if the test failed.
+func startProcess(t *testing.T, ctx context.Context, env []string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = env
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	var logs strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+		}
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		<-done
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, logs.String())
+		}
+	})
 }
 
 func waitTCP(t *testing.T, ctx context.Context, addr string) {
