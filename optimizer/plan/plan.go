@@ -65,6 +65,12 @@ type Settings struct {
 	// MinNetworkSamples is how many samples a measured network estimate
 	// needs before it replaces the static value (default 20).
 	MinNetworkSamples uint32
+	// ReplicaCapacityRPS pins the per-replica capacity (rps) of the
+	// engines it names, e.g. from an operator's load test: the planner
+	// plans on it × the estimate's ready replicas (at least 1) instead of
+	// the capacity it tracks from the estimates (capacity.go). Default
+	// none. The simulator's switchyard-calibrated diagnostic uses it.
+	ReplicaCapacityRPS map[string]float64
 }
 
 func (s *Settings) defaults() {
@@ -269,6 +275,10 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 			continue
 		}
 		lo, hi := s.capacity[id].capacity(e)
+		if c, ok := set.ReplicaCapacityRPS[id]; ok && finite(c) && c > 0 {
+			lo = c * float64(max(e.GetReadyReplicas(), 1))
+			hi = lo
+		}
 		healthy := e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0
 		if healthy {
 			sumLo += lo
