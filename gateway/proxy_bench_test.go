@@ -162,19 +162,31 @@ func cannedEngine(b *testing.B) string {
 }
 
 // BenchmarkProxyEngine is BenchmarkProxyStream against a loopback engine
-// (cannedEngine): own is the gateway's engine client, nethttp is
-// net/http's Transport. The CPU per op includes the engine's (the same
-// for both).
+// (cannedEngine). own and nethttp call the gateway's handler directly,
+// with the gateway's engine client (the default) or net/http's
+// Transport. fast and std go through the gateway's listener as a client
+// does, with the engine client: fast is the default server (the
+// gateway's own HTTP/1.1 loop, package httpserver), std is net/http's;
+// one keep-alive client connection sends the requests one after the
+// other. The CPU per op includes the engine's (and for fast and std the
+// client's), the same for each.
 func BenchmarkProxyEngine(b *testing.B) {
-	for _, client := range []string{"own", "nethttp"} {
-		b.Run(client, func(b *testing.B) {
+	for _, variant := range []string{"own", "nethttp", ServerFast, ServerStd} {
+		b.Run(variant, func(b *testing.B) {
 			opts := []Opt{Engines(StaticEngine{ID: "a", URL: cannedEngine(b)}), HealthInterval(-1)}
-			if client == "nethttp" {
+			switch variant {
+			case "nethttp":
 				opts = append(opts, Transport(&http.Transport{MaxIdleConnsPerHost: 16, ReadBufferSize: relay.BufSize, DisableCompression: true}))
+			case ServerFast, ServerStd:
+				opts = append(opts, HTTPServer(variant))
 			}
 			g, err := New("c", opts...)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if variant == ServerFast || variant == ServerStd {
+				serverLoop(b, g)
+				return
 			}
 			streamLoop(b, g.Handler())
 			b.StopTimer()
@@ -183,6 +195,92 @@ func BenchmarkProxyEngine(b *testing.B) {
 				g.client.CloseAll()
 			}
 		})
+	}
+}
+
+// serverLoop runs g on a loopback listener and streams one 50-token chat
+// completion through it per benchmark iteration, on one keep-alive
+// connection, reading each chunked response to its end.
+func serverLoop(b *testing.B, g *Gateway) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	req := []byte(rawPost(pathChat, "", chatBody(true, "Count from one to fifty, one number per token.")))
+	br := bufio.NewReaderSize(c, 64<<10)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if n, err := readResponse(br); err != nil || n < 5000 {
+			b.Fatalf("response of %d bytes: %v", n, err)
+		}
+	}
+}
+
+// readResponse reads one 200 response (Content-Length or chunked) and
+// returns the length of its body, allocating nothing.
+func readResponse(br *bufio.Reader) (int, error) {
+	length, chunked := -1, false
+	for i := 0; ; i++ {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case i == 0 && !bytes.HasPrefix(line, []byte("HTTP/1.1 200 ")):
+			return 0, fmt.Errorf("status line %q", line)
+		case bytes.HasPrefix(line, []byte("Content-Length: ")):
+			length = 0
+			for _, c := range bytes.TrimSpace(line[len("Content-Length: "):]) {
+				length = 10*length + int(c-'0')
+			}
+		case bytes.Equal(line, []byte("Transfer-Encoding: chunked\r\n")):
+			chunked = true
+		}
+		if len(line) == 2 {
+			break
+		}
+	}
+	if !chunked {
+		_, err := br.Discard(length)
+		return length, err
+	}
+	total := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return total, err
+		}
+		n := 0
+		for _, c := range bytes.TrimSpace(line) {
+			d := int(c & 0xf) // '0'-'9'
+			if c > '9' {
+				d += 9 // 'a'-'f', 'A'-'F'
+			}
+			n = n<<4 | d
+		}
+		if _, err := br.Discard(n + 2); err != nil {
+			return total, err
+		}
+		if total += n; n == 0 {
+			return total, nil
+		}
 	}
 }
 
