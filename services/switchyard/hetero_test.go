@@ -77,6 +77,9 @@ func TestHeterogeneousEnginesMultiProcess(t *testing.T) {
 	start("engine slow", "enginesim", "--listen", slow, "--id", "a-slow", "--gpu-class", "h100", "--metrics", "vllm", "--seed", "2",
 		"--latency-multiplier", "6")
 	start("engine remote", "enginesim", "--listen", remote, "--id", "b-0", "--gpu-class", "h100", "--metrics", "vllm", "--seed", "3")
+	for _, e := range []string{fast, slow, remote} {
+		waitTCP(t, ctx, e)
+	}
 	start("agent", "agent", "--engines", fmt.Sprintf("a-fast=http://%s,region=ra,gpu=h100;a-slow=http://%s,region=ra,gpu=h100;b-0=http://%s,region=rb,gpu=h100",
 		fast, slow, remote), "--interval", "500ms", "--metrics-listen", "")
 	start("processor", "processor", "--window", "6s", "--slide", heteroSlide.String(), "--allowed-lateness", "1s", "--metrics-listen", "")

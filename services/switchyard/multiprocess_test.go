@@ -58,6 +58,8 @@ func TestServicesAsSeparateProcesses(t *testing.T) {
 	waitTCP(t, ctx, natsAddr)
 	start("engine e1", "enginesim", "--listen", e1, "--id", "e1", "--gpu-class", "h100")
 	start("engine e2", "enginesim", "--listen", e2, "--id", "e2", "--gpu-class", "l4")
+	waitTCP(t, ctx, e1)
+	waitTCP(t, ctx, e2)
 	start("agent", "agent", "--engines", fmt.Sprintf("e1=http://%s,region=r1,gpu=h100;e2=http://%s,region=r1,gpu=l4", e1, e2),
 		"--interval", "500ms", "--metrics-listen", "")
 	start("processor", "processor", "--window", "4s", "--slide", "1s", "--allowed-lateness", "500ms", "--metrics-listen", "")
