@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -12,33 +11,37 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/simulator/des"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
-	"github.com/switchyard-llm/switchyard/streams/estimate"
 	"github.com/switchyard-llm/switchyard/streams/window"
 )
 
 // switchyard is the product, wired as in production but on the virtual
 // clock: engine agents scrape every engine each signal interval into
-// schemas.EngineSignal; gateways emit a schemas.RoutingEvent per attempt;
-// the processor's estimators (streams/estimate: panes, windows, the
-// convex profile fit) turn a sliding window of both into estimates; every
-// optimizer period the real optimizer (optimizer.Solve) plans weights from
-// them; after the propagation delay every gateway installs its cluster's
-// weights in the real selector (gateway/pick's PickRequest: weighted
-// Maglev with affinity and bounded load, candidates scored by this
-// gateway's queued prefill, remembered prefix blocks, network latency and
-// learned engine speed) and sheds the planned fraction. Before the
-// first snapshot gateways use pick's least-loaded fallback table, as the
-// gateway does without a snapshot.
+// schemas.EngineSignal; gateways emit a schemas.RoutingEvent per request;
+// the processor core (streams/process) turns a sliding window of both
+// into estimates; the optimizer's planner (optimizer/plan's Planner) plans
+// every window the core fires, at streams/control's cadence, with the
+// window's end as the snapshot's version (see controlplane.go for what
+// of the I/O between them is modelled); after the propagation delay
+// every gateway installs its cluster's weights in the real selector
+// (gateway/pick's PickRequest: weighted Maglev with affinity and
+// bounded load, candidates scored by this gateway's queued prefill,
+// remembered prefix blocks, network latency and learned engine speed)
+// and sheds the planned fraction. Before the first snapshot gateways use
+// pick's least-loaded fallback table, as the gateway does without a
+// snapshot.
 type switchyard struct {
 	w   *des.World
 	ctl struct {
-		signal, slide, window, lateness, period, propagation time.Duration
+		signal, slide, window, lateness time.Duration
 	}
 	rng *rand.Rand
 
 	gw []*gateway
 
 	// agent state per engine: the previous scrape and what finished since.
+	// The agent library (agent.Scraper) reads an engine's Prometheus text
+	// over HTTP; the simulated agent builds the same signal from the
+	// engine model's counters instead.
 	prev    []engine.Stats
 	ttft    []acc
 	tbot    []acc
@@ -48,31 +51,28 @@ type switchyard struct {
 	tbotH   schemas.Histogram
 	nextSig time.Duration
 
-	// processor state: event-time panes (the processor's windowing) and
-	// the newest estimate per entity (what the optimizer service keeps).
-	panes *window.Panes[estimate.Pane]
-	late  int
-
-	// optimizer service state: the newest estimate per entity and the
-	// last weights (optimizer/plan, as the live service and replay use).
-	plan    *plan.State
+	// proc is the processor; ctlp the optimizer's loop, whose planner is
+	// made at the first plan (from planSet and capacity).
+	proc    *simProcessor
+	ctlp    simControl
 	planSet plan.Settings
 
-	nextSolve time.Duration
-	pending   []pendingSnap
-	version   uint64
-	weights   [][]float64 // installed, [cluster][engine]
-	// capacity, when set, replaces the estimated capacity (rps) per engine
-	// (the switchyard-calibrated diagnostic).
+	version uint64      // installed snapshot's version (its window end)
+	weights [][]float64 // installed, [cluster][engine]
+	// capacity, when set before the first plan, pins each engine's
+	// capacity (rps, with its configured replicas) for the planner (the
+	// switchyard-calibrated diagnostic).
 	capacity []float64
 }
 
 type acc struct{ n, sum float64 }
 
-type pendingSnap struct {
-	at      time.Duration
+// snapTables is a snapshot's weights, network estimate (ms) and shed
+// fraction, indexed [cluster][engine].
+type snapTables struct {
+	version uint64
 	weights [][]float64
-	rtt     [][]float64 // the plan's network estimate, ms
+	rtt     [][]float64
 	shed    []float64
 }
 
@@ -107,19 +107,17 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 	p.ctl.window = max(sec(w.Control.WindowS), p.ctl.slide)
 	p.ctl.window = p.ctl.window / p.ctl.slide * p.ctl.slide
 	p.ctl.lateness = sec(w.Control.AllowedLatenessS)
-	p.ctl.period = sec(w.Control.OptimizerPeriodS)
-	p.ctl.propagation = time.Duration(w.Control.PropagationMs * float64(time.Millisecond))
+	p.ctlp.propagation = time.Duration(w.Control.PropagationMs * float64(time.Millisecond))
 	n := len(w.Engines)
 	p.prev = make([]engine.Stats, n)
 	p.ttft = make([]acc, n)
 	p.tbot = make([]acc, n)
-	p.nextSig, p.nextSolve = p.ctl.signal, p.ctl.period
-	panes, err := window.New(window.Spec{Size: p.ctl.window, Slide: p.ctl.slide, AllowedLateness: p.ctl.lateness}, estimate.NewPane)
+	p.nextSig = p.ctl.signal
+	proc, err := newSimProcessor(window.Spec{Size: p.ctl.window, Slide: p.ctl.slide, AllowedLateness: p.ctl.lateness})
 	if err != nil {
-		return nil, fmt.Errorf("processor window: %w", err)
+		return nil, err
 	}
-	p.panes = panes
-	p.plan = plan.NewState()
+	p.proc = proc
 	p.planSet = plan.Settings{
 		MaxUtilization: w.Control.MaxUtilization, ChurnWeight: w.Control.ChurnWeight,
 		MinDemandRPS: minDemandRPS, RegionRTTms: map[string]map[string]float64{},
@@ -262,13 +260,11 @@ func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus,
 	// The gateway stamps the event with the request's start; it reaches
 	// the processor when the request ends, and is late (dropped) when its
 	// windows have already fired.
-	ev.EventTimeUnixMs = r.W.Arrival.Milliseconds()
-	pane, _, ok := p.panes.Pane(ev.EventTimeUnixMs)
-	if !ok {
-		p.late++
-		return
-	}
-	pane.AddRoutingEvent(ev)
+	// (The record's Kafka timestamp, which only bounds the event time
+	// from above, is the event time too: the policy is not told the
+	// virtual time of a request's end.)
+	ev.EventTimeUnixMs = simEpochMs + r.W.Arrival.Milliseconds()
+	p.proc.produce(partEvents, ev, r.W.Arrival)
 }
 
 func (p *switchyard) Tick(now time.Duration) {
@@ -286,33 +282,17 @@ func (p *switchyard) Tick(now time.Duration) {
 		p.scrape(p.nextSig)
 		p.nextSig += p.ctl.signal
 	}
-	p.panes.AdvanceTo(now.Milliseconds())
-	for _, win := range p.panes.Fire() {
-		ew := estimate.Window{Start: win.Start, End: win.End, Slide: p.ctl.slide.Milliseconds()}
-		for _, pn := range win.Panes {
-			ew.PaneStarts = append(ew.PaneStarts, pn.Start)
-			ew.Panes = append(ew.Panes, pn.State)
-		}
-		for _, est := range estimate.Compute(ew, nil) {
-			p.plan.Apply(est)
-		}
+	if p.ctlp.planner == nil {
+		p.ctlp.planner = plan.NewPlanner(p.settings())
 	}
-	for now >= p.nextSolve {
-		p.solve(p.nextSolve)
-		p.nextSolve += p.ctl.period
-	}
-	for len(p.pending) > 0 && now >= p.pending[0].at {
-		p.installSnap(p.pending[0])
-		p.pending = p.pending[1:]
+	p.ctlp.advance(now, p.proc.core.Fire())
+	for _, s := range p.ctlp.due(now) {
+		p.installSnap(p.tables(s.snap))
 	}
 }
 
 // scrape is the engine agents' work: one EngineSignal per engine.
 func (p *switchyard) scrape(now time.Duration) {
-	pane, _, ok := p.panes.Pane(now.Milliseconds())
-	if !ok {
-		return
-	}
 	for e, info := range p.w.Engines {
 		st := p.w.Stats(e)
 		prev := p.prev[e]
@@ -330,7 +310,7 @@ func (p *switchyard) scrape(now time.Duration) {
 			EngineId:           info.ID,
 			Region:             info.Region,
 			GpuClass:           info.GPU,
-			EventTimeUnixMs:    now.Milliseconds(),
+			EventTimeUnixMs:    simEpochMs + now.Milliseconds(),
 			ReadyReplicas:      uint32(ready),
 			Health:             health,
 			RunningRequests:    float64(st.Running),
@@ -350,7 +330,7 @@ func (p *switchyard) scrape(now time.Duration) {
 		if p.tbotH.Count > 0 {
 			p.sig.TbotSeconds = &p.tbotH
 		}
-		pane.AddSignal(&p.sig)
+		p.proc.produce(partSignals, &p.sig, now)
 	}
 }
 
@@ -358,33 +338,23 @@ func (p *switchyard) scrape(now time.Duration) {
 // each gateway gets weights before its traffic shows in the estimates.
 const minDemandRPS = 0.1
 
-// solve is the optimizer service's round (optimizer/plan: the newest
-// estimates no older than the TTL become the instance, with the previous
-// weights for the churn term), and schedules the snapshot's arrival at
-// the gateways.
-func (p *switchyard) solve(now time.Duration) {
-	at := time.UnixMilli(now.Milliseconds())
-	in, endpoints, err := p.plan.Instance(at, p.planSet)
-	if err != nil {
-		return // nothing to plan: gateways keep what they have
-	}
+// settings are the planner's settings: the scenario's, and the pinned
+// capacities of the switchyard-calibrated diagnostic.
+func (p *switchyard) settings() plan.Settings {
+	set := p.planSet
 	if p.capacity != nil {
-		idx := map[string]int{}
+		set.ReplicaCapacityRPS = map[string]float64{}
 		for k, info := range p.w.Engines {
-			idx[info.ID] = k
-		}
-		for i := range in.Engines {
-			k := idx[in.Engines[i].ID]
-			in.Engines[i].CapacityRPS = p.capacity[k] * float64(max(p.w.Replicas(k), 1)) / float64(max(p.w.Engines[k].Replicas, 1))
+			set.ReplicaCapacityRPS[info.ID] = p.capacity[k] / float64(max(info.Replicas, 1))
 		}
 	}
-	snapshot, err := p.plan.Solve(in, endpoints, uint64(now.Milliseconds()), at)
-	if err != nil {
-		return // keep routing on the last good snapshot
-	}
-	p.plan.Remember(snapshot)
-	// Weights and the plan's network latency per cluster and engine (the
-	// gateway's picker scores candidates by it).
+	return set
+}
+
+// tables indexes a snapshot by cluster and engine: the weights, the
+// plan's network latency (the gateway's picker scores candidates by it)
+// and the shed fraction.
+func (p *switchyard) tables(snapshot *schemas.WeightSnapshot) snapTables {
 	weights, rtt := map[string]map[string]float64{}, map[string]map[string]float64{}
 	for _, cw := range snapshot.GetClusters() {
 		m, r := map[string]float64{}, map[string]float64{}
@@ -394,7 +364,7 @@ func (p *switchyard) solve(now time.Duration) {
 		}
 		weights[cw.GetCluster()], rtt[cw.GetCluster()] = m, r
 	}
-	snap := pendingSnap{at: now + p.ctl.propagation, weights: make([][]float64, len(p.w.Clusters)),
+	snap := snapTables{version: snapshot.GetVersion(), weights: make([][]float64, len(p.w.Clusters)),
 		rtt: make([][]float64, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
 	for c, ci := range p.w.Clusters {
 		snap.weights[c] = make([]float64, len(p.w.Engines))
@@ -409,10 +379,10 @@ func (p *switchyard) solve(now time.Duration) {
 			}
 		}
 	}
-	p.pending = append(p.pending, snap)
+	return snap
 }
 
-func (p *switchyard) installSnap(s pendingSnap) {
+func (p *switchyard) installSnap(s snapTables) {
 	for c, g := range p.gw {
 		var specs []pick.Spec
 		for e, info := range p.w.Engines {
@@ -433,7 +403,7 @@ func (p *switchyard) installSnap(s pendingSnap) {
 		}
 		g.install(t, p.w)
 	}
-	p.version++
+	p.version = s.version
 	p.weights = s.weights
 }
 
