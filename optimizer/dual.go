@@ -45,15 +45,27 @@ func (s *solver) primal() (total, latency float64) {
 // bounds returns the primal objective and a Lagrangian lower bound on
 // the optimum, and leaves the dual prices in s.pi and s.dmu.
 func (s *solver) bounds() (primal, dual float64) {
-	p := s.p
 	primal, _ = s.primal()
-	// Engine prices: in the subdifferential of g (plus the capacity
-	// normal cone) at the current load, as close as possible to what the
-	// clusters using the engine pay.
-	// Engine prices: the flow-weighted mean of what the clusters using
-	// the engine pay at the margin, kept near the subdifferential of g at
-	// the current load. Any price gives a valid bound because the engine
-	// term min_L g(L) - pi*L is evaluated exactly.
+	dual = s.enginePrices()
+	dual = s.clusterTerms(dual)
+	// Churn on edges that are no longer allowed is a constant of both
+	// problems and left out of both.
+	if dm := s.muDual(); dm > dual || math.IsNaN(dual) {
+		dual = dm
+	}
+	if math.IsNaN(dual) {
+		dual = math.Inf(-1)
+	}
+	return primal, dual
+}
+
+// enginePrices sets the engine prices s.pi: the flow-weighted mean of
+// what the clusters using the engine pay at the margin, kept near the
+// subdifferential of g at the current load. Any price gives a valid bound
+// because the engine term min_L g(L) - pi*L is evaluated exactly; it
+// returns the sum of those terms.
+func (s *solver) enginePrices() (dual float64) {
+	p := s.p
 	for j := range s.pi {
 		s.pi[j], s.piW[j] = 0, 0
 	}
@@ -103,7 +115,19 @@ func (s *solver) bounds() (primal, dual float64) {
 		ls, _ := c.inv(v)
 		dual += c.g(ls) - v*ls
 	}
-	var brk []struct{ t, prev float64 }
+	return dual
+}
+
+// breakpoint is a previous edge's churn breakpoint in a cluster's dual
+// term: the price t below which its previous rps are kept.
+type breakpoint struct{ t, prev float64 }
+
+// clusterTerms adds each cluster's term of the dual at the engine prices
+// s.pi to dual (min over x of the cluster's cost minus what the engines
+// are paid), leaving its price in s.dmu, and returns the sum.
+func (s *solver) clusterTerms(dual float64) float64 {
+	p := s.p
+	var brk []breakpoint
 	for i := range p.demand {
 		R := s.routed[i]
 		lo, hi := int(p.start[i]), int(p.start[i+1])
@@ -119,59 +143,64 @@ func (s *solver) bounds() (primal, dual float64) {
 			dual += m * R
 			continue
 		}
-		muMax := math.Inf(1)
-		brk = brk[:0]
-		for e := lo; e < hi; e++ {
-			c := p.rtt[e] + s.pi[p.eng[e]]
-			muMax = math.Min(muMax, c+p.cw)
-			if p.prev[e] > 0 {
-				brk = append(brk, struct{ t, prev float64 }{c - p.cw, p.prev[e]})
-			}
-		}
-		slices.SortFunc(brk, func(a, b struct{ t, prev float64 }) int {
-			switch {
-			case a.t < b.t:
-				return -1
-			case a.t > b.t:
-				return 1
-			}
-			return 0
-		})
-		m, acc := muMax, 0.0
-		for _, b := range brk {
-			if b.t >= muMax {
-				break
-			}
-			acc += b.prev
-			if acc > R {
-				m = b.t
-				break
-			}
-		}
-		s.dmu[i] = m
-		phi := m * R
-		for e := lo; e < hi; e++ {
-			if p.prev[e] == 0 {
-				continue
-			}
-			c := p.rtt[e] + s.pi[p.eng[e]] - m
-			if c >= p.cw {
-				phi += p.prev[e] * p.cw
-			} else {
-				phi += p.prev[e] * c
-			}
-		}
+		var phi float64
+		phi, brk = s.churnClusterTerm(i, brk)
 		dual += phi
 	}
-	// Churn on edges that are no longer allowed is a constant of both
-	// problems and left out of both.
-	if dm := s.muDual(); dm > dual || math.IsNaN(dual) {
-		dual = dm
+	return dual
+}
+
+// churnClusterTerm is cluster i's dual term with churn: the cluster
+// price m is where its cheap (previous) capacity runs out or the
+// cheapest uncapped edge, and every previous edge pays for the churn it
+// keeps. brk is scratch, returned for reuse.
+func (s *solver) churnClusterTerm(i int, brk []breakpoint) (float64, []breakpoint) {
+	p := s.p
+	R := s.routed[i]
+	lo, hi := int(p.start[i]), int(p.start[i+1])
+	muMax := math.Inf(1)
+	brk = brk[:0]
+	for e := lo; e < hi; e++ {
+		c := p.rtt[e] + s.pi[p.eng[e]]
+		muMax = math.Min(muMax, c+p.cw)
+		if p.prev[e] > 0 {
+			brk = append(brk, breakpoint{c - p.cw, p.prev[e]})
+		}
 	}
-	if math.IsNaN(dual) {
-		dual = math.Inf(-1)
+	slices.SortFunc(brk, func(a, b breakpoint) int {
+		switch {
+		case a.t < b.t:
+			return -1
+		case a.t > b.t:
+			return 1
+		}
+		return 0
+	})
+	m, acc := muMax, 0.0
+	for _, b := range brk {
+		if b.t >= muMax {
+			break
+		}
+		acc += b.prev
+		if acc > R {
+			m = b.t
+			break
+		}
 	}
-	return primal, dual
+	s.dmu[i] = m
+	phi := m * R
+	for e := lo; e < hi; e++ {
+		if p.prev[e] == 0 {
+			continue
+		}
+		c := p.rtt[e] + s.pi[p.eng[e]] - m
+		if c >= p.cw {
+			phi += p.prev[e] * p.cw
+		} else {
+			phi += p.prev[e] * c
+		}
+	}
+	return phi, brk
 }
 
 // muDual is the Lagrangian dual value at the cluster prices s.mu (NaN
