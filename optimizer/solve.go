@@ -388,7 +388,45 @@ func (s *solver) solveCluster(i int) {
 	if n == 0 || R <= 0 {
 		return
 	}
-	muLo, muHi := math.Inf(1), math.Inf(-1)
+	muLo, muHi, sHi := s.clusterBracket(i)
+	if sHi <= R {
+		s.fillCluster(i, R, sHi, muHi)
+		return
+	}
+	mu := s.mu[i]
+	if !(mu > muLo && mu < muHi) {
+		mu = 0.5 * (muLo + muHi)
+	}
+	mu = s.searchPrice(i, R, mu, muLo, muHi, sHi)
+	// Fix the last rounding residual within the bounds.
+	sum := 0.0
+	for k := range n {
+		sum += s.xs[k]
+	}
+	for k := 0; k < n && sum != R; k++ {
+		ub := math.Max(0, p.curves[p.eng[lo+k]].cap-s.base[k])
+		d := math.Max(-s.xs[k], math.Min(ub-s.xs[k], R-sum))
+		s.xs[k] += d
+		sum += d
+	}
+	s.mu[i] = mu
+	for k := range n {
+		e := lo + k
+		j := p.eng[e]
+		s.load[j] = s.base[k] + s.xs[k]
+		s.x[e] = s.xs[k]
+	}
+}
+
+// clusterBracket sets, per edge of cluster i, the other clusters' load
+// on its engine (s.base) and the flow bounds (s.xlo = 0, s.xhi = the
+// engine's room), and returns a price bracket [muLo, muHi] and the total
+// room sHi.
+func (s *solver) clusterBracket(i int) (muLo, muHi, sHi float64) {
+	p := s.p
+	lo, hi := int(p.start[i]), int(p.start[i+1])
+	n := hi - lo
+	muLo, muHi = math.Inf(1), math.Inf(-1)
 	for k := range n {
 		e := lo + k
 		j := p.eng[e]
@@ -402,37 +440,44 @@ func (s *solver) solveCluster(i int) {
 		s.xlo[k] = 0
 		s.xhi[k] = math.Max(0, c.cap-b)
 	}
-	sLo, sHi := 0.0, 0.0
 	for k := range n {
 		sHi += s.xhi[k]
 	}
+	return muLo, muHi, sHi
+}
+
+// fillCluster handles a cluster whose engines have no more room than its
+// routed amount R (R == sHi up to rounding): it takes all of it.
+func (s *solver) fillCluster(i int, R, sHi, muHi float64) {
+	p := s.p
+	lo, hi := int(p.start[i]), int(p.start[i+1])
+	if sHi < R*(1-1e-9) {
+		return // cannot happen for a feasible start; keep the old flows
+	}
+	if math.IsNaN(s.mu[i]) {
+		s.mu[i] = muHi
+	}
+	for k := range hi - lo {
+		e := lo + k
+		s.x[e] = s.xhi[k]
+		s.load[p.eng[e]] = s.base[k] + s.xhi[k]
+	}
+}
+
+// searchPrice finds the price at which cluster i's best responses (left
+// in s.xs) sum to R, by safeguarded Newton steps within the bracket
+// [muLo, muHi] (bisecting when a step leaves it or the bracket shrinks
+// too slowly); when the bracket closes first, it interpolates between
+// the responses at its ends.
+func (s *solver) searchPrice(i int, R, mu, muLo, muHi, sHi float64) float64 {
+	n := int(s.p.start[i+1] - s.p.start[i])
+	sLo := 0.0
 	tolAbs := s.bcdTol * (R + 1)
-	if sHi <= R {
-		// Every engine is full (R == sHi up to rounding): take all of it.
-		if sHi < R*(1-1e-9) {
-			return // cannot happen for a feasible start; keep the old flows
-		}
-		if math.IsNaN(s.mu[i]) {
-			s.mu[i] = muHi
-		}
-		for k := range n {
-			e := lo + k
-			s.x[e] = s.xhi[k]
-			s.load[p.eng[e]] = s.base[k] + s.xhi[k]
-		}
-		return
-	}
-	mu := s.mu[i]
-	if !(mu > muLo && mu < muHi) {
-		mu = 0.5 * (muLo + muHi)
-	}
-	done := false
 	lastWidth := muHi - muLo
 	for it := 0; it < 200; it++ {
 		sum, slope := s.eval(i, mu)
 		if math.Abs(sum-R) <= tolAbs {
-			done = true
-			break
+			return mu
 		}
 		if sum < R {
 			muLo, sLo = mu, sum
@@ -457,36 +502,16 @@ func (s *solver) solveCluster(i int) {
 		}
 		mu = next
 	}
-	if !done {
-		// Interpolate between the bracket ends: both are best responses
-		// at (nearly) the same price.
-		t := 0.0
-		if sHi > sLo {
-			t = (R - sLo) / (sHi - sLo)
-		}
-		for k := range n {
-			s.xs[k] = s.xlo[k] + t*(s.xhi[k]-s.xlo[k])
-		}
-		mu = muLo + t*(muHi-muLo)
+	// Interpolate between the bracket ends: both are best responses
+	// at (nearly) the same price.
+	t := 0.0
+	if sHi > sLo {
+		t = (R - sLo) / (sHi - sLo)
 	}
-	// Fix the last rounding residual within the bounds.
-	sum := 0.0
 	for k := range n {
-		sum += s.xs[k]
+		s.xs[k] = s.xlo[k] + t*(s.xhi[k]-s.xlo[k])
 	}
-	for k := 0; k < n && sum != R; k++ {
-		ub := math.Max(0, p.curves[p.eng[lo+k]].cap-s.base[k])
-		d := math.Max(-s.xs[k], math.Min(ub-s.xs[k], R-sum))
-		s.xs[k] += d
-		sum += d
-	}
-	s.mu[i] = mu
-	for k := range n {
-		e := lo + k
-		j := p.eng[e]
-		s.load[j] = s.base[k] + s.xs[k]
-		s.x[e] = s.xs[k]
-	}
+	return muLo + t*(muHi-muLo)
 }
 
 func sumOf(v []float64) float64 {
