@@ -12,21 +12,50 @@ import "math"
 //	i -> t via j: cluster i raises its flow on j, cost up(ij) + g'+(L_j);
 //	t -> k via j: cluster k lowers its flow on j, cost -down(kj) - g'-(L_j).
 func (s *solver) cancelCycle() bool {
+	if s.byEngine == nil {
+		s.indexEngines()
+	}
+	g := s.exchangeGraph()
+	arcs := g.negativeCycle()
+	if arcs == nil {
+		return false
+	}
+	// Direction: +1 on raised edges, -1 on lowered ones.
+	dEdge := map[int32]float64{}
+	for _, a := range arcs {
+		if g.via[a] >= 0 {
+			dEdge[g.via[a]]++
+		}
+		if g.low[a] >= 0 {
+			dEdge[g.low[a]]--
+		}
+	}
+	return s.lineSearch(dEdge)
+}
+
+// exchangeGraph is cancelCycle's dense graph on the clusters plus the
+// load node t = n-1: arc u*n+v costs w, raises edge via (-1: none) and
+// lowers edge low (-1: none).
+type exchangeGraph struct {
+	n        int
+	w        []float64
+	via, low []int32
+	scale    float64 // largest |down| seen, for the cycle tolerance
+}
+
+// exchangeGraph builds the cheapest arc between every pair of nodes at
+// the current flows.
+func (s *solver) exchangeGraph() *exchangeGraph {
 	p := s.p
 	nc := len(p.demand)
 	n := nc + 1
 	t := nc
-	if s.byEngine == nil {
-		s.indexEngines()
-	}
 	inf := math.Inf(1)
-	w := make([]float64, n*n)
-	via := make([]int32, n*n) // edge index realising the arc (the raised one; -1 for t->k uses lowered edge)
-	low := make([]int32, n*n) // lowered edge, -1 if none
+	g := &exchangeGraph{n: n, w: make([]float64, n*n), via: make([]int32, n*n), low: make([]int32, n*n), scale: 1}
+	w, via, low := g.w, g.via, g.low
 	for k := range w {
 		w[k], via[k], low[k] = inf, -1, -1
 	}
-	scale := 1.0
 	for e, x := range s.x {
 		if x <= 1e-12 {
 			continue
@@ -48,7 +77,7 @@ func (s *solver) cancelCycle() bool {
 				w[int(i)*n+int(k)], via[int(i)*n+int(k)], low[int(i)*n+int(k)] = v, f, int32(e)
 			}
 		}
-		scale = math.Max(scale, math.Abs(dk))
+		g.scale = math.Max(g.scale, math.Abs(dk))
 	}
 	for e := range s.x {
 		j := p.eng[e]
@@ -61,13 +90,20 @@ func (s *solver) cancelCycle() bool {
 			w[i*n+t], via[i*n+t], low[i*n+t] = v, int32(e), -1
 		}
 	}
-	// Bellman-Ford from a virtual source connected to every node.
+	return g
+}
+
+// negativeCycle runs Bellman-Ford from a virtual source connected to
+// every node and returns the arcs (u*n+v) of a cycle cheaper than
+// -1e-9*scale, or nil.
+func (g *exchangeGraph) negativeCycle() []int {
+	n, w := g.n, g.w
 	dist := make([]float64, n)
 	pred := make([]int, n)
 	for k := range pred {
 		pred[k] = -1
 	}
-	eps := 1e-9 * scale
+	eps := 1e-9 * g.scale
 	last := -1
 	for round := 0; round <= n; round++ {
 		last = -1
@@ -83,7 +119,7 @@ func (s *solver) cancelCycle() bool {
 			}
 		}
 		if last < 0 {
-			return false
+			return nil
 		}
 	}
 	// Walk back n steps to land on the cycle, then collect it.
@@ -91,7 +127,7 @@ func (s *solver) cancelCycle() bool {
 	for range n {
 		v = pred[v]
 	}
-	var arcs []int // arc indices u*n+v along the cycle
+	var arcs []int
 	for u := v; ; {
 		pu := pred[u]
 		arcs = append(arcs, pu*n+u)
@@ -100,20 +136,10 @@ func (s *solver) cancelCycle() bool {
 			break
 		}
 		if len(arcs) > n {
-			return false
+			return nil
 		}
 	}
-	// Direction: +1 on raised edges, -1 on lowered ones.
-	dEdge := map[int32]float64{}
-	for _, a := range arcs {
-		if via[a] >= 0 {
-			dEdge[via[a]]++
-		}
-		if low[a] >= 0 {
-			dEdge[low[a]]--
-		}
-	}
-	return s.lineSearch(dEdge)
+	return arcs
 }
 
 // indexEngines builds the engine -> edges index and edge -> cluster map.
