@@ -119,6 +119,8 @@ func TestBatchLimitSources(t *testing.T) {
 			16, SourceInferred, rps * 16 / 11.8},
 		{"prefill-budget queues at varying running counts: prior",
 			saturatedSignals(func(i int) float64 { return float64(30 + 3*i) }, func(i int) float64 { return float64(i % 2) }, 0, ""), 256, SourcePrior, 0},
+		{"queue at running counts 20% apart: prior",
+			saturatedSignals(func(i int) float64 { return float64(13 + 3*(i%2)) }, constant(4), 0, ""), 256, SourcePrior, 0},
 		{"one scrape with a queue: prior", saturatedSignals(constant(16), func(i int) float64 { return float64(16 * (i / 9)) }, 0, ""), 256, SourcePrior, 0},
 		{"running above where requests waited: prior",
 			saturatedSignals(func(i int) float64 { return float64(16 + 10*(i/5)) }, func(i int) float64 { return float64(4 * (1 - i/5)) }, 0, ""), 256, SourcePrior, 0},
