@@ -20,7 +20,8 @@ import (
 // function lies above it, so the LP optimum ub is at least the true optimum
 // (latency plus churn over the allowed edges, in ms*rps), and at most eps
 // above it (on a piece where f has slope s per unit utilization the secant
-// is at most s*h^2/(4C) above, h the segment width in rps).
+// is at most s*h^2/(4C) above, h the segment width in rps). The LP is a
+// min-cost flow problem and is solved as one (flowGraph), exactly.
 func lpBound(t *testing.T, in *optimizer.Instance, routed map[string]float64, pieces int) (ub, eps float64) {
 	t.Helper()
 	type edge struct {
@@ -40,9 +41,7 @@ func lpBound(t *testing.T, in *optimizer.Instance, routed map[string]float64, pi
 		}
 	}
 	var edges []edge
-	var clusters []int // clusters with at least one edge, by cluster index
 	for i, c := range in.Clusters {
-		n := 0
 		for _, id := range sortedIDs(in.RTTms[c.ID]) {
 			j, ok := engIdx[id]
 			if !ok {
@@ -53,10 +52,6 @@ func lpBound(t *testing.T, in *optimizer.Instance, routed map[string]float64, pi
 				w = 0
 			}
 			edges = append(edges, edge{i, j, in.RTTms[c.ID][id], w * c.DemandRPS})
-			n++
-		}
-		if n > 0 {
-			clusters = append(clusters, i)
 		}
 	}
 	var segs []segment
