@@ -1,6 +1,7 @@
 // Package relay copies an engine's server-sent event stream to the
 // client as it arrives and accounts for it on the way (TTFT, TBOT, token
-// usage, the end at data: [DONE]) without changing a byte.
+// usage, the end at data: [DONE]) without changing a byte, except the
+// usage-only event when asked to strip it (Stream.StripUsage).
 package relay
 
 import (
@@ -67,8 +68,19 @@ type Result struct {
 	Drain      bool   // complete with the engine's response still open: drain it
 	FailReason string // "" unless the engine failed
 	Err        error
+	// TTFT is the time from Stream.Start to the first event that carries
+	// output (content, text, reasoning or tool calls; 0: none), TBOT the
+	// mean time between output events.
 	TTFT, TBOT time.Duration
+	// FirstToken reports an output event.
+	FirstToken bool
 	Usage      Usage
+}
+
+// FirstTokenHook is told, from the relaying goroutine, when the first
+// event that carries output arrives, with its TTFT (see Result.TTFT).
+type FirstTokenHook interface {
+	FirstToken(ttft time.Duration)
 }
 
 // Stream is one event stream to relay.
@@ -87,6 +99,15 @@ type Stream struct {
 	FirstToken *time.Timer
 	// Buf is the read buffer, BufSize bytes.
 	Buf []byte
+	// StripUsage removes usage-only events (a data line with "choices":[]
+	// and a usage object) from what the client gets: the whole event when
+	// it started in the same read, else its data line and what follows up
+	// to the blank line that ends it (the earlier lines, already relayed,
+	// then end as an event without data, which clients ignore). The usage
+	// is still accounted. A usage line longer than Buf is relayed.
+	StripUsage bool
+	// OnFirstToken, if not nil, is told of the first output event.
+	OnFirstToken FirstTokenHook
 }
 
 // Relay relays body, the engine's event stream, to w as it arrives:
@@ -102,7 +123,7 @@ type Stream struct {
 func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Reader, setHeader func(http.Header)) (res Result) {
 	buf, cancel := st.Buf, st.Cancel // cancel, not st, goes into the idle timer's closure
 	flusher, _ := w.(http.Flusher)
-	sc := scan{now: st.Now, start: st.Start, lineStart: true}
+	sc := scan{now: st.Now, start: st.Start, lineStart: true, evStart: -1, atEvent: true, strip: st.StripUsage, hook: st.OnFirstToken}
 	var (
 		pending []byte // relayed bytes held before the commit
 		idle    *time.Timer
@@ -116,7 +137,8 @@ func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Read
 	for {
 		n, err := body.Read(buf[end:])
 		end += n
-		scanned := sc.lines(buf, end, err != nil, &res)
+		var scanned int
+		scanned, end = sc.lines(buf, end, err != nil, &res)
 		if !res.Committed && (sc.eventEnded || len(pending)+scanned > MaxResponseBytes) {
 			if !sc.eventEnded {
 				res.FailReason, res.Err = "stream", errors.New("first event too large")
@@ -168,6 +190,7 @@ func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Read
 	if !sc.sawUsage {
 		res.Usage.OutputTokens = uint32(sc.contentN)
 	}
+	res.FirstToken = sc.contentN > 0
 	if sc.contentN > 1 && sc.lastData.After(sc.firstData) {
 		res.TBOT = sc.lastData.Sub(sc.firstData) / time.Duration(sc.contentN-1)
 	}
@@ -242,8 +265,63 @@ func contentEvent(payload []byte) bool {
 	}
 }
 
-// scan follows an event stream line by line for accounting only (TTFT,
-// TBOT, usage, [DONE]); the bytes are relayed unchanged.
+// Keys whose non-empty value is output (searched without their opening
+// quote, as hasKey does).
+var outputKeys = [...][]byte{[]byte(`content"`), []byte(`text"`), []byte(`reasoning_content"`), []byte(`tool_calls"`)}
+
+// outputEvent reports whether a data payload carries output: a
+// non-empty string or array as the value of "content", "text",
+// "reasoning_content" or "tool_calls". A role-only or finish-only chunk
+// ("content":"" or null, or no such key) and a usage-only chunk do not.
+func outputEvent(payload []byte) bool {
+	for _, k := range outputKeys {
+		for off := 0; off < len(payload); {
+			j, ok := hasKey(payload[off:], k)
+			if !ok {
+				break
+			}
+			j += off
+			off = j
+			v := skipWS(payload, j)
+			if v >= len(payload) || payload[v] != ':' {
+				continue
+			}
+			v = skipWS(payload, v+1)
+			if v+1 >= len(payload) {
+				continue
+			}
+			switch payload[v] {
+			case '"':
+				if payload[v+1] != '"' {
+					return true
+				}
+			case '[':
+				if w := skipWS(payload, v+1); w < len(payload) && payload[w] != ']' {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// What line tells lines to do with the line it scanned.
+const (
+	keepLine  = iota
+	dropLine  // remove the line
+	dropEvent // remove the event up to and including the line
+)
+
+// scan follows an event stream line by line for accounting (TTFT, TBOT,
+// usage, [DONE]); the bytes are relayed unchanged but for usage-only
+// events when strip is set.
 type scan struct {
 	now        func() time.Time
 	start      time.Time
@@ -258,38 +336,79 @@ type scan struct {
 	firstData  time.Time
 	lastData   time.Time
 	contentN   int
+	hook       FirstTokenHook
+
+	strip     bool
+	atEvent   bool // the next line starts an event
+	evStart   int  // offset in the buffer of the current event's first line; -1: an earlier read
+	dropping  bool // removing the rest of a usage-only event
+	keepBlank bool // and keep the blank line that ends it
 }
 
 // lines scans the complete lines of buf[:end] (and, when a line is longer
 // than the buffer or the stream ended, the rest) and returns how many
-// bytes it scanned.
-func (s *scan) lines(buf []byte, end int, last bool, res *Result) int {
+// bytes it scanned and the end of the data, less what it removed.
+func (s *scan) lines(buf []byte, end int, last bool, res *Result) (int, int) {
 	s.batchNow = time.Time{}
+	s.evStart = -1
 	n := 0
 	for {
 		i := bytes.IndexByte(buf[n:end], '\n')
 		if i < 0 {
 			break
 		}
-		s.line(buf[n:n+i+1], true, res)
-		n += i + 1
+		if s.atEvent {
+			s.evStart = n
+		}
+		ln := n + i + 1
+		from := n
+		switch s.line(buf[n:ln], true, res) {
+		case keepLine:
+			n = ln
+			continue
+		case dropEvent:
+			if s.evStart >= 0 {
+				from = s.evStart
+			}
+		}
+		copy(buf[from:], buf[ln:end])
+		end -= ln - from
+		n = from
 	}
 	if (n == 0 && end == len(buf)) || (last && n < end) {
 		// A line longer than the buffer, or the stream's last bytes.
+		if s.atEvent {
+			s.evStart = n
+		}
 		s.line(buf[n:end], false, res)
 		n = end
 	}
-	return n
+	return n, end
 }
 
 // line scans one line (complete: it ends with '\n') or part of a line
-// longer than the read buffer.
-func (s *scan) line(chunk []byte, complete bool, res *Result) {
+// longer than the read buffer, and says whether to remove it.
+func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 	if s.lineStart {
 		s.inUsage = false
 		line := wire.TrimEOL(chunk)
+		blank := len(line) == 0 && complete
+		s.atEvent = blank
+		if s.dropping {
+			switch {
+			case !complete:
+				s.dropping = false // a line longer than the buffer: relayed
+			case blank:
+				s.dropping = false
+				if !s.keepBlank {
+					act = dropLine
+				}
+			default:
+				act = dropLine
+			}
+		}
 		switch {
-		case len(line) == 0 && complete:
+		case blank:
 			s.eventEnded = true
 			s.doneEnded = s.sawDone
 		case bytes.HasPrefix(line, dataPrefix):
@@ -298,20 +417,31 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) {
 				s.sawDone = true
 				break
 			}
-			if s.batchNow.IsZero() {
-				s.batchNow = s.now()
-			}
-			if s.firstData.IsZero() {
-				s.firstData = s.batchNow
-				res.TTFT = s.batchNow.Sub(s.start)
-			}
-			if contentEvent(payload) {
+			content := contentEvent(payload)
+			if content && outputEvent(payload) {
+				if s.batchNow.IsZero() {
+					s.batchNow = s.now()
+				}
+				if s.contentN == 0 {
+					s.firstData = s.batchNow
+					res.TTFT = s.batchNow.Sub(s.start)
+					if s.hook != nil {
+						s.hook.FirstToken(res.TTFT)
+					}
+				}
 				s.contentN++
 				s.lastData = s.batchNow
 			}
 			if _, ok := hasKey(payload, usageKey); ok {
 				s.inUsage = true
 				s.usageLine = append(s.usageLine[:0], payload...)
+				if s.strip && !content && complete && act == keepLine {
+					s.dropping, s.keepBlank = true, s.evStart < 0
+					act = dropEvent
+					if s.keepBlank {
+						act = dropLine
+					}
+				}
 			}
 		}
 	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
@@ -324,4 +454,5 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) {
 		s.inUsage = false
 	}
 	s.lineStart = complete
+	return act
 }
