@@ -170,79 +170,24 @@ func (s *solver) indexEngines() {
 // that minimises the objective, keeping every constraint. It reports
 // whether the objective decreased.
 func (s *solver) lineSearch(d map[int32]float64) bool {
-	p := s.p
-	edges := make([]int32, 0, len(d))
-	for e, v := range d {
-		if v != 0 {
-			edges = append(edges, e)
-		}
-	}
-	if len(edges) == 0 {
+	ex := s.newExchange(d)
+	if ex == nil {
 		return false
 	}
-	sortInt32(edges)
-	dLoad := map[int32]float64{}
-	for _, e := range edges {
-		dLoad[p.eng[e]] += d[e]
-	}
-	engines := make([]int32, 0, len(dLoad))
-	for j, v := range dLoad {
-		if v != 0 {
-			engines = append(engines, j)
-		}
-	}
-	sortInt32(engines)
-	// Largest feasible step.
-	smax := math.Inf(1)
-	for _, e := range edges {
-		if d[e] < 0 {
-			smax = math.Min(smax, s.x[e]/-d[e])
-		}
-	}
-	for _, j := range engines {
-		if dl := dLoad[j]; dl > 0 {
-			smax = math.Min(smax, (p.curves[j].cap-s.load[j])/dl)
-		}
-	}
+	smax := ex.maxStep()
 	if !(smax > 0) || math.IsInf(smax, 0) {
 		return false
 	}
-	// Right derivative of the objective along d at step a.
-	deriv := func(a float64) float64 {
-		v := 0.0
-		for _, e := range edges {
-			x := s.x[e] + a*d[e]
-			v += d[e] * p.rtt[e]
-			if p.cw > 0 {
-				away := (d[e] > 0 && x >= p.prev[e]) || (d[e] < 0 && x <= p.prev[e])
-				if away {
-					v += math.Abs(d[e]) * p.cw
-				} else {
-					v -= math.Abs(d[e]) * p.cw
-				}
-			}
-		}
-		for _, j := range engines {
-			c := &p.curves[j]
-			l := s.load[j] + a*dLoad[j]
-			if dLoad[j] > 0 {
-				v += dLoad[j] * c.dRight(l)
-			} else {
-				v += dLoad[j] * c.dLeft(l)
-			}
-		}
-		return v
-	}
-	if deriv(0) >= 0 {
+	if ex.deriv(0) >= 0 {
 		return false
 	}
 	lo, hi := 0.0, smax
-	if deriv(smax*(1-1e-12)) < 0 {
+	if ex.deriv(smax*(1-1e-12)) < 0 {
 		lo = smax
 	} else {
 		for range 60 {
 			mid := 0.5 * (lo + hi)
-			if deriv(mid) < 0 {
+			if ex.deriv(mid) < 0 {
 				lo = mid
 			} else {
 				hi = mid
@@ -252,19 +197,107 @@ func (s *solver) lineSearch(d map[int32]float64) bool {
 	if lo <= 0 {
 		return false
 	}
-	for _, e := range edges {
-		s.x[e] = math.Max(0, s.x[e]+lo*d[e])
+	ex.apply(lo)
+	return true
+}
+
+// exchange is a direction d (per edge) for lineSearch with its load
+// change per engine; edges and engines list where d and the load change
+// are non-zero, sorted.
+type exchange struct {
+	s              *solver
+	d, dLoad       map[int32]float64
+	edges, engines []int32
+}
+
+// newExchange returns the exchange along d, or nil when d is zero.
+func (s *solver) newExchange(d map[int32]float64) *exchange {
+	p := s.p
+	ex := &exchange{s: s, d: d, dLoad: map[int32]float64{}, edges: make([]int32, 0, len(d))}
+	for e, v := range d {
+		if v != 0 {
+			ex.edges = append(ex.edges, e)
+		}
 	}
-	for _, j := range engines {
+	if len(ex.edges) == 0 {
+		return nil
+	}
+	sortInt32(ex.edges)
+	for _, e := range ex.edges {
+		ex.dLoad[p.eng[e]] += d[e]
+	}
+	ex.engines = make([]int32, 0, len(ex.dLoad))
+	for j, v := range ex.dLoad {
+		if v != 0 {
+			ex.engines = append(ex.engines, j)
+		}
+	}
+	sortInt32(ex.engines)
+	return ex
+}
+
+// maxStep is the largest feasible step: no flow below 0, no engine above
+// capacity.
+func (ex *exchange) maxStep() float64 {
+	s, p := ex.s, ex.s.p
+	smax := math.Inf(1)
+	for _, e := range ex.edges {
+		if ex.d[e] < 0 {
+			smax = math.Min(smax, s.x[e]/-ex.d[e])
+		}
+	}
+	for _, j := range ex.engines {
+		if dl := ex.dLoad[j]; dl > 0 {
+			smax = math.Min(smax, (p.curves[j].cap-s.load[j])/dl)
+		}
+	}
+	return smax
+}
+
+// deriv is the right derivative of the objective along d at step a.
+func (ex *exchange) deriv(a float64) float64 {
+	s, p, d := ex.s, ex.s.p, ex.d
+	v := 0.0
+	for _, e := range ex.edges {
+		x := s.x[e] + a*d[e]
+		v += d[e] * p.rtt[e]
+		if p.cw > 0 {
+			away := (d[e] > 0 && x >= p.prev[e]) || (d[e] < 0 && x <= p.prev[e])
+			if away {
+				v += math.Abs(d[e]) * p.cw
+			} else {
+				v -= math.Abs(d[e]) * p.cw
+			}
+		}
+	}
+	for _, j := range ex.engines {
+		c := &p.curves[j]
+		l := s.load[j] + a*ex.dLoad[j]
+		if ex.dLoad[j] > 0 {
+			v += ex.dLoad[j] * c.dRight(l)
+		} else {
+			v += ex.dLoad[j] * c.dLeft(l)
+		}
+	}
+	return v
+}
+
+// apply moves the flows by step a along d and recomputes the loads of
+// the engines involved.
+func (ex *exchange) apply(a float64) {
+	s, p := ex.s, ex.s.p
+	for _, e := range ex.edges {
+		s.x[e] = math.Max(0, s.x[e]+a*ex.d[e])
+	}
+	for _, j := range ex.engines {
 		s.load[j] = 0
 	}
-	for _, e := range s.byEngineOf(engines) {
+	for _, e := range s.byEngineOf(ex.engines) {
 		s.load[p.eng[e]] += s.x[e]
 	}
-	for _, j := range engines {
+	for _, j := range ex.engines {
 		s.load[j] = math.Min(s.load[j], p.curves[j].cap)
 	}
-	return true
 }
 
 func (s *solver) byEngineOf(engines []int32) []int32 {
