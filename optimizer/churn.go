@@ -147,11 +147,21 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 		}
 	}
 	m = s.enginePrice(ar, c, s.fullEngine[j], tau, maxu)
-	// Uncapped arcs: x = e*exp((maxu - m)/tau) with e = exp((bid -
-	// maxu)/tau) from enginePrice. A free arc's entropy term is
-	// bid - tau*(log x - 1) = m + tau; a saturated one's uses log cap.
+	phi, L := ar.flows(m, maxu, tau)
+	phi -= c.g(math.Min(L, c.cap))
+	if !s.fullEngine[j] {
+		_, dSupply = c.inv(m)
+	}
+	return phi, dSupply, m
+}
+
+// flows sets the arc flows ar.x at engine price m and returns the arcs'
+// entropy-smoothed revenue phi and their total flow L. Uncapped arcs
+// carry x = e*exp((maxu - m)/tau) with e = exp((bid - maxu)/tau) from
+// enginePrice. A free arc's entropy term is bid - tau*(log x - 1) =
+// m + tau; a saturated one's uses log cap.
+func (ar *arcs) flows(m, maxu, tau float64) (phi, L float64) {
 	f := math.Exp(math.Min((maxu-m)/tau, 700))
-	L := 0.0
 	for k, b := range ar.bid {
 		a := ar.idx[k]
 		cp := ar.cap[a]
@@ -175,11 +185,7 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 			phi += x * (m + tau)
 		}
 	}
-	phi -= c.g(math.Min(L, c.cap))
-	if !s.fullEngine[j] {
-		_, dSupply = c.inv(m)
-	}
-	return phi, dSupply, m
+	return phi, L
 }
 
 // enginePrice returns the root m of
@@ -196,49 +202,8 @@ func (s *solver) engine(ar *arcs, j int, mu []float64, tau float64) (phi, dSuppl
 // interval is found from the scalar equation, so each arc costs one exp
 // instead of one per iteration of a search.
 func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau, maxu float64) float64 {
-	// Order: capped arcs by t descending; the uncapped ones (t = -Inf)
-	// never saturate and enter as one log-sum-exp relative to maxu (the
-	// best uncapped bid), with each arc's term kept in ar.e.
-	// (engine leaves the capped arcs' positions sorted in ar.ord and
-	// their breakpoints in ar.t.)
-	ar.e = resize(ar.e, len(ar.bid))
-	sU := 0.0
-	for k, b := range ar.bid {
-		if math.IsInf(ar.cap[ar.idx[k]], 1) {
-			ar.e[k] = math.Exp((b - maxu) / tau)
-			sU += ar.e[k]
-		}
-	}
-	// Suffix log-sum-exp of the bids (free arcs at positions >= q, then
-	// the uncapped ones) and prefix sums of the caps (saturated arcs
-	// above q).
+	ar.priceSums(c, full, tau, maxu)
 	nk := len(ar.ord)
-	ar.sufM = resize(ar.sufM, nk+1)
-	ar.sufS = resize(ar.sufS, nk+1)
-	ar.preC = resize(ar.preC, nk+1)
-	ar.preC[0] = 0
-	ar.sufM[nk], ar.sufS[nk] = maxu, sU
-	for q := nk - 1; q >= 0; q-- {
-		b := ar.bid[ar.ord[q]]
-		M, S := ar.sufM[q+1], ar.sufS[q+1]
-		if b > M {
-			S = S*math.Exp((M-b)/tau) + 1
-			M = b
-		} else {
-			S += math.Exp((b - M) / tau)
-		}
-		ar.sufM[q], ar.sufS[q] = M, S
-	}
-	for q := range nk {
-		ar.preC[q+1] = ar.preC[q] + ar.cap[ar.idx[ar.ord[q]]]
-	}
-	// Knots of the supply L(m), descending.
-	ar.knots = ar.knots[:0]
-	if !full {
-		for k := len(c.s) - 1; k >= 0; k-- {
-			ar.knots = append(ar.knots, c.v[k+1]+c.l[k+1]*c.s[k], c.v[k]+c.l[k]*c.s[k])
-		}
-	}
 	supply := func(m float64) (float64, float64) {
 		if full {
 			return c.cap, 0
@@ -294,6 +259,53 @@ func (s *solver) enginePrice(ar *arcs, c *curve, full bool, tau, maxu float64) f
 	return solveInterval(lower, upper, M, S, C, tau, supply)
 }
 
+// priceSums prepares enginePrice's scan: capped arcs by t descending;
+// the uncapped ones (t = -Inf) never saturate and enter as one
+// log-sum-exp relative to maxu (the best uncapped bid), with each arc's
+// term kept in ar.e. (engine leaves the capped arcs' positions sorted in
+// ar.ord and their breakpoints in ar.t.) It fills the suffix log-sum-exps
+// ar.sufM/sufS, the prefix caps ar.preC and the supply's knots ar.knots.
+func (ar *arcs) priceSums(c *curve, full bool, tau, maxu float64) {
+	ar.e = resize(ar.e, len(ar.bid))
+	sU := 0.0
+	for k, b := range ar.bid {
+		if math.IsInf(ar.cap[ar.idx[k]], 1) {
+			ar.e[k] = math.Exp((b - maxu) / tau)
+			sU += ar.e[k]
+		}
+	}
+	// Suffix log-sum-exp of the bids (free arcs at positions >= q, then
+	// the uncapped ones) and prefix sums of the caps (saturated arcs
+	// above q).
+	nk := len(ar.ord)
+	ar.sufM = resize(ar.sufM, nk+1)
+	ar.sufS = resize(ar.sufS, nk+1)
+	ar.preC = resize(ar.preC, nk+1)
+	ar.preC[0] = 0
+	ar.sufM[nk], ar.sufS[nk] = maxu, sU
+	for q := nk - 1; q >= 0; q-- {
+		b := ar.bid[ar.ord[q]]
+		M, S := ar.sufM[q+1], ar.sufS[q+1]
+		if b > M {
+			S = S*math.Exp((M-b)/tau) + 1
+			M = b
+		} else {
+			S += math.Exp((b - M) / tau)
+		}
+		ar.sufM[q], ar.sufS[q] = M, S
+	}
+	for q := range nk {
+		ar.preC[q+1] = ar.preC[q] + ar.cap[ar.idx[ar.ord[q]]]
+	}
+	// Knots of the supply L(m), descending.
+	ar.knots = ar.knots[:0]
+	if !full {
+		for k := len(c.s) - 1; k >= 0; k-- {
+			ar.knots = append(ar.knots, c.v[k+1]+c.l[k+1]*c.s[k], c.v[k]+c.l[k]*c.s[k])
+		}
+	}
+}
+
 // solveInterval returns the root in [lo, hi] of S*exp((M-m)/tau) + C -
 // L(m), L linear on the interval, decreasing, with h(lo) >= 0 > h(hi)
 // (lo may be -Inf). It solves phi(m) = log S + (M-m)/tau - log(L(m) - C)
@@ -341,6 +353,14 @@ func solveInterval(lo, hi, M, S, C, tau float64, supply func(float64) (float64, 
 			hi += step
 		}
 	}
+	return newtonInterval(lo, hi, M, S, C, alpha, beta, tau)
+}
+
+// newtonInterval is solveInterval's search with L(m) = alpha*m + beta
+// (alpha > 0) and S > 0 on a finite bracket [lo, hi]: safeguarded Newton
+// on phi, falling back to Newton on h from lo (or bisection) where a step
+// leaves the bracket.
+func newtonInterval(lo, hi, M, S, C, alpha, beta, tau float64) float64 {
 	logS := math.Log(S)
 	m := hi
 	for range 200 {
