@@ -134,37 +134,11 @@ func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, e
 	for _, o := range opts {
 		o.applyFit(&cfg)
 	}
-	if len(cfg.knots) < 2 || !slices.IsSorted(cfg.knots) || cfg.knots[0] < 0 {
-		return Profile{}, fmt.Errorf("knots %v: want at least two, sorted, >= 0", cfg.knots)
-	}
-	for k := 1; k < len(cfg.knots); k++ {
-		if !(cfg.knots[k] > cfg.knots[k-1]) || !finite(cfg.knots[k]) {
-			return Profile{}, fmt.Errorf("knots %v: want strictly increasing and finite", cfg.knots)
-		}
-	}
-	if !finite(cfg.priorWeight) || cfg.priorWeight < 0 {
-		return Profile{}, fmt.Errorf("prior weight %v: want finite and >= 0", cfg.priorWeight)
+	if err := cfg.validate(); err != nil {
+		return Profile{}, err
 	}
 	t := cfg.knots
-	nb := len(t) // intercept + len(t)-1 hinges
-	basis := func(u float64, row []float64) {
-		row[0] = 1
-		for m := 1; m < nb; m++ {
-			row[m] = math.Max(0, u-t[m-1])
-		}
-	}
-	gram := mat.NewSymDense(nb, nil)
-	rhs := make([]float64, nb)
-	row := make([]float64, nb)
-	add := func(u, y, w float64) {
-		basis(u, row)
-		for a := 0; a < nb; a++ {
-			rhs[a] += w * row[a] * y
-			for b := a; b < nb; b++ {
-				gram.SetSym(a, b, gram.At(a, b)+w*row[a]*row[b])
-			}
-		}
-	}
+	ne := newNormalEq(t)
 	var used []Observation
 	wsum := 0.0
 	for _, o := range obs {
@@ -177,7 +151,7 @@ func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, e
 		}
 		used = append(used, o)
 		wsum += w
-		add(o.Utilization, o.LatencyMs, w)
+		ne.add(o.Utilization, o.LatencyMs, w)
 	}
 	hasPrior := len(prior.Points) > 0 && cfg.priorWeight > 0
 	if hasPrior {
@@ -186,47 +160,21 @@ func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, e
 				return Profile{}, errors.New("prior has a non-finite point")
 			}
 		}
-		// The prior gives the shape; its level is fitted to the data
-		// (one scale factor, clamped to [1/4, 4]) so a fleet that is
-		// uniformly slower or faster than its class keeps the class's
-		// curvature where the data do not reach.
-		scale := 1.0
-		num, den := 0.0, 0.0
-		for _, o := range used {
-			w := o.Weight
-			if w == 0 {
-				w = 1
-			}
-			pu := prior.At(o.Utilization)
-			num += w * o.LatencyMs * pu
-			den += w * pu * pu
-		}
-		if den > 0 && num > 0 {
-			scale = math.Min(4, math.Max(0.25, num/den))
-		}
+		scale := priorScale(used, prior)
 		for _, u := range t {
-			add(u, scale*prior.At(u), cfg.priorWeight/float64(len(t)))
+			ne.add(u, scale*prior.At(u), cfg.priorWeight/float64(len(t)))
 		}
 	}
 	if len(used) == 0 && !hasPrior {
 		return Profile{}, ErrNoData
 	}
-	// A tiny ridge keeps the Gram matrix positive definite when the
-	// data do not cover every hinge.
-	scale := 0.0
-	for a := 0; a < nb; a++ {
-		scale = math.Max(scale, gram.At(a, a))
-	}
-	for a := 0; a < nb; a++ {
-		gram.SetSym(a, a, gram.At(a, a)+1e-10*(scale+1))
-	}
-	beta := nnls(gram, rhs)
+	beta := ne.solve()
 	out := Profile{Samples: len(used), Prior: hasPrior && wsum < cfg.priorWeight}
 	for _, u := range t {
-		basis(u, row)
+		ne.basis(u)
 		v := 0.0
-		for m := range nb {
-			v += beta[m] * row[m]
+		for m := range ne.row {
+			v += beta[m] * ne.row[m]
 		}
 		out.Points = append(out.Points, ProfilePoint{Utilization: u, LatencyMs: v})
 	}
@@ -241,54 +189,101 @@ func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, e
 	return out, nil
 }
 
+func (c *fitConfig) validate() error {
+	if len(c.knots) < 2 || !slices.IsSorted(c.knots) || c.knots[0] < 0 {
+		return fmt.Errorf("knots %v: want at least two, sorted, >= 0", c.knots)
+	}
+	for k := 1; k < len(c.knots); k++ {
+		if !(c.knots[k] > c.knots[k-1]) || !finite(c.knots[k]) {
+			return fmt.Errorf("knots %v: want strictly increasing and finite", c.knots)
+		}
+	}
+	if !finite(c.priorWeight) || c.priorWeight < 0 {
+		return fmt.Errorf("prior weight %v: want finite and >= 0", c.priorWeight)
+	}
+	return nil
+}
+
+// priorScale is the factor that best fits the prior to the observations,
+// clamped to [1/4, 4] (1 without a fit): the prior gives the shape, its
+// level is fitted to the data, so a fleet that is uniformly slower or
+// faster than its class keeps the class's curvature where the data do not
+// reach.
+func priorScale(used []Observation, prior Profile) float64 {
+	scale := 1.0
+	num, den := 0.0, 0.0
+	for _, o := range used {
+		w := o.Weight
+		if w == 0 {
+			w = 1
+		}
+		pu := prior.At(o.Utilization)
+		num += w * o.LatencyMs * pu
+		den += w * pu * pu
+	}
+	if den > 0 && num > 0 {
+		scale = math.Min(4, math.Max(0.25, num/den))
+	}
+	return scale
+}
+
+// normalEq accumulates the weighted least-squares normal equations over
+// the hinge basis 1, (u-t_0)+, (u-t_1)+, ... of the knots t.
+type normalEq struct {
+	t    []float64
+	gram *mat.SymDense
+	rhs  []float64
+	row  []float64 // the basis at the last u
+}
+
+func newNormalEq(t []float64) *normalEq {
+	nb := len(t) // intercept + len(t)-1 hinges
+	return &normalEq{t: t, gram: mat.NewSymDense(nb, nil), rhs: make([]float64, nb), row: make([]float64, nb)}
+}
+
+// basis sets ne.row to the basis at u.
+func (ne *normalEq) basis(u float64) {
+	ne.row[0] = 1
+	for m := 1; m < len(ne.row); m++ {
+		ne.row[m] = math.Max(0, u-ne.t[m-1])
+	}
+}
+
+// add adds the observation y at u with weight w.
+func (ne *normalEq) add(u, y, w float64) {
+	ne.basis(u)
+	row, nb := ne.row, len(ne.row)
+	for a := 0; a < nb; a++ {
+		ne.rhs[a] += w * row[a] * y
+		for b := a; b < nb; b++ {
+			ne.gram.SetSym(a, b, ne.gram.At(a, b)+w*row[a]*row[b])
+		}
+	}
+}
+
+// solve returns the non-negative coefficients. A tiny ridge keeps the
+// Gram matrix positive definite when the data do not cover every hinge.
+func (ne *normalEq) solve() []float64 {
+	nb := len(ne.row)
+	scale := 0.0
+	for a := 0; a < nb; a++ {
+		scale = math.Max(scale, ne.gram.At(a, a))
+	}
+	for a := 0; a < nb; a++ {
+		ne.gram.SetSym(a, a, ne.gram.At(a, a)+1e-10*(scale+1))
+	}
+	return nnls(ne.gram, ne.rhs)
+}
+
 // nnls solves min 1/2 b'Gb - c'b subject to b >= 0 (Lawson–Hanson active
 // set on the normal equations).
 func nnls(g *mat.SymDense, c []float64) []float64 {
 	n := len(c)
 	b := make([]float64, n)
 	passive := make([]bool, n)
-	grad := func() []float64 { // c - G b (negative gradient)
-		w := make([]float64, n)
-		for a := range n {
-			w[a] = c[a]
-			for k := range n {
-				w[a] -= g.At(a, k) * b[k]
-			}
-		}
-		return w
-	}
-	solve := func() []float64 {
-		var idx []int
-		for a := range n {
-			if passive[a] {
-				idx = append(idx, a)
-			}
-		}
-		z := make([]float64, n)
-		if len(idx) == 0 {
-			return z
-		}
-		sub := mat.NewSymDense(len(idx), nil)
-		rhs := mat.NewVecDense(len(idx), nil)
-		for p, a := range idx {
-			rhs.SetVec(p, c[a])
-			for q := p; q < len(idx); q++ {
-				sub.SetSym(p, q, g.At(a, idx[q]))
-			}
-		}
-		var ch mat.Cholesky
-		var sol mat.VecDense
-		if ok := ch.Factorize(sub); !ok || ch.SolveVecTo(&sol, rhs) != nil {
-			return nil
-		}
-		for p, a := range idx {
-			z[a] = sol.AtVec(p)
-		}
-		return z
-	}
 	tol := 1e-12
 	for outer := 0; outer < 3*n+10; outer++ {
-		w := grad()
+		w := negGrad(g, c, b)
 		best, bestW := -1, tol
 		for a := range n {
 			if !passive[a] && w[a] > bestW {
@@ -300,7 +295,7 @@ func nnls(g *mat.SymDense, c []float64) []float64 {
 		}
 		passive[best] = true
 		for inner := 0; inner < 3*n+10; inner++ {
-			z := solve()
+			z := passiveSolve(g, c, passive)
 			if z == nil {
 				passive[best] = false
 				return b
@@ -331,4 +326,50 @@ func nnls(g *mat.SymDense, c []float64) []float64 {
 		}
 	}
 	return b
+}
+
+// negGrad returns c - G b, the negative gradient of nnls's objective.
+func negGrad(g *mat.SymDense, c, b []float64) []float64 {
+	n := len(c)
+	w := make([]float64, n)
+	for a := range n {
+		w[a] = c[a]
+		for k := range n {
+			w[a] -= g.At(a, k) * b[k]
+		}
+	}
+	return w
+}
+
+// passiveSolve solves G z = c on the passive set (z = 0 elsewhere), or
+// returns nil when that system is singular.
+func passiveSolve(g *mat.SymDense, c []float64, passive []bool) []float64 {
+	n := len(c)
+	var idx []int
+	for a := range n {
+		if passive[a] {
+			idx = append(idx, a)
+		}
+	}
+	z := make([]float64, n)
+	if len(idx) == 0 {
+		return z
+	}
+	sub := mat.NewSymDense(len(idx), nil)
+	rhs := mat.NewVecDense(len(idx), nil)
+	for p, a := range idx {
+		rhs.SetVec(p, c[a])
+		for q := p; q < len(idx); q++ {
+			sub.SetSym(p, q, g.At(a, idx[q]))
+		}
+	}
+	var ch mat.Cholesky
+	var sol mat.VecDense
+	if ok := ch.Factorize(sub); !ok || ch.SolveVecTo(&sol, rhs) != nil {
+		return nil
+	}
+	for p, a := range idx {
+		z[a] = sol.AtVec(p)
+	}
+	return z
 }
