@@ -225,73 +225,85 @@ func (s *solver) muDual() float64 {
 			d += s.mu[i] * s.routed[i]
 		}
 	}
-	type arc struct{ bid, cap float64 }
-	var arcs []arc
+	var arcs []bidArc
 	for j := range p.curves {
 		if !p.usable[j] {
 			continue
 		}
-		c := &p.curves[j]
-		floor := c.dRight(0)
-		arcs = arcs[:0]
-		top := math.Inf(-1) // best uncapped bid
-		for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
-			i := s.edgeCluster[e]
-			if math.IsNaN(s.mu[i]) {
-				if p.prev[e] > 0 {
-					d += p.cw * p.prev[e] // x = 0 is forced
-				}
-				continue
-			}
-			base := s.mu[i] - p.rtt[e]
-			if p.prev[e] > 0 {
-				d += p.cw * p.prev[e]
-				if b := base + p.cw; b > floor {
-					arcs = append(arcs, arc{b, p.prev[e]})
-				}
-			}
-			top = math.Max(top, base-p.cw)
-		}
-		// Only capped arcs bidding above the best uncapped one can be
-		// filled before it; the uncapped one ends the fill.
-		k := 0
-		for _, a := range arcs {
-			if a.bid > top {
-				arcs[k] = a
-				k++
-			}
-		}
-		arcs = arcs[:k]
-		if top > floor {
-			arcs = append(arcs, arc{top, math.Inf(1)})
-		}
-		if len(arcs) == 0 {
-			continue
-		}
-		slices.SortFunc(arcs, func(a, b arc) int {
-			switch {
-			case a.bid > b.bid:
-				return -1
-			case a.bid < b.bid:
-				return 1
-			}
-			return 0
-		})
-		// Fill arcs in bid order while the marginal cost stays below the bid.
-		L, rev := 0.0, 0.0
-		for _, a := range arcs {
-			target, _ := c.inv(a.bid)
-			if target <= L {
-				break
-			}
-			take := math.Min(target-L, a.cap)
-			L += take
-			rev += a.bid * take
-			if take < a.cap {
-				break
-			}
-		}
-		d -= rev - c.g(L)
+		d, arcs = s.muDualEngine(j, d, arcs)
 	}
 	return d
+}
+
+// bidArc is an arc of an engine's subproblem in muDual: a bid per rps and
+// a capacity.
+type bidArc struct{ bid, cap float64 }
+
+// muDualEngine adds engine j's terms of muDual to d (the churn constants
+// of its previous edges, minus its subproblem's value) and returns d and
+// the arcs scratch for reuse.
+func (s *solver) muDualEngine(j int, d float64, arcs []bidArc) (float64, []bidArc) {
+	p := s.p
+	c := &p.curves[j]
+	floor := c.dRight(0)
+	arcs = arcs[:0]
+	top := math.Inf(-1) // best uncapped bid
+	for _, e := range s.byEngine[s.engStart[j]:s.engStart[j+1]] {
+		i := s.edgeCluster[e]
+		if math.IsNaN(s.mu[i]) {
+			if p.prev[e] > 0 {
+				d += p.cw * p.prev[e] // x = 0 is forced
+			}
+			continue
+		}
+		base := s.mu[i] - p.rtt[e]
+		if p.prev[e] > 0 {
+			d += p.cw * p.prev[e]
+			if b := base + p.cw; b > floor {
+				arcs = append(arcs, bidArc{b, p.prev[e]})
+			}
+		}
+		top = math.Max(top, base-p.cw)
+	}
+	// Only capped arcs bidding above the best uncapped one can be
+	// filled before it; the uncapped one ends the fill.
+	k := 0
+	for _, a := range arcs {
+		if a.bid > top {
+			arcs[k] = a
+			k++
+		}
+	}
+	arcs = arcs[:k]
+	if top > floor {
+		arcs = append(arcs, bidArc{top, math.Inf(1)})
+	}
+	if len(arcs) == 0 {
+		return d, arcs
+	}
+	slices.SortFunc(arcs, func(a, b bidArc) int {
+		switch {
+		case a.bid > b.bid:
+			return -1
+		case a.bid < b.bid:
+			return 1
+		}
+		return 0
+	})
+	// Fill arcs in bid order while the marginal cost stays below the bid.
+	L, rev := 0.0, 0.0
+	for _, a := range arcs {
+		target, _ := c.inv(a.bid)
+		if target <= L {
+			break
+		}
+		take := math.Min(target-L, a.cap)
+		L += take
+		rev += a.bid * take
+		if take < a.cap {
+			break
+		}
+	}
+	d -= rev - c.g(L)
+	return d, arcs
 }
