@@ -15,8 +15,10 @@ import (
 // must encode to the same bytes, and the trace must show the phases the
 // variant is known to take (the exact phase's sweeps; the churn run's
 // certification; its fallback candidates when the churn Newton run falls
-// short). SWITCHYARD_TRACE names an extra instance file to solve and log
-// the trace of, at SWITCHYARD_TRACE_TOL (default 1e-3): a development aid.
+// short). SWITCHYARD_OPTIMIZER_TRACE names an extra instance file to
+// solve and log the trace of, at SWITCHYARD_OPTIMIZER_TRACE_TOL (default
+// 1e-3): a development aid. (It was SWITCHYARD_TRACE, which the sim's
+// --trace flag also reads from the environment.)
 func TestTraceKeepsPlan(t *testing.T) {
 	load := func(t *testing.T, path string) *Instance {
 		t.Helper()
@@ -51,14 +53,14 @@ func TestTraceKeepsPlan(t *testing.T) {
 		{"churn fallback", "testdata/region-bc.json", churn(20, 200), 1e-9,
 			[]string{"engine solves", "candidate primal", "softmax entries", "sweep 1: "}},
 	}
-	if path := os.Getenv("SWITCHYARD_TRACE"); path != "" {
+	if path := os.Getenv("SWITCHYARD_OPTIMIZER_TRACE"); path != "" {
 		tests = append(tests, struct {
 			name string
 			path string
 			edit func(*Instance)
 			tol  float64
 			want []string
-		}{"SWITCHYARD_TRACE", path, func(*Instance) {}, tolFromEnv(), nil})
+		}{"SWITCHYARD_OPTIMIZER_TRACE", path, func(*Instance) {}, tolFromEnv(), nil})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +97,7 @@ func TestTraceKeepsPlan(t *testing.T) {
 }
 
 func tolFromEnv() float64 {
-	if v, err := strconv.ParseFloat(os.Getenv("SWITCHYARD_TRACE_TOL"), 64); err == nil {
+	if v, err := strconv.ParseFloat(os.Getenv("SWITCHYARD_OPTIMIZER_TRACE_TOL"), 64); err == nil {
 		return v
 	}
 	return 1e-3
