@@ -85,8 +85,7 @@ func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
 	var buf [maxCandidates + 1]scored
 	c, sticky := t.collect(r, exclude, buf[:0])
 	if len(c) == 0 {
-		i, why := t.fallback(r.Key, exclude)
-		return i, why, t.ticket(i, r)
+		return t.overflow(r, exclude)
 	}
 	t.score(r, c)
 	for len(c) > 0 {
@@ -102,6 +101,52 @@ func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
 			return int(c[k].i), why, Ticket{Uncached: c[k].uncached, Work: c[k].work, Score: c[k].score, AtMs: r.NowMs}
 		}
 		c = append(c[:k], c[k+1:]...)
+	}
+	i, why := t.fallback(r.Key, exclude)
+	return i, why, t.ticket(i, r)
+}
+
+// overflowScan bounds the engines overflow scores.
+const overflowScan = 64
+
+// overflow places r when no candidate is within its bounded load (an
+// engine of the cluster is lost, or a burst exceeds the plan): every
+// available engine of the table under its hard limit (at most
+// overflowScan of them, starting at the key's position) is scored as in
+// PickRequest and the best one wins, so the excess goes where this
+// gateway's queues and the network say it is served soonest, whatever
+// the engines' shares. With no such engine, Pick's fallbacks apply.
+func (t *Table) overflow(r *Request, exclude []int32) (int, Reason, Ticket) {
+	var buf [overflowScan]scored
+	c := buf[:0]
+	n := len(t.engines)
+	start := int(r.Key % uint64(n))
+	for k := 0; k < n && len(c) < overflowScan; k++ {
+		i := start + k
+		if i >= n {
+			i -= n
+		}
+		s := t.engines[i].State
+		if excluded(int32(i), exclude) || !s.Available() {
+			continue
+		}
+		if l := s.limit.Load(); l > 0 && s.inflight.Load() >= l {
+			continue
+		}
+		c = append(c, scored{i: int32(i)})
+	}
+	if len(c) > 0 {
+		t.score(r, c)
+		for len(c) > 0 {
+			k := choose(c, 0, 0)
+			e := &t.engines[c[k].i]
+			if e.State.tryAcquire() {
+				e.State.prefill.Add(c[k].uncached)
+				t.remember(r, e.State)
+				return int(c[k].i), Overflow, Ticket{Uncached: c[k].uncached, Work: c[k].work, Score: c[k].score, AtMs: r.NowMs}
+			}
+			c = append(c[:k], c[k+1:]...)
+		}
 	}
 	i, why := t.fallback(r.Key, exclude)
 	return i, why, t.ticket(i, r)

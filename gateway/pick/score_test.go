@@ -303,3 +303,47 @@ func BenchmarkPickRequest(b *testing.B) {
 		}
 	}
 }
+
+// TestOverflowGoesWhereServedSoonest: when one of a cluster's two local
+// engines is lost and the survivor is past its bounded load, the excess
+// goes to the remote engine with a short queue (the plan gave it only a
+// sliver), not onto the survivor's growing queue, as least-loaded-by-share
+// would do; the survivor is used again once its queue is gone.
+func TestOverflowGoesWhereServedSoonest(t *testing.T) {
+	p := NewPool()
+	s := []Spec{{ID: "local-0", Weight: 0.499}, {ID: "local-1", Weight: 0.499}, {ID: "remote", Weight: 0.002, RTTms: 40}}
+	tb := mustBuild(t, p, s, Options{})
+	for i := range 3 {
+		teach(tb, i, 20, 30, 0.05, 0)
+	}
+	tb.Engine(1).State.SetDown(true)
+	type placed struct {
+		i  int
+		tk Ticket
+	}
+	var all []placed
+	remote := 0
+	for k := uint64(0); k < 200; k++ {
+		i, _, tk := tb.PickRequest(&Request{Key: k * 0x9e3779b97f4a7c15, PromptTokens: 2000, NowMs: 1}, nil)
+		if i < 0 {
+			t.Fatal("no engine")
+		}
+		if tb.Engine(i).ID == "remote" {
+			remote++
+		}
+		all = append(all, placed{i, tk})
+	}
+	// 200 requests of 2,000 tokens at 0.05 ms/token is 20 s of prefill on
+	// one engine: splitting it with the remote engine (40 ms away) halves
+	// that, so the remote engine must take a large share.
+	if remote < 60 {
+		t.Fatalf("remote engine took %d of 200 overflow requests", remote)
+	}
+	for _, x := range all {
+		tb.Finished(x.i, x.tk, false, 0)
+		tb.Done(x.i)
+	}
+	if id, _, _ := place(t, tb, &Request{Key: 1, PromptTokens: 2000, NowMs: 2}); id != "local-0" {
+		t.Fatalf("with the queues gone the key went to %s, want local-0", id)
+	}
+}
