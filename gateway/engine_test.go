@@ -20,8 +20,9 @@ type fakeEngine struct {
 	srv      *httptest.Server
 	requests atomic.Int64
 	tokens   int
-	// mode: "" ok, "500" fails, "hang" waits for the client to go away
-	// before the first byte, "slow" sleeps between events (via delay).
+	// mode: "" ok, "500" fails, "429" and "503" are saturated (with
+	// Retry-After: 7), "hang" waits for the client to go away before the
+	// first byte, "slow" sleeps between events (via delay).
 	mode    atomic.Value
 	delay   time.Duration // between events
 	release chan struct{} // "block" mode waits for it
@@ -69,6 +70,12 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	case "500":
 		http.Error(w, `{"error":{"message":"boom"}}`, 500)
 		return
+	case "429", "503":
+		w.Header().Set("Retry-After", "7")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(map[string]int{"429": 429, "503": 503}[e.mode.Load().(string)])
+		fmt.Fprint(w, `{"error":{"message":"busy","type":"rate_limit_error","param":null,"code":null}}`)
+		return
 	case "400":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(400)
@@ -87,7 +94,10 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var req struct {
-		Stream bool `json:"stream"`
+		Stream        bool `json:"stream"`
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
 	}
 	_ = json.Unmarshal(body, &req)
 	if !req.Stream {
@@ -115,7 +125,9 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
 		fl.Flush()
 	}
-	fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":%d,\"total_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n", e.tokens, e.tokens+11)
+	if req.StreamOptions.IncludeUsage { // as OpenAI and vLLM: only when asked
+		fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":%d,\"total_tokens\":%d,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n", e.tokens, e.tokens+11)
+	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	fl.Flush()
 	if e.mode.Load() == "linger" { // keep the response open after [DONE]

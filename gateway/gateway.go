@@ -97,6 +97,7 @@ type Gateway struct {
 
 	healthMu   sync.Mutex
 	healthFail map[string]int
+	rtts       sync.Map // *pick.State -> *rttRing, health-check round trips
 
 	client  *engineclient.Client // nil when a Transport was given
 	reqBufs sync.Pool            // *reqBuf
@@ -233,7 +234,15 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	}
 	specs := make([]pick.Spec, 0, len(cw.GetWeights()))
 	for _, w := range cw.GetWeights() {
-		specs = append(specs, pick.Spec{ID: w.GetEngineId(), URL: strings.TrimRight(w.GetEndpointUrl(), "/"), Weight: w.GetWeight()})
+		sp := pick.Spec{ID: w.GetEngineId(), URL: strings.TrimRight(w.GetEndpointUrl(), "/"), Weight: w.GetWeight(),
+			RTTms: w.GetExplanation().GetNetworkMs()}
+		if !(sp.RTTms > 0) {
+			sp.RTTms = 0
+			if st, ok := g.pool.Lookup(sp.ID); ok {
+				sp.RTTms = ms(g.engineRTT(st, sp.URL))
+			}
+		}
+		specs = append(specs, sp)
 	}
 	t, err := g.pool.Build(specs, g.cfg.pick)
 	switch {

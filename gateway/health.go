@@ -61,7 +61,13 @@ func (g *Gateway) checkOne(ctx context.Context, e *pick.Engine) {
 	ok := false
 	req, err := http.NewRequestWithContext(cctx, http.MethodGet, e.URL+"/health", nil)
 	if err == nil {
+		t0 := g.cfg.now()
 		if resp, err := g.cfg.transport.RoundTrip(req); err == nil {
+			// The round trip to the response head: one network round
+			// trip plus the engine's time to answer (see rtt.go).
+			if t1 := g.cfg.now(); resp.StatusCode < 300 {
+				g.addRTT(e.State, t1.Sub(t0), t1)
+			}
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
 			ok = resp.StatusCode < 300
@@ -84,5 +90,7 @@ func (g *Gateway) checkOne(ctx context.Context, e *pick.Engine) {
 	if g.healthFail[e.ID] >= healthFailures && !e.State.Down() {
 		g.log.Warn("engine failed health checks", "engine", e.ID)
 		e.State.SetDown(true)
+		// It comes back with a cold cache and maybe another speed.
+		e.State.Forget(g.cfg.now().UnixMilli())
 	}
 }

@@ -220,8 +220,26 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 			return g.shed(w, "snapshot", prio)
 		}
 	}
-	key := affinityKey(session, in)
-	return g.route(ctx, w, r, rt, key, body, in.Stream, prio, ev, start)
+	fwd, strip := withUsage(body, in)
+	var blk [32]uint64
+	blocks, promptBytes := promptChain(blk[:0], in.Messages, in.Prompt)
+	preq := pick.Request{Key: affinityKey(session, in), PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
+	return g.route(ctx, w, r, rt, &preq, fwd, in.Stream, strip, prio, ev, start)
+}
+
+// firstToken tells the table of an attempt's first output token (for
+// relay.Stream.Relay): the engine's TTFT is the gateway's, from the
+// attempt's start, less the round trip to the engine, floored at 0.
+type firstToken struct {
+	t      *pick.Table
+	i      int
+	tk     pick.Ticket
+	queued time.Duration // the attempt's start, after the request's
+	rttMs  float64
+}
+
+func (f *firstToken) firstToken(ttft time.Duration) {
+	f.t.FirstToken(f.i, f.tk, max(ms(ttft-f.queued)-f.rttMs, 0))
 }
 
 func (g *Gateway) shed(w http.ResponseWriter, reason string, prio shed.Priority) outcome {
@@ -244,8 +262,17 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// route runs up to MaxAttempts attempts on different engines.
-func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, key uint64, body []byte, stream bool, prio shed.Priority, ev *schemas.RoutingEvent, start time.Time) outcome {
+// route runs up to MaxAttempts attempts on different engines, each
+// placed by the table's PickRequest and accounted back to it
+// (FirstToken, Finished, Done). An engine that answers 429 or 503 is
+// saturated: the request is retried elsewhere (within the budget) and
+// the engine penalized; only the last such answer reaches the client.
+//
+// body is forwarded as is (see withUsage); stream: the client asked for
+// a stream; strip: the gateway asked for the usage chunk, so it is
+// stripped from the client's stream. (preq is apart from body so that
+// its prompt blocks stay on the caller's stack.)
+func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, preq *pick.Request, body []byte, stream, strip bool, prio shed.Priority, ev *schemas.RoutingEvent, start time.Time) outcome {
 	var tried [DefaultMaxAttempts]int32
 	n := 0
 	var last attemptResult
@@ -261,7 +288,8 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			g.retries.Add(1)
 			g.m.retries.WithLabelValues(g.cfg.cluster).Inc()
 		}
-		i, reason := rt.table.Pick(key, tried[:n])
+		preq.NowMs = g.cfg.now().UnixMilli()
+		i, reason, tk := rt.table.PickRequest(preq, tried[:n])
 		if i < 0 {
 			if attempt == 0 {
 				ev.DecisionReason = "shed"
@@ -283,18 +311,42 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if attempt > 0 {
 			ev.DecisionReason = "retry"
 		}
-		res := g.attempt(ctx, w, r, rt, eng, body, stream, start)
+		rtt := g.engineRTT(eng.State, eng.URL)
+		ft := firstToken{t: rt.table, i: i, tk: tk, rttMs: eng.RTTms}
+		if !(ft.rttMs > 0) {
+			ft.rttMs = ms(rtt)
+		}
+		res := g.attempt(ctx, w, r, rt, eng, body, stream, strip, &ft, start)
+		tbot := 0.0
+		if res.sse {
+			tbot = ms(res.tbot)
+		}
+		rt.table.Finished(i, tk, res.firstToken, tbot)
 		rt.table.Done(i)
+		if res.status != 0 {
+			ev.Stream = res.sse
+		}
 		ev.TtftMs, ev.MeanTbotMs = ms(res.ttft), ms(res.tbot)
+		ev.NetworkRttMs, ev.EngineTtftMs = ms(rtt), 0
+		if res.firstToken && rtt > 0 {
+			ev.EngineTtftMs = max(ms(res.ttft-res.queued-rtt), 0)
+		}
 		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.usage.PromptTokens, res.usage.OutputTokens, res.usage.CachedTokens
-		if res.failReason != "" && r.Context().Err() == nil && !res.complete {
+		if res.saturated && r.Context().Err() == nil {
+			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
+			g.outlier.Saturated(eng.State)
+		} else if res.failReason != "" && r.Context().Err() == nil && !res.complete {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
 			if g.outlier.Failure(eng.State, g.cfg.now()) {
 				g.m.ejections.WithLabelValues(g.cfg.cluster, eng.ID).Inc()
 				g.log.Warn("engine ejected", "engine", eng.ID)
 			}
 		} else if res.failReason == "" {
-			g.outlier.Success(eng.State, res.ttft-res.queued)
+			var ttft time.Duration // unknown without a streamed first token
+			if res.firstToken {
+				ttft = res.ttft - res.queued
+			}
+			g.outlier.Success(eng.State, ttft)
 		}
 		switch {
 		case res.complete:
@@ -309,6 +361,17 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			return outcome{statusOK, res.status}
 		}
 		last = res
+	}
+	if last.saturated {
+		if last.retryAfter != "" {
+			w.Header().Set("Retry-After", last.retryAfter)
+		}
+		typ, code := typeRateLimit, "rate_limit_exceeded"
+		if last.status == http.StatusServiceUnavailable {
+			typ, code = typeUnavailable, "engine_overloaded"
+		}
+		writeError(w, last.status, typ, code, "", fmt.Sprintf("engine %s is saturated (status %d) and no other engine could take the request", ev.EngineId, last.status))
+		return outcome{statusErr, last.status}
 	}
 	status, code := http.StatusBadGateway, "upstream_error"
 	if last.failReason == "first_token_timeout" {
@@ -329,10 +392,14 @@ type attemptResult struct {
 	status     int    // HTTP status sent (or received)
 	failReason string // "" unless the engine failed
 	err        error
-	ttft, tbot time.Duration
+	ttft, tbot time.Duration // ttft only for a streamed response
+	firstToken bool          // a streamed output event arrived
+	sse        bool          // the response was an event stream
 	queued     time.Duration // time before this attempt started
 	drain      bool          // complete with the engine's response still open: drain it
 	usage      relay.Usage
+	saturated  bool   // the engine answered 429 or 503
+	retryAfter string // its Retry-After
 }
 
 func upstreamURL(base, path string) string {
@@ -342,8 +409,13 @@ func upstreamURL(base, path string) string {
 	return base + path
 }
 
-func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body []byte, stream bool, start time.Time) (res attemptResult) {
+// attempt sends body to eng and relays the answer; stream and strip as
+// in route.
+func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body []byte, stream, strip bool, ft *firstToken, start time.Time) (res attemptResult) {
 	res.queued = g.cfg.now().Sub(start)
+	if ft != nil {
+		ft.queued = res.queued
+	}
 	// The upstream request follows the client (a client that leaves
 	// cancels it) but is not derived from its context: the tail of a
 	// stream that is complete at data: [DONE] is drained after the handler
@@ -382,6 +454,13 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	respBody = resp.Body
 	res.status = resp.StatusCode
 	switch {
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
+		// The engine is saturated: try another one.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
+		res.saturated, res.retryAfter = true, resp.Header.Get("Retry-After")
+		res.failReason, res.err = "saturated", fmt.Errorf("status %d", resp.StatusCode)
+		span.SetStatus(codes.Error, res.failReason)
+		return res
 	case resp.StatusCode >= 500:
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
 		res.failReason, res.err = "status_5xx", fmt.Errorf("status %d", resp.StatusCode)
@@ -401,7 +480,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return res
 	}
 	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, &res)
+		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, strip, ft, &res)
 	} else {
 		g.copyWhole(actx, w, resp, eng, rt, start, &res)
 	}
@@ -534,7 +613,7 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 		res.failReason, res.err = relay.FailReason(ctx, "stream"), relay.CauseOr(ctx, err)
 		return
 	}
-	res.ttft = g.cfg.now().Sub(start)
+	// No TTFT: a whole response tells the time to its end only.
 	if bytes.Contains(b, []byte(`"usage"`)) {
 		res.usage.Set(b)
 	}
@@ -546,7 +625,7 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 }
 
 // relaySSE relays an event stream (see relay.Stream.Relay).
-func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, res *attemptResult) {
+func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, strip bool, ft *firstToken, res *attemptResult) {
 	bp := g.bufs.Get().(*[]byte)
 	defer g.bufs.Put(bp)
 	st := relay.Stream{
@@ -557,11 +636,17 @@ func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *htt
 		Cancel:      cancel,
 		FirstToken:  firstTimer,
 		Buf:         *bp,
+		StripUsage:  strip,
 	}
-	r := st.Relay(ctx, w, resp.Body, func(http.Header) { g.setHeaders(w, resp, eng, rt) })
+	var first func(time.Duration)
+	if ft != nil {
+		first = ft.firstToken
+	}
+	r := st.Relay(ctx, w, resp.Body, func(http.Header) { g.setHeaders(w, resp, eng, rt) }, first)
 	res.committed, res.complete, res.drain = r.Committed, r.Complete, r.Drain
 	res.failReason, res.err = r.FailReason, r.Err
 	res.ttft, res.tbot, res.usage = r.TTFT, r.TBOT, r.Usage
+	res.sse, res.firstToken = true, r.FirstToken
 }
 
 func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
@@ -576,14 +661,16 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var tried [DefaultMaxAttempts]int32
-	key := rand.Uint64()
+	preq := pick.Request{Key: rand.Uint64()}
 	for n := 0; n < g.cfg.maxAttempts; n++ {
-		i, _ := rt.table.Pick(key, tried[:n])
+		preq.NowMs = g.cfg.now().UnixMilli()
+		i, _, tk := rt.table.PickRequest(&preq, tried[:n])
 		if i < 0 {
 			break
 		}
 		tried[n] = int32(i)
-		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, g.cfg.now())
+		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, false, nil, g.cfg.now())
+		rt.table.Finished(i, tk, false, 0)
 		rt.table.Done(i)
 		if res.committed || r.Context().Err() != nil {
 			return

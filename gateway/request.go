@@ -42,6 +42,11 @@ type inference struct {
 	User     string          `json:"user"`
 	Messages json.RawMessage `json:"messages"`
 	Prompt   json.RawMessage `json:"prompt"`
+	// StreamOptions is the raw stream_options value; soStart and soEnd
+	// are its span in the body when scanInference read it (soEnd 0:
+	// unknown or absent).
+	StreamOptions  json.RawMessage `json:"stream_options"`
+	soStart, soEnd int
 }
 
 // badRequest is a client error: status, OpenAI code and param.
@@ -78,7 +83,7 @@ func parseInference(body []byte) (*inference, error) {
 
 // inferenceFields are the JSON names of inference's fields, in the order
 // of scanInference's bits.
-var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt"}
+var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt", "stream_options"}
 
 // scanInference is parseInference's fast path: one pass of jscan that
 // validates the body and picks the fields, without encoding/json's
@@ -165,15 +170,19 @@ func scanInference(body []byte) (in *inference, ok bool) {
 				default:
 					return nil, false
 				}
-			case 3, 4: // messages, prompt: any value, raw
+			case 3, 4, 5: // messages, prompt, stream_options: any value, raw
 				start := s.I
 				if !s.Value() {
 					return nil, false
 				}
-				if field == 3 {
+				switch field {
+				case 3:
 					in.Messages = body[start:s.I]
-				} else {
+				case 4:
 					in.Prompt = body[start:s.I]
+				default:
+					in.StreamOptions = body[start:s.I]
+					in.soStart, in.soEnd = start, s.I
 				}
 			default:
 				if !s.Value() {
@@ -233,4 +242,75 @@ func validHeaderValue(s string) bool {
 		}
 	}
 	return true
+}
+
+// includeUsage reports whether stream_options asks for the usage chunk
+// (include_usage is true).
+func includeUsage(so []byte) bool {
+	if len(so) == 0 || so[0] != '{' {
+		return false
+	}
+	found := false
+	s := jscan.Scanner{B: so}
+	if s.Object(includeUsageKey, func(i int) bool {
+		if i < 0 {
+			return s.Value()
+		}
+		if s.Literal("true") {
+			found = true
+			return true
+		}
+		return s.Value()
+	}) {
+		return found
+	}
+	var v struct {
+		IncludeUsage bool `json:"include_usage"`
+	}
+	return json.Unmarshal(so, &v) == nil && v.IncludeUsage
+}
+
+var includeUsageKey = []string{"include_usage"}
+
+// withUsage returns the body to forward for a streaming request whose
+// client did not ask for the usage chunk: body with stream_options.
+// include_usage set to true, and strip true (the gateway removes the
+// usage chunk from the client's stream). Otherwise it returns body
+// unchanged. The field is added when stream_options is absent, replaces
+// a null one, and is appended to an object (a repeated include_usage
+// key: the last one wins in encoding/json and in Python's json, as
+// engines read it). A body whose stream_options could not be located
+// (the encoding/json path of parseInference) or is not an object is
+// forwarded unchanged.
+func withUsage(body []byte, in *inference) (out []byte, strip bool) {
+	if !in.Stream || includeUsage(in.StreamOptions) {
+		return body, false
+	}
+	const field = `"stream_options":{"include_usage":true}`
+	switch {
+	case len(in.StreamOptions) == 0:
+		i := bytes.IndexByte(body, '{')
+		if i < 0 {
+			return body, false
+		}
+		out = make([]byte, 0, len(body)+len(field)+1)
+		out = append(append(append(out, body[:i+1]...), field...), ',')
+		return append(out, body[i+1:]...), true
+	case in.soEnd <= in.soStart || in.soEnd > len(body):
+		return body, false
+	case string(in.StreamOptions) == "null":
+		out = make([]byte, 0, len(body)+len(field))
+		out = append(append(out, body[:in.soStart]...), `{"include_usage":true}`...)
+		return append(out, body[in.soEnd:]...), true
+	case in.StreamOptions[0] == '{':
+		end := in.soEnd - 1 // the closing brace
+		sep := ","
+		if len(bytes.TrimSpace(body[in.soStart+1:end])) == 0 {
+			sep = ""
+		}
+		out = make([]byte, 0, len(body)+len(field))
+		out = append(append(append(out, body[:end]...), sep...), `"include_usage":true`...)
+		return append(out, body[end:]...), true
+	}
+	return body, false
 }

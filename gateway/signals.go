@@ -44,6 +44,9 @@ func (g *Gateway) applySignal(b []byte) {
 		(s.GetHealth() != schemas.Health_HEALTH_UNSPECIFIED && s.GetReadyReplicas() == 0)
 	if down != st.SignalDown() {
 		g.log.Info("engine signal changes availability", "engine", s.GetEngineId(), "down", down, "health", s.GetHealth().String())
+		if down {
+			st.Forget(g.cfg.now().UnixMilli())
+		}
 	}
 	st.SetSignalDown(down)
 	g.m.signals.WithLabelValues(g.cfg.cluster, "applied").Inc()

@@ -68,6 +68,31 @@ type Host struct {
 	mu       sync.Mutex
 	idle     []*engineConn // most recently used last
 	lastUsed time.Time
+	dials    [connectSamples]dialSample // the last connect times, a ring
+	nDials   int
+}
+
+// connectSamples is how many connect times a Host keeps.
+const connectSamples = 4
+
+type dialSample struct {
+	d  time.Duration
+	at time.Time
+}
+
+// ConnectRTT returns the shortest TCP connect time of the last few new
+// connections to the engine made since maxAge before now (a connect
+// takes one network round trip), or 0 when there is none.
+func (hp *Host) ConnectRTT(now time.Time, maxAge time.Duration) time.Duration {
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	var best time.Duration
+	for _, s := range hp.dials[:min(hp.nDials, connectSamples)] {
+		if now.Sub(s.at) <= maxAge && s.d > 0 && (best == 0 || s.d < best) {
+			best = s.d
+		}
+	}
+	return best
 }
 
 // engineConn is one connection to an engine.
@@ -160,10 +185,16 @@ func (hp *Host) get(ctx context.Context, c *Client, fresh bool) (*engineConn, er
 		}
 		hp.mu.Unlock()
 	}
+	t0 := c.now()
 	nc, err := c.dialer.DialContext(ctx, "tcp", hp.addr)
 	if err != nil {
 		return nil, err
 	}
+	t1 := c.now()
+	hp.mu.Lock()
+	hp.dials[hp.nDials%connectSamples] = dialSample{d: t1.Sub(t0), at: t1}
+	hp.nDials++
+	hp.mu.Unlock()
 	ec := &engineConn{nc: nc, raw: wire.NewRawIO(nc), pool: hp}
 	ec.br = bufio.NewReaderSize(ec, ReadBufSize)
 	return ec, nil
@@ -326,8 +357,8 @@ func (ec *engineConn) roundTrip(req []byte) (*engineResponse, error) {
 }
 
 // readHead reads a response head and frames its body. Of the headers it
-// keeps only Content-Type (all the proxy passes on); the shared Header
-// values must not be modified.
+// keeps only Content-Type and Retry-After (all the proxy passes on); the
+// shared Header values must not be modified.
 func (ec *engineConn) readHead() (*engineResponse, error) {
 	line, err := ec.br.ReadSlice('\n')
 	if err != nil {
@@ -356,6 +387,7 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 	b.br = ec.br
 	b.remain = -1
 	chunked := false
+	var retryAfter []byte
 	for n := 0; ; n++ {
 		line, err := ec.br.ReadSlice('\n')
 		if err != nil {
@@ -386,6 +418,8 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 			default:
 				r.resp.Header = http.Header{"Content-Type": {string(v)}}
 			}
+		case bytes.EqualFold(k, []byte("Retry-After")):
+			retryAfter = v
 		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
 			if !bytes.EqualFold(v, []byte("chunked")) {
 				return nil, fmt.Errorf("%w: transfer encoding %q", errMalformedResponse, v)
@@ -407,6 +441,13 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 				}
 			}
 		}
+	}
+	if retryAfter != nil {
+		h := http.Header{"Retry-After": {string(retryAfter)}}
+		if ct := r.resp.Header["Content-Type"]; len(ct) > 0 {
+			h["Content-Type"] = ct
+		}
+		r.resp.Header = h
 	}
 	switch {
 	case status < 200 || status == http.StatusNoContent || status == http.StatusNotModified:

@@ -169,6 +169,19 @@ func (d *Detector) Failure(st *pick.State, now time.Time) (ejected bool) {
 	return true
 }
 
+// Saturated records that the engine turned a request away as saturated
+// (HTTP 429 or 503): it adds ErrorPenalty to the penalty, so the engine
+// gets a smaller share of keys until it decays, but does not count
+// towards ejection (a saturated engine is serving, and the penalty
+// already moves load off it).
+func (d *Detector) Saturated(st *pick.State) {
+	r := d.rec(st)
+	r.mu.Lock()
+	r.penalty += d.cfg.ErrorPenalty
+	r.apply()
+	r.mu.Unlock()
+}
+
 // apply stores the penalty in the state; r.mu held.
 func (r *record) apply() {
 	r.st.SetPenalty(1 - 1/(1+r.penalty))

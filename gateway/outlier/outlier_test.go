@@ -86,3 +86,29 @@ func TestPenaltyDecays(t *testing.T) {
 		t.Fatal("10x TTFT not counted as a spike")
 	}
 }
+
+func TestSaturatedPenalizesWithoutEjecting(t *testing.T) {
+	p := pick.NewPool()
+	tb, err := p.Build([]pick.Spec{{ID: "a", URL: "http://a", Weight: 1}, {ID: "b", URL: "http://b", Weight: 1}}, pick.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := tb.Engine(0).State
+	d := New(Config{Consecutive: 2})
+	d.SetClusterSize(2)
+	for range 10 {
+		d.Saturated(st)
+	}
+	if st.Ejected() || d.Ejected() != 0 {
+		t.Fatal("saturation ejected the engine")
+	}
+	if p := st.Penalty(); p < 0.9 {
+		t.Fatalf("penalty %v after 10 saturations, want > 0.9", p)
+	}
+	now := time.Now()
+	d.Tick(now)
+	d.Tick(now.Add(time.Minute))
+	if p := st.Penalty(); p > 0.5 {
+		t.Fatalf("penalty %v did not decay", p)
+	}
+}

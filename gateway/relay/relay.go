@@ -77,12 +77,6 @@ type Result struct {
 	Usage      Usage
 }
 
-// FirstTokenHook is told, from the relaying goroutine, when the first
-// event that carries output arrives, with its TTFT (see Result.TTFT).
-type FirstTokenHook interface {
-	FirstToken(ttft time.Duration)
-}
-
 // Stream is one event stream to relay.
 type Stream struct {
 	// Now is the clock; Start is the request's arrival, which TTFT is
@@ -106,8 +100,6 @@ type Stream struct {
 	// then end as an event without data, which clients ignore). The usage
 	// is still accounted. A usage line longer than Buf is relayed.
 	StripUsage bool
-	// OnFirstToken, if not nil, is told of the first output event.
-	OnFirstToken FirstTokenHook
 }
 
 // Relay relays body, the engine's event stream, to w as it arrives:
@@ -118,12 +110,14 @@ type Stream struct {
 // complete: the caller drains the rest in the background (Result.Drain)
 // and returns, so the end of the response leaves with the last events.
 // At the commit, setHeader sets the response headers before the head is
-// written. (It is an argument rather than a field so that it stays on
-// the caller's stack: a field would leak with Buf and Cancel.)
-func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Reader, setHeader func(http.Header)) (res Result) {
+// written. firstToken, if not nil, is called from Relay's goroutine when
+// the first output event arrives, with its TTFT (see Result.TTFT). (They
+// are arguments rather than fields so that they stay on the caller's
+// stack: a field would leak with Buf and Cancel.)
+func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Reader, setHeader func(http.Header), firstToken func(ttft time.Duration)) (res Result) {
 	buf, cancel := st.Buf, st.Cancel // cancel, not st, goes into the idle timer's closure
 	flusher, _ := w.(http.Flusher)
-	sc := scan{now: st.Now, start: st.Start, lineStart: true, evStart: -1, atEvent: true, strip: st.StripUsage, hook: st.OnFirstToken}
+	sc := scan{now: st.Now, start: st.Start, lineStart: true, evStart: -1, atEvent: true, strip: st.StripUsage}
 	var (
 		pending []byte // relayed bytes held before the commit
 		idle    *time.Timer
@@ -139,6 +133,12 @@ func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Read
 		end += n
 		var scanned int
 		scanned, end = sc.lines(buf, end, err != nil, &res)
+		if sc.firstNow {
+			sc.firstNow = false
+			if firstToken != nil {
+				firstToken(res.TTFT)
+			}
+		}
 		if !res.Committed && (sc.eventEnded || len(pending)+scanned > MaxResponseBytes) {
 			if !sc.eventEnded {
 				res.FailReason, res.Err = "stream", errors.New("first event too large")
@@ -336,7 +336,7 @@ type scan struct {
 	firstData  time.Time
 	lastData   time.Time
 	contentN   int
-	hook       FirstTokenHook
+	firstNow   bool // the first output event was in the last lines call
 
 	strip     bool
 	atEvent   bool // the next line starts an event
@@ -425,9 +425,7 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 				if s.contentN == 0 {
 					s.firstData = s.batchNow
 					res.TTFT = s.batchNow.Sub(s.start)
-					if s.hook != nil {
-						s.hook.FirstToken(res.TTFT)
-					}
+					s.firstNow = true
 				}
 				s.contentN++
 				s.lastData = s.batchNow

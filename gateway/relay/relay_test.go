@@ -84,7 +84,7 @@ func relayReads(t testing.TB, stream []byte, n int) (*httptest.ResponseRecorder,
 		Buf: make([]byte, BufSize),
 	}
 	w := httptest.NewRecorder()
-	return w, st.Relay(ctx, w, &reads{chunks: split(stream, n)}, func(h http.Header) { h.Set("X-Engine", "a") })
+	return w, st.Relay(ctx, w, &reads{chunks: split(stream, n)}, func(h http.Header) { h.Set("X-Engine", "a") }, nil)
 }
 
 // TestRelaySplits: however the engine's bytes are cut into reads, the
@@ -174,7 +174,7 @@ func TestOutputEvent(t *testing.T) {
 
 // relayStrip relays stream in reads of n bytes with StripUsage and a
 // first-token hook.
-func relayStrip(t testing.TB, stream []byte, n int, strip bool, hook FirstTokenHook) (*httptest.ResponseRecorder, Result) {
+func relayStrip(t testing.TB, stream []byte, n int, strip bool, hook func(time.Duration)) (*httptest.ResponseRecorder, Result) {
 	t.Helper()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
@@ -183,15 +183,15 @@ func relayStrip(t testing.TB, stream []byte, n int, strip bool, hook FirstTokenH
 	st := Stream{
 		Now: time.Now, Start: time.Now(), Status: 200,
 		IdleTimeout: time.Minute, Cancel: cancel, FirstToken: first,
-		Buf: make([]byte, BufSize), StripUsage: strip, OnFirstToken: hook,
+		Buf: make([]byte, BufSize), StripUsage: strip,
 	}
 	w := httptest.NewRecorder()
-	return w, st.Relay(ctx, w, &reads{chunks: split(stream, n)}, func(http.Header) {})
+	return w, st.Relay(ctx, w, &reads{chunks: split(stream, n)}, func(http.Header) {}, hook)
 }
 
 type countHook struct{ n int }
 
-func (h *countHook) FirstToken(time.Duration) { h.n++ }
+func (h *countHook) firstToken(time.Duration) { h.n++ }
 
 // TestStripUsage: with StripUsage the client gets the engine's stream
 // without its usage-only event, byte for byte, however the stream is cut
@@ -231,7 +231,7 @@ func TestStripUsage(t *testing.T) {
 			}
 			for _, n := range []int{0, 1, 2, 3, 7, 50, 100, 4096} {
 				h := &countHook{}
-				w, res := relayStrip(t, []byte(stream), n, tt.strip, h)
+				w, res := relayStrip(t, []byte(stream), n, tt.strip, h.firstToken)
 				if !res.Complete || w.Body.String() != want {
 					t.Fatalf("reads of %d: complete %v, got\n%q\nwant\n%q", n, res.Complete, w.Body.String(), want)
 				}
@@ -260,7 +260,7 @@ func TestStripUsageEventSplitAcrossReads(t *testing.T) {
 	st := Stream{Now: time.Now, Start: time.Now(), Status: 200, IdleTimeout: time.Minute, Cancel: cancel,
 		FirstToken: first, Buf: make([]byte, BufSize), StripUsage: true}
 	w := httptest.NewRecorder()
-	res := st.Relay(ctx, w, &reads{chunks: chunks}, func(http.Header) {})
+	res := st.Relay(ctx, w, &reads{chunks: chunks}, func(http.Header) {}, nil)
 	if want := content + "event: u\n\ndata: [DONE]\n\n"; w.Body.String() != want || res.Usage.OutputTokens != 1 {
 		t.Fatalf("got %q (usage %+v), want %q", w.Body.String(), res.Usage, want)
 	}
