@@ -235,7 +235,7 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	specs := make([]pick.Spec, 0, len(cw.GetWeights()))
 	for _, w := range cw.GetWeights() {
 		sp := pick.Spec{ID: w.GetEngineId(), URL: strings.TrimRight(w.GetEndpointUrl(), "/"), Weight: w.GetWeight(),
-			RTTms: w.GetExplanation().GetNetworkMs()}
+			RTTms: w.GetExplanation().GetNetworkMs(), MaxConcurrency: int(w.GetExplanation().GetMaxConcurrency())}
 		if !(sp.RTTms > 0) {
 			sp.RTTms = 0
 			if st, ok := g.pool.Lookup(sp.ID); ok {

@@ -316,12 +316,16 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if !(ft.rttMs > 0) {
 			ft.rttMs = ms(rtt)
 		}
+		began := g.cfg.now()
 		res := g.attempt(ctx, w, r, rt, eng, body, stream, strip, &ft, start)
-		tbot := 0.0
+		tbot, e2e := 0.0, 0.0
 		if res.sse {
 			tbot = ms(res.tbot)
 		}
-		rt.table.Finished(i, tk, res.firstToken, tbot)
+		if res.complete {
+			e2e = max(ms(g.cfg.now().Sub(began))-ft.rttMs, 0) // the engine's time on it
+		}
+		rt.table.Finished(i, tk, res.firstToken, tbot, e2e)
 		rt.table.Done(i)
 		if res.status != 0 {
 			ev.Stream = res.sse
@@ -670,7 +674,7 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		}
 		tried[n] = int32(i)
 		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, false, nil, g.cfg.now())
-		rt.table.Finished(i, tk, false, 0)
+		rt.table.Finished(i, tk, false, 0, 0)
 		rt.table.Done(i)
 		if res.committed || r.Context().Err() != nil {
 			return

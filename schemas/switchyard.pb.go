@@ -1273,6 +1273,12 @@ type Explanation struct {
 	// when unknown.
 	MaxBatch       uint32 `protobuf:"varint,5,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	CapacitySource string `protobuf:"bytes,6,opt,name=capacity_source,json=capacitySource,proto3" json:"capacity_source,omitempty"`
+	// How many requests the engine runs at once over its ready replicas
+	// (max_batch x ready replicas) when the batch limit is known from
+	// evidence (configured, engine metrics or inferred; 0 for the class
+	// prior or unknown). Gateways count requests beyond it as waiting for a
+	// slot.
+	MaxConcurrency uint32 `protobuf:"varint,7,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1347,6 +1353,13 @@ func (x *Explanation) GetCapacitySource() string {
 		return x.CapacitySource
 	}
 	return ""
+}
+
+func (x *Explanation) GetMaxConcurrency() uint32 {
+	if x != nil {
+		return x.MaxConcurrency
+	}
+	return 0
 }
 
 type EngineWeight struct {
@@ -1787,7 +1800,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06engine\x18\x01 \x01(\v2\x1d.switchyard.v1.EngineEstimateH\x00R\x06engine\x127\n" +
 	"\x06demand\x18\x02 \x01(\v2\x1d.switchyard.v1.DemandEstimateH\x00R\x06demand\x12:\n" +
 	"\anetwork\x18\x03 \x01(\v2\x1e.switchyard.v1.NetworkEstimateH\x00R\anetworkB\x06\n" +
-	"\x04kind\"\xca\x01\n" +
+	"\x04kind\"\xf3\x01\n" +
 	"\vExplanation\x12\x1d\n" +
 	"\n" +
 	"network_ms\x18\x01 \x01(\x01R\tnetworkMs\x12\x1b\n" +
@@ -1796,7 +1809,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"marginalMs\x12\x18\n" +
 	"\abinding\x18\x04 \x03(\tR\abinding\x12\x1b\n" +
 	"\tmax_batch\x18\x05 \x01(\rR\bmaxBatch\x12'\n" +
-	"\x0fcapacity_source\x18\x06 \x01(\tR\x0ecapacitySource\"\xd5\x01\n" +
+	"\x0fcapacity_source\x18\x06 \x01(\tR\x0ecapacitySource\x12'\n" +
+	"\x0fmax_concurrency\x18\a \x01(\rR\x0emaxConcurrency\"\xd5\x01\n" +
 	"\fEngineWeight\x12\x1b\n" +
 	"\tengine_id\x18\x01 \x01(\tR\bengineId\x12!\n" +
 	"\fendpoint_url\x18\x02 \x01(\tR\vendpointUrl\x12\x16\n" +

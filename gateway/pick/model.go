@@ -21,16 +21,18 @@ type model struct {
 	knownD  atomic.Bool   // at least one TBOT seen
 	lastMs  atomic.Int64  // when the last first token was observed (request start)
 	lastDMs atomic.Int64  // when the last TBOT was observed (request start)
+	e2e     atomic.Uint64 // float64 bits: EWMA of engine-side request time, ms
 
 	mu sync.Mutex
 	// EWMA sufficient statistics of (W, TTFT).
 	n, mW, mT, mWW, mWT float64
 	nD, mD              float64 // low envelope of mean TBOT, ms
+	nE, mE              float64 // EWMA of engine-side request time, ms
 }
 
 // params is a model as read by a pick.
 type params struct {
-	a, p, d       float64
+	a, p, d, e2e  float64
 	known, knownD bool
 }
 
@@ -129,12 +131,26 @@ func (m *model) observeTBOT(ms float64, atMs int64) {
 	m.knownD.Store(true)
 }
 
+// observeE2E adds one request's time at the engine, first byte sent to
+// last byte received (ms).
+func (m *model) observeE2E(ms float64) {
+	if !(ms >= 0) || math.IsInf(ms, 0) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nE++
+	m.mE += max(modelAlpha, 1/m.nE) * (ms - m.mE)
+	m.e2e.Store(math.Float64bits(m.mE))
+}
+
 // forget drops what was learned (an engine that restarted may come back
 // on other hardware or with other settings).
 func (m *model) forget() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.n, m.mW, m.mT, m.mWW, m.mWT, m.nD, m.mD = 0, 0, 0, 0, 0, 0, 0
+	m.n, m.mW, m.mT, m.mWW, m.mWT, m.nD, m.mD, m.nE, m.mE = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	m.e2e.Store(0)
 	m.known.Store(false)
 	m.knownD.Store(false)
 }
@@ -147,6 +163,7 @@ func (m *model) params(nowMs int64) params {
 		x.known = true
 		x.a, x.p = math.Float64frombits(m.a.Load()), math.Float64frombits(m.p.Load())
 	}
+	x.e2e = math.Float64frombits(m.e2e.Load())
 	if m.knownD.Load() && nowMs-m.lastDMs.Load() <= modelStaleMs {
 		x.knownD = true
 		x.d = math.Float64frombits(m.d.Load())

@@ -90,6 +90,11 @@ type Spec struct {
 	// RTTms is the network round trip to the engine (the snapshot's
 	// network estimate), used by PickRequest's scores. 0: unknown.
 	RTTms float64
+	// MaxConcurrency is how many requests the engine runs at once (its
+	// batch limit over all replicas), used by PickRequest's scores: the
+	// requests this gateway has in flight beyond it wait for a slot. 0:
+	// unknown.
+	MaxConcurrency int
 }
 
 // Engine is one engine of a built table.
@@ -98,6 +103,7 @@ type Engine struct {
 	URL   string
 	Share float64 // normalized weight
 	RTTms float64 // Spec.RTTms
+	Slots int     // Spec.MaxConcurrency
 	State *State
 	salt  uint64
 }
@@ -274,7 +280,7 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 		if !(rtt > 0) || math.IsInf(rtt, 0) {
 			rtt = 0
 		}
-		t.engines[i] = Engine{ID: s.ID, URL: s.URL, Share: s.Weight / sum, RTTms: rtt, State: p.State(s.ID), salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
+		t.engines[i] = Engine{ID: s.ID, URL: s.URL, Share: s.Weight / sum, RTTms: rtt, Slots: max(s.MaxConcurrency, 0), State: p.State(s.ID), salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
 	}
 	p.mu.Lock()
 	t.byPool = make([]int32, len(p.states))

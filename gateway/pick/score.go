@@ -278,8 +278,23 @@ func (t *Table) score(r *Request, c []scored) {
 		u := max(prompt-c[k].uncached, 0) // c[k].uncached holds the cached tokens here
 		c[k].uncached = u
 		c[k].work = float64(max(e.State.prefill.Load(), 0) + u)
-		c[k].score = e.RTTms + m.a + m.p*c[k].work + m.d*look
+		c[k].score = e.RTTms + m.a + m.p*c[k].work + m.d*look + slotWait(e, m.e2e)
 	}
+}
+
+// slotWait is how long a request sent to e now waits for a batch slot:
+// the requests this gateway has in flight there beyond the engine's
+// batch limit, each freeing its slot after a mean request time (e2eMs)
+// over the limit's slots. 0 when the limit or the time is unknown.
+func slotWait(e *Engine, e2eMs float64) float64 {
+	if e.Slots <= 0 || !(e2eMs > 0) {
+		return 0
+	}
+	over := e.State.inflight.Load() + 1 - int64(e.Slots)
+	if over <= 0 {
+		return 0
+	}
+	return float64(over) * e2eMs / float64(e.Slots)
 }
 
 // defaultMsPerToken is the prefill cost assumed before any engine of the
@@ -369,8 +384,11 @@ func (t *Table) FirstToken(i int, tk Ticket, engineTTFTms float64) {
 // its prefill work leaves the queue now; tbotMs, its mean time between
 // output tokens (0 when unknown, as for a non-streaming response), feeds
 // the engine's model.
-func (t *Table) Finished(i int, tk Ticket, firstToken bool, tbotMs float64) {
+func (t *Table) Finished(i int, tk Ticket, firstToken bool, tbotMs, e2eMs float64) {
 	s := t.engines[i].State
+	if e2eMs > 0 {
+		s.model.observeE2E(e2eMs)
+	}
 	if !firstToken {
 		s.prefill.Add(-tk.Uncached)
 	}

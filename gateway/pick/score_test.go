@@ -106,7 +106,7 @@ func TestPickRequestStickyAcrossWeightChange(t *testing.T) {
 	moved := 0
 	for k := uint64(1); k <= 200; k++ {
 		first, i, tk := place(t, tb, &Request{Key: k, NowMs: 10})
-		tb.Finished(i, tk, false, 0)
+		tb.Finished(i, tk, false, 0, 0)
 		tb.Done(i)
 		w := []float64{1, 1, 1, 1}
 		w[i] = 0.2 // the engine that served the key now has a small weight
@@ -115,7 +115,7 @@ func TestPickRequestStickyAcrossWeightChange(t *testing.T) {
 			moved++ // plain Maglev would move this key
 		}
 		again, j, tk2 := place(t, tb2, &Request{Key: k, NowMs: 20})
-		tb2.Finished(j, tk2, false, 0)
+		tb2.Finished(j, tk2, false, 0, 0)
 		tb2.Done(j)
 		if again != first {
 			t.Fatalf("key %d moved from %s to %s after a weight change", k, first, again)
@@ -142,7 +142,7 @@ func TestPickRequestPrefersCachedPrefix(t *testing.T) {
 	}
 	_, i, tk := place(t, tb, &Request{Key: 1, PromptTokens: 6400, Blocks: chain, BlockTokens: 64, NowMs: 5})
 	tb.FirstToken(i, tk, 20+0.05*tk.Work)
-	tb.Finished(i, tk, true, 10)
+	tb.Finished(i, tk, true, 10, 0)
 	tb.Done(i)
 	hits := 0
 	for k := uint64(2); k < 50; k++ {
@@ -150,7 +150,7 @@ func TestPickRequestPrefersCachedPrefix(t *testing.T) {
 		if tk.Uncached == 100 {
 			hits++
 		}
-		tb.Finished(j, tk, false, 0)
+		tb.Finished(j, tk, false, 0, 0)
 		tb.Done(j)
 	}
 	if hits < 45 {
@@ -173,7 +173,7 @@ func TestPickRequestKeepsShares(t *testing.T) {
 	got := make([]int, 3)
 	for range n {
 		_, i, tk := place(t, tb, &Request{Key: r.Uint64(), PromptTokens: 200, NowMs: 1})
-		tb.Finished(i, tk, false, 0)
+		tb.Finished(i, tk, false, 0, 0)
 		tb.Done(i)
 		got[i]++
 	}
@@ -195,7 +195,7 @@ func TestForgetDropsAffinity(t *testing.T) {
 	var onE0 []uint64
 	for k := uint64(1); k <= 300; k++ {
 		id, i, tk := place(t, tb, &Request{Key: k, NowMs: 1000})
-		tb.Finished(i, tk, false, 0)
+		tb.Finished(i, tk, false, 0, 0)
 		tb.Done(i)
 		if id == "e0" {
 			onE0 = append(onE0, k)
@@ -212,7 +212,7 @@ func TestForgetDropsAffinity(t *testing.T) {
 	back := 0
 	for _, k := range onE0 {
 		id, i, tk := place(t, tb2, &Request{Key: k, NowMs: 9000})
-		tb2.Finished(i, tk, false, 0)
+		tb2.Finished(i, tk, false, 0, 0)
 		tb2.Done(i)
 		if id == "e0" {
 			back++
@@ -244,9 +244,9 @@ func TestPrefillAccounting(t *testing.T) {
 	for k, x := range all {
 		if k%2 == 0 {
 			tb.FirstToken(x.i, x.tk, 50)
-			tb.Finished(x.i, x.tk, true, 10)
+			tb.Finished(x.i, x.tk, true, 10, 0)
 		} else {
-			tb.Finished(x.i, x.tk, false, 0)
+			tb.Finished(x.i, x.tk, false, 0, 0)
 		}
 		tb.Done(x.i)
 	}
@@ -298,7 +298,7 @@ func BenchmarkPickRequest(b *testing.B) {
 		req.Key = keys[k&4095]
 		i, _, tk := tb.PickRequest(&req, ex[:])
 		if i >= 0 {
-			tb.Finished(i, tk, false, 0)
+			tb.Finished(i, tk, false, 0, 0)
 			tb.Done(i)
 		}
 	}
@@ -340,10 +340,52 @@ func TestOverflowGoesWhereServedSoonest(t *testing.T) {
 		t.Fatalf("remote engine took %d of 200 overflow requests", remote)
 	}
 	for _, x := range all {
-		tb.Finished(x.i, x.tk, false, 0)
+		tb.Finished(x.i, x.tk, false, 0, 0)
 		tb.Done(x.i)
 	}
 	if id, _, _ := place(t, tb, &Request{Key: 1, PromptTokens: 2000, NowMs: 2}); id != "local-0" {
 		t.Fatalf("with the queues gone the key went to %s, want local-0", id)
+	}
+}
+
+// TestSlotWaitSpillsPastBatchLimit: an engine whose batch limit (16) is
+// full of this gateway's requests makes the next one wait for a slot
+// (about a request time over 16 per request beyond the limit), so past
+// the limit new keys go to the engine with free slots even though it is
+// 40 ms away; with no known limit, the same load does not move them.
+func TestSlotWaitSpillsPastBatchLimit(t *testing.T) {
+	for _, slots := range []int{16, 0} {
+		p := NewPool()
+		s := []Spec{{ID: "near", Weight: 0.9, MaxConcurrency: slots}, {ID: "far", Weight: 0.1, RTTms: 40, MaxConcurrency: slots}}
+		tb := mustBuild(t, p, s, Options{Floor: 1000}) // no bounded-load spill: only the score decides
+		for i := range 2 {
+			teach(tb, i, 20, 30, 0.05, 0)
+			for range 20 {
+				tb.Finished(i, Ticket{AtMs: 0}, true, 10, 2000) // 2 s per request
+			}
+		}
+		near := tb.Index("near")
+		for range 32 { // 32 in flight on near: 17 beyond its 16 slots
+			if !tb.engines[near].State.tryAcquire() {
+				t.Fatal("acquire")
+			}
+		}
+		far := 0
+		for k := uint64(0); k < 100; k++ {
+			i, _, tk := tb.PickRequest(&Request{Key: k * 0x9e3779b97f4a7c15, PromptTokens: 100, NowMs: 1}, nil)
+			if tb.Engine(i).ID == "far" {
+				far++
+			}
+			tb.Finished(i, tk, false, 0, 0)
+			tb.Done(i)
+		}
+		// far has a tenth of the slots, so a key's 16-slot walk misses it
+		// with probability 0.9^16 = 19%: those keys can only stay near.
+		if slots > 0 && far < 70 {
+			t.Fatalf("with 16 slots full, %d of 100 new keys went to the engine with free slots", far)
+		}
+		if slots == 0 && far > 20 {
+			t.Fatalf("with no known limit, %d of 100 keys left the near engine", far)
+		}
 	}
 }

@@ -51,6 +51,12 @@ type capacityState struct {
 	lastEnd    int64   // window end of the last estimate folded in
 	replicaRPS float64 // per-replica capacity
 	measured   bool    // a window has measured capacity
+	// batch is the latest per-replica batch limit known from evidence
+	// (configured, engine metrics or inferred; not the class prior): an
+	// inferred limit shows only in windows where requests waited, and it
+	// holds until the engine is found down or not heard of for
+	// capacityMemoryMs.
+	batch uint32
 }
 
 // observe folds e in (a window not newer than the last one is ignored).
@@ -66,6 +72,9 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 	}
 	if s.lastEnd > 0 && e.GetWindowEndUnixMs()-s.lastEnd > capacityMemoryMs {
 		*s = capacityState{} // not heard of for too long: start over
+	}
+	if src := e.GetCapacitySource(); src != "" && src != "prior" && e.GetMaxBatch() > 0 {
+		s.batch = e.GetMaxBatch()
 	}
 	if !finite(c) || c <= 0 || !finite(x) {
 		return // nothing learned

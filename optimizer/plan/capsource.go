@@ -4,8 +4,11 @@ import "github.com/switchyard-llm/switchyard/schemas"
 
 // explainCapacity copies each engine's batch limit and where it came from
 // (EngineEstimate.max_batch, capacity_source) from its latest estimate
-// into the snapshot's explanations, for `switchyard explain`.
-func explainCapacity(engines map[string]*schemas.EngineEstimate, clusters []*schemas.ClusterWeights) {
+// into the snapshot's explanations, for `switchyard explain`, and the
+// engine's concurrency limit when a batch limit rests on evidence (the
+// remembered one, capacityState.batch; the gateways' pickers count
+// requests beyond it as waiting for a slot).
+func explainCapacity(engines map[string]*schemas.EngineEstimate, capacity map[string]*capacityState, clusters []*schemas.ClusterWeights) {
 	for _, cw := range clusters {
 		for _, w := range cw.GetWeights() {
 			e := engines[w.GetEngineId()]
@@ -16,6 +19,9 @@ func explainCapacity(engines map[string]*schemas.EngineEstimate, clusters []*sch
 				w.Explanation = &schemas.Explanation{}
 			}
 			w.Explanation.MaxBatch, w.Explanation.CapacitySource = e.GetMaxBatch(), e.GetCapacitySource()
+			if cs := capacity[w.GetEngineId()]; cs != nil && cs.batch > 0 {
+				w.Explanation.MaxConcurrency = cs.batch * max(e.GetReadyReplicas(), 1)
+			}
 		}
 	}
 }

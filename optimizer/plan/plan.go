@@ -391,7 +391,7 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 	if pc != nil && pc.in == in {
 		probe(in, pc.set, snap.GetClusters())
 	}
-	explainCapacity(s.engines, snap.GetClusters())
+	explainCapacity(s.engines, s.capacity, snap.GetClusters())
 	return snap, nil
 }
 

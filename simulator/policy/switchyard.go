@@ -67,12 +67,13 @@ type switchyard struct {
 
 type acc struct{ n, sum float64 }
 
-// snapTables is a snapshot's weights, network estimate (ms) and shed
-// fraction, indexed [cluster][engine].
+// snapTables is a snapshot's weights and explanations (the plan's network
+// latency and concurrency limit, which the gateway's picker scores
+// candidates by), indexed [cluster][engine], and shed fractions.
 type snapTables struct {
 	version uint64
 	weights [][]float64
-	rtt     [][]float64
+	expl    [][]*schemas.Explanation
 	shed    []float64
 }
 
@@ -213,11 +214,14 @@ func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome)
 	g.states[e].Release()
 	if pl, ok := g.placed[r.Index]; ok {
 		delete(g.placed, r.Index)
-		tbot := 0.0
+		tbot, e2e := 0.0, 0.0
 		if o.OK && o.OutputTokens > 1 {
 			tbot = float64(o.MeanTBOT) / 1e6
 		}
-		pl.table.Finished(pl.i, pl.tk, pl.first, tbot)
+		if o.OK {
+			e2e = max(float64(o.E2E-p.w.RTT[r.Cluster][e])/1e6, 0) // the engine's time on it
+		}
+		pl.table.Finished(pl.i, pl.tk, pl.first, tbot, e2e)
 	}
 	if o.Retry {
 		return // the gateway reports the request once, after its last attempt
@@ -351,27 +355,24 @@ func (p *switchyard) settings() plan.Settings {
 	return set
 }
 
-// tables indexes a snapshot by cluster and engine: the weights, the
-// plan's network latency (the gateway's picker scores candidates by it)
-// and the shed fraction.
+// tables indexes a snapshot by cluster and engine.
 func (p *switchyard) tables(snapshot *schemas.WeightSnapshot) snapTables {
-	weights, rtt := map[string]map[string]float64{}, map[string]map[string]float64{}
+	weights := map[string]map[string]*schemas.EngineWeight{}
 	for _, cw := range snapshot.GetClusters() {
-		m, r := map[string]float64{}, map[string]float64{}
+		m := map[string]*schemas.EngineWeight{}
 		for _, w := range cw.GetWeights() {
-			m[w.GetEngineId()] = w.GetWeight()
-			r[w.GetEngineId()] = w.GetExplanation().GetNetworkMs()
+			m[w.GetEngineId()] = w
 		}
-		weights[cw.GetCluster()], rtt[cw.GetCluster()] = m, r
+		weights[cw.GetCluster()] = m
 	}
 	snap := snapTables{version: snapshot.GetVersion(), weights: make([][]float64, len(p.w.Clusters)),
-		rtt: make([][]float64, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
+		expl: make([][]*schemas.Explanation, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
 	for c, ci := range p.w.Clusters {
 		snap.weights[c] = make([]float64, len(p.w.Engines))
-		snap.rtt[c] = make([]float64, len(p.w.Engines))
+		snap.expl[c] = make([]*schemas.Explanation, len(p.w.Engines))
 		for e, info := range p.w.Engines {
-			snap.weights[c][e] = weights[ci.ID][info.ID]
-			snap.rtt[c][e] = rtt[ci.ID][info.ID]
+			w := weights[ci.ID][info.ID]
+			snap.weights[c][e], snap.expl[c][e] = w.GetWeight(), w.GetExplanation()
 		}
 		for _, cw := range snapshot.GetClusters() {
 			if cw.GetCluster() == ci.ID {
@@ -387,7 +388,8 @@ func (p *switchyard) installSnap(s snapTables) {
 		var specs []pick.Spec
 		for e, info := range p.w.Engines {
 			if w := s.weights[c][e]; w > 0 {
-				specs = append(specs, pick.Spec{ID: info.ID, Weight: w, RTTms: s.rtt[c][e]})
+				x := s.expl[c][e]
+				specs = append(specs, pick.Spec{ID: info.ID, Weight: w, RTTms: x.GetNetworkMs(), MaxConcurrency: int(x.GetMaxConcurrency())})
 			}
 		}
 		g.shed = s.shed[c]
