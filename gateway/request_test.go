@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
@@ -80,4 +81,86 @@ func BenchmarkParseInference(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestWithUsage(t *testing.T) {
+	for _, tt := range []struct {
+		body  string
+		strip bool
+	}{
+		{`{"model":"sim","stream":true,"messages":[]}`, true},
+		{` { "model":"sim","stream":true}`, true},
+		{`{"model":"sim","stream":true,"stream_options":null}`, true},
+		{`{"model":"sim","stream":true,"stream_options":{}}`, true},
+		{`{"model":"sim","stream":true,"stream_options":{ }}`, true},
+		{`{"model":"sim","stream":true,"stream_options":{"include_usage":false}}`, true},
+		{`{"model":"sim","stream":true,"stream_options":{"continuous_usage_stats":false} ,"n":1}`, true},
+		{`{"model":"sim","stream":true,"stream_options":{"include_usage":true}}`, false},
+		{`{"model":"sim","stream":false}`, false},
+		{`{"model":"sim"}`, false},
+		{`{"model":"s\u0069m","stream":true,"stream_options":{}}`, false}, // encoding/json path: not located
+		{`{"model":"s\u0069m","stream":true}`, true},
+	} {
+		t.Run(tt.body, func(t *testing.T) {
+			in, err := parseInference([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, strip := withUsage([]byte(tt.body), in)
+			if strip != tt.strip {
+				t.Fatalf("strip %v, want %v: %s", strip, tt.strip, out)
+			}
+			if !strip {
+				if string(out) != tt.body {
+					t.Fatalf("changed to %s", out)
+				}
+				return
+			}
+			var got, orig map[string]any
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("%s: %v", out, err)
+			}
+			_ = json.Unmarshal([]byte(tt.body), &orig)
+			so, _ := got["stream_options"].(map[string]any)
+			if so["include_usage"] != true {
+				t.Fatalf("%s: include_usage not true", out)
+			}
+			delete(got, "stream_options")
+			delete(orig, "stream_options")
+			if fmt.Sprint(got) != fmt.Sprint(orig) {
+				t.Fatalf("other fields changed: %s", out)
+			}
+		})
+	}
+}
+
+// FuzzWithUsage: a forwarded body is the client's, or valid JSON that
+// asks for usage and otherwise reads the same.
+func FuzzWithUsage(f *testing.F) {
+	f.Add([]byte(`{"model":"sim","stream":true,"stream_options":{"include_usage":false}}`))
+	f.Add([]byte(`{"model":"sim","stream":true,"stream_options":null}`))
+	f.Add([]byte(`{"model":"sim","stream":true}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		in, err := parseInference(body)
+		if err != nil {
+			return
+		}
+		out, strip := withUsage(body, in)
+		if !strip {
+			if !bytes.Equal(out, body) {
+				t.Fatalf("changed %q to %q without strip", body, out)
+			}
+			return
+		}
+		var v struct {
+			Model         string `json:"model"`
+			Stream        bool   `json:"stream"`
+			StreamOptions struct {
+				IncludeUsage bool `json:"include_usage"`
+			} `json:"stream_options"`
+		}
+		if err := json.Unmarshal(out, &v); err != nil || !v.StreamOptions.IncludeUsage || v.Model != in.Model || !v.Stream {
+			t.Fatalf("%q -> %q: %+v %v", body, out, v, err)
+		}
+	})
 }

@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func chatMessages(turns ...string) []byte {
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	roles := []string{"system", "user", "assistant"}
+	var ms []msg
+	for i, t := range turns {
+		r := roles[0]
+		if i > 0 {
+			r = roles[1+(i-1)%2]
+		}
+		ms = append(ms, msg{r, t})
+	}
+	b, _ := json.Marshal(ms)
+	return b
+}
+
+func TestPromptChain(t *testing.T) {
+	sys := strings.Repeat("You are a careful assistant. ", 30) // 870 bytes
+	first := chatMessages(sys, "What is a KV cache?")
+	later := chatMessages(sys, "What is a KV cache?", strings.Repeat("It holds keys and values. ", 20), "And prefix caching?")
+	a, na := promptChain(nil, first, nil)
+	b, nb := promptChain(nil, later, nil)
+	if want := len("system") + len(sys) + len("user") + len("What is a KV cache?"); na != want {
+		t.Fatalf("%d prompt bytes, want %d (role + content of each message)", na, want)
+	}
+	if len(a) != na/blockBytes || len(b) != nb/blockBytes {
+		t.Fatalf("%d and %d blocks for %d and %d bytes", len(a), len(b), na, nb)
+	}
+	if len(a) == 0 || !slices.Equal(b[:len(a)], a) {
+		t.Fatalf("a later turn does not share the conversation's leading blocks:\n%x\n%x", a, b)
+	}
+	other, _ := promptChain(nil, chatMessages("X"+sys[1:], "What is a KV cache?"), nil)
+	for k := range other {
+		if other[k] == a[k] {
+			t.Fatalf("block %d equal although the first byte differs: hashes must cover the whole prefix", k)
+		}
+	}
+	// Key order and spacing do not matter, the role and content do.
+	swapped := fmt.Sprintf(`[ {"content": %q, "name":"x", "role": "system"}, {"role":"user","content":%q} ]`, sys, "What is a KV cache?")
+	if s, _ := promptChain(nil, []byte(swapped), nil); !slices.Equal(s, a) {
+		t.Fatal("the chain depends on key order or other fields")
+	}
+	// A completion prompt is its text.
+	p, np := promptChain(nil, nil, []byte(`"`+strings.Repeat("x", 600)+`"`))
+	if np != 600 || len(p) != 2 {
+		t.Fatalf("prompt: %d bytes, %d blocks", np, len(p))
+	}
+	// Deterministic, and the caller's buffer is used.
+	var buf [8]uint64
+	again, _ := promptChain(buf[:0], first, nil)
+	if !slices.Equal(again, a) || &again[0] != &buf[0] {
+		t.Fatal("not deterministic, or the caller's buffer was not used")
+	}
+	// Bounded.
+	huge, nh := promptChain(nil, nil, []byte(`"`+strings.Repeat("y", (maxBlocks+10)*blockBytes)+`"`))
+	if len(huge) != maxBlocks || nh != (maxBlocks+10)*blockBytes {
+		t.Fatalf("huge prompt: %d blocks, %d bytes", len(huge), nh)
+	}
+}
+
+func FuzzPromptChain(f *testing.F) {
+	f.Add([]byte(`[{"role":"user","content":"hi"}]`), []byte(`"x"`))
+	f.Add(chatMessages(strings.Repeat("s", 700), "u"), []byte(nil))
+	f.Add([]byte(`[{"role":"user","content":[{"type":"text","text":"hi"}]}, 1]`), []byte(`["a","b"]`))
+	f.Add([]byte(`[`), []byte(`null`))
+	f.Fuzz(func(t *testing.T, messages, prompt []byte) {
+		a, na := promptChain(nil, messages, prompt)
+		b, nb := promptChain(make([]uint64, 0, 3), messages, prompt)
+		if !slices.Equal(a, b) || na != nb {
+			t.Fatal("not deterministic")
+		}
+		if len(a) != min(na/blockBytes, maxBlocks) {
+			t.Fatalf("%d blocks for %d bytes", len(a), na)
+		}
+	})
+}
