@@ -1,0 +1,95 @@
+package des_test
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/simulator/des"
+	"github.com/switchyard-llm/switchyard/simulator/policy"
+	"github.com/switchyard-llm/switchyard/simulator/scenario"
+)
+
+// regressionBaselines are the baselines switchyard is held to: every one
+// that is the best or close to it on some shipped scenario. round-robin,
+// random and p2c are left out to keep the test short under -race: on
+// every shipped scenario one of these six is at least as good as they are
+// (docs/sim.md, "Matrix").
+var regressionBaselines = []string{"nearest", "least-outstanding", "legacy-irb", "chwbl", "prefix-aware", "llmd-scorer"}
+
+// TestSwitchyardKeepsUpWithTheBestBaseline runs shipped scenarios (seed 1,
+// the first durationS seconds of arrivals; the full matrix is
+// bench/sim/matrix.sh) and fails when switchyard's p99
+// TTFT is more than margin times the best baseline's. The margins are set
+// from the numbers of the commit that added this test, with some room for
+// noise: they record where switchyard stands today, and each should
+// tighten towards 1.10 (issue 10's goal) as routing improves. Never loosen
+// one without saying why in the commit.
+func TestSwitchyardKeepsUpWithTheBestBaseline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs seven policies on seven shipped scenarios")
+	}
+	for _, tc := range []struct {
+		scenario  string
+		durationS float64 // 0: the scenario's own
+		margin    float64
+	}{
+		// The ratio at the commit that added the test is in the comment.
+		// diurnal (0.18, prefix-aware), region-outage (0.73, chwbl) and
+		// flash-crowd (0.78, chwbl) are left to the matrix: switchyard
+		// leads there by a wide margin, and their events need the whole
+		// span, which takes minutes under -race.
+		{"region-bc", 120, 1.15},      // 1.08 (chwbl)
+		{"hetero-fleet", 120, 1.10},   // 1.02 (llmd-scorer)
+		{"conversations", 0, 1.15},    // 1.07 (llmd-scorer)
+		{"class-spread", 120, 1.10},   // 0.21 (llmd-scorer)
+		{"engine-restart", 150, 13},   // 11.94 (chwbl): a restarted engine gets no traffic for a minute
+		{"non-streaming", 120, 1.10},  // 0.85 (prefix-aware)
+		{"no-batch-limit", 120, 1.90}, // 1.75 (llmd-scorer)
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			t.Parallel()
+			sc, err := scenario.Load("../testdata/scenarios/" + tc.scenario + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.durationS > 0 {
+				sc.DurationS = tc.durationS
+			}
+			wl, err := sc.Build(scenario.BuildOptions{Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p99 := map[string]float64{}
+			for _, name := range append([]string{"switchyard"}, regressionBaselines...) {
+				f, err := policy.New(name, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := des.Run(sc, wl, name, f, des.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p99[name] = r.Metrics.TTFTms.P99
+			}
+			best, by := math.Inf(1), ""
+			for _, name := range regressionBaselines {
+				if p99[name] < best {
+					best, by = p99[name], name
+				}
+			}
+			var all strings.Builder
+			for _, name := range regressionBaselines {
+				fmt.Fprintf(&all, " %s %.0f", name, p99[name])
+			}
+			ratio := p99["switchyard"] / best
+			t.Logf("switchyard p99 TTFT %.0f ms, best baseline %s %.0f ms: ratio %.2f (margin %.2f);%s",
+				p99["switchyard"], by, best, ratio, tc.margin, all.String())
+			if ratio > tc.margin {
+				t.Errorf("switchyard p99 TTFT %.0f ms is %.2fx the best baseline's (%s, %.0f ms), margin %.2f",
+					p99["switchyard"], ratio, by, best, tc.margin)
+			}
+		})
+	}
+}
