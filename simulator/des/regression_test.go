@@ -21,11 +21,11 @@ var regressionBaselines = []string{"nearest", "least-outstanding", "legacy-irb",
 // TestSwitchyardKeepsUpWithTheBestBaseline runs shipped scenarios (seed 1,
 // the first durationS seconds of arrivals; the full matrix is
 // bench/sim/matrix.sh) and fails when switchyard's p99
-// TTFT is more than margin times the best baseline's. The margins are set
-// from the numbers of the commit that added this test, with some room for
-// noise: they record where switchyard stands today, and each should
-// tighten towards 1.10 (issue 10's goal) as routing improves. Never loosen
-// one without saying why in the commit.
+// TTFT is more than margin times the best baseline's. The margins are
+// issue 10's goal (1.10) where switchyard meets it today, and where it
+// does not, today's ratio with some room for noise, to tighten towards
+// 1.10 as routing improves. Never loosen one without saying why in the
+// commit.
 func TestSwitchyardKeepsUpWithTheBestBaseline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs seven policies on seven shipped scenarios")
@@ -35,18 +35,18 @@ func TestSwitchyardKeepsUpWithTheBestBaseline(t *testing.T) {
 		durationS float64 // 0: the scenario's own
 		margin    float64
 	}{
-		// The ratio at the commit that added the test is in the comment.
-		// diurnal (0.18, prefix-aware), region-outage (0.73, chwbl) and
-		// flash-crowd (0.78, chwbl) are left to the matrix: switchyard
+		// The ratio at commit 77fbc33 is in the comment. diurnal (0.18,
+		// prefix-aware), region-outage (0.73, chwbl) and flash-crowd
+		// (0.78, chwbl) at 547e913 are left to the matrix: switchyard
 		// leads there by a wide margin, and their events need the whole
 		// span, which takes minutes under -race.
-		{"region-bc", 120, 1.15},      // 1.08 (chwbl)
-		{"hetero-fleet", 120, 1.10},   // 1.02 (llmd-scorer)
-		{"conversations", 0, 1.15},    // 1.07 (llmd-scorer)
-		{"class-spread", 120, 1.10},   // 0.21 (llmd-scorer)
-		{"engine-restart", 150, 13},   // 11.94 (chwbl): a restarted engine gets no traffic for a minute
-		{"non-streaming", 120, 1.10},  // 0.85 (prefix-aware)
-		{"no-batch-limit", 120, 1.90}, // 1.75 (llmd-scorer)
+		{"region-bc", 120, 1.10},      // 0.88 (chwbl)
+		{"hetero-fleet", 120, 1.15},   // 1.07 (llmd-scorer); 0.77-0.90 over the matrix's full spans
+		{"conversations", 0, 1.10},    // 1.04 (llmd-scorer)
+		{"class-spread", 120, 1.10},   // 0.20 (llmd-scorer)
+		{"engine-restart", 150, 1.10}, // 0.83 (chwbl)
+		{"non-streaming", 120, 1.10},  // 0.84 (prefix-aware)
+		{"no-batch-limit", 120, 1.40}, // 1.28 (llmd-scorer)
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			t.Parallel()
