@@ -327,6 +327,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		rt.table.Finished(i, tk, res.firstToken, tbot, e2e)
 		rt.table.Done(i)
+		if rtt == 0 { // a first connection may have measured it
+			rtt = g.engineRTT(eng.State, eng.URL)
+		}
 		if res.status != 0 {
 			ev.Stream = res.sse
 		}
