@@ -387,7 +387,7 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 	b.br = ec.br
 	b.remain = -1
 	chunked := false
-	var retryAfter []byte
+	retryAfter := "" // a copy: the line is overwritten by the next read
 	for n := 0; ; n++ {
 		line, err := ec.br.ReadSlice('\n')
 		if err != nil {
@@ -419,7 +419,7 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 				r.resp.Header = http.Header{"Content-Type": {string(v)}}
 			}
 		case bytes.EqualFold(k, []byte("Retry-After")):
-			retryAfter = v
+			retryAfter = string(v)
 		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
 			if !bytes.EqualFold(v, []byte("chunked")) {
 				return nil, fmt.Errorf("%w: transfer encoding %q", errMalformedResponse, v)
@@ -442,8 +442,8 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 			}
 		}
 	}
-	if retryAfter != nil {
-		h := http.Header{"Retry-After": {string(retryAfter)}}
+	if retryAfter != "" {
+		h := http.Header{"Retry-After": {retryAfter}}
 		if ct := r.resp.Header["Content-Type"]; len(ct) > 0 {
 			h["Content-Type"] = ct
 		}

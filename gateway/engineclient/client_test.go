@@ -2,6 +2,7 @@ package engineclient
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -133,4 +134,69 @@ func FuzzReadHead(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		_, _, _, _, _ = readRaw(raw)
 	})
+}
+
+// TestRetryAfterKept: a saturated engine's Retry-After reaches the
+// proxy with the Content-Type, whatever their order; the shared header
+// maps are not modified.
+func TestRetryAfterKept(t *testing.T) {
+	for _, raw := range []string{
+		"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+		"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nretry-after:  7 \r\nContent-Length: 2\r\n\r\n{}",
+	} {
+		a, b := net.Pipe()
+		c := New(time.Second, time.Now)
+		ec := &engineConn{nc: a, pool: c.Host("http://h:1")}
+		ec.br = bufio.NewReaderSize(strings.NewReader(raw), 64)
+		r, err := ec.readHead()
+		a.Close()
+		b.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.resp.Header.Get("Retry-After") != "7" || r.resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("%q: header %v", raw, r.resp.Header)
+		}
+		if len(jsonHeader) != 1 {
+			t.Fatalf("shared header modified: %v", jsonHeader)
+		}
+	}
+}
+
+// TestConnectRTT: new connections record their connect time; the
+// shortest recent one is the engine's round trip.
+func TestConnectRTT(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	c := New(time.Second, time.Now)
+	hp := c.Host("http://" + ln.Addr().String())
+	if d := hp.ConnectRTT(time.Now(), time.Minute); d != 0 {
+		t.Fatalf("round trip %v before any connection", d)
+	}
+	for range 6 {
+		ec, err := hp.get(context.Background(), c, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ec.nc.Close()
+	}
+	d := hp.ConnectRTT(time.Now(), time.Minute)
+	if d <= 0 || d > time.Second {
+		t.Fatalf("loopback connect round trip %v", d)
+	}
+	if old := hp.ConnectRTT(time.Now().Add(2*time.Minute), time.Minute); old != 0 {
+		t.Fatalf("samples older than the age limit still count: %v", old)
+	}
 }
