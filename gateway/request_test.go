@@ -14,6 +14,8 @@ var scanCases = []struct {
 	{`{"model":"sim","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"hi \"x\" \u00e9"}]}`, true},
 	{` {"model":"sim","prompt":"x","user":"u","stream":null} `, true},
 	{`{"model":"sim","prompt":["a",1,-0.5e+3,true,false,null,{}],"n":1}`, true},
+	{`{"model":"sim","stream":true,"stream_options":{"include_usage":false}}`, true},
+	{`{"model":"sim","stream_options":null,"stream_options":{}}`, false}, // repeated
 	{`{}`, true},
 	{`{"model":null,"messages":null}`, true},
 	{`{"model":"s\u0069m"}`, false},      // escapes in model
@@ -68,7 +70,8 @@ func checkScan(t *testing.T, body []byte) {
 		t.Fatalf("fast path accepted %q, encoding/json: %v", body, err)
 	}
 	if got.Model != want.Model || got.Stream != want.Stream || got.User != want.User ||
-		!bytes.Equal(got.Messages, want.Messages) || !bytes.Equal(got.Prompt, want.Prompt) {
+		!bytes.Equal(got.Messages, want.Messages) || !bytes.Equal(got.Prompt, want.Prompt) ||
+		!bytes.Equal(got.StreamOptions, want.StreamOptions) || (got.soEnd > 0 && string(body[got.soStart:got.soEnd]) != string(got.StreamOptions)) {
 		t.Fatalf("%q: fast path %+v, encoding/json %+v", body, got, want)
 	}
 }
