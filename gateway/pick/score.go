@@ -115,10 +115,13 @@ const overflowScan = 64
 // overflowScan of them, starting at the key's position) is scored as in
 // PickRequest and the best one wins, so the excess goes where this
 // gateway's queues and the network say it is served soonest, whatever
-// the engines' shares. With no such engine, Pick's fallbacks apply.
+// the engines' shares. Penalties apply as in the walk (a penalized
+// engine turns away its share of keys, and the rest see its score scaled
+// up by 1/(1-penalty)). With no such engine, Pick's fallbacks apply.
 func (t *Table) overflow(r *Request, exclude []int32) (int, Reason, Ticket) {
 	var buf [overflowScan]scored
 	c := buf[:0]
+	h := mix(r.Key)
 	n := len(t.engines)
 	start := int(r.Key % uint64(n))
 	for k := 0; k < n && len(c) < overflowScan; k++ {
@@ -126,9 +129,13 @@ func (t *Table) overflow(r *Request, exclude []int32) (int, Reason, Ticket) {
 		if i >= n {
 			i -= n
 		}
-		s := t.engines[i].State
+		e := &t.engines[i]
+		s := e.State
 		if excluded(int32(i), exclude) || !s.Available() {
 			continue
+		}
+		if rej := s.reject.Load(); rej > 0 && uint32(mix(h^e.salt)>>48) < rej {
+			continue // its penalty turns this key away, as in the walk
 		}
 		if l := s.limit.Load(); l > 0 && s.inflight.Load() >= l {
 			continue
@@ -137,6 +144,12 @@ func (t *Table) overflow(r *Request, exclude []int32) (int, Reason, Ticket) {
 	}
 	if len(c) > 0 {
 		t.score(r, c)
+		for k := range c {
+			// A penalized engine (failing, or answering 429) scores as if
+			// it served only its unpenalized share: one that fails fast has
+			// an empty queue and would otherwise draw the whole overflow.
+			c[k].score /= max(1-t.engines[c[k].i].State.Penalty(), 1.0/64)
+		}
 		for len(c) > 0 {
 			k := choose(c, 0, 0)
 			e := &t.engines[c[k].i]

@@ -389,3 +389,33 @@ func TestSlotWaitSpillsPastBatchLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestOverflowAvoidsPenalizedEngine: an engine that fails fast (so it has
+// no queue) but carries a heavy penalty does not draw the overflow.
+func TestOverflowAvoidsPenalizedEngine(t *testing.T) {
+	p := NewPool()
+	s := []Spec{{ID: "busy", Weight: 0.5}, {ID: "failing", Weight: 0.5}}
+	tb := mustBuild(t, p, s, Options{Floor: 0.5, Slack: 0.01})
+	for i := range 2 {
+		teach(tb, i, 20, 30, 0.05, 0)
+	}
+	tb.Engine(tb.Index("failing")).State.SetPenalty(0.9)
+	tb.Engine(tb.Index("busy")).State.prefill.Store(4000) // 200 ms of queue
+	busy := tb.Index("busy")
+	for range 8 {
+		tb.engines[busy].State.tryAcquire() // past its bounded load: overflow decides
+	}
+	failing := 0
+	for k := uint64(0); k < 200; k++ {
+		i, why, tk := tb.PickRequest(&Request{Key: k * 0x9e3779b97f4a7c15, PromptTokens: 100, NowMs: 1}, nil)
+		if tb.Engine(i).ID == "failing" {
+			failing++
+		}
+		_ = why
+		tb.Finished(i, tk, false, 0, 0)
+		tb.Done(i)
+	}
+	if failing > 40 {
+		t.Fatalf("an engine with penalty 0.9 took %d of 200 requests", failing)
+	}
+}
