@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,6 +77,13 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(map[string]int{"429": 429, "503": 503}[e.mode.Load().(string)])
 		fmt.Fprint(w, `{"error":{"message":"busy","type":"rate_limit_error","param":null,"code":null}}`)
 		return
+	case "nostreamopts": // an engine that knows no stream_options
+		if bytes.Contains(body, []byte("stream_options")) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(400)
+			fmt.Fprint(w, `{"object":"error","message":"1 validation error: stream_options: extra fields not permitted","type":"BadRequestError","code":400}`)
+			return
+		}
 	case "400":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(400)

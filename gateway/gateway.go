@@ -98,6 +98,10 @@ type Gateway struct {
 	healthMu   sync.Mutex
 	healthFail map[string]int
 	rtts       sync.Map // *pick.State -> *rttRing, health-check round trips
+	// noStreamOptions: engines that refused a request for the
+	// stream_options the gateway added (*pick.State -> struct{}); they get
+	// the client's own body, and the gateway counts their tokens itself.
+	noStreamOptions sync.Map
 
 	client  *engineclient.Client // nil when a Transport was given
 	reqBufs sync.Pool            // *reqBuf

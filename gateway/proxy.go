@@ -224,8 +224,12 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	var blk [32]uint64
 	blocks, promptBytes := promptChain(blk[:0], in.Messages, in.Prompt)
 	preq := pick.Request{Key: affinityKey(session, in), PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
-	return g.route(ctx, w, r, rt, &preq, fwd, in.Stream, strip, prio, ev, start)
+	return g.route(ctx, w, r, rt, &preq, bodies{fwd, body}, in.Stream, strip, prio, ev, start)
 }
+
+// bodies are a request's forwarded body (with the stream_options the
+// gateway added, see withUsage) and the client's own.
+type bodies struct{ fwd, own []byte }
 
 // firstToken tells the table of an attempt's first output token (for
 // relay.Stream.Relay): the engine's TTFT is the gateway's, from the
@@ -272,7 +276,7 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 // a stream; strip: the gateway asked for the usage chunk, so it is
 // stripped from the client's stream. (preq is apart from body so that
 // its prompt blocks stay on the caller's stack.)
-func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, preq *pick.Request, body []byte, stream, strip bool, prio shed.Priority, ev *schemas.RoutingEvent, start time.Time) outcome {
+func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, preq *pick.Request, body bodies, stream, strip bool, prio shed.Priority, ev *schemas.RoutingEvent, start time.Time) outcome {
 	var tried [DefaultMaxAttempts]int32
 	n := 0
 	var last attemptResult
@@ -317,7 +321,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			ft.rttMs = ms(rtt)
 		}
 		began := g.cfg.now()
-		res := g.attempt(ctx, w, r, rt, eng, body, stream, strip, &ft, start)
+		res := g.attemptBody(ctx, w, r, rt, eng, body, stream, strip, &ft, start)
 		tbot, e2e := 0.0, 0.0
 		if res.sse {
 			tbot = ms(res.tbot)
@@ -392,6 +396,25 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	return outcome{statusErr, status}
 }
 
+// attemptBody is attempt with the forwarded body, or the client's own
+// when the engine does not take the stream_options the gateway added:
+// known from an earlier refusal, or learned now from a 400 that names
+// them (then sent again at once with the client's body).
+func (g *Gateway) attemptBody(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body bodies, stream, strip bool, ft *firstToken, start time.Time) attemptResult {
+	if strip {
+		if _, no := g.noStreamOptions.Load(eng.State); no {
+			return g.attempt(ctx, w, r, rt, eng, body.own, stream, false, ft, start)
+		}
+	}
+	res := g.attempt(ctx, w, r, rt, eng, body.fwd, stream, strip, ft, start)
+	if res.usageRefused {
+		g.noStreamOptions.Store(eng.State, struct{}{})
+		g.log.Warn("engine refuses stream_options; relaying without usage", "engine", eng.ID)
+		res = g.attempt(ctx, w, r, rt, eng, body.own, stream, false, ft, start)
+	}
+	return res
+}
+
 // attemptResult says what one attempt did.
 type attemptResult struct {
 	committed  bool   // bytes reached the client: no retry possible
@@ -405,8 +428,11 @@ type attemptResult struct {
 	queued     time.Duration // time before this attempt started
 	drain      bool          // complete with the engine's response still open: drain it
 	usage      relay.Usage
-	saturated  bool   // the engine answered 429 or 503
-	retryAfter string // its Retry-After
+	saturated  bool // the engine answered 429 or 503
+	// usageRefused: the engine answered 400 naming stream_options, which
+	// the gateway added (strip): nothing was relayed.
+	usageRefused bool
+	retryAfter   string // its Retry-After
 }
 
 func upstreamURL(base, path string) string {
@@ -478,6 +504,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 		if err != nil {
 			res.failReason, res.err = relay.FailReason(actx, "stream"), relay.CauseOr(actx, err)
+			return res
+		}
+		if strip && (resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity) &&
+			bytes.Contains(b, []byte("stream_options")) {
+			res.usageRefused = true // our addition, not the client's fault
 			return res
 		}
 		g.setHeaders(w, resp, eng, rt)

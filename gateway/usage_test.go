@@ -215,3 +215,37 @@ func TestHealthCheckMeasuresRTT(t *testing.T) {
 		t.Errorf("loopback round trip %v", d)
 	}
 }
+
+// TestEngineRefusingStreamOptions: an engine that rejects the
+// stream_options the gateway adds still serves streaming clients that did
+// not ask for usage: the refused request is sent again at once with the
+// client's own body, the engine is remembered (its next requests go
+// without the addition, one engine request each), and output tokens are
+// counted from the stream.
+func TestEngineRefusingStreamOptions(t *testing.T) { forEachServer(t, testEngineRefusingStreamOptions) }
+
+func testEngineRefusingStreamOptions(t *testing.T, server string) {
+	e := newFakeEngine(t, "a")
+	e.setMode("nostreamopts")
+	sink := make(eventSink, 16)
+	_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), Events(sink))
+	plain := chatBody(true, "hello")
+	want := engineStream(t, e, plain)
+	for k := range 2 {
+		before := e.requests.Load()
+		status, _, got := post(t, context.Background(), base, plain, nil)
+		if status != 200 || got != want {
+			t.Fatalf("request %d: status %d, client got\n%q\nwant\n%q", k, status, got, want)
+		}
+		wantRequests := int64(2) // refused, then the client's own body
+		if k > 0 {
+			wantRequests = 1 // remembered
+		}
+		if n := e.requests.Load() - before; n != wantRequests {
+			t.Fatalf("request %d took %d engine requests, want %d", k, n, wantRequests)
+		}
+		if ev := sink.next(t); ev.GetStatus() != schemas.RequestStatus_REQUEST_STATUS_OK || ev.GetOutputTokens() != 5 {
+			t.Fatalf("request %d: event %v", k, ev)
+		}
+	}
+}
