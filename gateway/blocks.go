@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
+	"github.com/switchyard-llm/switchyard/gateway/pick"
 )
 
 // Prefix blocks of a prompt, as engines hash token blocks: the prompt's
@@ -50,7 +51,7 @@ func (c *chain) write(b []byte) {
 }
 
 func (c *chain) block(b []byte) {
-	c.h = mix64(c.h ^ hashBlock(b))
+	c.h = pick.Mix(c.h ^ hashBlock(b))
 	n := len(c.blocks)
 	if n == cap(c.blocks) {
 		// Grown by hand: an append through c would move the caller's
@@ -74,17 +75,7 @@ func hashBlock(b []byte) uint64 {
 	for _, c := range b {
 		h = (h ^ uint64(c)) * 0x100000001b3
 	}
-	return mix64(h)
-}
-
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return pick.Mix(h)
 }
 
 // promptChain appends to dst the prefix-block hashes of the request's

@@ -555,6 +555,10 @@ func HashBytes(b []byte) uint64 {
 // HashString hashes s to an affinity key.
 func HashString(s string) uint64 { return hashString(s, 0) }
 
+// Mix is the splitmix64 finalizer, the hash mixer the affinity keys,
+// prefix-block chains and Maglev tables use.
+func Mix(x uint64) uint64 { return mix(x) }
+
 // mix is the splitmix64 finalizer.
 func mix(x uint64) uint64 {
 	x ^= x >> 30

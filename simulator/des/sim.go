@@ -232,7 +232,7 @@ func (s *sim) hashesFor(r *Request) []uint64 {
 	var h uint64 = 0x9e3779b97f4a7c15
 	for _, id := range r.W.Blocks {
 		for k := 0; k < per && len(buf) < n; k++ {
-			h = mix(h ^ (id*0x100000001b3 + uint64(k) + 1))
+			h = pick.Mix(h ^ (id*0x100000001b3 + uint64(k) + 1))
 			buf = append(buf, h)
 		}
 		if len(buf) >= n {
@@ -241,15 +241,6 @@ func (s *sim) hashesFor(r *Request) []uint64 {
 	}
 	s.hashBuf = buf
 	return buf
-}
-
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }
 
 func (s *sim) push(p pending) {
