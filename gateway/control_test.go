@@ -68,7 +68,10 @@ func kafkaOpts(t *testing.T, kc *kfake.Cluster, prefix string) []Opt {
 	topics := streams.TopicsFor(prefix)
 	prod := testenv.Client(t, kc, EventProduceOpts(0)...)
 	sig := testenv.Client(t, kc, SignalConsumeOpts(topics.Signals, time.Now())...)
-	em := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, nil)
+	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- em.Run(ctx) }()

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +38,9 @@ type emitterMetrics struct {
 
 // NewEmitter returns an emitter for topic with a buffer of size records
 // (default 4096). reg may be nil. name labels its metrics
-// (switchyard_emitter_*_total{emitter=name}).
-func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Registerer) *Emitter {
+// (switchyard_emitter_*_total{emitter=name}); a registration error is
+// returned.
+func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Registerer) (*Emitter, error) {
 	if size <= 0 {
 		size = 4096
 	}
@@ -54,10 +56,12 @@ func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Reg
 		produced: vec("produced_total", "Records Kafka acknowledged."),
 	}
 	if reg != nil {
-		m.emitted, _ = obs.Register(reg, m.emitted)
-		m.dropped, _ = obs.Register(reg, m.dropped)
-		m.failed, _ = obs.Register(reg, m.failed)
-		m.produced, _ = obs.Register(reg, m.produced)
+		for _, c := range []**prometheus.CounterVec{&m.emitted, &m.dropped, &m.failed, &m.produced} {
+			var err error
+			if *c, err = obs.Register(reg, *c); err != nil {
+				return nil, fmt.Errorf("emitter %s: %w", name, err)
+			}
+		}
 	}
 	return &Emitter{
 		cl: cl, topic: topic, ch: make(chan *kgo.Record, size),
@@ -65,7 +69,7 @@ func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Reg
 		dropped:  m.dropped.WithLabelValues(name),
 		failed:   m.failed.WithLabelValues(name),
 		produced: m.produced.WithLabelValues(name),
-	}
+	}, nil
 }
 
 // Emit queues msg under key. It returns false when msg was dropped (buffer

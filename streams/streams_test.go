@@ -53,7 +53,10 @@ func TestEmitterAndDeadLetter(t *testing.T) {
 
 	t.Run("emitter", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		em := streams.NewEmitter(cl, topics.Signals, "test", 8, reg)
+		em, err := streams.NewEmitter(cl, topics.Signals, "test", 8, reg)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- em.Run(rctx) }()
@@ -80,7 +83,10 @@ func TestEmitterAndDeadLetter(t *testing.T) {
 	})
 
 	t.Run("emitter_never_blocks", func(t *testing.T) {
-		em := streams.NewEmitter(cl, topics.Signals, "full", 2, nil)
+		em, err := streams.NewEmitter(cl, topics.Signals, "full", 2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		// Not running: the buffer fills and further emits are dropped.
 		accepted := 0
 		for i := 0; i < 10; i++ {
@@ -131,4 +137,18 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// TestEmitterRegistrationError: a metric of the same name but another
+// kind already in the registry is an error from NewEmitter, not a silent
+// emitter without metrics.
+func TestEmitterRegistrationError(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_emitter_records_total", Help: "clash"}))
+	if _, err := streams.NewEmitter(nil, "t", "x", 1, reg); err == nil {
+		t.Fatal("NewEmitter accepted a registry with a clashing metric")
+	}
+	if _, err := streams.NewEmitter(nil, "t", "x", 1, prometheus.NewRegistry()); err != nil {
+		t.Fatalf("fresh registry: %v", err)
+	}
 }

@@ -41,9 +41,15 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		prod.Close()
 		return nil, fmt.Errorf("creating kafka signal client: %w", err)
 	}
+	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, reg)
+	if err != nil {
+		prod.Close()
+		sig.Close()
+		return nil, err
+	}
 	rg := &regionGateway{
 		watcher:  snapshots.NewWatcher(natsURL, "", region),
-		emitter:  streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, reg),
+		emitter:  em,
 		producer: prod,
 		signals:  sig,
 	}

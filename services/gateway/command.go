@@ -214,7 +214,12 @@ func dialKafka(f Flags, reg prometheus.Registerer) (*kafka, error) {
 		prod.Close()
 		return nil, fmt.Errorf("creating kafka signal client: %w", err)
 	}
-	em := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", f.EventBuffer, reg)
+	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", f.EventBuffer, reg)
+	if err != nil {
+		prod.Close()
+		sig.Close()
+		return nil, err
+	}
 	return &kafka{producer: prod, signals: sig, emitter: em}, nil
 }
 
