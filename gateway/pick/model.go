@@ -159,14 +159,21 @@ func (m *model) forget() {
 // samples arrived or once the model is stale.
 func (m *model) params(nowMs int64) params {
 	var x params
-	if m.known.Load() && nowMs-m.lastMs.Load() <= modelStaleMs {
-		x.known = true
+	m.load(nowMs, &x)
+	return x
+}
+
+// load reads the model into x (see params).
+func (m *model) load(nowMs int64, x *params) {
+	x.known = m.known.Load() && nowMs-m.lastMs.Load() <= modelStaleMs
+	x.a, x.p = 0, 0
+	if x.known {
 		x.a, x.p = math.Float64frombits(m.a.Load()), math.Float64frombits(m.p.Load())
 	}
 	x.e2e = math.Float64frombits(m.e2e.Load())
-	if m.knownD.Load() && nowMs-m.lastDMs.Load() <= modelStaleMs {
-		x.knownD = true
+	x.knownD = m.knownD.Load() && nowMs-m.lastDMs.Load() <= modelStaleMs
+	x.d = 0
+	if x.knownD {
 		x.d = math.Float64frombits(m.d.Load())
 	}
-	return x
 }

@@ -225,7 +225,7 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 	if mem := t.mem; mem != nil {
 		if id, st := mem.lastEngine(r.Key, stampOf(r.NowMs)); id > 0 && int(id) <= len(t.byPool) {
 			if i := t.byPool[id-1]; i >= 0 && t.engines[i].State.fresh(st) && t.acceptable(i, h, tot, grow, exclude) {
-				c = append(c, scored{i: i})
+				c = add(c, i)
 				sticky = true
 			}
 		}
@@ -240,9 +240,19 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 		if has(c, i) || !t.acceptable(i, h, tot, grow, exclude) {
 			continue
 		}
-		c = append(c, scored{i: i})
+		c = add(c, i)
 	}
 	return c, sticky
+}
+
+// add appends candidate i to c (within its capacity), setting only what
+// score reads before it writes (copying a whole zero scored costs more
+// than the rest of a pick).
+func add(c []scored, i int32) []scored {
+	n := len(c)
+	c = c[:n+1]
+	c[n].i, c[n].uncached = i, 0
+	return c
 }
 
 func has(c []scored, i int32) bool {
@@ -264,7 +274,7 @@ func (t *Table) score(r *Request, c []scored) {
 	var na, nd int
 	for k := range c {
 		m := &c[k].m
-		*m = t.engines[c[k].i].State.model.params(r.NowMs)
+		t.engines[c[k].i].State.model.load(r.NowMs, m)
 		if m.known {
 			sa, sp, na = sa+m.a, sp+m.p, na+1
 		}
