@@ -53,27 +53,42 @@ type scored struct {
 // affinity survives weight changes), then the first distinct acceptable
 // engines of r.Key's walk over the weighted Maglev table (acceptable as
 // in Pick: not excluded, available, not turned away by its penalty,
-// within its bounded load and hard limit), up to three in all. Each is
-// scored by the time this request would take on it as this gateway can
-// tell:
+// within its bounded load and hard limit), Options.Candidates (3) of
+// them. Each is scored by the time until the client would have its first
+// Options.LookaheadTokens (8) tokens from it, as this gateway can tell:
 //
-//	RTT + a + p·(queued + uncached) + d·output
+//	RTT + a + p·(queued + uncached) + d·8 + slot wait
 //
 // where RTT is the snapshot's network latency to the engine, queued the
 // prefill tokens of this gateway's requests on the engine that have no
 // first token yet, uncached the part of this prompt whose prefix blocks
 // the engine was not recently sent, a and p the intercept and slope of
-// the engine's TTFT against queued prefill work and d its time between
-// output tokens, both learned from this gateway's own requests (engines
-// with nothing learned yet take the mean of the candidates that have).
-// The first candidate in that order whose score is within the tolerance
-// (Options.ScoreSlack·best + Options.ScoreSlackMs) of the best wins, so
-// the plan's shares and affinity hold unless a queue, a slower engine or
-// a cache miss costs more than the tolerance. Shares stay bounded: every
-// candidate satisfies the bounded-load guard of Pick.
+// the engine's TTFT against queued prefill work (learned from this
+// gateway's own requests, dropped after 30 s without one; engines with
+// nothing current take the mean of the candidates that have), d the
+// engine's decode speed (the low envelope of its requests' time between
+// tokens: its hardware, not its momentary load, which would lag and make
+// traffic swing), and the slot wait, when the snapshot gives the
+// engine's concurrency limit, the requests this gateway has in flight
+// beyond it times a mean engine request time over the limit. The first
+// candidate in that order whose score is within the tolerance
+// (Options.ScoreSlack·best + Options.ScoreSlackMs, 20% + 30 ms) of the
+// best wins, so the plan's shares and affinity hold unless a queue, a
+// slower engine or a cache miss costs more than the tolerance.
 //
-// When no candidate is acceptable, Pick's overflow and panic fallbacks
-// apply. LeastLoaded tables ignore scores and behave like Pick.
+// # Deviation from the weights
+//
+// Every candidate satisfies Pick's bounded-load guard, so an engine gets
+// at most its share·(1+Slack) of this gateway's requests in flight plus
+// Floor, whatever the scores say; with nothing queued and nothing cached
+// the walk's order decides and keys land in proportion to the weights
+// (TestPickRequestKeepsShares).
+//
+// When no candidate is within its bounded load (an engine of the cluster
+// is lost, or a burst exceeds the plan), overflow scores every available
+// engine of the table and takes the best (see overflow); only with none
+// available do Pick's panic fallbacks apply. LeastLoaded tables ignore
+// scores and behave like Pick.
 func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
 	if len(t.engines) == 0 {
 		return -1, None, Ticket{}
