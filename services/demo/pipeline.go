@@ -75,7 +75,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 
 	opt, err := startOptimizer(ctx, g, kafka, natsURL, control.Config{
 		Settings: plan.Settings{
-			MaxUtilization: 0.9, ChurnWeight: 5, Clusters: top.Regions, MinDemandRPS: 1,
+			MaxUtilization: 0.9, Clusters: top.Regions, MinDemandRPS: 1, // churn: the default, relative
 			RegionRTTms: top.RTTms,
 		},
 		Logger: log.With("component", "optimizer"), Registerer: reg,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -22,8 +23,11 @@ type FileConfig struct {
 	} `yaml:"processor"`
 	Optimizer struct {
 		MaxUtilization    float64                       `yaml:"max_utilization"`
-		ChurnWeight       float64                       `yaml:"churn_weight"`
+		ChurnWeight       *float64                      `yaml:"churn_weight"`
+		ChurnRelative     *float64                      `yaml:"churn_relative"`
+		ProbeShare        *float64                      `yaml:"probe_share"`
 		EstimateTTL       string                        `yaml:"estimate_ttl"`
+		NetworkTTL        string                        `yaml:"network_ttl"`
 		Clusters          []string                      `yaml:"clusters"`
 		MinDemandRPS      float64                       `yaml:"min_demand_rps"`
 		RegionRTTms       map[string]map[string]float64 `yaml:"region_rtt_ms"`
@@ -70,19 +74,30 @@ func ParseConfig(b []byte, cfg *Config) error {
 		dur("processor.slide", fc.Processor.Slide, &cfg.Slide),
 		dur("processor.allowed_lateness", fc.Processor.AllowedLateness, &cfg.AllowedLateness),
 		dur("optimizer.estimate_ttl", fc.Optimizer.EstimateTTL, &cfg.Settings.EstimateTTL),
+		dur("optimizer.network_ttl", fc.Optimizer.NetworkTTL, &cfg.Settings.NetworkTTL),
 	); err != nil {
 		return err
 	}
 	o := fc.Optimizer
-	if o.MaxUtilization < 0 || o.MaxUtilization > 1 || o.ChurnWeight < 0 || o.MinDemandRPS < 0 || o.DefaultRTTms < 0 {
+	if o.MaxUtilization < 0 || o.MaxUtilization > 1 || o.MinDemandRPS < 0 || o.DefaultRTTms < 0 {
 		return fmt.Errorf("%w: negative value or max_utilization outside [0,1]", ErrConfig)
 	}
 	s := &cfg.Settings
 	if o.MaxUtilization > 0 {
 		s.MaxUtilization = o.MaxUtilization
 	}
-	if o.ChurnWeight > 0 {
-		s.ChurnWeight = o.ChurnWeight
+	// As the optimizer's flags: churn_weight > 0 absolute, 0 relative
+	// (churn_relative), negative none; probe_share negative: no probes.
+	for _, f := range []struct {
+		v   *float64
+		dst *float64
+	}{{o.ChurnWeight, &s.ChurnWeight}, {o.ChurnRelative, &s.ChurnRelative}, {o.ProbeShare, &s.ProbeShare}} {
+		if f.v != nil {
+			if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
+				return fmt.Errorf("%w: churn_weight, churn_relative and probe_share must be finite", ErrConfig)
+			}
+			*f.dst = *f.v
+		}
 	}
 	if len(o.Clusters) > 0 {
 		s.Clusters = o.Clusters

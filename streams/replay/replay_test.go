@@ -176,3 +176,23 @@ func TestParseConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestParseConfigPlannerSettings: the planner settings the optimizer has
+// flags for reach the replay's settings with the flags' meanings (0 and
+// negative values included), and keys left out keep cfg's values.
+func TestParseConfigPlannerSettings(t *testing.T) {
+	cfg := Config{}
+	cfg.Settings.ChurnWeight, cfg.Settings.ChurnRelative, cfg.Settings.ProbeShare = 500, 0.1, 0.02
+	if err := LoadConfig("testdata/planner.good.yaml", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Settings
+	if s.ChurnWeight != 0 || s.ChurnRelative != 0.2 || s.ProbeShare != -1 || s.NetworkTTL != 5*time.Minute {
+		t.Fatalf("settings %+v", s)
+	}
+	kept := Config{}
+	kept.Settings.ChurnRelative = 0.1
+	if err := ParseConfig([]byte("optimizer: {max_utilization: 0.5}\n"), &kept); err != nil || kept.Settings.ChurnRelative != 0.1 {
+		t.Fatalf("churn_relative not kept when left out: %v %+v", err, kept.Settings)
+	}
+}
