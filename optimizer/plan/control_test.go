@@ -402,6 +402,8 @@ func TestHoldSmallMoves(t *testing.T) {
 		{"small move held", 100, 0.5 + holdShare/2, 0.5},
 		{"move of holdShare not held", 100, 0.5 + 1.01*holdShare, 0.5 + 1.01*holdShare},
 		{"not held onto a full engine", 50, 0.5 + holdShare/2, 0.5 + holdShare/2},
+		// 50 rps on b against 0.9 × 54 = 48.6: within the 5% band.
+		{"held slightly above max utilization", 54, 0.5 + holdShare/2, 0.5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
