@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
 )
 
 // charsPerToken is the rule of thumb used to estimate tokens from text.
@@ -84,20 +86,10 @@ func idBlockHashes(ids []uint64, idTokens, blockSize, limit int) ([]uint64, erro
 	out := make([]uint64, n)
 	h := uint64(fnvOffset)
 	for i := range n {
-		h = mix(h ^ mix(ids[i/per]+uint64(i%per)))
+		h = pick.Mix(h ^ pick.Mix(ids[i/per]+uint64(i%per)))
 		out[i] = h
 	}
 	return out, nil
-}
-
-// mix is splitmix64's finaliser.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }
 
 // vocabulary is the simulated output; one word is one token.
@@ -116,5 +108,5 @@ func newVocab() []string {
 
 // word returns output token i of request id.
 func word(vocab []string, seed int64, id uint64, i int) string {
-	return vocab[mix(uint64(seed)^mix(id)+uint64(i))%uint64(len(vocab))]
+	return vocab[pick.Mix(uint64(seed)^pick.Mix(id)+uint64(i))%uint64(len(vocab))]
 }
