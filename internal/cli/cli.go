@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 )
 
@@ -26,6 +27,19 @@ type Command struct {
 // ErrUsage marks an error caused by bad flags or arguments; main exits 2.
 var ErrUsage = errors.New("usage")
 
+// ErrHelp marks a request for help (-h, --help): main prints the
+// HelpError's text to stdout and exits 0. It wraps ErrUsage, so a caller
+// that only knows ErrUsage still sees a usage outcome.
+var ErrHelp = fmt.Errorf("%w: help requested", ErrUsage)
+
+// HelpError is a command's help text, returned by Parse for -h or --help.
+type HelpError struct{ Text string }
+
+func (e *HelpError) Error() string { return e.Text }
+
+// Unwrap makes errors.Is(err, ErrHelp) and errors.Is(err, ErrUsage) hold.
+func (e *HelpError) Unwrap() error { return ErrHelp }
+
 // EnvName is the environment variable that backs flag name:
 // "kafka-brokers" -> "SWITCHYARD_KAFKA_BROKERS".
 func EnvName(name string) string {
@@ -34,15 +48,20 @@ func EnvName(name string) string {
 
 // Parse parses args into fs; every flag not given on the command line
 // takes its value from its SWITCHYARD_* environment variable when set.
-// getenv may be nil (os.Getenv). A parse error wraps ErrUsage.
+// A variable set to the empty string sets a string flag to "" (as
+// `--nats-url ""` does: NATS off) and is ignored for other flags. getenv
+// may be nil (the process environment); an injected getenv cannot tell an
+// empty variable from an unset one, so "" is unset there. -h and --help
+// return a *HelpError; any other parse error wraps ErrUsage.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if getenv == nil {
-		getenv = os.Getenv
+	lookup := os.LookupEnv
+	if getenv != nil {
+		lookup = func(k string) (string, bool) { v := getenv(k); return v, v != "" }
 	}
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return fmt.Errorf("%w: %s", ErrUsage, Usage(fs))
+			return &HelpError{Text: Usage(fs)}
 		}
 		return fmt.Errorf("%w: %v\n%s", ErrUsage, err, Usage(fs))
 	}
@@ -53,13 +72,25 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		if set[f.Name] {
 			return
 		}
-		if v := getenv(EnvName(f.Name)); v != "" {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%w: environment %s=%q: %v", ErrUsage, EnvName(f.Name), v, err))
-			}
+		v, ok := lookup(EnvName(f.Name))
+		if !ok || (v == "" && !isString(f)) {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%w: environment %s=%q: %v", ErrUsage, EnvName(f.Name), v, err))
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// isString reports whether f is a string flag.
+func isString(f *flag.Flag) bool {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	_, ok = g.Get().(string)
+	return ok
 }
 
 // Usage renders fs's flags as the help text of its command.
@@ -107,4 +138,30 @@ func (c Connection) Brokers() []string {
 		}
 	}
 	return out
+}
+
+// Version writes the binary's module version, VCS revision and time (and
+// whether the tree was modified) and Go version, from its build info.
+func Version(w io.Writer) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		fmt.Fprintln(w, "switchyard (no build info)")
+		return
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	rev := settings["vcs.revision"]
+	if rev == "" {
+		rev = "unknown"
+	}
+	if settings["vcs.modified"] == "true" {
+		rev += " (modified)"
+	}
+	fmt.Fprintf(w, "switchyard %s\nmodule %s\nrevision %s\n", bi.Main.Version, bi.Main.Path, rev)
+	if t := settings["vcs.time"]; t != "" {
+		fmt.Fprintf(w, "built from a commit of %s\n", t)
+	}
+	fmt.Fprintf(w, "go %s\n", bi.GoVersion)
 }

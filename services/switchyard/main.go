@@ -39,6 +39,14 @@ func commands() []cli.Command {
 		explain.Command(),
 		replay.Command(),
 		sim.Command(),
+		{Name: "version", Summary: "prints the binary's version, VCS revision and Go version",
+			Run: func(_ context.Context, args []string, stdout, _ io.Writer) error {
+				if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
+					return fmt.Errorf("%w: version takes no arguments", cli.ErrUsage)
+				}
+				cli.Version(stdout)
+				return nil
+			}},
 	}
 }
 
@@ -56,11 +64,12 @@ func signalContext() (context.Context, context.CancelFunc) {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		usage(stderr, cmds)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout, cmds)
 		return 0
 	}
 	for _, c := range cmds {
@@ -68,8 +77,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		err := c.Run(ctx, args[1:], stdout, stderr)
+		var help *cli.HelpError
 		switch {
 		case err == nil:
+			return 0
+		case errors.As(err, &help):
+			fmt.Fprint(stdout, help.Text)
 			return 0
 		case errors.Is(err, cli.ErrUsage):
 			fmt.Fprintf(stderr, "switchyard %s: %v\n", c.Name, err)
