@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,7 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc(pathChat, g.serveInference)
 	mux.HandleFunc(pathCompletions, g.serveInference)
 	mux.HandleFunc("/v1/models", g.serveModels)
+	mux.HandleFunc("/v1/models/{id...}", g.serveModel)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, "{\"status\":\"ok\",\"cluster\":%q,\"snapshot_version\":%d}\n", g.cfg.cluster, g.Stats().SnapshotVersion)
@@ -388,9 +390,15 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	if last.failReason == "first_token_timeout" {
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
 	}
+	// The client learns which engine failed and how (the fail reason),
+	// never the engine's address or the transport's error, which stay in
+	// the log.
 	msg := "no engine answered"
+	if last.failReason != "" {
+		msg = fmt.Sprintf("engine %s failed (%s) and no other engine could take the request", ev.EngineId, last.failReason)
+	}
 	if last.err != nil {
-		msg = fmt.Sprintf("engine %s: %v", ev.EngineId, last.err)
+		g.log.Debug("request failed", "engine", ev.EngineId, "reason", last.failReason, "err", last.err)
 	}
 	writeError(w, status, typeServer, code, "", msg)
 	return outcome{statusErr, status}
@@ -693,6 +701,12 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")
 		return
 	}
+	g.askModels(w, r)
+}
+
+// askModels relays an engine's GET /v1/models to w (trying up to
+// MaxAttempts engines); a 503 or 502 error when none answers.
+func (g *Gateway) askModels(w http.ResponseWriter, r *http.Request) {
 	rt := g.cur.Load()
 	if rt == nil || rt.table == nil {
 		writeError(w, 503, typeUnavailable, "no_engines", "", "no engines to ask for models")
@@ -715,4 +729,95 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "no engine answered")
+}
+
+// serveModel answers GET /v1/models/{id} as OpenAI does: the model object,
+// or 404 model_not_found. With --models the gateway's list decides;
+// otherwise it is the entry of an engine's /v1/models list (engines need
+// not implement /v1/models/{id} themselves).
+func (g *Gateway) serveModel(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")
+		return
+	}
+	id := r.PathValue("id")
+	notFound := func() {
+		writeError(w, http.StatusNotFound, typeInvalid, "model_not_found", "model", fmt.Sprintf("the model %q does not exist", id))
+	}
+	if g.models != nil {
+		if !g.models[id] {
+			notFound()
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		b, _ := json.Marshal(map[string]any{"id": id, "object": "model", "created": 0, "owned_by": "switchyard"})
+		_, _ = w.Write(append(b, '\n'))
+		return
+	}
+	list := newBufferedResponse()
+	lr := r.Clone(r.Context())
+	lr.URL.Path, lr.URL.RawPath = "/v1/models", ""
+	g.askModels(list, lr)
+	if list.status != http.StatusOK {
+		copyBuffered(w, list) // the engines' (or the gateway's) error as is
+		return
+	}
+	var models struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(list.body.Bytes(), &models); err != nil {
+		writeError(w, http.StatusBadGateway, typeServer, "upstream_error", "", "the engine's model list is not JSON")
+		return
+	}
+	for _, m := range models.Data {
+		var head struct {
+			ID string `json:"id"`
+		}
+		if json.Unmarshal(m, &head) == nil && head.ID == id {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(append(m, '\n'))
+			return
+		}
+	}
+	notFound()
+}
+
+// bufferedResponse is an http.ResponseWriter that keeps the response (at
+// most maxErrorBytes of body) for the gateway to read.
+type bufferedResponse struct {
+	hdr    http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func newBufferedResponse() *bufferedResponse { return &bufferedResponse{hdr: http.Header{}} }
+
+func (b *bufferedResponse) Header() http.Header { return b.hdr }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.status == 0 {
+		b.status = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	if b.body.Len()+len(p) > maxErrorBytes {
+		return 0, errors.New("model list too large")
+	}
+	return b.body.Write(p)
+}
+
+func (b *bufferedResponse) Flush() {}
+
+// copyBuffered writes a buffered response to w.
+func copyBuffered(w http.ResponseWriter, b *bufferedResponse) {
+	for k, v := range b.hdr {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(max(b.status, http.StatusOK))
+	_, _ = w.Write(b.body.Bytes())
 }
