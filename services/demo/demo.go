@@ -154,6 +154,21 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
+// printReady tells the user the demo is up and what to try.
+func printReady(cfg Config, kafka, signals, gateway, metrics string) {
+	fmt.Fprintf(cfg.Stdout, "ready. Try, in another terminal:\n"+
+		"  curl -N http://%s/v1/chat/completions -d '{\"model\":%q,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'\n"+
+		"  kcat -b %s -t %s -C -e\n", gateway, cfg.Model, kafka, signals)
+	if metrics != "" {
+		fmt.Fprintf(cfg.Stdout, "  curl -s http://%s/metrics | grep switchyard_\n", metrics)
+	}
+	if cfg.Duration > 0 {
+		fmt.Fprintf(cfg.Stdout, "The load runs for %s; Ctrl-C stops earlier.\n", cfg.Duration)
+	} else {
+		fmt.Fprintln(cfg.Stdout, "Ctrl-C to stop.")
+	}
+}
+
 // nextPort returns addr with its port increased by i (port 0 stays 0).
 func nextPort(addr string, i int) (string, error) {
 	host, port, err := net.SplitHostPort(addr)
@@ -221,6 +236,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		_ = g.Wait()
 		return nil, err
 	}
+	metricsAddr := ""
 	if cfg.MetricsListen != "" {
 		addr, stop, err := obs.ServeMetrics(gctx, cfg.MetricsListen, reg)
 		if err != nil {
@@ -230,6 +246,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		}
 		defer stop()
 		fmt.Fprintf(cfg.Stdout, "metrics:  http://%s/metrics\n", addr)
+		metricsAddr = addr
 	}
 	fmt.Fprintf(cfg.Stdout, "kafka:    %s   (kcat -b %s -t %s -C)\n", kafka[0], kafka[0], topics.Signals)
 	fmt.Fprintf(cfg.Stdout, "nats:     %s   (bucket %s)\n", natsURL, snapshots.DefaultBucket)
@@ -239,6 +256,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	for _, e := range fleet {
 		fmt.Fprintf(cfg.Stdout, "engine:   %-9s %-9s %-5s %s\n", e.spec.ID, e.spec.Region, e.spec.GPUClass, e.url)
 	}
+	printReady(cfg, kafka[0], topics.Signals, pipe.gateways[0].addr, metricsAddr)
 
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -271,9 +289,13 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	tick := time.NewTicker(cfg.StatusInterval)
 	defer tick.Stop()
 	componentsFailed := false
+	loadStopped := loadCtx.Done()
 loop:
 	for {
 		select {
+		case <-loadStopped:
+			fmt.Fprintln(cfg.Stdout, "draining: the load stopped; waiting for the requests in flight and the last routing events")
+			loadStopped = nil
 		case <-loadDone:
 			break loop
 		case <-gctx.Done():
