@@ -27,6 +27,10 @@ type composeService struct {
 	Ports       []string          `yaml:"ports"`
 	Expose      []string          `yaml:"expose"`
 	DependsOn   any               `yaml:"depends_on"`
+	Healthcheck *struct {
+		Test []string `yaml:"test"`
+	} `yaml:"healthcheck"`
+	Volumes []string `yaml:"volumes"`
 }
 
 type promConfig struct {
@@ -201,5 +205,83 @@ func TestComposeMatchesBinary(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestComposeBrokers: Kafka and NATS have healthchecks and every service
+// built from our Dockerfile waits for them to be healthy; Kafka advertises
+// a listener that host clients reach on a published port (as the README's
+// kcat -b 127.0.0.1:9092 needs) besides kafka:9092 for the services; its
+// log directory is on the mounted volume.
+func TestComposeBrokers(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cf composeFile
+	if err := yaml.Unmarshal(b, &cf); err != nil {
+		t.Fatal(err)
+	}
+	for _, infra := range []string{"kafka", "nats"} {
+		if hc := cf.Services[infra].Healthcheck; hc == nil || len(hc.Test) == 0 {
+			t.Errorf("%s has no healthcheck", infra)
+		}
+	}
+	for name, s := range cf.Services {
+		if s.Build == nil {
+			continue
+		}
+		deps, ok := s.DependsOn.(map[string]any)
+		if !ok {
+			t.Errorf("service %s: depends_on %v, want kafka and nats with condition service_healthy", name, s.DependsOn)
+			continue
+		}
+		for _, infra := range []string{"kafka", "nats"} {
+			d, _ := deps[infra].(map[string]any)
+			if d["condition"] != "service_healthy" {
+				t.Errorf("service %s: depends_on %s %v, want condition service_healthy", name, infra, deps[infra])
+			}
+		}
+	}
+	k := cf.Services["kafka"]
+	published := map[string]string{} // container port -> host port
+	for _, p := range k.Ports {
+		if host, ctr, ok := strings.Cut(p, ":"); ok {
+			published[ctr] = host
+		}
+	}
+	listeners := map[string]string{} // name -> port
+	for _, l := range strings.Split(k.Environment["KAFKA_LISTENERS"], ",") {
+		if name, addr, ok := strings.Cut(l, "://"); ok {
+			listeners[name] = strings.TrimPrefix(addr, ":")
+		}
+	}
+	var internal, host bool
+	for _, l := range strings.Split(k.Environment["KAFKA_ADVERTISED_LISTENERS"], ",") {
+		name, addr, _ := strings.Cut(l, "://")
+		h, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatalf("advertised listener %q: %v", l, err)
+		}
+		switch {
+		case h == "kafka" && port == listeners[name]:
+			internal = true
+		case (h == "localhost" || h == "127.0.0.1") && published[listeners[name]] == port:
+			host = true
+		}
+	}
+	if !internal || !host {
+		t.Errorf("kafka advertises %q on listeners %q published %v: want kafka:PORT for the services and localhost:PORT published to the host",
+			k.Environment["KAFKA_ADVERTISED_LISTENERS"], k.Environment["KAFKA_LISTENERS"], k.Ports)
+	}
+	dir := k.Environment["KAFKA_LOG_DIRS"]
+	mounted := false
+	for _, v := range k.Volumes {
+		if parts := strings.Split(v, ":"); len(parts) >= 2 && dir != "" && strings.HasPrefix(dir, parts[1]) {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("KAFKA_LOG_DIRS %q is not on a mounted volume %v", dir, k.Volumes)
 	}
 }
