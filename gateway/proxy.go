@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -97,11 +98,47 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 		attribute.String("switchyard.engine", ev.EngineId),
 		attribute.Int64("switchyard.snapshot", int64(ev.SnapshotVersion)),
 		attribute.Int("switchyard.attempts", int(ev.Attempts)),
+		attribute.String("switchyard.decision_reason", ev.DecisionReason),
+		attribute.String("switchyard.cluster", g.cfg.cluster),
 		attribute.Int("http.response.status_code", out.httpStatus),
 	)
+	span.SetAttributes(genAIAttributes(r.URL.Path, ev)...)
 	if out.status == schemas.RequestStatus_REQUEST_STATUS_ERROR {
 		span.SetStatus(codes.Error, "upstream failed")
 	}
+}
+
+// serverAttributes are the semantic-convention server.address and
+// server.port of an engine URL (none when it does not parse).
+func serverAttributes(engineURL string) []attribute.KeyValue {
+	u, err := url.Parse(engineURL)
+	if err != nil || u.Hostname() == "" {
+		return nil
+	}
+	kv := []attribute.KeyValue{attribute.String("server.address", u.Hostname())}
+	if p, err := strconv.Atoi(u.Port()); err == nil {
+		kv = append(kv, attribute.Int("server.port", p))
+	}
+	return kv
+}
+
+// genAIAttributes are the OpenTelemetry GenAI semantic-convention
+// attributes of an inference request: the operation, the requested model
+// and, when the engine reported usage, the token counts.
+func genAIAttributes(path string, ev *schemas.RoutingEvent) []attribute.KeyValue {
+	op := "chat"
+	if path == pathCompletions {
+		op = "text_completion"
+	}
+	kv := []attribute.KeyValue{attribute.String("gen_ai.operation.name", op)}
+	if ev.Model != "" {
+		kv = append(kv, attribute.String("gen_ai.request.model", ev.Model))
+	}
+	if ev.PromptTokens > 0 || ev.OutputTokens > 0 {
+		kv = append(kv, attribute.Int("gen_ai.usage.input_tokens", int(ev.PromptTokens)),
+			attribute.Int("gen_ai.usage.output_tokens", int(ev.OutputTokens)))
+	}
+	return kv
 }
 
 func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time) {
@@ -480,7 +517,7 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	ctx, span := actx, trace.SpanFromContext(actx)
 	if g.tracing {
 		ctx, span = g.tracer.Start(actx, "switchyard.gateway.upstream", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)))
+			trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)), trace.WithAttributes(serverAttributes(eng.URL)...))
 	}
 	defer span.End()
 	firstTimer := time.AfterFunc(g.cfg.firstTokenTimeout, func() { cancel(relay.ErrFirstToken) })

@@ -7,6 +7,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-llm/switchyard/gateway/shed"
 )
@@ -37,6 +38,29 @@ func testTracing(t *testing.T, server string) {
 	}
 	if upstream == nil {
 		t.Fatal("no upstream span")
+	}
+	var inbound sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if s.SpanKind() == trace.SpanKindServer {
+			inbound = s
+		}
+	}
+	if inbound == nil {
+		t.Fatal("no server span")
+	}
+	attrs := map[string]string{}
+	for _, kv := range append(inbound.Attributes(), upstream.Attributes()...) {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	for k, want := range map[string]string{
+		"gen_ai.operation.name": "chat", "gen_ai.request.model": "sim",
+		"gen_ai.usage.input_tokens": "11", "gen_ai.usage.output_tokens": "5",
+		"switchyard.engine": "a", "switchyard.decision_reason": "fallback", "switchyard.attempts": "1",
+		"server.address": "127.0.0.1",
+	} {
+		if attrs[k] != want {
+			t.Errorf("span attribute %s = %q, want %q (all: %v)", k, attrs[k], want, attrs)
+		}
 	}
 	tp0 := e.header(0).Get("traceparent")
 	want := "00-" + upstream.SpanContext().TraceID().String() + "-" + upstream.SpanContext().SpanID().String()

@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -143,7 +144,18 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return fmt.Errorf("registering process collector: %w", err)
 	}
-	opts := append(f.options(), gateway.Logger(log), gateway.Registerer(reg), gateway.Gatherer(reg))
+	tp, shutdownTracing, err := obs.TracerProvider(ctx, "gateway", nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Warn("flushing spans", "err", err)
+		}
+	}()
+	opts := append(f.options(), gateway.Logger(log), gateway.Registerer(reg), gateway.Gatherer(reg), gateway.TracerProvider(tp))
 	if f.SnapshotFile != "" {
 		snap, err := readSnapshotFile(f.SnapshotFile)
 		if err != nil {
