@@ -50,7 +50,7 @@ func testTracing(t *testing.T, server string) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range append(inbound.Attributes(), upstream.Attributes()...) {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	for k, want := range map[string]string{
 		"gen_ai.operation.name": "chat", "gen_ai.request.model": "sim",
