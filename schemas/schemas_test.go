@@ -7,7 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -27,16 +30,62 @@ func TestGeneratedCodeFresh(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("generate.sh: %v\n%s", err, b)
 	}
-	got, err := os.ReadFile(filepath.Join(out, "switchyard.pb.go"))
+	for _, f := range []string{"switchyard.pb.go", "switchyard.binpb"} {
+		got, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("schemas/%s is stale: run `go generate ./schemas` and commit the result", f)
+		}
+	}
+}
+
+// TestDescriptorSetMatchesGoCode checks that the embedded descriptor set
+// (with comments) describes the same file as the generated Go code, so
+// `schema export` never hands out a schema the binaries do not write.
+func TestDescriptorSetMatchesGoCode(t *testing.T) {
+	fds, err := schemas.DescriptorSetProto()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile("switchyard.pb.go")
+	if len(fds.GetFile()) != 1 {
+		t.Fatalf("%d files in the descriptor set, want 1", len(fds.GetFile()))
+	}
+	got := proto.Clone(fds.GetFile()[0]).(*descriptorpb.FileDescriptorProto)
+	got.SourceCodeInfo = nil
+	want := protodesc.ToFileDescriptorProto(schemas.File_switchyard_proto)
+	if !proto.Equal(got, want) {
+		t.Fatal("schemas/switchyard.binpb differs from switchyard.pb.go: run `go generate ./schemas`")
+	}
+	if got.GetPackage() != schemas.Package {
+		t.Fatalf("package %q, want %q", got.GetPackage(), schemas.Package)
+	}
+	if n := schemas.MessageName(&schemas.RoutingEvent{}); n != "switchyard.v1.RoutingEvent" {
+		t.Fatalf("MessageName = %q", n)
+	}
+}
+
+// TestReadersIgnoreNewerFields decodes a record from a newer writer (a
+// field number this build does not know, a higher schema_version): the
+// known fields decode and the unknown one survives a re-encode.
+func TestReadersIgnoreNewerFields(t *testing.T) {
+	b, err := proto.Marshal(&schemas.RoutingEvent{SchemaVersion: schemas.Version + 1, RequestId: "r1", PromptTokens: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("schemas/switchyard.pb.go is stale: run `go generate ./schemas` and commit the result")
+	b = protowire.AppendTag(b, 999, protowire.BytesType)
+	b = protowire.AppendString(b, "from the future")
+	var ev schemas.RoutingEvent
+	if err := proto.Unmarshal(b, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.GetRequestId() != "r1" || ev.GetPromptTokens() != 7 || len(ev.ProtoReflect().GetUnknown()) == 0 {
+		t.Fatalf("decoded %v", &ev)
 	}
 }
 
