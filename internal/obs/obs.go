@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -14,8 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ServeMetrics serves g on addr at /metrics until the returned stop is
-// called or ctx is done. It returns the address it listens on.
+// ServeMetrics serves g on addr at /metrics, and /health (200 "ok" while
+// the process serves: a liveness probe), until the returned stop is called
+// or ctx is done. It returns the address it listens on.
 func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -23,6 +25,10 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (stri
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })

@@ -6,9 +6,7 @@ import (
 	"os"
 	"strings"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -48,13 +46,9 @@ func TracerProvider(ctx context.Context, service string, getenv func(string) str
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating the OTLP trace exporter: %w", err)
 	}
-	name := getenv("OTEL_SERVICE_NAME")
-	if name == "" {
-		name = "switchyard-" + service
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", name)))
+	res, err := serviceResource(service, getenv)
 	if err != nil {
-		return nil, nil, fmt.Errorf("building the trace resource: %w", err)
+		return nil, nil, err
 	}
 	p := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	return p, p.Shutdown, nil
