@@ -18,6 +18,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -49,6 +51,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the loop's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// TracerProvider makes a span per planned window (optimizer.round)
+	// with its solve and publish as children; nil makes none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) defaults() {
@@ -89,6 +94,7 @@ type Optimizer struct {
 	topics streams.Topics
 	log    *slog.Logger
 	m      *metrics
+	tracer trace.Tracer
 
 	estimates, published, latest, dead atomic.Uint64
 }
@@ -112,7 +118,7 @@ func New(cl *kgo.Client, store Store, cfg Config) (*Optimizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	return &Optimizer{cfg: cfg, cl: cl, store: store, topics: topics, log: cfg.Logger, m: m}, nil
+	return &Optimizer{cfg: cfg, cl: cl, store: store, topics: topics, log: cfg.Logger, m: m, tracer: cfg.tracer()}, nil
 }
 
 // Stats returns the counters.
@@ -204,22 +210,33 @@ func (o *Optimizer) round(ctx context.Context, planner *plan.Planner, end time.T
 		planner.Apply(ests...) // already published (e.g. before a restart)
 		return
 	}
+	ctx, span := o.startSpan(ctx, "optimizer.round", attribute.Int64("switchyard.window_end_unix_ms", end.UnixMilli()), attribute.Int("switchyard.estimates", len(ests)))
+	var err error
+	defer func() { endSpan(span, err) }()
 	start := time.Now()
+	_, solveSpan := o.startSpan(ctx, "optimizer.solve")
 	snap, err := planner.Plan(end, ests)
+	endSpan(solveSpan, err)
 	o.m.solveSecs.Observe(time.Since(start).Seconds())
 	switch {
 	case errors.Is(err, plan.ErrNothingToPlan), errors.Is(err, plan.ErrOldWindow):
 		o.m.failures.WithLabelValues("instance").Inc()
 		o.log.Debug("not planning", "window_end", end, "err", err)
+		span.SetAttributes(attribute.String("switchyard.skipped", err.Error()))
+		err = nil // nothing to plan is no failure of the round
 		return
 	case err != nil:
 		o.m.failures.WithLabelValues("solve").Inc()
 		o.log.Error("planning failed", "window_end", end, "err", err)
 		return
 	}
+	span.SetAttributes(attribute.Int64("switchyard.snapshot_version", int64(snap.GetVersion())), attribute.Int("switchyard.clusters", len(snap.GetClusters())))
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := o.store.Publish(pctx, snap); err != nil {
+	pctx, pubSpan := o.startSpan(pctx, "optimizer.publish")
+	err = o.store.Publish(pctx, snap)
+	endSpan(pubSpan, err)
+	if err != nil {
 		o.m.failures.WithLabelValues("publish").Inc()
 		o.log.Warn("publishing snapshot", "version", snap.GetVersion(), "err", err)
 		return
