@@ -104,6 +104,11 @@ const (
 	RequestStatus_REQUEST_STATUS_CLIENT_ERROR RequestStatus = 4
 	// The client went away before the response completed.
 	RequestStatus_REQUEST_STATUS_CANCELED RequestStatus = 5
+	// An arrival record: the request was admitted and is still running
+	// some seconds after it arrived. It counts as demand at its arrival
+	// (event_time_unix_ms) and carries nothing else; the request's final
+	// record follows with counted_at_arrival set.
+	RequestStatus_REQUEST_STATUS_IN_PROGRESS RequestStatus = 6
 )
 
 // Enum value maps for RequestStatus.
@@ -115,6 +120,7 @@ var (
 		3: "REQUEST_STATUS_SHED",
 		4: "REQUEST_STATUS_CLIENT_ERROR",
 		5: "REQUEST_STATUS_CANCELED",
+		6: "REQUEST_STATUS_IN_PROGRESS",
 	}
 	RequestStatus_value = map[string]int32{
 		"REQUEST_STATUS_UNSPECIFIED":  0,
@@ -123,6 +129,7 @@ var (
 		"REQUEST_STATUS_SHED":         3,
 		"REQUEST_STATUS_CLIENT_ERROR": 4,
 		"REQUEST_STATUS_CANCELED":     5,
+		"REQUEST_STATUS_IN_PROGRESS":  6,
 	}
 )
 
@@ -266,6 +273,12 @@ const (
 	FailureReason_FAILURE_REASON_INVALID_REQUEST FailureReason = 12
 	// The client went away before the response completed.
 	FailureReason_FAILURE_REASON_CLIENT_CANCELED FailureReason = 13
+	// Rejected with 429 by the tenant's own rate or concurrency limit (its
+	// API key's quota): not demand on the cluster.
+	FailureReason_FAILURE_REASON_TENANT_LIMIT FailureReason = 14
+	// Rejected with 401: API keys are configured and the request had no
+	// valid one.
+	FailureReason_FAILURE_REASON_UNAUTHENTICATED FailureReason = 15
 )
 
 // Enum value maps for FailureReason.
@@ -285,6 +298,8 @@ var (
 		11: "FAILURE_REASON_RETRY_BUDGET",
 		12: "FAILURE_REASON_INVALID_REQUEST",
 		13: "FAILURE_REASON_CLIENT_CANCELED",
+		14: "FAILURE_REASON_TENANT_LIMIT",
+		15: "FAILURE_REASON_UNAUTHENTICATED",
 	}
 	FailureReason_value = map[string]int32{
 		"FAILURE_REASON_UNSPECIFIED":         0,
@@ -301,6 +316,8 @@ var (
 		"FAILURE_REASON_RETRY_BUDGET":        11,
 		"FAILURE_REASON_INVALID_REQUEST":     12,
 		"FAILURE_REASON_CLIENT_CANCELED":     13,
+		"FAILURE_REASON_TENANT_LIMIT":        14,
+		"FAILURE_REASON_UNAUTHENTICATED":     15,
 	}
 )
 
@@ -835,9 +852,12 @@ type RoutingEvent struct {
 	// Why the request failed or was shed; UNSPECIFIED when status is OK.
 	FailureReason FailureReason `protobuf:"varint,29,opt,name=failure_reason,json=failureReason,proto3,enum=switchyard.v1.FailureReason" json:"failure_reason,omitempty"`
 	// How the engine was chosen (decision_reason as an enum).
-	Decision      DecisionReason `protobuf:"varint,30,opt,name=decision,proto3,enum=switchyard.v1.DecisionReason" json:"decision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Decision DecisionReason `protobuf:"varint,30,opt,name=decision,proto3,enum=switchyard.v1.DecisionReason" json:"decision,omitempty"`
+	// The request's arrival record (status REQUEST_STATUS_IN_PROGRESS) was
+	// published: this final record does not count as demand again.
+	CountedAtArrival bool `protobuf:"varint,31,opt,name=counted_at_arrival,json=countedAtArrival,proto3" json:"counted_at_arrival,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RoutingEvent) Reset() {
@@ -1078,6 +1098,13 @@ func (x *RoutingEvent) GetDecision() DecisionReason {
 		return x.Decision
 	}
 	return DecisionReason_DECISION_REASON_UNSPECIFIED
+}
+
+func (x *RoutingEvent) GetCountedAtArrival() bool {
+	if x != nil {
+		return x.CountedAtArrival
+	}
+	return false
 }
 
 // ProfilePoint is one knot of a piecewise-linear latency profile.
@@ -2173,7 +2200,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\vhttp_status\x18\x04 \x01(\rR\n" +
 	"httpStatus\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
-	"durationMs\"\x8c\t\n" +
+	"durationMs\"\xba\t\n" +
 	"\fRoutingEvent\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
 	"\n" +
@@ -2208,7 +2235,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x17completion_time_unix_ms\x18\x1b \x01(\x03R\x14completionTimeUnixMs\x12,\n" +
 	"\x05tried\x18\x1c \x03(\v2\x16.switchyard.v1.AttemptR\x05tried\x12C\n" +
 	"\x0efailure_reason\x18\x1d \x01(\x0e2\x1c.switchyard.v1.FailureReasonR\rfailureReason\x129\n" +
-	"\bdecision\x18\x1e \x01(\x0e2\x1d.switchyard.v1.DecisionReasonR\bdecision\"O\n" +
+	"\bdecision\x18\x1e \x01(\x0e2\x1d.switchyard.v1.DecisionReasonR\bdecision\x12,\n" +
+	"\x12counted_at_arrival\x18\x1f \x01(\bR\x10countedAtArrival\"O\n" +
 	"\fProfilePoint\x12 \n" +
 	"\vutilization\x18\x01 \x01(\x01R\vutilization\x12\x1d\n" +
 	"\n" +
@@ -2308,14 +2336,15 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x13\n" +
 	"\x0fHEALTH_DEGRADED\x10\x02\x12\x14\n" +
-	"\x10HEALTH_UNHEALTHY\x10\x03*\xb7\x01\n" +
+	"\x10HEALTH_UNHEALTHY\x10\x03*\xd7\x01\n" +
 	"\rRequestStatus\x12\x1e\n" +
 	"\x1aREQUEST_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11REQUEST_STATUS_OK\x10\x01\x12\x18\n" +
 	"\x14REQUEST_STATUS_ERROR\x10\x02\x12\x17\n" +
 	"\x13REQUEST_STATUS_SHED\x10\x03\x12\x1f\n" +
 	"\x1bREQUEST_STATUS_CLIENT_ERROR\x10\x04\x12\x1b\n" +
-	"\x17REQUEST_STATUS_CANCELED\x10\x05*\xf9\x01\n" +
+	"\x17REQUEST_STATUS_CANCELED\x10\x05\x12\x1e\n" +
+	"\x1aREQUEST_STATUS_IN_PROGRESS\x10\x06*\xf9\x01\n" +
 	"\x0eDecisionReason\x12\x1f\n" +
 	"\x1bDECISION_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18DECISION_REASON_AFFINITY\x10\x01\x12\x1c\n" +
@@ -2324,7 +2353,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x18DECISION_REASON_FALLBACK\x10\x04\x12\x19\n" +
 	"\x15DECISION_REASON_PANIC\x10\x05\x12\x19\n" +
 	"\x15DECISION_REASON_RETRY\x10\x06\x12\x18\n" +
-	"\x14DECISION_REASON_SHED\x10\a*\xdb\x03\n" +
+	"\x14DECISION_REASON_SHED\x10\a*\xa0\x04\n" +
 	"\rFailureReason\x12\x1e\n" +
 	"\x1aFAILURE_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16FAILURE_REASON_CONNECT\x10\x01\x12\x1d\n" +
@@ -2340,7 +2369,9 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x12\x1f\n" +
 	"\x1bFAILURE_REASON_RETRY_BUDGET\x10\v\x12\"\n" +
 	"\x1eFAILURE_REASON_INVALID_REQUEST\x10\f\x12\"\n" +
-	"\x1eFAILURE_REASON_CLIENT_CANCELED\x10\r*^\n" +
+	"\x1eFAILURE_REASON_CLIENT_CANCELED\x10\r\x12\x1f\n" +
+	"\x1bFAILURE_REASON_TENANT_LIMIT\x10\x0e\x12\"\n" +
+	"\x1eFAILURE_REASON_UNAUTHENTICATED\x10\x0f*^\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPRIORITY_LOW\x10\x01\x12\x13\n" +
