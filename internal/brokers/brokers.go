@@ -8,6 +8,7 @@ package brokers
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,6 +36,43 @@ type Config struct {
 	// KafkaPartitions is the default partition count of auto-created
 	// topics. Default 3.
 	KafkaPartitions int
+	// Security makes both brokers require TLS and credentials. The zero
+	// value leaves them open (plain TCP, no authentication): only for
+	// loopback.
+	Security Security
+}
+
+// Security is what the embedded brokers require of clients.
+type Security struct {
+	// TLS is the servers' TLS configuration (Certificates; ClientCAs and
+	// ClientAuth tls.RequireAndVerifyClientCert for mutual TLS). nil:
+	// plain TCP.
+	TLS *tls.Config
+	// Users may connect to both brokers with a password: to NATS as users
+	// (all subjects unless NATSPermissions is set) and to Kafka by SASL
+	// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Users []User
+	// NATSNKeys are nkey user public keys (U...) NATS also accepts.
+	NATSNKeys []string
+	// NATSToken, when set and there are no Users or NKeys, is the token
+	// NATS requires.
+	NATSToken string
+}
+
+// User is a broker user.
+type User struct {
+	Name, Password string
+	// NATSPermissions restricts what the user may publish and subscribe
+	// to on NATS (nil: everything). See docs/security.md.
+	NATSPermissions *server.Permissions
+	// KafkaACLs restrict the user on Kafka; with none the user is a
+	// superuser. ACLs are only enforced when some user has them.
+	KafkaACLs []kfake.ACL
+}
+
+// authOn reports whether any credential is required.
+func (s Security) authOn() bool {
+	return len(s.Users) > 0 || len(s.NATSNKeys) > 0 || s.NATSToken != ""
 }
 
 // Brokers is a running pair of embedded brokers.
@@ -54,14 +92,14 @@ func Start(ctx context.Context, cfg Config) (*Brokers, error) {
 		}
 		store, tmp = d, d
 	}
-	ns, err := StartNATS(ctx, cfg.NATSListen, store)
+	ns, err := startNATS(ctx, cfg.NATSListen, store, cfg.Security)
 	if err != nil {
 		if tmp != "" {
 			_ = os.RemoveAll(tmp)
 		}
 		return nil, err
 	}
-	kc, err := StartKafka(cfg.KafkaListen, dataSub(cfg.DataDir, "kafka"), cfg.KafkaPartitions)
+	kc, err := startKafka(cfg.KafkaListen, dataSub(cfg.DataDir, "kafka"), cfg.KafkaPartitions, cfg.Security)
 	if err != nil {
 		ns.Shutdown()
 		if tmp != "" {
@@ -118,6 +156,10 @@ func splitHostPort(addr, def string) (string, int, error) {
 // directory of the server's choosing, shared between runs: Start gives
 // each run its own.
 func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, error) {
+	return startNATS(ctx, listen, storeDir, Security{})
+}
+
+func startNATS(ctx context.Context, listen, storeDir string, sec Security) (*server.Server, error) {
 	host, port, err := splitHostPort(listen, "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -136,6 +178,7 @@ func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, er
 		JetStreamMaxMemory: 256 << 20,
 		JetStreamMaxStore:  1 << 30,
 	}
+	natsSecurity(opts, sec)
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("creating nats server: %w", err)
@@ -155,6 +198,10 @@ func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, er
 // StartKafka starts a single-broker kfake cluster on listen (host:port;
 // port 0 picks a free one). dataDir empty keeps the log in memory.
 func StartKafka(listen, dataDir string, partitions int) (*kfake.Cluster, error) {
+	return startKafka(listen, dataDir, partitions, Security{})
+}
+
+func startKafka(listen, dataDir string, partitions int, sec Security) (*kfake.Cluster, error) {
 	host, port, err := splitHostPort(listen, "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -175,6 +222,7 @@ func StartKafka(listen, dataDir string, partitions int) (*kfake.Cluster, error) 
 	if dataDir != "" {
 		opts = append(opts, kfake.DataDir(dataDir))
 	}
+	opts = append(opts, kafkaSecurity(sec)...)
 	kc, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded kafka on %s:%d: %w", host, port, err)

@@ -12,6 +12,11 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/internal/connect"
 )
 
 // Command is one `switchyard <name>` subcommand. Run parses args itself
@@ -103,11 +108,18 @@ func Usage(fs *flag.FlagSet) string {
 	return b.String()
 }
 
-// Connection holds the flags every networked service takes.
+// Connection holds the flags every networked service takes: where the
+// brokers are, and how to reach them securely (TLS, NATS credentials,
+// Kafka SASL; see docs/security.md). Every flag also reads its SWITCHYARD_*
+// variable, the better place for secrets (SWITCHYARD_NATS_PASSWORD,
+// SWITCHYARD_KAFKA_PASSWORD, SWITCHYARD_NATS_TOKEN).
 type Connection struct {
 	KafkaBrokers string // comma-separated host:port list
 	NATSURL      string
 	TopicPrefix  string
+	// NATS and Kafka are the security settings of each broker.
+	NATS  connect.NATS
+	Kafka connect.Kafka
 }
 
 // DefaultKafkaBrokers and DefaultNATSURL match `switchyard brokers` defaults.
@@ -116,17 +128,38 @@ const (
 	DefaultNATSURL      = "nats://127.0.0.1:4222"
 )
 
-// Register adds --kafka-brokers, --nats-url and --topic-prefix to fs.
+// Register adds --kafka-brokers, --nats-url, --topic-prefix and the TLS and
+// credential flags of both brokers to fs.
 func (c *Connection) Register(fs *flag.FlagSet) {
 	c.RegisterKafka(fs)
 	fs.StringVar(&c.NATSURL, "nats-url", DefaultNATSURL, "NATS server URL (JetStream enabled)")
+	RegisterTLS(fs, "nats", &c.NATS.TLS)
+	fs.StringVar(&c.NATS.User, "nats-user", "", "NATS user (with --nats-password)")
+	fs.StringVar(&c.NATS.Password, "nats-password", "", "NATS password (prefer the environment variable)")
+	fs.StringVar(&c.NATS.Token, "nats-token", "", "NATS authentication token (prefer the environment variable)")
+	fs.StringVar(&c.NATS.NKeySeedFile, "nats-nkey-seed", "", "file holding the NATS nkey user seed (SU...)")
+	fs.StringVar(&c.NATS.CredsFile, "nats-creds", "", "NATS .creds file (user JWT and seed)")
 }
 
-// RegisterKafka adds --kafka-brokers and --topic-prefix to fs, for
-// commands that use Kafka only.
+// RegisterKafka adds --kafka-brokers, --topic-prefix and Kafka's TLS and
+// SASL flags to fs, for commands that use Kafka only.
 func (c *Connection) RegisterKafka(fs *flag.FlagSet) {
 	fs.StringVar(&c.KafkaBrokers, "kafka-brokers", DefaultKafkaBrokers, "comma-separated Kafka bootstrap brokers")
 	fs.StringVar(&c.TopicPrefix, "topic-prefix", "switchyard", "prefix of every Kafka topic name")
+	RegisterTLS(fs, "kafka", &c.Kafka.TLS)
+	fs.StringVar(&c.Kafka.Mechanism, "kafka-sasl", "", "Kafka SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: none)")
+	fs.StringVar(&c.Kafka.User, "kafka-user", "", "Kafka SASL user")
+	fs.StringVar(&c.Kafka.Password, "kafka-password", "", "Kafka SASL password (prefer the environment variable)")
+}
+
+// RegisterTLS adds --NAME-tls, --NAME-ca, --NAME-cert, --NAME-key and
+// --NAME-tls-server-name to fs.
+func RegisterTLS(fs *flag.FlagSet, name string, t *connect.TLS) {
+	fs.BoolVar(&t.Enable, name+"-tls", false, "connect to "+name+" with TLS (implied by the CA and cert flags)")
+	fs.StringVar(&t.CAFile, name+"-ca", "", "PEM file of the CAs that verify the "+name+" server (default: system roots)")
+	fs.StringVar(&t.CertFile, name+"-cert", "", "PEM client certificate for "+name+" (with its key)")
+	fs.StringVar(&t.KeyFile, name+"-key", "", "PEM key of the "+name+" client certificate")
+	fs.StringVar(&t.ServerName, name+"-tls-server-name", "", "name the "+name+" server certificate must carry (default: the host)")
 }
 
 // Brokers splits KafkaBrokers.
@@ -138,6 +171,51 @@ func (c Connection) Brokers() []string {
 		}
 	}
 	return out
+}
+
+// KafkaOpts returns the seed brokers and the TLS and SASL options of the
+// Kafka connection.
+func (c Connection) KafkaOpts() ([]kgo.Opt, error) {
+	sec, err := c.Kafka.Options()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return append([]kgo.Opt{kgo.SeedBrokers(c.Brokers()...)}, sec...), nil
+}
+
+// NewKafka creates a Kafka client with KafkaOpts and then opts.
+func (c Connection) NewKafka(opts ...kgo.Opt) (*kgo.Client, error) {
+	base, err := c.KafkaOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("creating kafka client: %w", err)
+	}
+	return cl, nil
+}
+
+// NATSOpts returns the TLS and credential options of the NATS connection.
+func (c Connection) NATSOpts() ([]nats.Option, error) {
+	opts, err := c.NATS.Options()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return opts, nil
+}
+
+// ConnectNATS connects to NATSURL with NATSOpts and then opts.
+func (c Connection) ConnectNATS(opts ...nats.Option) (*nats.Conn, error) {
+	base, err := c.NATSOpts()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(c.NATSURL, append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to nats %s: %w", c.NATSURL, err)
+	}
+	return nc, nil
 }
 
 // Version writes the binary's module version, VCS revision and time (and

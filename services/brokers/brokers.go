@@ -5,11 +5,13 @@ package brokers
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
-
-	"github.com/twmb/franz-go/pkg/kgo"
+	"os"
+	"strings"
 
 	embedded "github.com/switchyard-llm/switchyard/internal/brokers"
 	"github.com/switchyard-llm/switchyard/internal/cli"
@@ -21,6 +23,64 @@ func Command() cli.Command {
 	return cli.Command{Name: "brokers", Summary: "run the embedded NATS (JetStream) and Kafka brokers", Run: run}
 }
 
+// securityFlags are what the brokers require of clients.
+type securityFlags struct {
+	cert, key, clientCA  string
+	user, password       string
+	natsToken, natsNKeys string
+}
+
+func (s *securityFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.cert, "tls-cert", "", "PEM server certificate of both brokers (with --tls-key): clients must use TLS")
+	fs.StringVar(&s.key, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&s.clientCA, "tls-client-ca", "", "PEM CAs of client certificates: clients must present one (mutual TLS)")
+	fs.StringVar(&s.user, "user", "", "user both brokers require (NATS user/password; Kafka SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512)")
+	fs.StringVar(&s.password, "password", "", "password of --user (prefer SWITCHYARD_PASSWORD)")
+	fs.StringVar(&s.natsToken, "nats-token", "", "token NATS requires (when no --user or --nats-nkeys; prefer SWITCHYARD_NATS_TOKEN)")
+	fs.StringVar(&s.natsNKeys, "nats-nkeys", "", "comma-separated nkey user public keys (U...) NATS accepts")
+}
+
+func (s *securityFlags) security() (embedded.Security, error) {
+	var sec embedded.Security
+	if (s.cert == "") != (s.key == "") {
+		return sec, fmt.Errorf("%w: --tls-cert and --tls-key go together", cli.ErrUsage)
+	}
+	if s.clientCA != "" && s.cert == "" {
+		return sec, fmt.Errorf("%w: --tls-client-ca needs --tls-cert", cli.ErrUsage)
+	}
+	if s.cert != "" {
+		cert, err := tls.LoadX509KeyPair(s.cert, s.key)
+		if err != nil {
+			return sec, fmt.Errorf("loading --tls-cert: %w", err)
+		}
+		sec.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		if s.clientCA != "" {
+			pem, err := os.ReadFile(s.clientCA)
+			if err != nil {
+				return sec, fmt.Errorf("reading --tls-client-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return sec, fmt.Errorf("%w: no PEM certificate in --tls-client-ca %s", cli.ErrUsage, s.clientCA)
+			}
+			sec.TLS.ClientCAs, sec.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
+	}
+	if (s.user == "") != (s.password == "") {
+		return sec, fmt.Errorf("%w: --user and --password go together", cli.ErrUsage)
+	}
+	if s.user != "" {
+		sec.Users = []embedded.User{{Name: s.user, Password: s.password}}
+	}
+	for _, k := range strings.Split(s.natsNKeys, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			sec.NATSNKeys = append(sec.NATSNKeys, k)
+		}
+	}
+	sec.NATSToken = s.natsToken
+	return sec, nil
+}
+
 func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("brokers", flag.ContinueOnError)
 	kafkaListen := fs.String("kafka-listen", "127.0.0.1:9092", "host:port of the embedded Kafka broker")
@@ -28,23 +88,23 @@ func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	dataDir := fs.String("data-dir", "", "persist Kafka and JetStream data under this directory (empty: Kafka in memory)")
 	partitions := fs.Int("partitions", 3, "partitions of each Switchyard topic")
 	prefix := fs.String("topic-prefix", streams.DefaultPrefix, "prefix of the Switchyard topics to create")
+	var sf securityFlags
+	sf.register(fs)
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
+	sec, err := sf.security()
+	if err != nil {
+		return err
+	}
 	b, err := embedded.Start(ctx, embedded.Config{
-		KafkaListen: *kafkaListen, NATSListen: *natsListen, DataDir: *dataDir, KafkaPartitions: *partitions,
+		KafkaListen: *kafkaListen, NATSListen: *natsListen, DataDir: *dataDir, KafkaPartitions: *partitions, Security: sec,
 	})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.KafkaAddrs()...))
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	err = streams.EnsureTopics(ctx, cl, streams.TopicsFor(*prefix), int32(*partitions))
-	cl.Close()
-	if err != nil {
+	if err := b.EnsureTopics(streams.TopicsFor(*prefix), int32(*partitions)); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "kafka: %s\nnats: %s\n", b.KafkaAddrs()[0], b.NATSURL())
