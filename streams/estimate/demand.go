@@ -17,12 +17,15 @@ type Demand struct {
 	prompted float64
 }
 
-// Add folds a validated routing event in. Every request counts toward
-// demand whatever its outcome (shed and failed requests were demand too);
-// the token mix comes from successful ones. prompt_tokens 0 means the
-// gateway did not learn the usage, not an empty prompt.
+// Add folds a validated routing event in. A request counts toward demand
+// once, at its arrival, whatever its outcome (shed, rejected and failed
+// requests were demand too; see CountsAsDemand); the token mix comes from
+// successful ones. prompt_tokens 0 means the gateway did not learn the
+// usage, not an empty prompt.
 func (d *Demand) Add(ev *schemas.RoutingEvent) {
-	d.requests++
+	if CountsAsDemand(ev) {
+		d.requests++
+	}
 	if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_OK {
 		d.tokened++
 		d.outputSum += float64(ev.GetOutputTokens())
@@ -31,6 +34,27 @@ func (d *Demand) Add(ev *schemas.RoutingEvent) {
 			d.promptSum += float64(pt)
 		}
 	}
+}
+
+// CountsAsDemand reports whether a routing event counts one request of
+// demand in the pane of its event time (the request's arrival). Every
+// request counts once: the arrival record of a long request
+// (REQUEST_STATUS_IN_PROGRESS) counts and its final record
+// (counted_at_arrival) does not; shed and rejected requests count; a
+// request the gateway itself refused as malformed or unauthenticated (a
+// client error with no engine tried) and one over its tenant's own quota
+// do not, so cheap bad requests cannot make the optimizer shed the
+// well-behaved ones.
+func CountsAsDemand(ev *schemas.RoutingEvent) bool {
+	switch {
+	case ev.GetCountedAtArrival():
+		return false
+	case ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR && ev.GetEngineId() == "":
+		return false
+	case ev.GetFailureReason() == schemas.FailureReason_FAILURE_REASON_TENANT_LIMIT:
+		return false
+	}
+	return true
 }
 
 // Holt smoothing constants for the forecast over a window's panes.
@@ -66,8 +90,8 @@ func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*De
 			continue
 		}
 		prev := level
-		level = holtAlpha*rate + (1-holtAlpha)*(level+trend)
-		trend = holtBeta*(level-prev) + (1-holtBeta)*trend
+		level = float64(holtAlpha*rate) + float64((1-holtAlpha)*(level+trend))
+		trend = float64(holtBeta*(level-prev)) + float64((1-holtBeta)*trend)
 	}
 	out := &schemas.DemandEstimate{
 		SchemaVersion: schemas.Version, Cluster: cluster, WindowStartUnixMs: start, WindowEndUnixMs: end,

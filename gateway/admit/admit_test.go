@@ -1,0 +1,301 @@
+package admit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// feed gives l n samples of latency with inflight requests, then Updates.
+func feed(l *Limiter, now time.Time, k Kind, latency time.Duration, inflight int64, n int) int {
+	for range n {
+		l.Sample(k, latency, inflight)
+	}
+	return l.Update(now)
+}
+
+func TestLimiterGrowsWhileLatencyHolds(t *testing.T) {
+	l := NewLimiter(Config{}, 0)
+	now := time.Unix(1000, 0)
+	prev := l.Limit()
+	// Slow start: x1.5 per window while the limit is in use.
+	for i := range 5 {
+		now = now.Add(250 * time.Millisecond)
+		got := feed(l, now, TTFT, 100*time.Millisecond, int64(prev), 10)
+		if got <= prev {
+			t.Fatalf("window %d: limit %d -> %d with flat latency at the limit", i, prev, got)
+		}
+		prev = got
+	}
+	if prev < 32*5 {
+		t.Fatalf("slow start reached only %d after 5 windows from 32", prev)
+	}
+}
+
+func TestLimiterHoldsWhenNotInUse(t *testing.T) {
+	l := NewLimiter(Config{Initial: 64}, 0)
+	now := time.Unix(1000, 0)
+	for range 10 {
+		now = now.Add(250 * time.Millisecond)
+		if got := feed(l, now, TTFT, 100*time.Millisecond, 10, 10); got != 64 {
+			t.Fatalf("limit moved to %d with 10 of 64 in flight", got)
+		}
+	}
+}
+
+func TestLimiterShrinksWhenLatencyRises(t *testing.T) {
+	l := NewLimiter(Config{Initial: 100}, 0)
+	now := time.Unix(1000, 0)
+	feed(l, now, TTFT, 100*time.Millisecond, 100, 10) // baseline 100 ms
+	// 2x the baseline is within Tolerance 2: no decrease.
+	now = now.Add(250 * time.Millisecond)
+	before := l.Limit()
+	if got := feed(l, now, TTFT, 200*time.Millisecond, int64(before), 10); got < before {
+		t.Fatalf("limit fell %d -> %d at 2x the baseline", before, got)
+	}
+	// 8x: the gradient is clamped at 0.5.
+	now = now.Add(250 * time.Millisecond)
+	before = l.Limit()
+	got := feed(l, now, TTFT, 800*time.Millisecond, int64(before), 10)
+	if want := before / 2; got != want {
+		t.Fatalf("limit %d -> %d at 8x the baseline, want %d", before, got, want)
+	}
+	// After the decrease, growth is additive (sqrt), not slow start.
+	now = now.Add(250 * time.Millisecond)
+	before = l.Limit()
+	got = feed(l, now, TTFT, 100*time.Millisecond, int64(before), 10)
+	if got <= before || got > before+12 {
+		t.Fatalf("limit %d -> %d after a decrease, want +sqrt", before, got)
+	}
+}
+
+func TestLimiterKindsHaveTheirOwnBaseline(t *testing.T) {
+	l := NewLimiter(Config{Initial: 100}, 0)
+	now := time.Unix(1000, 0)
+	l.Sample(TTFT, 100*time.Millisecond, 100)
+	for range 10 {
+		l.Sample(TTFT, 100*time.Millisecond, 100)
+		l.Sample(PerToken, 20*time.Millisecond, 100)
+	}
+	l.Update(now)
+	before := l.Limit()
+	now = now.Add(250 * time.Millisecond)
+	// Whole responses are slower per token than streamed TTFTs are long,
+	// but each kind is compared with its own baseline: no decrease.
+	for range 10 {
+		l.Sample(TTFT, 110*time.Millisecond, int64(before))
+		l.Sample(PerToken, 22*time.Millisecond, int64(before))
+	}
+	if got := l.Update(now); got < before {
+		t.Fatalf("limit fell %d -> %d with both kinds near their baselines", before, got)
+	}
+}
+
+func TestLimiterBacksOffOnDrops(t *testing.T) {
+	l := NewLimiter(Config{Initial: 100, Min: 5}, 0)
+	l.Drop()
+	if got := l.Update(time.Unix(1, 0)); got != 80 {
+		t.Fatalf("limit after a drop %d, want 80", got)
+	}
+	for range 50 {
+		l.Drop()
+		l.Update(time.Unix(1, 0))
+	}
+	if got := l.Limit(); got != 5 {
+		t.Fatalf("limit after many drops %d, want the minimum 5", got)
+	}
+}
+
+func TestLimiterInitialFromSnapshot(t *testing.T) {
+	if got := NewLimiter(Config{}, 256).Limit(); got != 256 {
+		t.Fatalf("initial %d, want 256", got)
+	}
+	if got := NewLimiter(Config{Max: 100}, 256).Limit(); got != 100 {
+		t.Fatalf("initial %d, want Max 100", got)
+	}
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// waitLen polls until n requests wait in q (or fails after 5 s).
+func waitLen(t *testing.T, q *Queue, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for q.Len() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("queue length %d, want %d", q.Len(), n)
+		}
+		time.Sleep(time.Millisecond) // polling with a deadline
+	}
+}
+
+// warm makes q see rate slot releases per second.
+func warm(q *Queue, c *clock, perSecond int) {
+	q.SetCapacity(0)
+	for range perSecond {
+		if err := q.Acquire(context.Background(), 1); err != nil {
+			panic(err)
+		}
+	}
+	for range perSecond {
+		q.Release()
+	}
+}
+
+func TestQueueAdmitsToCapacityThenRejectsAtOnceWithoutReleases(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
+	q.SetCapacity(2)
+	for range 2 {
+		if err := q.Acquire(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Nothing was released lately: waiting would be a guess, reject now.
+	if err := q.Acquire(context.Background(), 1); !errors.Is(err, ErrWait) {
+		t.Fatalf("third acquire: %v, want ErrWait", err)
+	}
+}
+
+func TestQueueOrder(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
+	warm(q, c, 100)
+	q.SetCapacity(1)
+	if err := q.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	admitted := make([]chan struct{}, 3)
+	for i, p := range []int{0, 2, 1} {
+		admitted[i] = make(chan struct{})
+		go func() {
+			if err := q.Acquire(context.Background(), p); err != nil {
+				t.Errorf("priority %d: %v", p, err)
+			}
+			close(admitted[i])
+		}()
+		waitLen(t, q, i+1)
+	}
+	// High (index 1), then normal (2), then low (0).
+	for _, i := range []int{1, 2, 0} {
+		q.Release()
+		<-admitted[i]
+	}
+	q.Release()
+	if q.InFlight() != 0 || q.Len() != 0 {
+		t.Fatalf("in flight %d, queued %d", q.InFlight(), q.Len())
+	}
+}
+
+func TestQueueRejectsPredictedLongWait(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: 100 * time.Millisecond}, c.now)
+	warm(q, c, 20) // 20 slots/s: 50 ms per place in the queue
+	q.SetCapacity(1)
+	if err := q.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	for i := range 2 { // places 1 and 2: 50 and 100 ms
+		go func() { errs <- q.Acquire(context.Background(), 1) }()
+		waitLen(t, q, i+1)
+	}
+	if err := q.Acquire(context.Background(), 1); !errors.Is(err, ErrWait) {
+		t.Fatalf("third in line (150 ms predicted, deadline 100 ms): %v", err)
+	}
+	// A high-priority request goes ahead of both: admitted to the queue.
+	high := make(chan error, 1)
+	go func() { high <- q.Acquire(context.Background(), 2) }()
+	waitLen(t, q, 3)
+	q.Release()
+	if err := <-high; err != nil {
+		t.Fatal(err)
+	}
+	q.Release()
+	q.Release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestQueueTimeoutAndFull(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: 20 * time.Millisecond, MaxQueue: 1}, c.now)
+	warm(q, c, 1000)
+	q.SetCapacity(1)
+	if err := q.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Acquire(context.Background(), 0) }()
+	waitLen(t, q, 1)
+	if err := q.Acquire(context.Background(), 0); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("second waiter in a queue of 1: %v", err)
+	}
+	// A higher priority evicts the low one.
+	hi := make(chan error, 1)
+	go func() { hi <- q.Acquire(context.Background(), 2) }()
+	if err := <-done; !errors.Is(err, ErrEvicted) {
+		t.Fatalf("low waiter: %v, want ErrEvicted", err)
+	}
+	if err := <-hi; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("high waiter without a release: %v, want ErrTimeout", err)
+	}
+	if q.Len() != 0 || q.InFlight() != 1 {
+		t.Fatalf("queued %d in flight %d", q.Len(), q.InFlight())
+	}
+}
+
+func TestQueueCanceled(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
+	warm(q, c, 1000)
+	q.SetCapacity(1)
+	if err := q.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- q.Acquire(ctx, 1) }()
+	waitLen(t, q, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled waiter: %v", err)
+	}
+	q.Release()
+	if q.InFlight() != 0 || q.Len() != 0 {
+		t.Fatalf("in flight %d, queued %d", q.InFlight(), q.Len())
+	}
+}
+
+func TestQueueCapacityRaiseAdmits(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
+	warm(q, c, 1000)
+	q.SetCapacity(1)
+	if err := q.Acquire(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Acquire(context.Background(), 1) }()
+	waitLen(t, q, 1)
+	q.SetCapacity(2)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
