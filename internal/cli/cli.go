@@ -183,17 +183,14 @@ func (c Connection) KafkaOpts() ([]kgo.Opt, error) {
 	return append([]kgo.Opt{kgo.SeedBrokers(c.Brokers()...)}, sec...), nil
 }
 
-// NewKafka creates a Kafka client with KafkaOpts and then opts.
+// NewKafka is kgo.NewClient with KafkaOpts and then opts (a drop-in
+// replacement: its errors are kgo's, or ErrUsage for bad settings).
 func (c Connection) NewKafka(opts ...kgo.Opt) (*kgo.Client, error) {
 	base, err := c.KafkaOpts()
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append(base, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("creating kafka client: %w", err)
-	}
-	return cl, nil
+	return kgo.NewClient(append(base, opts...)...)
 }
 
 // NATSOpts returns the TLS and credential options of the NATS connection.
@@ -205,17 +202,15 @@ func (c Connection) NATSOpts() ([]nats.Option, error) {
 	return opts, nil
 }
 
-// ConnectNATS connects to NATSURL with NATSOpts and then opts.
+// ConnectNATS is nats.Connect(NATSURL) with NATSOpts and then opts (a
+// drop-in replacement: its errors are nats.go's, or ErrUsage for bad
+// settings).
 func (c Connection) ConnectNATS(opts ...nats.Option) (*nats.Conn, error) {
 	base, err := c.NATSOpts()
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(c.NATSURL, append(base, opts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to nats %s: %w", c.NATSURL, err)
-	}
-	return nc, nil
+	return nats.Connect(c.NATSURL, append(base, opts...)...)
 }
 
 // Version writes the binary's module version, VCS revision and time (and

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/internal/cli"
@@ -69,7 +68,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if len(brokers) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
 	}
-	cl, err := kgo.NewClient(append(agent.ClientOpts(), kgo.SeedBrokers(brokers...))...)
+	cl, err := conn.NewKafka(agent.ClientOpts()...)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}

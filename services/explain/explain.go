@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		ctx, cancel := context.WithTimeout(ctx, *timeout)
 		defer cancel()
-		snap, err = readNATS(ctx, conn.NATSURL, *bucket, *cluster)
+		snap, err = readNATS(ctx, conn, *bucket, *cluster)
 	}
 	if err != nil {
 		return err
@@ -93,8 +93,9 @@ func readFile(path string) (*schemas.WeightSnapshot, error) {
 	return &snap, nil
 }
 
-func readNATS(ctx context.Context, url, bucket, cluster string) (*schemas.WeightSnapshot, error) {
-	nc, err := nats.Connect(url, nats.Name("switchyard-explain"))
+func readNATS(ctx context.Context, conn cli.Connection, bucket, cluster string) (*schemas.WeightSnapshot, error) {
+	url := conn.NATSURL
+	nc, err := conn.ConnectNATS(nats.Name("switchyard-explain"))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to NATS %s: %w", url, err)
 	}

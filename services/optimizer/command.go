@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
@@ -76,12 +75,12 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
 		Logger: logger, Registerer: reg,
 	}
-	kc, err := kgo.NewClient(append(control.ClientOpts(cfg), kgo.SeedBrokers(brokers...))...)
+	kc, err := conn.NewKafka(control.ClientOpts(cfg)...)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
 	defer kc.Close()
-	nc, err := nats.Connect(conn.NATSURL, nats.Name("switchyard-optimizer"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	nc, err := conn.ConnectNATS(nats.Name("switchyard-optimizer"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return fmt.Errorf("connecting to nats %s: %w", conn.NATSURL, err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
@@ -54,7 +53,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if len(brokers) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
 	}
-	cl, err := kgo.NewClient(append(process.ClientOpts(cfg), kgo.SeedBrokers(brokers...))...)
+	cl, err := conn.NewKafka(process.ClientOpts(cfg)...)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams/replay"
 )
@@ -91,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer file.Close()
 		out = file
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := conn.NewKafka()
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
