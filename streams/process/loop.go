@@ -135,7 +135,9 @@ func (r *runner) handleFetches(fetches kgo.Fetches, now time.Time) []firedWindow
 		h(fetches.NumRecords())
 	}
 	r.releaseStalled(now)
+	fireStart := time.Now()
 	fired := r.core.fire()
+	r.traceFire(fireStart, fired)
 	for _, f := range fired {
 		r.pendingEnd = max(r.pendingEnd, f.end)
 		p.fired.Add(1)

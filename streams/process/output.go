@@ -72,7 +72,9 @@ publishing:
 }
 
 // publish computes and produces the estimates of b's windows.
-func (r *runner) publish(ctx context.Context, b batch) error {
+func (r *runner) publish(ctx context.Context, b batch) (err error) {
+	endSpan := r.startPublish(ctx, b)
+	defer func() { endSpan(err) }()
 	// Outputs are produced without ctx: once fired they must reach Kafka
 	// before the final checkpoint.
 	pctx := context.WithoutCancel(ctx)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/streams"
@@ -57,6 +58,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the processor's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// TracerProvider makes the processor.fire and processor.publish spans
+	// of every poll that completes windows; nil makes none.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) defaults() {
@@ -167,6 +171,7 @@ type Processor struct {
 	topics streams.Topics
 	log    *slog.Logger
 	m      *metrics
+	tracer trace.Tracer
 
 	signals, routing, published, dead, lateN, fired, ckpts atomic.Uint64
 	lastEnd                                                atomic.Int64
@@ -204,7 +209,7 @@ func New(cl *kgo.Client, cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{cfg: cfg, cl: cl, topics: topics, log: cfg.Logger, m: m, maxPoll: 10000}, nil
+	return &Processor{cfg: cfg, cl: cl, topics: topics, log: cfg.Logger, m: m, tracer: cfg.tracer(), maxPoll: 10000}, nil
 }
 
 // Stats returns the counters.
