@@ -2081,8 +2081,15 @@ type WeightSnapshot struct {
 	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
 	Clusters      []*ClusterWeights      `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	// Hex SHA-256 of the deterministic encoding of the optimizer inputs.
-	InputsDigest  string      `protobuf:"bytes,5,opt,name=inputs_digest,json=inputsDigest,proto3" json:"inputs_digest,omitempty"`
-	Stats         *SolveStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
+	InputsDigest string      `protobuf:"bytes,5,opt,name=inputs_digest,json=inputsDigest,proto3" json:"inputs_digest,omitempty"`
+	Stats        *SolveStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
+	// Ed25519 signature by the optimizer's signing key over the bytes of
+	// this message without fields 15 and 16, which the signer appends
+	// after them (see streams/snapshots/sign and docs/security.md).
+	Signature []byte `protobuf:"bytes,15,opt,name=signature,proto3" json:"signature,omitempty"`
+	// Identifies the signing key: hex of the first 8 bytes of the SHA-256
+	// of its public key.
+	SigningKeyId  string `protobuf:"bytes,16,opt,name=signing_key_id,json=signingKeyId,proto3" json:"signing_key_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2157,6 +2164,20 @@ func (x *WeightSnapshot) GetStats() *SolveStats {
 		return x.Stats
 	}
 	return nil
+}
+
+func (x *WeightSnapshot) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *WeightSnapshot) GetSigningKeyId() string {
+	if x != nil {
+		return x.SigningKeyId
+	}
+	return ""
 }
 
 var File_switchyard_proto protoreflect.FileDescriptor
@@ -2324,14 +2345,16 @@ const file_switchyard_proto_rawDesc = "" +
 	"iterations\x18\x04 \x01(\rR\n" +
 	"iterations\x12\x19\n" +
 	"\bsolve_ms\x18\x05 \x01(\x01R\asolveMs\x12$\n" +
-	"\x0etotal_shed_rps\x18\x06 \x01(\x01R\ftotalShedRps\"\x8a\x02\n" +
+	"\x0etotal_shed_rps\x18\x06 \x01(\x01R\ftotalShedRps\"\xce\x02\n" +
 	"\x0eWeightSnapshot\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12&\n" +
 	"\x0fcreated_unix_ms\x18\x03 \x01(\x03R\rcreatedUnixMs\x129\n" +
 	"\bclusters\x18\x04 \x03(\v2\x1d.switchyard.v1.ClusterWeightsR\bclusters\x12#\n" +
 	"\rinputs_digest\x18\x05 \x01(\tR\finputsDigest\x12/\n" +
-	"\x05stats\x18\x06 \x01(\v2\x19.switchyard.v1.SolveStatsR\x05stats*_\n" +
+	"\x05stats\x18\x06 \x01(\v2\x19.switchyard.v1.SolveStatsR\x05stats\x12\x1c\n" +
+	"\tsignature\x18\x0f \x01(\fR\tsignature\x12$\n" +
+	"\x0esigning_key_id\x18\x10 \x01(\tR\fsigningKeyId*_\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x13\n" +
