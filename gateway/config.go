@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/gateway/budget"
+	"github.com/switchyard-llm/switchyard/gateway/httpserver"
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/relay"
@@ -131,6 +132,8 @@ type cfg struct {
 	gatherer          prometheus.Gatherer
 	now               func() time.Time
 	httpServer        string
+	bodyLimits        httpserver.BodyLimits // see hardening.go
+	rawSyscalls       bool
 }
 
 // Listen is the HTTP listen address of Run. Default 127.0.0.1:8080.

@@ -118,6 +118,11 @@ func TestServersAgree(t *testing.T) {
 		{"unknown", []string{rawPost("/v1/embeddings", "", whole)}, false},
 		{"big head", []string{rawPost(pathChat, "X-Pad: "+strings.Repeat("p", 6000)+"\r\n", whole)}, false},
 		{"space before colon", []string{rawPost(pathChat, "X-Bad : 1\r\n", whole)}, false},
+		{"bare LF", []string{strings.ReplaceAll(rawPost(pathChat, "", whole), "\r\n", "\n"), rawPost(pathChat, "", whole)}, false},
+		{"bare LF in one header", []string{strings.Replace(rawPost(pathChat, "", whole), "Host: gw\r\n", "Host: gw\n", 1)}, false},
+		{"length and chunked", []string{strings.Replace(chunked, "Host: gw\r\n", fmt.Sprintf("Host: gw\r\nContent-Length: %d\r\n", len(stream)), 1), rawPost(pathChat, "", stream)}, false},
+		{"chunked and length", []string{strings.Replace(chunked, "\r\n\r\n", "\r\nContent-Length: 3\r\n\r\n", 1)}, false},
+		{"then length and chunked", []string{"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n", strings.Replace(chunked, "Host: gw\r\n", "Host: gw\r\nContent-Length: 3\r\n", 1)}, false},
 	}
 	got := map[string][][]rawReply{}
 	forEachServer(t, func(t *testing.T, server string) {
@@ -149,6 +154,82 @@ func TestServersAgree(t *testing.T) {
 	if r := got[ServerFast][0]; len(r) != 1 || r[0].status != 200 || r[0].events != 6 { // 5 tokens and [DONE]
 		t.Errorf("stream: %+v", r)
 	}
+	for i, tt := range tests {
+		switch tt.name {
+		case "bare LF", "bare LF in one header":
+			for _, r := range got[ServerFast][i] {
+				if r.status != 200 {
+					t.Errorf("%s: %+v", tt.name, got[ServerFast][i])
+				}
+			}
+		case "length and chunked", "chunked and length":
+			if r := got[ServerFast][i]; len(r) != 1 || r[0].status != 400 || !r[0].close {
+				t.Errorf("%s: %+v", tt.name, r)
+			}
+		}
+	}
+}
+
+// TestServersRejectLengthWithChunked: a request with both Content-Length
+// and Transfer-Encoding gets 400 and the connection closes, on both
+// servers, whether it is the connection's first request or not.
+func TestServersRejectLengthWithChunked(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	stream := chatBody(true, "hi")
+	bad := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n" +
+		fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(stream), stream)
+	forEachServer(t, func(t *testing.T, server string) {
+		_, base := startGateway(t, HTTPServer(server), Engines(static(e)...))
+		addr := strings.TrimPrefix(base, "http://")
+		for _, reqs := range [][]string{{bad, rawPost(pathChat, "", stream)}, {rawPost(pathChat, "", stream), bad, rawPost(pathChat, "", stream)}} {
+			r := rawExchange(t, addr, reqs, false)
+			last := r[len(r)-1]
+			if len(r) != len(reqs)-1 || last.status != 400 || last.code != "invalid_request" || !last.close {
+				t.Errorf("%d requests: %+v", len(reqs), r)
+			}
+		}
+	})
+}
+
+// TestSlowBody: a body that does not arrive within the body timeout gets
+// 408 request_timeout and the connection closes, on both servers; the
+// request counts as a client error.
+func TestSlowBody(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	forEachServer(t, func(t *testing.T, server string) {
+		g, base := startGateway(t, HTTPServer(server), Engines(static(e)...), BodyTimeout(300*time.Millisecond))
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		head := "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 4000000\r\n\r\n"
+		if _, err := io.WriteString(c, head+`{"model":"sim","messages":[{"role":"user","content":"`+strings.Repeat("x", 60)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !resp.Close || !strings.Contains(string(b), `"code":"request_timeout"`) {
+			t.Errorf("%d close %v %s", resp.StatusCode, resp.Close, b)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("answered after %v", d)
+		}
+		if _, err := br.ReadByte(); err == nil {
+			t.Error("connection still open")
+		}
+		waitFor(t, 5*time.Second, func() bool { return g.Stats().ClientErrors == 1 }, "request not counted as a client error")
+		if n := e.requests.Load(); n != 0 {
+			t.Errorf("engine got %d requests", n)
+		}
+	})
 }
 
 // TestFastServerShutdown: a request in flight finishes when the gateway

@@ -142,7 +142,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 	g.bufs.New = func() any { b := make([]byte, relay.BufSize); return &b }
 	g.reqBufs.New = func() any { return &reqBuf{b: make([]byte, 0, 2048)} }
 	if cfg.ownClient {
-		g.client = engineclient.New(cfg.connectTimeout, cfg.now)
+		g.client = engineclient.New(cfg.connectTimeout, cfg.now, engineclient.RawSyscalls(cfg.rawSyscalls))
 	}
 	if len(cfg.models) > 0 {
 		g.models = map[string]bool{}
@@ -339,6 +339,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       httpserver.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
+	httpserver.Harden(srv, g.cfg.bodyLimits)
 	var fast *httpserver.Server
 	if g.cfg.httpServer == ServerFast {
 		fast = httpserver.New(httpserver.Config{
@@ -349,6 +350,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			MaxBodyBytes: g.cfg.maxBodyBytes,
 			Logger:       g.log,
 			OnHandoff:    func() { g.handoffs.Add(1) },
+			Limits:       g.cfg.bodyLimits,
+			RawSyscalls:  g.cfg.rawSyscalls,
 		})
 	}
 	eg, ectx := errgroup.WithContext(ctx)
@@ -382,7 +385,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if fast != nil {
 		serveErr = fast.Serve(ln)
 	} else {
-		serveErr = srv.Serve(ln)
+		serveErr = srv.Serve(httpserver.GuardListener(ln))
 	}
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-llm/switchyard/gateway/engineclient"
+	"github.com/switchyard-llm/switchyard/gateway/httpserver"
 	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/relay"
@@ -227,6 +228,10 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", g.cfg.maxBodyBytes))
+		}
+		if errors.Is(err, httpserver.ErrBodyTimeout) {
+			w.Header().Set("Connection", "close")
+			return clientError(w, http.StatusRequestTimeout, "request_timeout", "", "the request body did not arrive in time")
 		}
 		if r.Context().Err() != nil {
 			return outcome{statusCanceled, 499}

@@ -42,21 +42,39 @@ type Client struct {
 	maxIdle     int           // idle connections kept per engine
 	idleTimeout time.Duration // an idle connection older than this is closed
 	now         func() time.Time
+	raw         bool // raw recvfrom/sendto (RawSyscalls)
 
 	mu    sync.RWMutex
 	hosts map[string]*Host // by engine base URL; nil entry: not plain http
 }
 
+// Opt is an option of New.
+type Opt interface{ apply(*Client) }
+
+type clientOpt func(*Client)
+
+func (o clientOpt) apply(c *Client) { o(c) }
+
+// RawSyscalls makes the client read and write its connections with raw
+// recvfrom/sendto calls (wire.RawIO, Linux only), which skip the
+// scheduler's syscall bookkeeping. Default false: the connections' own
+// Read and Write.
+func RawSyscalls(on bool) Opt { return clientOpt(func(c *Client) { c.raw = on }) }
+
 // New returns a client that dials with connectTimeout and reads the
 // time from now.
-func New(connectTimeout time.Duration, now func() time.Time) *Client {
-	return &Client{
+func New(connectTimeout time.Duration, now func() time.Time, opts ...Opt) *Client {
+	c := &Client{
 		dialer:      net.Dialer{Timeout: connectTimeout, KeepAlive: 30 * time.Second},
 		maxIdle:     1024,
 		idleTimeout: 90 * time.Second,
 		now:         now,
 		hosts:       map[string]*Host{},
 	}
+	for _, o := range opts {
+		o.apply(c)
+	}
+	return c
 }
 
 // Host is one engine's idle connections and request-line parts.
@@ -195,7 +213,10 @@ func (hp *Host) get(ctx context.Context, c *Client, fresh bool) (*engineConn, er
 	hp.dials[hp.nDials%connectSamples] = dialSample{d: t1.Sub(t0), at: t1}
 	hp.nDials++
 	hp.mu.Unlock()
-	ec := &engineConn{nc: nc, raw: wire.NewRawIO(nc), pool: hp}
+	ec := &engineConn{nc: nc, pool: hp}
+	if c.raw {
+		ec.raw = wire.NewRawIO(nc)
+	}
 	ec.br = bufio.NewReaderSize(ec, ReadBufSize)
 	return ec, nil
 }

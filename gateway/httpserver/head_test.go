@@ -24,6 +24,8 @@ func TestParseHead(t *testing.T) {
 		{"chunked", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n", false, reqHead{}},
 		{"upgrade", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nConnection: Upgrade\r\n\r\n", false, reqHead{}},
 		{"bare LF", "POST /v1/completions HTTP/1.1\nHost: gw\nContent-Length: 1\n\n", false, reqHead{}},
+		{"mixed line ends", "POST /v1/completions HTTP/1.1\r\nHost: gw\nContent-Length: 1\r\n\r\n", false, reqHead{}},
+		{"length and chunked", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", false, reqHead{}},
 		{"obs-fold", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nX-A: 1\r\n 2\r\n\r\n", false, reqHead{}},
 		{"control byte", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 1\r\nX-A: 1\x01\r\n\r\n", false, reqHead{}},
 		{"signed length", "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: +1\r\n\r\n", false, reqHead{}},
@@ -53,6 +55,8 @@ func FuzzParseHead(f *testing.F) {
 	f.Add("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 12\r\nX-Request-Id: a\r\n\r\n")
 	f.Add("POST /v1/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\nconnection: close\r\nx-a:  b \t\r\nX-A: c\r\n\r\n")
 	f.Add("POST /v1/completions HTTP/1.1\r\nHost: [::1]:80\r\nContent-Length: 7\r\nAccept: */*\r\n\r\n")
+	f.Add("POST /v1/completions HTTP/1.1\nHost: gw\nContent-Length: 7\n\n")
+	f.Add("POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Length: 7\r\nTransfer-Encoding: chunked\r\n\r\n")
 	f.Fuzz(func(t *testing.T, head string) {
 		h := http.Header{}
 		rh, ok := parseHead(head, paths, 1<<20, h)

@@ -57,6 +57,8 @@ type Server struct {
 	handoff   *handoffListener
 	log       *slog.Logger
 	maxBody   int64
+	limits    BodyLimits
+	raw       bool
 
 	shutting atomic.Bool
 	mu       sync.Mutex
@@ -83,10 +85,19 @@ type Config struct {
 	Logger *slog.Logger
 	// OnHandoff, when set, is called for each connection handed to Std.
 	OnHandoff func()
+	// Limits bound the arrival of the bodies the server reads itself
+	// (Harden applies the same to Std). The zero value means the
+	// defaults.
+	Limits BodyLimits
+	// RawSyscalls makes the server read and write its connections with
+	// raw recvfrom/sendto calls (wire.RawIO, Linux only). Default false:
+	// the connections' own Read and Write.
+	RawSyscalls bool
 }
 
-// New starts cfg.Std on the connections the server hands off and returns
-// the server; Serve starts serving a listener.
+// New starts cfg.Std on the connections the server hands off (wrapped
+// as GuardListener wraps them, for Harden) and returns the server; Serve
+// starts serving a listener.
 func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -102,6 +113,8 @@ func New(cfg Config) *Server {
 		handoff:   &handoffListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: cfg.Addr},
 		log:       cfg.Logger,
 		maxBody:   cfg.MaxBodyBytes,
+		limits:    cfg.Limits.withDefaults(),
+		raw:       cfg.RawSyscalls,
 		conns:     map[*fastConn]struct{}{},
 		stdDone:   make(chan struct{}),
 	}
@@ -259,7 +272,9 @@ func (fc *fastConn) serve() {
 		}
 	}()
 	s := fc.s
-	fc.raw = wire.NewRawIO(fc.c)
+	if s.raw {
+		fc.raw = wire.NewRawIO(fc.c)
+	}
 	fc.br = s.readers.Get().(*bufio.Reader)
 	if fc.raw != nil {
 		fc.br.Reset(fc.raw)
@@ -335,7 +350,7 @@ func (fc *fastConn) serve() {
 			return
 		}
 		_, _ = fc.br.Discard(end)
-		bodyErr := fc.readBody(rh.contentLength)
+		bodyErr := fc.readBody(rh.contentLength, time.Now())
 		ctx, cancel := context.WithCancel(context.Background())
 		fc.cancel = cancel
 		r := fc.request(ctx, rh)
@@ -363,15 +378,23 @@ func (fc *fastConn) serve() {
 func (fc *fastConn) readHead(keptAlive bool) (end int, ok bool, err error) {
 	const prefix = "POST /v1/"
 	deadline := false
+	scanned := 0 // bytes checked for a bare LF
 	for {
 		buf, _ := fc.br.Peek(fc.br.Buffered())
 		if i := bytes.Index(buf, []byte("\r\n\r\n")); i >= 0 {
+			buf = buf[:i+4]
+			if bareLF(buf, scanned) {
+				return 0, false, nil
+			}
 			return i + 4, true, nil
 		}
 		n := min(len(buf), len(prefix))
-		if string(buf[:n]) != prefix[:n] || len(buf) >= fc.br.Size() {
+		if string(buf[:n]) != prefix[:n] || len(buf) >= fc.br.Size() || bareLF(buf, scanned) {
+			// Not a proxy route, too big, or bare LF line ends (which
+			// net/http accepts): net/http decides.
 			return 0, false, nil
 		}
+		scanned = len(buf)
 		if keptAlive && !deadline {
 			deadline = true
 			_ = fc.c.SetReadDeadline(time.Now().Add(ReadHeaderTimeout))
@@ -382,9 +405,34 @@ func (fc *fastConn) readHead(keptAlive bool) (end int, ok bool, err error) {
 	}
 }
 
-// readBody reads a Content-Length body into fc.body.
-func (fc *fastConn) readBody(n int64) error {
+// bareLF reports whether b has an LF not preceded by a CR at or after
+// from (or just before it).
+func bareLF(b []byte, from int) bool {
+	from = max(from-1, 0)
+	for {
+		i := bytes.IndexByte(b[from:], '\n')
+		if i < 0 {
+			return false
+		}
+		if i += from; i == 0 || b[i-1] != '\r' {
+			return true
+		}
+		from = i + 1
+	}
+}
+
+// bodyChunk is the least the body buffer grows by.
+const bodyChunk = 4 << 10
+
+// readBody reads a Content-Length body whose head ended at start into
+// fc.body, under the server's BodyLimits. The buffer grows with the
+// bytes that arrive (doubling, up to n), so a declared length costs no
+// memory until its bytes come.
+func (fc *fastConn) readBody(n int64, start time.Time) error {
 	fc.bodyR = bodyReader{}
+	if cap(fc.body) > fastMaxKeep {
+		fc.body = nil // the last request's big body
+	}
 	if int64(fc.br.Buffered()) >= n {
 		b, _ := fc.br.Peek(int(n))
 		fc.body = append(fc.body[:0], b...)
@@ -392,15 +440,26 @@ func (fc *fastConn) readBody(n int64) error {
 		fc.bodyR.b = fc.body
 		return nil
 	}
-	if int64(cap(fc.body)) < n {
-		fc.body = make([]byte, n)
+	body := fc.body[:0]
+	var err error
+	for int64(len(body)) < n && err == nil {
+		if len(body) == cap(body) {
+			nb := make([]byte, len(body), min(n, int64(max(2*cap(body), bodyChunk))))
+			copy(nb, body)
+			body = nb
+		}
+		_ = fc.c.SetReadDeadline(fc.s.limits.deadline(start, int64(len(body))))
+		var m int
+		m, err = fc.br.Read(body[len(body):min(int64(cap(body)), n)])
+		body = body[:len(body)+m]
 	}
-	fc.body = fc.body[:n]
-	_ = fc.c.SetReadDeadline(time.Time{})
-	m, err := io.ReadFull(fc.br, fc.body)
-	fc.bodyR.b = fc.body[:m]
+	fc.body = body
+	fc.bodyR.b = body
 	if err != nil {
 		fc.bodyR.err = io.ErrUnexpectedEOF
+		if isTimeout(err) {
+			fc.bodyR.err = ErrBodyTimeout
+		}
 		return err
 	}
 	return nil
@@ -468,7 +527,7 @@ func (fc *fastConn) closeConn() {
 // handOff gives the connection, with the bytes read so far, to net/http.
 func (fc *fastConn) handOff() {
 	buf, _ := fc.br.Peek(fc.br.Buffered())
-	rc := &replayConn{Conn: fc.c, pre: bytes.Clone(buf)}
+	rc := &guardConn{Conn: &replayConn{Conn: fc.c, pre: bytes.Clone(buf)}}
 	fc.br.Reset(nil)
 	fc.s.readers.Put(fc.br)
 	fc.state.Store(connClosed) // no longer ours
