@@ -53,6 +53,9 @@ type Flags struct {
 	RetryBudget          budget.Config
 	EventBuffer          int
 	HTTPServer           string
+	BodyTimeout          time.Duration
+	MinBodyRate          int64
+	RawSyscalls          bool
 	LogLevel             string
 	NATSURL              string
 	KafkaBrokers         []string
@@ -81,6 +84,9 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.IntVar(&f.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
 	fs.IntVar(&f.EventBuffer, "event-buffer", gateway.DefaultEventBuffer, "routing events buffered for Kafka before dropping")
 	fs.StringVar(&f.HTTPServer, "http-server", gateway.ServerFast, "server for the proxy routes: fast (own HTTP/1.1 loop, net/http for the rest) or std (net/http)")
+	fs.DurationVar(&f.BodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "longest wait for a request body after its head (408 after; negative: none)")
+	fs.Int64Var(&f.MinBodyRate, "min-body-rate", gateway.DefaultMinBodyRate, "least average request body rate in bytes/s after the first 5s (408 below; negative: none)")
+	fs.BoolVar(&f.RawSyscalls, "raw-syscalls", false, "read and write sockets with raw recvfrom/sendto system calls (Linux; a few percent less CPU)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	conn.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -124,6 +130,9 @@ func (f Flags) options() []gateway.Opt {
 		gateway.HealthInterval(f.HealthInterval),
 		gateway.RetryBudget(f.RetryBudget),
 		gateway.HTTPServer(f.HTTPServer),
+		gateway.BodyTimeout(f.BodyTimeout),
+		gateway.MinBodyRate(f.MinBodyRate),
+		gateway.RawSyscalls(f.RawSyscalls),
 	}
 }
 
