@@ -64,6 +64,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
+	tel, err := obs.StartTelemetry(ctx, "agent", reg, nil) // OTLP export by the OTEL_* variables
+	if err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	defer tel.Close(ctx, cfg.Logger)
 	brokers := conn.Brokers()
 	if len(brokers) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)

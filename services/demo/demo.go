@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/internal/brokers"
@@ -66,6 +67,8 @@ type Config struct {
 	Topology        Topology
 	Logger          *slog.Logger
 	Stdout          io.Writer
+
+	tracerProvider trace.TracerProvider // set by Run from the OTEL_* variables
 }
 
 // Summary is the --json result (the acceptance contract: keep keys).
@@ -208,6 +211,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	log := cfg.Logger
 	reg := prometheus.NewRegistry()
+	tel, err := obs.StartTelemetry(ctx, "demo", reg, nil) // OTLP export by the OTEL_* variables
+	if err != nil {
+		return nil, err
+	}
+	defer tel.Close(ctx, log)
+	cfg.tracerProvider = tel.TracerProvider
 
 	b, err := brokers.Start(ctx, brokers.Config{KafkaListen: cfg.KafkaListen, NATSListen: cfg.NATSListen, DataDir: cfg.DataDir})
 	if err != nil {

@@ -66,7 +66,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 
 	proc, err := startProcessor(ctx, g, kafka, process.Config{
 		Window: 10 * time.Second, Slide: 2 * time.Second, AllowedLateness: 2 * time.Second,
-		Logger: log.With("component", "processor"), Registerer: reg,
+		Logger: log.With("component", "processor"), Registerer: reg, TracerProvider: cfg.tracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
@@ -78,7 +78,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 			MaxUtilization: 0.9, Clusters: top.Regions, MinDemandRPS: 1, // churn: the default, relative
 			RegionRTTms: top.RTTms,
 		},
-		Logger: log.With("component", "optimizer"), Registerer: reg,
+		Logger: log.With("component", "optimizer"), Registerer: reg, TracerProvider: cfg.tracerProvider,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
@@ -101,7 +101,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 		rg, err := newRegionGateway(region, natsURL, kafka, reg,
 			gateway.Listen(listen), gateway.Engines(fallback...),
 			gateway.Transport(&networkTransport{base: base, from: region, rtt: top.RTTms, region: regionOf}),
-			gateway.Logger(log.With("component", "gateway", "cluster", region)))
+			gateway.Logger(log.With("component", "gateway", "cluster", region)), gateway.TracerProvider(cfg.tracerProvider))
 		if err != nil {
 			return nil, fmt.Errorf("gateway %s: %w", region, err)
 		}

@@ -153,18 +153,12 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return fmt.Errorf("registering process collector: %w", err)
 	}
-	tp, shutdownTracing, err := obs.TracerProvider(ctx, "gateway", nil)
+	tel, err := obs.StartTelemetry(ctx, "gateway", reg, nil) // OTLP export by the OTEL_* variables
 	if err != nil {
 		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTracing(sctx); err != nil {
-			log.Warn("flushing spans", "err", err)
-		}
-	}()
-	opts := append(f.options(), gateway.Logger(log), gateway.Registerer(reg), gateway.Gatherer(reg), gateway.TracerProvider(tp))
+	defer tel.Close(ctx, log)
+	opts := append(f.options(), gateway.Logger(log), gateway.Registerer(reg), gateway.Gatherer(reg), gateway.TracerProvider(tel.TracerProvider))
 	if f.SnapshotFile != "" {
 		snap, err := readSnapshotFile(f.SnapshotFile)
 		if err != nil {

@@ -75,6 +75,12 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
 		Logger: logger, Registerer: reg,
 	}
+	tel, err := obs.StartTelemetry(ctx, "optimizer", reg, nil) // OTLP export by the OTEL_* variables
+	if err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	defer tel.Close(ctx, logger)
+	cfg.TracerProvider = tel.TracerProvider
 	kc, err := conn.NewKafka(control.ClientOpts(cfg)...)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)

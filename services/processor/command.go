@@ -46,6 +46,12 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
+	tel, err := obs.StartTelemetry(ctx, "processor", reg, nil) // OTLP export by the OTEL_* variables
+	if err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	defer tel.Close(ctx, cfg.Logger)
+	cfg.TracerProvider = tel.TracerProvider
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("%w: processor config: %v", cli.ErrUsage, err)
 	}
