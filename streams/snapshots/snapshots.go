@@ -2,7 +2,11 @@
 // JetStream: a key-value bucket holding the latest snapshot per CPU
 // cluster (with history), and an audit stream holding every whole
 // snapshot ever published. Versions only go up: a publish whose version is
-// not newer than what a key holds fails with ErrStaleVersion.
+// not newer than what a key holds fails with ErrStaleVersion, except over
+// a value the store does not trust (dated beyond its clock plus the
+// maximum skew, or, with a signer, not signed by the signer's key): such a
+// value is overwritten and never read back as the latest (see
+// docs/security.md).
 package snapshots
 
 import (
@@ -12,10 +16,12 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams/snapshots/trust"
 )
 
 // Defaults of the options.
@@ -34,6 +40,9 @@ var (
 	ErrNotFound = errors.New("no snapshot for cluster")
 	// ErrInvalidKey: a cluster id is not a valid KV key.
 	ErrInvalidKey = errors.New("cluster id is not a valid key")
+	// ErrUntrusted: the stored snapshot is dated in the future beyond the
+	// allowed skew, or (with a signer) not signed by the signer's key.
+	ErrUntrusted = errors.New("stored snapshot not trusted")
 )
 
 var validKey = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
@@ -51,7 +60,24 @@ type cfg struct {
 	history      uint8
 	auditStream  string
 	auditSubject string
+	signer       *trust.Signer
+	verifier     *trust.Verifier
+	now          func() time.Time
+	maxSkew      time.Duration
 }
+
+// Signer makes the store sign every snapshot it publishes with s, and
+// trust only stored snapshots s signed. Default none: snapshots are
+// published unsigned.
+func Signer(s *trust.Signer) Opt { return opt(func(c *cfg) { c.signer = s }) }
+
+// Clock is the store's clock, which bounds the versions and creation
+// times it trusts. Default time.Now.
+func Clock(now func() time.Time) Opt { return opt(func(c *cfg) { c.now = now }) }
+
+// MaxSkew is how far ahead of the clock a stored snapshot may be dated.
+// Default trust.DefaultMaxSkew; 0 means the default.
+func MaxSkew(d time.Duration) Opt { return opt(func(c *cfg) { c.maxSkew = d }) }
 
 // Bucket is the key-value bucket of the latest snapshots. Default
 // DefaultBucket; "" means the default.
@@ -81,6 +107,15 @@ func (c *cfg) validate() error {
 	}
 	if c.auditSubject == "" {
 		c.auditSubject = DefaultAuditSubject
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	if c.maxSkew <= 0 {
+		c.maxSkew = trust.DefaultMaxSkew
+	}
+	if c.signer != nil {
+		c.verifier = trust.NewVerifier(c.signer.Public())
 	}
 	return nil
 }
@@ -126,11 +161,13 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Opt) (*Store, err
 // cluster's key. A key holding a version >= snap.Version fails with
 // ErrStaleVersion (other clusters are still written).
 func (s *Store) Publish(ctx context.Context, snap *schemas.WeightSnapshot) error {
-	whole, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	whole, err := s.encode(snap)
 	if err != nil {
 		return fmt.Errorf("encoding snapshot %d: %w", snap.GetVersion(), err)
 	}
-	if _, err := s.js.Publish(ctx, s.cfg.auditSubject, whole); err != nil {
+	msg := &nats.Msg{Subject: s.cfg.auditSubject, Data: whole, Header: nats.Header{
+		schemas.HeaderContentType: {schemas.ContentTypeProtobuf}, schemas.HeaderMessage: {schemas.MessageName(snap)}}}
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publishing snapshot %d to audit stream: %w", snap.GetVersion(), err)
 	}
 	var errs []error
@@ -150,11 +187,43 @@ func (s *Store) Publish(ctx context.Context, snap *schemas.WeightSnapshot) error
 	return errors.Join(errs...)
 }
 
+// encode marshals snap without any signature it carries and, with a
+// signer, signs it.
+func (s *Store) encode(snap *schemas.WeightSnapshot) ([]byte, error) {
+	if len(snap.GetSignature()) > 0 || snap.GetSigningKeyId() != "" {
+		snap = proto.CloneOf(snap)
+		snap.Signature, snap.SigningKeyId = nil, ""
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil || s.cfg.signer == nil {
+		return b, err
+	}
+	return s.cfg.signer.Sign(b), nil
+}
+
+// decode decodes a stored value, reporting ErrUntrusted for one dated in
+// the future or, with a signer, not signed by it.
+func (s *Store) decode(b []byte) (*schemas.WeightSnapshot, error) {
+	var snap schemas.WeightSnapshot
+	if err := proto.Unmarshal(b, &snap); err != nil {
+		return nil, fmt.Errorf("decoding snapshot: %w", err)
+	}
+	if err := trust.CheckTime(&snap, s.cfg.now(), s.cfg.maxSkew); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUntrusted, err)
+	}
+	if s.cfg.verifier != nil {
+		if err := s.cfg.verifier.Verify(b); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUntrusted, err)
+		}
+	}
+	return &snap, nil
+}
+
 func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSnapshot) error {
 	if !validKey.MatchString(cluster) {
 		return fmt.Errorf("%w: %q", ErrInvalidKey, cluster)
 	}
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	b, err := s.encode(snap)
 	if err != nil {
 		return fmt.Errorf("encoding snapshot for %q: %w", cluster, err)
 	}
@@ -171,8 +240,8 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 		case err != nil:
 			return fmt.Errorf("reading snapshot key %q: %w", cluster, err)
 		}
-		var cur schemas.WeightSnapshot
-		if err := proto.Unmarshal(e.Value(), &cur); err == nil && cur.GetVersion() >= snap.GetVersion() {
+		// An untrusted or undecodable value is overwritten.
+		if cur, err := s.decode(e.Value()); err == nil && cur.GetVersion() >= snap.GetVersion() {
 			return fmt.Errorf("%w: cluster %q holds %d, got %d", ErrStaleVersion, cluster, cur.GetVersion(), snap.GetVersion())
 		}
 		if _, err := s.kv.Update(ctx, cluster, b, e.Revision()); err == nil {
@@ -185,17 +254,19 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 	return fmt.Errorf("updating snapshot key %q: too much contention", cluster)
 }
 
-// Get returns the latest snapshot of cluster, or ErrNotFound.
+// Get returns the latest snapshot of cluster: ErrNotFound when there is
+// none, ErrUntrusted when it is dated in the future beyond the skew or,
+// with a signer, not signed by it.
 func (s *Store) Get(ctx context.Context, cluster string) (*schemas.WeightSnapshot, error) {
 	b, err := s.GetRaw(ctx, cluster)
 	if err != nil {
 		return nil, err
 	}
-	var snap schemas.WeightSnapshot
-	if err := proto.Unmarshal(b, &snap); err != nil {
-		return nil, fmt.Errorf("decoding snapshot of %q: %w", cluster, err)
+	snap, err := s.decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %q: %w", cluster, err)
 	}
-	return &snap, nil
+	return snap, nil
 }
 
 // GetRaw returns the stored bytes of cluster's latest snapshot.
@@ -215,6 +286,7 @@ func (s *Store) GetRaw(ctx context.Context, cluster string) ([]byte, error) {
 
 // LatestVersion returns the highest version stored under any key (0 when
 // the bucket is empty), so a restarted optimizer continues above it.
+// Untrusted values (see Get) are skipped.
 func (s *Store) LatestVersion(ctx context.Context) (uint64, error) {
 	keys, err := s.kv.Keys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
