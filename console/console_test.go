@@ -1,0 +1,140 @@
+package console
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// TestPages loads every page of a console on a small pipeline's output
+// and checks what each must show.
+func TestPages(t *testing.T) {
+	f := newFixture(t)
+	last, prev := f.versions[len(f.versions)-1], f.versions[len(f.versions)-2]
+	tests := []struct {
+		name, path string
+		status     int
+		want       []string
+	}{
+		{"overview: clusters, weights, shed, rates, health", "/", 200, []string{
+			fmt.Sprintf("Snapshot <b>v%d</b>", last),
+			`href="cluster?id=region-a"`, `href="cluster?id=region-b"`,
+			"a-h100-0 0.90", // heaviest engine of region-a in the last snapshot
+			"15.0%",         // region-b's shed fraction
+			fmt.Sprintf("diff?a=%d&amp;b=%d", prev, last),
+			"last snapshot", "watermark", "processor lag",
+			"<svg class=\"bar\"",
+		}},
+		{"cluster: weights table, history chart, rates", "/cluster?id=region-a", 200, []string{
+			"Cluster region-a", "0.9000", "0.1000", // a-h100-0 and a-a100-1 weights
+			"Weights and shed, last 1h0m0s", "<svg class=\"chart\"",
+			"planned demand (snapshot)",
+			`errors/s</th><td class="num bad">`, // region-a had errors in the last minute
+		}},
+		{"cluster with shed", "/cluster?id=region-b", 200, []string{"(shed)", "0.1500", "capacity", ">shed<"}},
+		{"engines: every engine with its estimate", "/engines", 200, []string{
+			`engine?id=a-h100-0`, `engine?id=a-a100-1`, `engine?id=b-l4-0`, "h100", "configured", "healthy",
+		}},
+		{"engine: both profiles against observations", "/engine?id=a-h100-0", 200, []string{
+			"TTFT profile", "TBOT profile", "fitted profile", "observed (40 signals", "<circle", "region-a", "region-b",
+		}},
+		{"explain a cluster", "/explain?cluster=region-b", 200, []string{
+			"b-l4-0", "capacity", "marginal ms", "16 (configured)", "(shed) 0.1500", "newton",
+		}},
+		{"explain an engine everywhere", "/explain?engine=a-h100-0", 200, []string{"Engine <b>a-h100-0</b> in every cluster", "region-a", "region-b", "40.00", "130.00"}},
+		{"explain highlights an engine", "/explain?cluster=region-a&engine=a-a100-1", 200, []string{`class="highlight"`}},
+		{"diff: latest against previous by default", "/diff", 200, []string{
+			fmt.Sprintf("v%d → v%d", prev, last), "&#43;0.0800", "-0.0800", "traffic moved", "The optimizer's inputs differ",
+		}},
+		{"diff of chosen versions", fmt.Sprintf("/diff?a=%d&b=%d", f.versions[0], last), 200, []string{"&#43;0.4000", "-0.4000", "3 engine weights changed"}},
+		{"pipeline: lag, watermark, snapshot age, counts", "/pipeline", 200, []string{
+			"Processor lag", "watermark", "last snapshot", "invalid records skipped</th><td class=\"num\">1<", "routing events read</th><td class=\"num\">180<",
+		}},
+		{"unknown cluster", "/cluster?id=nope", 404, []string{"cluster &#34;nope&#34;: not found", "region-a, region-b"}},
+		{"unknown engine", "/engine?id=nope", 404, []string{"engine &#34;nope&#34;: not found"}},
+		{"bad version", "/diff?a=x", 400, []string{"a snapshot version is a number"}},
+		{"missing version", "/diff?a=12&b=13", 404, []string{"no snapshot version 12"}},
+		{"unknown page", "/nope", 404, []string{"no page"}},
+		{"stylesheet", "/static/console.css", 200, []string{"svg.chart"}},
+		{"script", "/static/console.js", 200, []string{"DOMParser"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := f.get(t, tt.path)
+			if status != tt.status {
+				t.Errorf("GET %s: status %d, want %d\n%s", tt.path, status, tt.status, body)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("GET %s: no %q in the page", tt.path, w)
+				}
+			}
+			if strings.HasPrefix(tt.path, "/static/") {
+				return
+			}
+			if strings.Contains(body, "NaN") || strings.Contains(body, "ZgotmplZ") {
+				t.Errorf("GET %s: page contains NaN or an unsafe-value marker", tt.path)
+			}
+		})
+	}
+}
+
+// TestRates checks the live request rates against the routing events the
+// fixture wrote: over the last minute of complete 10 s buckets.
+func TestRates(t *testing.T) {
+	f := newFixture(t)
+	r, pts := f.console.live.clusterRates("region-a", f.console.cfg.Now())
+	if r.RPS < 0.8 || r.RPS > 1.01 {
+		t.Errorf("region-a: %.2f requests/s, want about 1 (one event a second)", r.RPS)
+	}
+	if r.ErrorRPS <= 0 || r.ErrorRatio <= 0 || r.ShedRPS != 0 {
+		t.Errorf("region-a rates %+v: want errors and no shed", r)
+	}
+	var total uint64
+	for _, p := range pts {
+		total += p.Total
+	}
+	if total == 0 || total > fixtureEvents {
+		t.Errorf("region-a: %d requests in the rate buckets, want 1..%d", total, fixtureEvents)
+	}
+	rb, _ := f.console.live.clusterRates("region-b", f.console.cfg.Now())
+	if rb.ShedRPS <= 0 || rb.ErrorRPS != 0 {
+		t.Errorf("region-b rates %+v: want shed and no errors", rb)
+	}
+}
+
+// TestMountedUnderAPrefix checks that links follow BasePath.
+func TestMountedUnderAPrefix(t *testing.T) {
+	f := newFixture(t)
+	cfg := f.console.cfg
+	cfg.BasePath = "/console/"
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/console/", http.StripPrefix("/console", c.Handler()))
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/console/", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `href="/console/static/console.css"`) {
+		t.Fatalf("mounted console: status %d, stylesheet link missing", rec.Code)
+	}
+	rec = httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/console/static/console.js", nil))
+	if rec.Code != 200 {
+		t.Fatalf("mounted console script: status %d", rec.Code)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Error("New without a snapshot reader: no error")
+	}
+	if _, err := New(Config{Snapshots: (*snapshots.Store)(nil), BasePath: "console"}); err == nil {
+		t.Error("New with a base path without slashes: no error")
+	}
+}

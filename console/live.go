@@ -1,0 +1,337 @@
+package console
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// Bounds of the state the console keeps from Kafka.
+const (
+	// maxObs is how many observations per engine and latency kind the
+	// profile charts show (the latest).
+	maxObs = 300
+	// bucketMs is the width of a request-rate bucket.
+	bucketMs = 10_000
+	// rateSpan is the span the live rates are averaged over.
+	rateSpan = time.Minute
+)
+
+// live is what the console has read from Kafka.
+type live struct {
+	history time.Duration
+
+	mu        sync.Mutex
+	engines   map[string]*engineLive
+	clusters  map[string]*clusterLive
+	watermark int64 // latest estimate window end, Unix ms
+	estSeen   time.Time
+	counts    counts
+}
+
+// counts are the records the console consumed.
+type counts struct {
+	Estimates, Signals, RoutingEvents, Invalid uint64
+}
+
+// engineLive is one engine's latest estimate and recent observations.
+type engineLive struct {
+	est       *schemas.EngineEstimate
+	ttft      ring
+	tbot      ring
+	lastSigMs int64
+}
+
+// obsPoint is one observation at an event time.
+type obsPoint struct {
+	ms int64
+	estimate.Obs
+}
+
+// ring keeps the latest maxObs observations.
+type ring struct {
+	pts  []obsPoint
+	next int
+}
+
+func (r *ring) add(p obsPoint) {
+	if len(r.pts) < maxObs {
+		r.pts = append(r.pts, p)
+		return
+	}
+	r.pts[r.next] = p
+	r.next = (r.next + 1) % maxObs
+}
+
+func (r *ring) all() []obsPoint { return append([]obsPoint(nil), r.pts...) }
+
+// clusterLive is one cluster's request counts by time bucket and its
+// latest demand estimate.
+type clusterLive struct {
+	buckets map[int64]*rateBucket
+	demand  *schemas.DemandEstimate
+}
+
+// rateBucket counts one bucket's requests by outcome.
+type rateBucket struct {
+	Total, OK, Errors, Shed, ClientErrors, Canceled uint64
+}
+
+func newLive(history time.Duration) *live {
+	return &live{history: history, engines: map[string]*engineLive{}, clusters: map[string]*clusterLive{}}
+}
+
+func (l *live) engine(id string) *engineLive {
+	e := l.engines[id]
+	if e == nil {
+		e = &engineLive{}
+		l.engines[id] = e
+	}
+	return e
+}
+
+func (l *live) cluster(id string) *clusterLive {
+	c := l.clusters[id]
+	if c == nil {
+		c = &clusterLive{buckets: map[int64]*rateBucket{}}
+		l.clusters[id] = c
+	}
+	return c
+}
+
+// addEstimate keeps the latest estimate of each engine and cluster.
+func (l *live) addEstimate(est *schemas.Estimate, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts.Estimates++
+	end := est.WindowEndUnixMs()
+	if end > l.watermark {
+		l.watermark = end
+		l.estSeen = now
+	}
+	switch k := est.GetKind().(type) {
+	case *schemas.Estimate_Engine:
+		e := l.engine(k.Engine.GetEngineId())
+		if e.est == nil || k.Engine.GetWindowEndUnixMs() >= e.est.GetWindowEndUnixMs() {
+			e.est = k.Engine
+		}
+	case *schemas.Estimate_Demand:
+		c := l.cluster(k.Demand.GetCluster())
+		if c.demand == nil || k.Demand.GetWindowEndUnixMs() >= c.demand.GetWindowEndUnixMs() {
+			c.demand = k.Demand
+		}
+	}
+}
+
+// addSignal records the signal's latency observations.
+func (l *live) addSignal(s *schemas.EngineSignal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts.Signals++
+	e := l.engine(s.GetEngineId())
+	e.lastSigMs = max(e.lastSigMs, s.GetEventTimeUnixMs())
+	if o, ok := estimate.SignalObs(s, estimate.TTFT); ok {
+		e.ttft.add(obsPoint{ms: s.GetEventTimeUnixMs(), Obs: o})
+	}
+	if o, ok := estimate.SignalObs(s, estimate.TBOT); ok {
+		e.tbot.add(obsPoint{ms: s.GetEventTimeUnixMs(), Obs: o})
+	}
+}
+
+// addEvent counts a routing event in its cluster's bucket, dropping
+// buckets older than the history.
+func (l *live) addEvent(ev *schemas.RoutingEvent, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts.RoutingEvents++
+	oldest := now.Add(-l.history).UnixMilli() / bucketMs
+	k := ev.GetEventTimeUnixMs() / bucketMs
+	if k < oldest {
+		return
+	}
+	c := l.cluster(ev.GetCluster())
+	b := c.buckets[k]
+	if b == nil {
+		b = &rateBucket{}
+		c.buckets[k] = b
+		if len(c.buckets) > int(l.history.Milliseconds()/bucketMs)+8 {
+			for old := range c.buckets {
+				if old < oldest {
+					delete(c.buckets, old)
+				}
+			}
+		}
+	}
+	b.Total++
+	switch ev.GetStatus() {
+	case schemas.RequestStatus_REQUEST_STATUS_OK:
+		b.OK++
+	case schemas.RequestStatus_REQUEST_STATUS_ERROR:
+		b.Errors++
+	case schemas.RequestStatus_REQUEST_STATUS_SHED:
+		b.Shed++
+	case schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR:
+		b.ClientErrors++
+	case schemas.RequestStatus_REQUEST_STATUS_CANCELED:
+		b.Canceled++
+	}
+}
+
+func (l *live) invalid() {
+	l.mu.Lock()
+	l.counts.Invalid++
+	l.mu.Unlock()
+}
+
+// rates are a cluster's request rates over rateSpan, per second.
+type rates struct {
+	RPS, ErrorRPS, ShedRPS, ClientErrorRPS float64
+	// ErrorRatio is errors over requests (0 without requests).
+	ErrorRatio float64
+}
+
+// rateSeries is one bucket of a cluster's rate chart.
+type ratePoint struct {
+	at time.Time
+	rateBucket
+}
+
+// clusterRates returns the rates of cluster over the complete buckets of
+// the last rateSpan, and every bucket of the history, oldest first.
+func (l *live) clusterRates(cluster string, now time.Time) (rates, []ratePoint) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.clusters[cluster]
+	if c == nil {
+		return rates{}, nil
+	}
+	end := now.UnixMilli() / bucketMs // the current, incomplete bucket
+	start := end - rateSpan.Milliseconds()/bucketMs
+	oldest := now.Add(-l.history).UnixMilli() / bucketMs
+	var sum rateBucket
+	var pts []ratePoint
+	for k, b := range c.buckets {
+		if k >= start && k < end {
+			sum.Total += b.Total
+			sum.Errors += b.Errors
+			sum.Shed += b.Shed
+			sum.ClientErrors += b.ClientErrors
+		}
+		if k >= oldest && k < end {
+			pts = append(pts, ratePoint{at: time.UnixMilli(k * bucketMs), rateBucket: *b})
+		}
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].at.Before(pts[j].at) })
+	span := rateSpan.Seconds()
+	r := rates{
+		RPS: float64(sum.Total) / span, ErrorRPS: float64(sum.Errors) / span,
+		ShedRPS: float64(sum.Shed) / span, ClientErrorRPS: float64(sum.ClientErrors) / span,
+	}
+	if sum.Total > 0 {
+		r.ErrorRatio = float64(sum.Errors) / float64(sum.Total)
+	}
+	return r, pts
+}
+
+// engineView is a copy of one engine's state.
+type engineView struct {
+	ID         string
+	Est        *schemas.EngineEstimate
+	TTFT, TBOT []obsPoint
+	LastSigMs  int64
+}
+
+// engineIDs lists the engines seen, sorted.
+func (l *live) engineIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, 0, len(l.engines))
+	for id := range l.engines {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (l *live) engineView(id string) (engineView, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.engines[id]
+	if e == nil {
+		return engineView{}, false
+	}
+	return engineView{ID: id, Est: e.est, TTFT: e.ttft.all(), TBOT: e.tbot.all(), LastSigMs: e.lastSigMs}, true
+}
+
+func (l *live) demand(cluster string) *schemas.DemandEstimate {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c := l.clusters[cluster]; c != nil {
+		return c.demand
+	}
+	return nil
+}
+
+// pipelineView is the live part of the pipeline's health.
+type pipelineView struct {
+	Watermark int64
+	EstSeen   time.Time
+	Counts    counts
+}
+
+func (l *live) pipeline() pipelineView {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return pipelineView{Watermark: l.watermark, EstSeen: l.estSeen, Counts: l.counts}
+}
+
+// consume polls the topics into the live state until ctx is done or the
+// client is closed. Records that do not decode or validate are counted
+// and skipped: the console only reads, the processor dead-letters them.
+func (c *Console) consume(ctx context.Context) {
+	for {
+		fetches := c.cfg.Kafka.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			c.log.Warn("fetching", "topic", t, "partition", p, "err", err)
+		})
+		now := c.cfg.Now()
+		fetches.EachRecord(func(r *kgo.Record) { c.record(r, now) })
+	}
+}
+
+// record folds one record in.
+func (c *Console) record(r *kgo.Record, now time.Time) {
+	switch r.Topic {
+	case c.topics.Estimates:
+		var est schemas.Estimate
+		if err := proto.Unmarshal(r.Value, &est); err != nil || est.GetKind() == nil || est.WindowEndUnixMs() <= 0 {
+			c.live.invalid()
+			return
+		}
+		c.live.addEstimate(&est, now)
+	case c.topics.Signals:
+		s, err := estimate.DecodeSignal(r.Value, r.Timestamp)
+		if err != nil {
+			c.live.invalid()
+			return
+		}
+		c.live.addSignal(s)
+	case c.topics.RoutingEvents:
+		ev, err := estimate.DecodeRoutingEvent(r.Value, r.Timestamp)
+		if err != nil {
+			c.live.invalid()
+			return
+		}
+		c.live.addEvent(ev, now)
+	}
+}

@@ -1,0 +1,934 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+//go:embed templates static
+var files embed.FS
+
+// pageNames are the pages; each has templates/NAME.html defining
+// "content", rendered inside templates/layout.html.
+var pageNames = []string{"overview", "cluster", "engines", "engine", "explain", "diff", "pipeline", "error"}
+
+var funcs = template.FuncMap{
+	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
+	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f2":   func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"f4":   func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"sign": func(v float64) string { return fmt.Sprintf("%+.4f", v) },
+	"ms":   unixMs,
+	"ver":  func(v uint64) string { return unixMs(int64(v)) },
+	"age":  fmtAge,
+	"join": strings.Join,
+	"health": func(h schemas.Health) string {
+		return strings.ToLower(strings.TrimPrefix(h.String(), "HEALTH_"))
+	},
+}
+
+// parsePages parses every page with the layout.
+func parsePages() (map[string]*template.Template, error) {
+	out := map[string]*template.Template{}
+	for _, name := range pageNames {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("console: parsing page %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// unixMs formats a Unix-ms time as a UTC clock time ("-" for 0).
+func unixMs(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000 UTC")
+}
+
+// fmtAge formats a duration for a person: "3.2s", "4m05s".
+func fmtAge(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "in the future (" + (-d).Round(time.Millisecond).String() + ")"
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return d.Round(time.Minute).String()
+	}
+}
+
+// layout is what every page gets.
+type layout struct {
+	Title   string
+	Nav     string
+	Base    string
+	Refresh int
+	Now     string
+	Err     string
+	Body    any
+}
+
+func (c *Console) routes() {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(files, "static") // "static" is embedded: cannot fail
+	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, c.cfg.BasePath+"static/favicon.svg", http.StatusMovedPermanently)
+	})
+	mux.HandleFunc("GET /{$}", c.overview)
+	mux.HandleFunc("GET /cluster", c.cluster)
+	mux.HandleFunc("GET /engines", c.engines)
+	mux.HandleFunc("GET /engine", c.engine)
+	mux.HandleFunc("GET /explain", c.explain)
+	mux.HandleFunc("GET /diff", c.diff)
+	mux.HandleFunc("GET /pipeline", c.pipeline)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		c.fail(w, http.StatusNotFound, "Not found", fmt.Errorf("no page %q", r.URL.Path))
+	})
+	c.mux = mux
+}
+
+// render writes page name with body.
+func (c *Console) render(w http.ResponseWriter, status int, name, title, nav string, body any, pageErr error) {
+	l := layout{Title: title, Nav: nav, Base: c.cfg.BasePath, Now: c.cfg.Now().UTC().Format("15:04:05 UTC"), Body: body}
+	if c.cfg.Refresh > 0 && status == http.StatusOK {
+		l.Refresh = int(math.Ceil(c.cfg.Refresh.Seconds()))
+	}
+	if pageErr != nil {
+		l.Err = pageErr.Error()
+	}
+	var buf bytes.Buffer
+	if err := c.pages[name].Execute(&buf, l); err != nil {
+		c.log.Error("rendering page", "page", name, "err", err)
+		http.Error(w, "rendering "+name+": "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail renders the error page.
+func (c *Console) fail(w http.ResponseWriter, status int, title string, err error) {
+	c.render(w, status, "error", title, "", struct{ Status int }{status}, err)
+}
+
+// errNotFound marks a lookup that found nothing (404).
+var errNotFound = errors.New("not found")
+
+// ---- overview ----
+
+type clusterRow struct {
+	Cluster       string
+	Demand, Shed  float64
+	ExpectedMs    float64
+	Bar           template.HTML
+	Rates         rates
+	HasRates      bool
+	TopEngines    []weightRow
+	EngineCount   int
+	ServedEngines int
+}
+
+type overviewBody struct {
+	Version    uint64
+	Created    int64
+	Age        string
+	Stats      *schemas.SolveStats
+	Clusters   []clusterRow
+	Health     health
+	PrevVer    uint64
+	Kafka      bool
+	Snapshots  int
+	HistoryLen string
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	es, err := c.snapshots(r.Context())
+	body := overviewBody{Kafka: c.cfg.Kafka != nil, Snapshots: len(es), HistoryLen: c.cfg.History.String()}
+	now := c.cfg.Now()
+	if snap := latest(es); snap != nil {
+		body.Version, body.Created, body.Stats = snap.GetVersion(), snap.GetCreatedUnixMs(), snap.GetStats()
+		body.Age = fmtAge(now.Sub(time.UnixMilli(snap.GetCreatedUnixMs())))
+		colors := c.colors(snap)
+		for _, cw := range sortedClusters(snap) {
+			row := clusterRow{Cluster: cw.GetCluster(), Demand: cw.GetDemandRps(), Shed: cw.GetShedFraction(),
+				ExpectedMs: cw.GetExpectedLatencyMs(), Bar: weightBar(barSegments(cw, colors), 320), EngineCount: len(cw.GetWeights())}
+			ws := weightRows(cw, colors)
+			for _, wr := range ws {
+				if wr.Weight >= 0.005 {
+					row.ServedEngines++
+					if len(row.TopEngines) < 3 {
+						row.TopEngines = append(row.TopEngines, wr)
+					}
+				}
+			}
+			row.Rates, _ = c.live.clusterRates(cw.GetCluster(), now)
+			row.HasRates = c.cfg.Kafka != nil
+			body.Clusters = append(body.Clusters, row)
+		}
+		if len(es) > 1 {
+			body.PrevVer = es[len(es)-2].Snap.GetVersion()
+		}
+	}
+	body.Health = c.health(r, es)
+	c.render(w, http.StatusOK, "overview", "Overview", "overview", body, err)
+}
+
+// ---- cluster ----
+
+type weightRow struct {
+	Engine, Color                       string
+	Weight, PlannedUtil                 float64
+	NetworkMs, EngineMs, MarginalMs     float64
+	Binding, MaxBatch, Endpoint, Source string
+	Highlight                           bool
+}
+
+type clusterBody struct {
+	Cluster     string
+	Version     uint64
+	Created     int64
+	CW          *schemas.ClusterWeights
+	Bar         template.HTML
+	Weights     []weightRow
+	WeightChart template.HTML
+	LatChart    template.HTML
+	RateChart   template.HTML
+	Rates       rates
+	Kafka       bool
+	Demand      *schemas.DemandEstimate
+	History     string
+}
+
+func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	es, err := c.snapshots(r.Context())
+	if err != nil {
+		c.fail(w, http.StatusBadGateway, "Cluster "+id, err)
+		return
+	}
+	snap := latest(es)
+	cw := findCluster(snap, id)
+	if cw == nil {
+		c.fail(w, http.StatusNotFound, "Cluster "+id, fmt.Errorf("cluster %q: %w in the latest snapshot (clusters: %s)", id, errNotFound, strings.Join(clusterIDs(snap), ", ")))
+		return
+	}
+	colors := c.colors(snap)
+	now := c.cfg.Now()
+	body := clusterBody{Cluster: id, Version: snap.GetVersion(), Created: snap.GetCreatedUnixMs(), CW: cw,
+		Bar: weightBar(barSegments(cw, colors), 640), Weights: weightRows(cw, colors), Kafka: c.cfg.Kafka != nil,
+		Demand: c.live.demand(id), History: c.cfg.History.String()}
+	body.WeightChart, body.LatChart = c.historyCharts(es, id, colors, now)
+	var pts []ratePoint
+	body.Rates, pts = c.live.clusterRates(id, now)
+	body.RateChart = c.rateChart(es, id, pts, now)
+	c.render(w, http.StatusOK, "cluster", "Cluster "+id, "overview", body, nil)
+}
+
+// historyCharts draws cluster's weights and shed fraction, and its
+// expected latency, over the history.
+func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[string]string, now time.Time) (weights, latency template.HTML) {
+	lo, hi := float64(now.Add(-c.cfg.History).Unix()), float64(now.Unix())
+	byEngine := map[string][]pt{}
+	var shed, lat []pt
+	served := map[string]bool{}
+	var prevEngines map[string]bool
+	for _, e := range es {
+		cw := findCluster(e.Snap, cluster)
+		if cw == nil {
+			continue
+		}
+		t := snapTime(e)
+		title := func(what string, v float64) string {
+			return fmt.Sprintf("v%d %s: %s %.3f", e.Snap.GetVersion(), time.Unix(int64(t), 0).UTC().Format("15:04:05"), what, v)
+		}
+		seen := map[string]bool{}
+		for _, ew := range cw.GetWeights() {
+			id := ew.GetEngineId()
+			seen[id] = true
+			byEngine[id] = append(byEngine[id], pt{X: t, Y: ew.GetWeight(), Title: title(id, ew.GetWeight())})
+			if ew.GetWeight() >= 0.005 {
+				served[id] = true
+			}
+		}
+		for id := range prevEngines {
+			if !seen[id] { // left the snapshot: weight 0 from here
+				byEngine[id] = append(byEngine[id], pt{X: t, Y: 0, Title: title(id, 0)})
+			}
+		}
+		prevEngines = seen
+		shed = append(shed, pt{X: t, Y: cw.GetShedFraction(), Title: title("shed", cw.GetShedFraction())})
+		lat = append(lat, pt{X: t, Y: cw.GetExpectedLatencyMs(), Title: title("expected ms", cw.GetExpectedLatencyMs())})
+	}
+	ids := make([]string, 0, len(byEngine))
+	for id := range byEngine {
+		if served[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	wc := chart{XMin: lo, XMax: hi, YMin: 0, YMax: 1, XTime: true, XLabel: "time (UTC)", YLabel: "share of demand", W: 720, H: 280,
+		Empty: "no snapshot of " + cluster + " in the last " + c.cfg.History.String()}
+	for _, id := range ids {
+		wc.Series = append(wc.Series, series{Name: id, Color: colorOf(colors, id), Points: byEngine[id], Step: true})
+	}
+	if len(shed) > 0 {
+		wc.Series = append(wc.Series, series{Name: "shed", Color: shedColor, Points: shed, Step: true, Dashed: true})
+	}
+	lc := chart{XMin: lo, XMax: hi, YMin: 0, YMax: niceMax(maxY(lat)), XTime: true, XLabel: "time (UTC)", YLabel: "expected latency (ms)", W: 720, H: 220,
+		Empty: wc.Empty}
+	if len(lat) > 0 {
+		lc.Series = []series{{Name: "expected end-to-end latency (ms)", Color: palette[0], Points: lat, Step: true}}
+	}
+	return wc.svg(), lc.svg()
+}
+
+// rateChart draws cluster's requests, errors and shed per second by
+// bucket, and the demand the snapshots planned for.
+func (c *Console) rateChart(es []snapEntry, cluster string, pts []ratePoint, now time.Time) template.HTML {
+	lo, hi := float64(now.Add(-c.cfg.History).Unix()), float64(now.Unix())
+	per := float64(bucketMs) / 1000
+	var total, errs, shed, demand []pt
+	for _, p := range pts {
+		t := float64(p.at.Unix()) + per/2
+		at := p.at.UTC().Format("15:04:05")
+		total = append(total, pt{X: t, Y: float64(p.Total) / per, Title: fmt.Sprintf("%s: %.2f requests/s", at, float64(p.Total)/per)})
+		errs = append(errs, pt{X: t, Y: float64(p.Errors) / per, Title: fmt.Sprintf("%s: %.2f errors/s", at, float64(p.Errors)/per)})
+		shed = append(shed, pt{X: t, Y: float64(p.Shed) / per, Title: fmt.Sprintf("%s: %.2f shed/s", at, float64(p.Shed)/per)})
+	}
+	for _, e := range es {
+		if cw := findCluster(e.Snap, cluster); cw != nil {
+			demand = append(demand, pt{X: snapTime(e), Y: cw.GetDemandRps()})
+		}
+	}
+	ch := chart{XMin: lo, XMax: hi, YMin: 0, YMax: niceMax(math.Max(maxY(total), maxY(demand))), XTime: true,
+		XLabel: "time (UTC)", YLabel: "requests/s", W: 720, H: 240, Empty: "no routing events yet"}
+	if c.cfg.Kafka == nil {
+		ch.Empty = "no Kafka client: request rates need the routing events"
+	}
+	if len(total) > 0 {
+		ch.Series = append(ch.Series,
+			series{Name: "requests/s", Color: palette[0], Points: total},
+			series{Name: "errors/s", Color: palette[2], Points: errs},
+			series{Name: "shed/s", Color: shedColor, Points: shed})
+	}
+	if len(demand) > 0 {
+		ch.Series = append(ch.Series, series{Name: "planned demand (snapshot)", Color: palette[4], Points: demand, Step: true, Dashed: true})
+	}
+	return ch.svg()
+}
+
+// snapTime is when a snapshot was created, in Unix seconds (its stored
+// time when it does not say).
+func snapTime(e snapEntry) float64 {
+	if ms := e.Snap.GetCreatedUnixMs(); ms > 0 {
+		return float64(ms) / 1000
+	}
+	return float64(e.Stored.UnixMilli()) / 1000
+}
+
+func maxY(ps []pt) float64 {
+	m := 0.0
+	for _, p := range ps {
+		if p.Y > m && !math.IsInf(p.Y, 0) {
+			m = p.Y
+		}
+	}
+	return m
+}
+
+// niceMax is a round upper bound above v (1 for v <= 0).
+func niceMax(v float64) float64 {
+	if !(v > 0) {
+		return 1
+	}
+	t := niceTicks(0, v*1.1, 5)
+	last := t[len(t)-1]
+	if last < v*1.05 && len(t) > 1 {
+		last += t[1] - t[0]
+	}
+	return last
+}
+
+// ---- engines ----
+
+type engineRow struct {
+	ID, Color   string
+	Est         *schemas.EngineEstimate
+	WindowAge   string
+	Observed    int
+	ServedShare float64
+}
+
+type enginesBody struct {
+	Kafka   bool
+	Engines []engineRow
+	Version uint64
+}
+
+func (c *Console) engines(w http.ResponseWriter, r *http.Request) {
+	es, err := c.snapshots(r.Context())
+	snap := latest(es)
+	colors := c.colors(snap)
+	now := c.cfg.Now()
+	body := enginesBody{Kafka: c.cfg.Kafka != nil, Version: snap.GetVersion()}
+	for _, id := range c.allEngines(snap) {
+		row := engineRow{ID: id, Color: colorOf(colors, id)}
+		if v, ok := c.live.engineView(id); ok {
+			row.Est = v.Est
+			row.Observed = len(v.TTFT)
+			if v.Est != nil {
+				row.WindowAge = fmtAge(now.Sub(time.UnixMilli(v.Est.GetWindowEndUnixMs())))
+			}
+		}
+		body.Engines = append(body.Engines, row)
+	}
+	c.render(w, http.StatusOK, "engines", "Engines", "engines", body, err)
+}
+
+// ---- engine ----
+
+type engineBody struct {
+	ID, Color            string
+	Est                  *schemas.EngineEstimate
+	Kafka                bool
+	TTFTChart, TBOTChart template.HTML
+	TTFTObs, TBOTObs     int
+	Weights              []explainRow
+	Version              uint64
+}
+
+func (c *Console) engine(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	es, err := c.snapshots(r.Context())
+	snap := latest(es)
+	v, ok := c.live.engineView(id)
+	rows := engineExplainRows(snap, id)
+	if !ok && len(rows) == 0 {
+		if err == nil {
+			err = fmt.Errorf("engine %q: %w in the estimates or the latest snapshot", id, errNotFound)
+		}
+		c.fail(w, http.StatusNotFound, "Engine "+id, err)
+		return
+	}
+	colors := c.colors(snap)
+	body := engineBody{ID: id, Color: colorOf(colors, id), Est: v.Est, Kafka: c.cfg.Kafka != nil, Weights: rows,
+		TTFTObs: len(v.TTFT), TBOTObs: len(v.TBOT), Version: snap.GetVersion()}
+	body.TTFTChart = profileChart("TTFT", v.Est.GetTtftProfile(), v.TTFT, v.Est.GetUtilization(), c.cfg.Kafka != nil)
+	body.TBOTChart = profileChart("TBOT", v.Est.GetTbotProfile(), v.TBOT, v.Est.GetUtilization(), c.cfg.Kafka != nil)
+	c.render(w, http.StatusOK, "engine", "Engine "+id, "engines", body, err)
+}
+
+// profileChart draws a fitted latency profile against the observations.
+func profileChart(kind string, prof *schemas.LatencyProfile, obs []obsPoint, util float64, kafka bool) template.HTML {
+	xmax, ymax := 1.0, 0.0
+	var fit, dots []pt
+	for _, p := range prof.GetPoints() {
+		fit = append(fit, pt{X: p.GetUtilization(), Y: p.GetLatencyMs(),
+			Title: fmt.Sprintf("fit: utilization %.2f → %.1f ms", p.GetUtilization(), p.GetLatencyMs())})
+	}
+	for _, o := range obs {
+		xmax = math.Max(xmax, o.Utilization)
+		ymax = math.Max(ymax, o.LatencyMs)
+		dots = append(dots, pt{X: o.Utilization, Y: o.LatencyMs, R: 1.5 + math.Min(4.5, math.Sqrt(o.Weight)),
+			Title: fmt.Sprintf("%s: utilization %.2f, %.1f ms mean of %.0f requests", time.UnixMilli(o.ms).UTC().Format("15:04:05"), o.Utilization, o.LatencyMs, o.Weight)})
+	}
+	xmax = math.Min(1.5, niceMax(xmax))
+	for _, p := range fit {
+		if p.X <= xmax {
+			ymax = math.Max(ymax, p.Y)
+		}
+	}
+	// The fitted curve at xmax, so the line spans the chart.
+	fit = clipCurve(fit, xmax)
+	ymax = math.Max(ymax, maxY(fit))
+	ch := chart{XMin: 0, XMax: xmax, YMin: 0, YMax: niceMax(ymax), XLabel: "utilization (load / capacity)", YLabel: kind + " (ms)", W: 520, H: 280,
+		Empty: "no estimate of this engine yet"}
+	if !kafka {
+		ch.Empty = "no Kafka client: profiles come from the estimates topic"
+	}
+	if len(dots) > 0 {
+		ch.Series = append(ch.Series, series{Name: fmt.Sprintf("observed (%d signals, size = requests)", len(dots)), Color: palette[1], Points: dots, Dots: true})
+	}
+	if len(fit) > 0 {
+		name := fmt.Sprintf("fitted profile (%d samples, rmse %.1f ms)", prof.GetSamples(), prof.GetFitRmseMs())
+		if prof.GetPrior() {
+			name += ", mostly the GPU-class prior"
+		}
+		ch.Series = append(ch.Series, series{Name: name, Color: palette[0], Points: fit})
+		if util > 0 {
+			ch.Series = append(ch.Series, series{Name: fmt.Sprintf("current utilization %.2f", util), Color: palette[2], Dashed: true,
+				Points: []pt{{X: util, Y: 0}, {X: util, Y: ch.YMax}}})
+		}
+	}
+	return ch.svg()
+}
+
+// clipCurve cuts a piecewise-linear curve at x = xmax, interpolating.
+func clipCurve(ps []pt, xmax float64) []pt {
+	var out []pt
+	for i, p := range ps {
+		if p.X <= xmax {
+			out = append(out, p)
+			continue
+		}
+		if i > 0 && ps[i-1].X < xmax {
+			a := ps[i-1]
+			y := a.Y + (p.Y-a.Y)*(xmax-a.X)/(p.X-a.X)
+			out = append(out, pt{X: xmax, Y: y})
+		}
+		break
+	}
+	return out
+}
+
+// ---- explain ----
+
+type explainRow struct {
+	Cluster string
+	weightRow
+}
+
+type explainBody struct {
+	Cluster, Engine string
+	Clusters        []string
+	Engines         []string
+	Snap            *schemas.WeightSnapshot
+	CW              *schemas.ClusterWeights
+	Rows            []explainRow
+	ByEngine        bool
+}
+
+func (c *Console) explain(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	cluster, engine := q.Get("cluster"), q.Get("engine")
+	es, err := c.snapshots(r.Context())
+	if err != nil {
+		c.fail(w, http.StatusBadGateway, "Explain", err)
+		return
+	}
+	snap := latest(es)
+	body := explainBody{Cluster: cluster, Engine: engine, Clusters: clusterIDs(snap), Engines: c.allEngines(snap), Snap: snap}
+	colors := c.colors(snap)
+	switch {
+	case snap == nil:
+	case cluster == "" && engine != "":
+		body.ByEngine = true
+		body.Rows = engineExplainRows(snap, engine)
+		if len(body.Rows) == 0 {
+			c.fail(w, http.StatusNotFound, "Explain", fmt.Errorf("engine %q: %w in snapshot %d", engine, errNotFound, snap.GetVersion()))
+			return
+		}
+	default:
+		if cluster == "" && len(body.Clusters) > 0 {
+			cluster = body.Clusters[0]
+			body.Cluster = cluster
+		}
+		body.CW = findCluster(snap, cluster)
+		if body.CW == nil {
+			c.fail(w, http.StatusNotFound, "Explain", fmt.Errorf("snapshot %d has no cluster %q (it has %s)", snap.GetVersion(), cluster, strings.Join(body.Clusters, ", ")))
+			return
+		}
+		for _, wr := range weightRows(body.CW, colors) {
+			wr.Highlight = wr.Engine == engine
+			body.Rows = append(body.Rows, explainRow{Cluster: cluster, weightRow: wr})
+		}
+	}
+	c.render(w, http.StatusOK, "explain", "Explain", "explain", body, nil)
+}
+
+// engineExplainRows are engine's weights in every cluster of snap.
+func engineExplainRows(snap *schemas.WeightSnapshot, engine string) []explainRow {
+	var out []explainRow
+	for _, cw := range sortedClusters(snap) {
+		for _, ew := range cw.GetWeights() {
+			if ew.GetEngineId() == engine {
+				out = append(out, explainRow{Cluster: cw.GetCluster(), weightRow: toRow(ew, "")})
+			}
+		}
+	}
+	return out
+}
+
+// weightRows are cw's weights, heaviest first (as `switchyard explain`).
+func weightRows(cw *schemas.ClusterWeights, colors map[string]string) []weightRow {
+	ws := append([]*schemas.EngineWeight(nil), cw.GetWeights()...)
+	sort.SliceStable(ws, func(a, b int) bool {
+		if ws[a].GetWeight() != ws[b].GetWeight() {
+			return ws[a].GetWeight() > ws[b].GetWeight()
+		}
+		return ws[a].GetEngineId() < ws[b].GetEngineId()
+	})
+	out := make([]weightRow, 0, len(ws))
+	for _, ew := range ws {
+		out = append(out, toRow(ew, colorOf(colors, ew.GetEngineId())))
+	}
+	return out
+}
+
+func toRow(ew *schemas.EngineWeight, color string) weightRow {
+	ex := ew.GetExplanation()
+	row := weightRow{Engine: ew.GetEngineId(), Color: color, Weight: ew.GetWeight(), PlannedUtil: ew.GetPlannedUtilization(),
+		NetworkMs: ex.GetNetworkMs(), EngineMs: ex.GetEngineMs(), MarginalMs: ex.GetMarginalMs(),
+		Binding: strings.Join(ex.GetBinding(), ", "), Endpoint: ew.GetEndpointUrl(), Source: ex.GetCapacitySource()}
+	if row.Binding == "" {
+		row.Binding = "-"
+	}
+	row.MaxBatch = "-"
+	if ex.GetMaxBatch() > 0 || ex.GetCapacitySource() != "" {
+		src := ex.GetCapacitySource()
+		if src == "" {
+			src = "unknown"
+		}
+		row.MaxBatch = fmt.Sprintf("%d (%s)", ex.GetMaxBatch(), src)
+	}
+	return row
+}
+
+// ---- diff ----
+
+type diffEngine struct {
+	Engine, Color      string
+	A, B, Delta        float64
+	InA, InB           bool
+	UtilA, UtilB       float64
+	MarginalA, MarginB float64
+	Changed            bool
+}
+
+type diffCluster struct {
+	Cluster          string
+	InA, InB         bool
+	ShedA, ShedB     float64
+	DemandA, DemandB float64
+	LatA, LatB       float64
+	BarA, BarB       template.HTML
+	Moved            float64
+	Engines          []diffEngine
+}
+
+type diffBody struct {
+	A, B     *schemas.WeightSnapshot
+	Versions []uint64
+	Clusters []diffCluster
+	Changed  int
+}
+
+// maxVersionChoices bounds the versions the diff page offers.
+const maxVersionChoices = 400
+
+func (c *Console) diff(w http.ResponseWriter, r *http.Request) {
+	es, err := c.snapshots(r.Context())
+	if err != nil {
+		c.fail(w, http.StatusBadGateway, "Diff", err)
+		return
+	}
+	var body diffBody
+	for i := len(es) - 1; i >= 0 && len(body.Versions) < maxVersionChoices; i-- {
+		body.Versions = append(body.Versions, es[i].Snap.GetVersion())
+	}
+	q := r.URL.Query()
+	pick := func(name string, def int) (*schemas.WeightSnapshot, error) {
+		s := q.Get(name)
+		if s == "" {
+			if def < 0 || def >= len(es) {
+				return nil, nil
+			}
+			return es[def].Snap, nil
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: a snapshot version is a number", name, s)
+		}
+		return c.byVersion(r.Context(), es, v)
+	}
+	a, err := pick("a", len(es)-2)
+	if err == nil {
+		body.A = a
+		body.B, err = pick("b", len(es)-1)
+	}
+	if err != nil {
+		status := http.StatusNotFound
+		if strings.Contains(err.Error(), "is a number") {
+			status = http.StatusBadRequest
+		}
+		c.fail(w, status, "Diff", err)
+		return
+	}
+	if body.A != nil && body.B != nil {
+		body.Clusters, body.Changed = diffSnapshots(body.A, body.B, c.colors(body.B))
+	}
+	c.render(w, http.StatusOK, "diff", "Diff", "diff", body, nil)
+}
+
+// diffSnapshots compares every cluster of a and b; changed counts the
+// engine weights that moved by 0.0005 or more.
+func diffSnapshots(a, b *schemas.WeightSnapshot, colors map[string]string) (out []diffCluster, changed int) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, s := range []*schemas.WeightSnapshot{a, b} {
+		for _, cw := range s.GetClusters() {
+			if !seen[cw.GetCluster()] {
+				seen[cw.GetCluster()] = true
+				ids = append(ids, cw.GetCluster())
+			}
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		ca, cb := findCluster(a, id), findCluster(b, id)
+		d := diffCluster{Cluster: id, InA: ca != nil, InB: cb != nil,
+			ShedA: ca.GetShedFraction(), ShedB: cb.GetShedFraction(), DemandA: ca.GetDemandRps(), DemandB: cb.GetDemandRps(),
+			LatA: ca.GetExpectedLatencyMs(), LatB: cb.GetExpectedLatencyMs()}
+		if ca != nil {
+			d.BarA = weightBar(barSegments(ca, colors), 320)
+		}
+		if cb != nil {
+			d.BarB = weightBar(barSegments(cb, colors), 320)
+		}
+		byID := map[string]*diffEngine{}
+		var order []string
+		add := func(cw *schemas.ClusterWeights, inB bool) {
+			for _, ew := range cw.GetWeights() {
+				e := byID[ew.GetEngineId()]
+				if e == nil {
+					e = &diffEngine{Engine: ew.GetEngineId(), Color: colorOf(colors, ew.GetEngineId())}
+					byID[e.Engine] = e
+					order = append(order, e.Engine)
+				}
+				if inB {
+					e.B, e.InB, e.UtilB, e.MarginB = ew.GetWeight(), true, ew.GetPlannedUtilization(), ew.GetExplanation().GetMarginalMs()
+				} else {
+					e.A, e.InA, e.UtilA, e.MarginalA = ew.GetWeight(), true, ew.GetPlannedUtilization(), ew.GetExplanation().GetMarginalMs()
+				}
+			}
+		}
+		add(ca, false)
+		add(cb, true)
+		sort.Strings(order)
+		for _, eid := range order {
+			e := byID[eid]
+			e.Delta = e.B - e.A
+			e.Changed = math.Abs(e.Delta) >= 0.0005 || e.InA != e.InB
+			if e.Changed {
+				changed++
+			}
+			d.Moved += math.Abs(e.Delta)
+			d.Engines = append(d.Engines, *e)
+		}
+		d.Moved = (d.Moved + math.Abs(d.ShedB-d.ShedA)) / 2
+		out = append(out, d)
+	}
+	return out, changed
+}
+
+// ---- pipeline ----
+
+// health is the pipeline's state with a verdict per item.
+type health struct {
+	Items []healthItem
+	Lag   []topicLag
+	// LagErr says why the processor's lag is unknown.
+	LagErr string
+	Group  string
+	State  string
+	Live   pipelineView
+	Kafka  bool
+}
+
+type healthItem struct {
+	Name, Value, Detail string
+	Status              string // ok, warn, bad, unknown
+}
+
+type topicLag struct {
+	Topic string
+	Lag   int64
+}
+
+// Thresholds of the health verdicts.
+const (
+	snapshotWarn = 30 * time.Second
+	snapshotBad  = 2 * time.Minute
+	lagWarn      = 1000
+	lagBad       = 100_000
+)
+
+func verdict(v, warn, bad float64) string {
+	switch {
+	case v >= bad:
+		return "bad"
+	case v >= warn:
+		return "warn"
+	}
+	return "ok"
+}
+
+// health gathers the pipeline's state: the last snapshot's age, the
+// estimates' watermark and the processor's consumer lag.
+func (c *Console) health(r *http.Request, es []snapEntry) health {
+	now := c.cfg.Now()
+	h := health{Group: c.cfg.ProcessorGroup, Kafka: c.cfg.Kafka != nil, Live: c.live.pipeline()}
+	if snap := latest(es); snap != nil {
+		age := now.Sub(time.UnixMilli(snap.GetCreatedUnixMs()))
+		h.Items = append(h.Items, healthItem{Name: "last snapshot", Value: fmt.Sprintf("v%d, %s old", snap.GetVersion(), fmtAge(age)),
+			Detail: "created " + unixMs(snap.GetCreatedUnixMs()), Status: verdict(age.Seconds(), snapshotWarn.Seconds(), snapshotBad.Seconds())})
+		if len(es) > 1 {
+			span := snapTime(es[len(es)-1]) - snapTime(es[0])
+			h.Items = append(h.Items, healthItem{Name: "snapshot interval", Value: fmt.Sprintf("%.1fs mean", span/float64(len(es)-1)),
+				Detail: fmt.Sprintf("%d snapshots in the last %s", len(es), c.cfg.History), Status: "ok"})
+		}
+	} else {
+		h.Items = append(h.Items, healthItem{Name: "last snapshot", Value: "none in the last " + c.cfg.History.String(), Status: "bad",
+			Detail: "is the optimizer running?"})
+	}
+	if !h.Kafka {
+		h.Items = append(h.Items, healthItem{Name: "watermark", Value: "unknown", Detail: "no Kafka client", Status: "unknown"})
+		return h
+	}
+	if wm := h.Live.Watermark; wm > 0 {
+		lag := now.Sub(time.UnixMilli(wm))
+		h.Items = append(h.Items, healthItem{Name: "watermark", Value: fmt.Sprintf("%s behind", fmtAge(lag)),
+			Detail: "end of the latest estimated window, " + unixMs(wm), Status: verdict(lag.Seconds(), snapshotWarn.Seconds(), snapshotBad.Seconds())})
+	} else {
+		h.Items = append(h.Items, healthItem{Name: "watermark", Value: "no estimates yet", Detail: "is the processor running?", Status: "warn"})
+	}
+	ctx, cancel := contextFor(r, 2*time.Second)
+	defer cancel()
+	lags, err := kadmClient(c.cfg.Kafka).Lag(ctx, c.cfg.ProcessorGroup)
+	if err == nil {
+		err = lags.Error()
+	}
+	if err != nil {
+		h.LagErr = err.Error()
+		h.Items = append(h.Items, healthItem{Name: "processor lag", Value: "unknown", Detail: h.LagErr, Status: "unknown"})
+		return h
+	}
+	g := lags[c.cfg.ProcessorGroup]
+	h.State = g.State
+	for topic, l := range g.Lag.TotalByTopic() {
+		h.Lag = append(h.Lag, topicLag{Topic: topic, Lag: l.Lag})
+	}
+	sort.Slice(h.Lag, func(i, j int) bool { return h.Lag[i].Topic < h.Lag[j].Topic })
+	total := g.Lag.Total()
+	st := verdict(float64(total), lagWarn, lagBad)
+	if g.State == "Dead" || g.State == "" {
+		st = "bad"
+	}
+	h.Items = append(h.Items, healthItem{Name: "processor lag", Value: fmt.Sprintf("%d records", total),
+		Detail: fmt.Sprintf("group %s, %s, %d members", c.cfg.ProcessorGroup, orDash(g.State), len(g.Members)), Status: st})
+	return h
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+type pipelineBody struct {
+	Health  health
+	Stats   *schemas.SolveStats
+	Digest  string
+	History string
+	Invalid int
+}
+
+func (c *Console) pipeline(w http.ResponseWriter, r *http.Request) {
+	es, err := c.snapshots(r.Context())
+	body := pipelineBody{Health: c.health(r, es), History: c.cfg.History.String()}
+	if snap := latest(es); snap != nil {
+		body.Stats, body.Digest = snap.GetStats(), snap.GetInputsDigest()
+	}
+	c.hist.mu.Lock()
+	body.Invalid = c.hist.invalid
+	c.hist.mu.Unlock()
+	c.render(w, http.StatusOK, "pipeline", "Pipeline", "pipeline", body, err)
+}
+
+// ---- shared ----
+
+func sortedClusters(snap *schemas.WeightSnapshot) []*schemas.ClusterWeights {
+	cs := append([]*schemas.ClusterWeights(nil), snap.GetClusters()...)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].GetCluster() < cs[j].GetCluster() })
+	return cs
+}
+
+func clusterIDs(snap *schemas.WeightSnapshot) []string {
+	var ids []string
+	for _, cw := range sortedClusters(snap) {
+		ids = append(ids, cw.GetCluster())
+	}
+	return ids
+}
+
+// allEngines lists the engines of snap and of the estimates, sorted.
+func (c *Console) allEngines(snap *schemas.WeightSnapshot) []string {
+	seen := map[string]bool{}
+	var ids []string
+	for _, id := range c.live.engineIDs() {
+		seen[id] = true
+		ids = append(ids, id)
+	}
+	for _, cw := range snap.GetClusters() {
+		for _, ew := range cw.GetWeights() {
+			if !seen[ew.GetEngineId()] {
+				seen[ew.GetEngineId()] = true
+				ids = append(ids, ew.GetEngineId())
+			}
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// colors gives every engine its colour, by its place among all engines.
+func (c *Console) colors(snap *schemas.WeightSnapshot) map[string]string {
+	out := map[string]string{}
+	for i, id := range c.allEngines(snap) {
+		out[id] = colorAt(i)
+	}
+	return out
+}
+
+func colorOf(colors map[string]string, id string) string {
+	if c, ok := colors[id]; ok {
+		return c
+	}
+	return palette[len(palette)-1]
+}
+
+// barSegments are cw's weights (by engine id) and its shed fraction.
+func barSegments(cw *schemas.ClusterWeights, colors map[string]string) []segment {
+	ws := append([]*schemas.EngineWeight(nil), cw.GetWeights()...)
+	sort.Slice(ws, func(i, j int) bool { return ws[i].GetEngineId() < ws[j].GetEngineId() })
+	var segs []segment
+	for _, ew := range ws {
+		segs = append(segs, segment{Label: ew.GetEngineId(), Value: ew.GetWeight(), Color: colorOf(colors, ew.GetEngineId())})
+	}
+	if cw.GetShedFraction() > 0 {
+		segs = append(segs, segment{Label: "shed", Value: cw.GetShedFraction(), Color: shedColor})
+	}
+	return segs
+}
