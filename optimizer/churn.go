@@ -179,10 +179,10 @@ func (ar *arcs) flows(m, maxu, tau float64) (phi, L float64) {
 		case x >= cp:
 			ar.x[k] = cp
 			L += cp
-			phi += cp * (b - tau*(ar.logCap[a]-1))
+			phi += float64(cp * (b - float64(tau*(ar.logCap[a]-1))))
 		case x > 0:
 			L += x
-			phi += x * (m + tau)
+			phi += float64(x * (m + tau))
 		}
 	}
 	return phi, L
@@ -287,7 +287,7 @@ func (ar *arcs) priceSums(c *curve, full bool, tau, maxu float64) {
 		b := ar.bid[ar.ord[q]]
 		M, S := ar.sufM[q+1], ar.sufS[q+1]
 		if b > M {
-			S = S*math.Exp((M-b)/tau) + 1
+			S = float64(S*math.Exp((M-b)/tau)) + 1
 			M = b
 		} else {
 			S += math.Exp((b - M) / tau)
@@ -301,7 +301,7 @@ func (ar *arcs) priceSums(c *curve, full bool, tau, maxu float64) {
 	ar.knots = ar.knots[:0]
 	if !full {
 		for k := len(c.s) - 1; k >= 0; k-- {
-			ar.knots = append(ar.knots, c.v[k+1]+c.l[k+1]*c.s[k], c.v[k]+c.l[k]*c.s[k])
+			ar.knots = append(ar.knots, c.v[k+1]+float64(c.l[k+1]*c.s[k]), c.v[k]+float64(c.l[k]*c.s[k]))
 		}
 	}
 }
@@ -335,7 +335,7 @@ func solveInterval(lo, hi, M, S, C, tau float64, supply func(float64) (float64, 
 		if r <= 0 {
 			return hi
 		}
-		return math.Min(math.Max(M+tau*(math.Log(S)-math.Log(r)), lo), hi)
+		return math.Min(math.Max(M+float64(tau*(math.Log(S)-math.Log(r))), lo), hi)
 	}
 	// Domain of phi: m > mr.
 	if mr := (C - beta) / alpha; mr > lo || math.IsInf(lo, -1) {
@@ -346,7 +346,7 @@ func solveInterval(lo, hi, M, S, C, tau float64, supply func(float64) (float64, 
 		step := tau
 		hi = math.Max(lo, M) + step
 		for range 200 {
-			if math.Log(S)+(M-hi)/tau-math.Log(alpha*hi+beta-C) < 0 {
+			if math.Log(S)+(M-hi)/tau-math.Log(float64(alpha*hi)+beta-C) < 0 {
 				break
 			}
 			step *= 2
@@ -364,7 +364,7 @@ func newtonInterval(lo, hi, M, S, C, alpha, beta, tau float64) float64 {
 	logS := math.Log(S)
 	m := hi
 	for range 200 {
-		r := alpha*m + beta - C
+		r := float64(alpha*m) + beta - C
 		if !(r > 0) {
 			m = 0.5 * (lo + hi)
 			if hi-lo <= 1e-15*(1+math.Abs(m)) {
@@ -402,7 +402,7 @@ func newtonInterval(lo, hi, M, S, C, alpha, beta, tau float64) float64 {
 				// of the domain's end mr, phi < 0 on the whole bracket,
 				// and bisecting down to it took ~50 iterations.
 				fl := S * math.Exp(math.Min((M-lo)/tau, 700))
-				nl := lo + (fl-(alpha*lo+beta-C))/(fl/tau+alpha)
+				nl := lo + (fl-(float64(alpha*lo)+beta-C))/(fl/tau+alpha)
 				if nl >= lo && nl < hi {
 					if nl-lo <= 1e-15*(1+math.Abs(lo)) {
 						return nl

@@ -82,11 +82,11 @@ func (c *curve) f(L float64) float64 {
 		return c.v[0]
 	}
 	k := c.seg(L)
-	return c.v[k] + c.s[k]*(L-c.l[k])
+	return c.v[k] + float64(c.s[k]*(L-c.l[k]))
 }
 
 // g is the latency rate L*f(L).
-func (c *curve) g(L float64) float64 { return L * c.f(L) }
+func (c *curve) g(L float64) float64 { return float64(L * c.f(L)) }
 
 // dLeft and dRight are the one-sided derivatives of g at L; dRight(cap)
 // is +Inf (the capacity wall) and dLeft(0) is -Inf.
@@ -98,7 +98,7 @@ func (c *curve) dLeft(L float64) float64 {
 	for k+1 < len(c.s) && L > c.l[k+1] {
 		k++
 	}
-	return c.v[k] + c.s[k]*(L-c.l[k]) + L*c.s[k]
+	return c.v[k] + float64(c.s[k]*(L-c.l[k])) + float64(L*c.s[k])
 }
 
 func (c *curve) dRight(L float64) float64 {
@@ -106,20 +106,20 @@ func (c *curve) dRight(L float64) float64 {
 		return math.Inf(1)
 	}
 	k := c.seg(L)
-	return c.v[k] + c.s[k]*(L-c.l[k]) + L*c.s[k]
+	return c.v[k] + float64(c.s[k]*(L-c.l[k])) + float64(L*c.s[k])
 }
 
 // inv returns the load L in [0, cap] at which y is a subgradient of g
 // (the smallest such L where g is linear), and dL/dy there.
 func (c *curve) inv(y float64) (float64, float64) {
 	for k := range c.s {
-		lo := c.v[k] + c.l[k]*c.s[k] // g'+(l[k])
+		lo := c.v[k] + float64(c.l[k]*c.s[k]) // g'+(l[k])
 		if y <= lo {
 			return c.l[k], 0
 		}
-		hi := c.v[k+1] + c.l[k+1]*c.s[k] // g'-(l[k+1])
+		hi := c.v[k+1] + float64(c.l[k+1]*c.s[k]) // g'-(l[k+1])
 		if y < hi && c.s[k] > 0 {
-			return (y - c.v[k] + c.s[k]*c.l[k]) / (2 * c.s[k]), 1 / (2 * c.s[k])
+			return (y - c.v[k] + float64(c.s[k]*c.l[k])) / (2 * c.s[k]), 1 / (2 * c.s[k])
 		}
 	}
 	return c.cap, 0

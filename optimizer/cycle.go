@@ -259,24 +259,24 @@ func (ex *exchange) deriv(a float64) float64 {
 	s, p, d := ex.s, ex.s.p, ex.d
 	v := 0.0
 	for _, e := range ex.edges {
-		x := s.x[e] + a*d[e]
-		v += d[e] * p.rtt[e]
+		x := s.x[e] + float64(a*d[e])
+		v += float64(d[e] * p.rtt[e])
 		if p.cw > 0 {
 			away := (d[e] > 0 && x >= p.prev[e]) || (d[e] < 0 && x <= p.prev[e])
 			if away {
-				v += math.Abs(d[e]) * p.cw
+				v += float64(math.Abs(d[e]) * p.cw)
 			} else {
-				v -= math.Abs(d[e]) * p.cw
+				v -= float64(math.Abs(d[e]) * p.cw)
 			}
 		}
 	}
 	for _, j := range ex.engines {
 		c := &p.curves[j]
-		l := s.load[j] + a*ex.dLoad[j]
+		l := s.load[j] + float64(a*ex.dLoad[j])
 		if ex.dLoad[j] > 0 {
-			v += ex.dLoad[j] * c.dRight(l)
+			v += float64(ex.dLoad[j] * c.dRight(l))
 		} else {
-			v += ex.dLoad[j] * c.dLeft(l)
+			v += float64(ex.dLoad[j] * c.dLeft(l))
 		}
 	}
 	return v
@@ -287,7 +287,7 @@ func (ex *exchange) deriv(a float64) float64 {
 func (ex *exchange) apply(a float64) {
 	s, p := ex.s, ex.s.p
 	for _, e := range ex.edges {
-		s.x[e] = math.Max(0, s.x[e]+a*ex.d[e])
+		s.x[e] = math.Max(0, s.x[e]+float64(a*ex.d[e]))
 	}
 	for _, j := range ex.engines {
 		s.load[j] = 0

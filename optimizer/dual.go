@@ -31,8 +31,8 @@ func (s *solver) down(e int) float64 {
 func (s *solver) primal() (total, latency float64) {
 	p := s.p
 	for e, x := range s.x {
-		latency += x * p.rtt[e]
-		total += p.cw * math.Abs(x-p.prev[e])
+		latency += float64(x * p.rtt[e])
+		total += float64(p.cw * math.Abs(x-p.prev[e]))
 	}
 	for j, l := range s.load {
 		if p.usable[j] {
@@ -83,7 +83,7 @@ func (s *solver) enginePrices() (dual float64) {
 				} else if p.cw > 0 && x > p.prev[e] {
 					sigma = p.cw
 				}
-				s.pi[j] += x * (s.mu[i] - p.rtt[e] - sigma)
+				s.pi[j] += float64(x * (s.mu[i] - p.rtt[e] - sigma))
 				s.piW[j] += x
 			}
 		}
@@ -95,7 +95,7 @@ func (s *solver) enginePrices() (dual float64) {
 		}
 		c := &p.curves[j]
 		l := s.load[j]
-		d := 0.01 * c.cap
+		d := float64(0.01 * c.cap)
 		lo, hi := c.dLeft(math.Max(0, l-d)), c.dRight(math.Min(c.cap, l+d))
 		if l-d <= 0 {
 			lo = math.Inf(-1)
@@ -140,7 +140,7 @@ func (s *solver) clusterTerms(dual float64) float64 {
 				m = math.Min(m, p.rtt[e]+s.pi[p.eng[e]])
 			}
 			s.dmu[i] = m
-			dual += m * R
+			dual += float64(m * R)
 			continue
 		}
 		var phi float64
@@ -195,9 +195,9 @@ func (s *solver) churnClusterTerm(i int, brk []breakpoint) (float64, []breakpoin
 		}
 		c := p.rtt[e] + s.pi[p.eng[e]] - m
 		if c >= p.cw {
-			phi += p.prev[e] * p.cw
+			phi += float64(p.prev[e] * p.cw)
 		} else {
-			phi += p.prev[e] * c
+			phi += float64(p.prev[e] * c)
 		}
 	}
 	return phi, brk
@@ -222,7 +222,7 @@ func (s *solver) muDual() float64 {
 			return math.Inf(-1)
 		}
 		if !math.IsNaN(s.mu[i]) {
-			d += s.mu[i] * s.routed[i]
+			d += float64(s.mu[i] * s.routed[i])
 		}
 	}
 	var arcs []bidArc
@@ -252,13 +252,13 @@ func (s *solver) muDualEngine(j int, d float64, arcs []bidArc) (float64, []bidAr
 		i := s.edgeCluster[e]
 		if math.IsNaN(s.mu[i]) {
 			if p.prev[e] > 0 {
-				d += p.cw * p.prev[e] // x = 0 is forced
+				d += float64(p.cw * p.prev[e]) // x = 0 is forced
 			}
 			continue
 		}
 		base := s.mu[i] - p.rtt[e]
 		if p.prev[e] > 0 {
-			d += p.cw * p.prev[e]
+			d += float64(p.cw * p.prev[e])
 			if b := base + p.cw; b > floor {
 				arcs = append(arcs, bidArc{b, p.prev[e]})
 			}
@@ -299,7 +299,7 @@ func (s *solver) muDualEngine(j int, d float64, arcs []bidArc) (float64, []bidAr
 		}
 		take := math.Min(target-L, a.cap)
 		L += take
-		rev += a.bid * take
+		rev += float64(a.bid * take)
 		if take < a.cap {
 			break
 		}

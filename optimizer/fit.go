@@ -182,7 +182,7 @@ func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, e
 		se := 0.0
 		for _, o := range used {
 			d := out.At(o.Utilization) - o.LatencyMs
-			se += d * d
+			se += float64(d * d)
 		}
 		out.RMSEms = math.Sqrt(se / float64(len(used)))
 	}
@@ -218,8 +218,8 @@ func priorScale(used []Observation, prior Profile) float64 {
 			w = 1
 		}
 		pu := prior.At(o.Utilization)
-		num += w * o.LatencyMs * pu
-		den += w * pu * pu
+		num += float64(w * o.LatencyMs * pu)
+		den += float64(w * pu * pu)
 	}
 	if den > 0 && num > 0 {
 		scale = math.Min(4, math.Max(0.25, num/den))
@@ -317,7 +317,7 @@ func nnls(g *mat.SymDense, c []float64) []float64 {
 				}
 			}
 			for a := range n {
-				b[a] += alpha * (z[a] - b[a])
+				b[a] += float64(alpha * (z[a] - b[a]))
 				if passive[a] && b[a] <= tol {
 					passive[a] = false
 					b[a] = 0

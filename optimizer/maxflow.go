@@ -487,7 +487,7 @@ func (fn *flowNet) scaleRows(p *problem, routed, x []float64) bool {
 		}
 		f := routed[i] / sum
 		for e := lo; e < hi; e++ {
-			y[e] *= f
+			y[e] = float64(y[e] * f)
 			load[p.eng[e]] += y[e]
 		}
 	}

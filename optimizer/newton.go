@@ -446,7 +446,7 @@ func (nt *newtonState) lineSearch(f, g1, tau float64, grad []float64) (fNew, alp
 			nt.trial[a] = nt.mu[a] + alpha*dir.AtVec(a)
 		}
 		ft := nt.eval(nt.trial, tau, nt.next)
-		if ft >= f+1e-4*alpha*slope || (tiny && norm1(nt.next.grad) < 0.5*g1) {
+		if ft >= f+float64(1e-4*alpha*slope) || (tiny && norm1(nt.next.grad) < 0.5*g1) {
 			// Step radius (largest price move tried first): twice
 			// the last backtracked step, eight times larger after
 			// a step taken whole. Ill-conditioned duals (sparse

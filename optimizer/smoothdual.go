@@ -17,7 +17,7 @@ func (nt *newtonState) eval(mu []float64, tau float64, h *hessTerms) float64 {
 	grad, routed := h.grad, nt.s.routed
 	f := 0.0
 	for a, i := range nt.act {
-		f += mu[a] * routed[i]
+		f += float64(mu[a] * routed[i])
 		grad[a] = routed[i]
 	}
 	if nt.ar != nil {
@@ -60,7 +60,7 @@ func (nt *newtonState) evalSoftmax(mu []float64, tau float64, h *hessTerms, f fl
 		ents, probs := h.ents[start:], h.vals[start:]
 		nt.nEval++
 		nt.nEnts += len(ents)
-		m := best + tau*math.Log(sum)
+		m := best + float64(tau*math.Log(sum))
 		c := &p.curves[j]
 		L, dL := c.inv(m)
 		if s.fullEngine[j] {
@@ -142,7 +142,7 @@ func (nt *newtonState) hessSoftmax(h *hessTerms) {
 			cu := (dL - lt) * pu
 			pv := probs[u:]
 			for v, av := range ents[u:] {
-				row[av] += cu * pv[v]
+				row[av] += float64(cu * pv[v])
 			}
 		}
 	}
@@ -228,7 +228,7 @@ func (nt *newtonState) recoverSoftmaxFlows(tau float64) {
 				}
 			}
 		}
-		m := best + tau*math.Log(sum)
+		m := best + float64(tau*math.Log(sum))
 		L, _ := p.curves[j].inv(m)
 		if s.fullEngine[j] {
 			L = p.curves[j].cap
@@ -325,7 +325,7 @@ func predictSoftmax(h *hessTerms, dg []float64) {
 			if pu > 0 {
 				lp = math.Log(pu)
 			}
-			dg[a] -= dL*ent*pu + lt*pu*(-lp-ent)
+			dg[a] -= float64(dL*ent*pu) + float64(lt*pu*(-lp-ent))
 		}
 	}
 }

@@ -108,7 +108,7 @@ func (s *solver) solution(gap float64, iters int) *Solution {
 		D := p.demand[i]
 		w, sum := s.clusterWeights(i)
 		if D > 0 {
-			routedTotal += sum * D
+			routedTotal += float64(sum * D)
 		}
 		shed := math.Max(0, 1-sum)
 		if shed < 1e-9 { // flow rounding, not shedding

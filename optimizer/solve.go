@@ -323,7 +323,7 @@ func (s *solver) spread() {
 		s.load[j] = 0
 	}
 	for e := range s.x {
-		s.x[e] += theta * (prop[e] - s.x[e])
+		s.x[e] += float64(theta * (prop[e] - s.x[e]))
 		s.load[p.eng[e]] += s.x[e]
 	}
 }
@@ -509,9 +509,9 @@ func (s *solver) searchPrice(i int, R, mu, muLo, muHi, sHi float64) float64 {
 		t = (R - sLo) / (sHi - sLo)
 	}
 	for k := range n {
-		s.xs[k] = s.xlo[k] + t*(s.xhi[k]-s.xlo[k])
+		s.xs[k] = s.xlo[k] + float64(t*(s.xhi[k]-s.xlo[k]))
 	}
-	return muLo + t*(muHi-muLo)
+	return muLo + float64(t*(muHi-muLo))
 }
 
 func sumOf(v []float64) float64 {
@@ -540,7 +540,7 @@ func (s *solver) initPrices() {
 		for e := p.start[i]; e < p.start[i+1]; e++ {
 			j := p.eng[e]
 			c := &p.curves[j]
-			num += s.x[e] * (p.rtt[e] + c.dRight(math.Min(s.load[j], c.cap*(1-1e-9))))
+			num += float64(s.x[e] * (p.rtt[e] + c.dRight(math.Min(s.load[j], c.cap*(1-1e-9)))))
 			den += s.x[e]
 		}
 		if den > 0 {

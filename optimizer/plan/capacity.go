@@ -90,13 +90,13 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 		if s.replicaRPS <= 0 || !finite(s.replicaRPS) {
 			s.replicaRPS = xr
 		} else {
-			s.replicaRPS = math.Max(xr, s.replicaRPS+measureGain*(xr-s.replicaRPS))
+			s.replicaRPS = math.Max(xr, s.replicaRPS+float64(measureGain*(xr-s.replicaRPS)))
 		}
 		s.measured = true
 	case s.replicaRPS <= 0 || !finite(s.replicaRPS):
 		s.replicaRPS = perRep
 	case !s.measured: // the estimate's bound until measured, smoothed
-		s.replicaRPS += boundGain * (perRep - s.replicaRPS)
+		s.replicaRPS += float64(boundGain * (perRep - s.replicaRPS))
 	case xr >= probeLoad*s.replicaRPS:
 		s.replicaRPS = math.Max(s.replicaRPS, math.Min(probeStep*xr, perRep))
 	}

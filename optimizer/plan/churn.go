@@ -148,7 +148,7 @@ func previousLatency(in *opt.Instance) float64 {
 	for _, f := range flows {
 		e := engines[f.engine]
 		u := math.Min(load[f.engine]/e.CapacityRPS, in.MaxUtilization)
-		num += f.rps * (f.rtt + interp(e.LatencyMs, u))
+		num += float64(f.rps * (f.rtt + interp(e.LatencyMs, u)))
 		den += f.rps
 	}
 	if !(den > 0) {

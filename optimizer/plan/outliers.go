@@ -141,7 +141,7 @@ func (s *State) observePools(fresh []*schemas.EngineEstimate) {
 				continue
 			}
 			if d, ok := logDeviation(own, r); ok {
-				km.dev += n / (n + PoolSamples) * (d - km.dev)
+				km.dev += float64(n / (n + PoolSamples) * (d - km.dev))
 				km.devEnd = e.GetWindowEndUnixMs()
 			}
 		}

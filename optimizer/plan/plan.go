@@ -249,7 +249,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		raw[id] = rps
 		demand[id] = math.Max(rps, set.MinDemandRPS)
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
-			outTok += mo * rps
+			outTok += float64(mo * rps)
 			outW += rps
 		}
 	}
@@ -307,7 +307,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	if need := total / set.MaxUtilization; need > sumLo && sumHi > sumLo {
 		t := math.Min(1, (need-sumLo)/(sumHi-sumLo))
 		for i := range in.Engines {
-			in.Engines[i].CapacityRPS += t * (his[i] - in.Engines[i].CapacityRPS)
+			in.Engines[i].CapacityRPS += float64(t * (his[i] - in.Engines[i].CapacityRPS))
 		}
 	}
 	netCutoff := now.Add(-set.NetworkTTL).UnixMilli()
@@ -511,7 +511,7 @@ func engineLatency(id string, ttft, tbot [][2]float64, outTokens float64) ([][2]
 	sort.Float64s(us)
 	out := make([][2]float64, 0, len(us))
 	for _, u := range us {
-		out = append(out, [2]float64{u, interp(ttft, u) + outTokens*interp(tbot, u)})
+		out = append(out, [2]float64{u, interp(ttft, u) + float64(outTokens*interp(tbot, u))})
 	}
 	return out, nil
 }

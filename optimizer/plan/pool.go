@@ -107,7 +107,7 @@ func blend(own [][2]float64, samples float64, target func(float64) float64) [][2
 	a := n / (n + PoolSamples)
 	out := make([][2]float64, len(own))
 	for i, p := range own {
-		out[i] = [2]float64{p[0], a*p[1] + (1-a)*target(p[0])}
+		out[i] = [2]float64{p[0], float64(a*p[1]) + float64((1-a)*target(p[0]))}
 	}
 	return out
 }

@@ -50,15 +50,15 @@ func Instance(cfg Config) *optimizer.Instance {
 	for j := 0; j < cfg.Engines; j++ {
 		class := classes[rng.IntN(len(classes))]
 		prior, _ := optimizer.PriorProfile(class)
-		scale := 0.7 + 0.6*rng.Float64()
+		scale := 0.7 + float64(0.6*rng.Float64())
 		var pts [][2]float64
 		for _, p := range prior.Points {
 			pts = append(pts, [2]float64{p.Utilization, p.LatencyMs * scale})
 		}
-		capRPS := 4 + 36*rng.Float64()
+		capRPS := 4 + float64(36*rng.Float64())
 		healthy := rng.Float64() >= cfg.UnhealthyFraction
 		if healthy {
-			totalCap += capRPS * in.MaxUtilization
+			totalCap += float64(capRPS * in.MaxUtilization)
 		}
 		engRegion[j] = rng.IntN(regions)
 		in.Engines = append(in.Engines, optimizer.Engine{
@@ -80,7 +80,7 @@ func Instance(cfg Config) *optimizer.Instance {
 		for j, e := range in.Engines {
 			d := math.Abs(float64(region - engRegion[j]))
 			d = math.Min(d, float64(regions)-d) / (float64(regions) / 2)
-			rtt := 2 + 148*d + 5*rng.Float64()
+			rtt := 2 + float64(148*d) + float64(5*rng.Float64())
 			if rtt < nearestRTT {
 				nearest, nearestRTT = e.ID, rtt
 			}

@@ -48,8 +48,8 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 		}
 		clean = append(clean, o)
 		total += o.Weight
-		dataMean += o.Weight * o.LatencyMs
-		priorMean += o.Weight * p.PriorLatency(k, o.Utilization)
+		dataMean += float64(o.Weight * o.LatencyMs)
+		priorMean += float64(o.Weight * p.PriorLatency(k, o.Utilization))
 	}
 	samples := uint32(math.Min(total, math.MaxUint32))
 	if total == 0 {
@@ -63,7 +63,7 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 	ks := Knots()
 	var prob normal
 	prob.n = len(ks) // c0, c1, and one hinge per interior knot (ks[1:len-1])
-	pw := 0.01*total + 0.5
+	pw := float64(0.01*total) + 0.5
 	for _, o := range clean {
 		prob.add(ks, o.Utilization, o.LatencyMs, o.Weight)
 	}
@@ -77,7 +77,7 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 		return out
 	}
 	f := func(u float64) float64 {
-		v := c[0] + c[1]*u
+		v := c[0] + float64(c[1]*u)
 		for j := 1; j < len(ks)-1; j++ {
 			v += c[j+1] * math.Max(0, u-ks[j])
 		}
@@ -93,7 +93,7 @@ func ConvexFit(obs []Obs, gpuClass string, k Kind) *schemas.LatencyProfile {
 	var sse float64
 	for _, o := range clean {
 		d := o.LatencyMs - f(o.Utilization)
-		sse += o.Weight * d * d
+		sse += float64(o.Weight * d * d)
 	}
 	out.FitRmseMs = math.Sqrt(sse / total)
 	if !finite(out.FitRmseMs) {
@@ -221,7 +221,7 @@ func (p *normal) nnls() (x []float64, ok bool) {
 				alpha = 0
 			}
 			for j := 0; j < n; j++ {
-				x[j] += alpha * (z[j] - x[j])
+				x[j] += float64(alpha * (z[j] - x[j]))
 				if passive[j] && x[j] <= 0 {
 					passive[j] = false
 					x[j] = 0

@@ -81,9 +81,9 @@ func (p Prior) PriorLatency(k Kind, u float64) float64 {
 		u = 0
 	}
 	if k == TBOT {
-		return p.TBOTBaseMs * (1 + 0.3*u + 1.5*u*u)
+		return p.TBOTBaseMs * (1 + float64(0.3*u) + float64(1.5*u*u))
 	}
-	return p.TTFTBaseMs * (1 + 0.5*u + 6*u*u*u)
+	return p.TTFTBaseMs * (1 + float64(0.5*u) + float64(6*u*u*u))
 }
 
 // PriorProfile is the prior curve of kind for gpuClass, flagged prior.

@@ -26,7 +26,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
-// goldenRecords is a fixed, varied input: 24 engines of four GPU classes
+// goldenRecords is a fixed, varied input (products rounded explicitly so
+// that GOAMD64=v3 builds, which may fuse x*y+z, make the same input): 24 engines of four GPU classes
 // with drifting load (some scraped twice as often, some unhealthy, some
 // without histograms or max batch), three clusters' routing events of
 // every status, a few undecodable, invalid and late records, and records
@@ -68,15 +69,15 @@ func goldenRecords(topics streams.Topics) []*kgo.Record {
 				continue
 			}
 			id := fmt.Sprintf("g%02d", e)
-			load := 0.5 + 0.45*math.Sin(float64(dt)/float64(17*time.Second)+float64(e))
+			load := 0.5 + float64(0.45*sinV1(float64(dt)/float64(17*time.Second)+float64(e)))
 			mb := uint32(32 + 32*(e%3))
-			running := math.Round(load * float64(mb) * (1 + rng.Float64()*0.2))
-			fin := math.Round(2 + 20*load*rng.Float64())
+			running := math.Round(load * float64(mb) * (1 + float64(rng.Float64()*0.2)))
+			fin := math.Round(2 + float64(20*load*rng.Float64()))
 			s := &schemas.EngineSignal{
 				SchemaVersion: schemas.Version, EngineId: id, EndpointUrl: "http://" + id + ":8000", Region: []string{"us", "eu"}[e%2],
 				GpuClass: gpus[e%4], Model: "m", EventTimeUnixMs: at.UnixMilli(), ReadyReplicas: uint32(e % 4),
 				Health: schemas.Health_HEALTH_HEALTHY, RunningRequests: running, WaitingRequests: math.Max(0, math.Round((load-0.8)*40)),
-				KvCacheUsage: math.Min(1, load*0.9+rng.Float64()*0.1), PrefixCacheHits: math.Round(rng.Float64() * 50), PrefixCacheQueries: 50 + math.Round(rng.Float64()*50),
+				KvCacheUsage: math.Min(1, float64(load*0.9)+float64(rng.Float64()*0.1)), PrefixCacheHits: math.Round(rng.Float64() * 50), PrefixCacheQueries: 50 + math.Round(rng.Float64()*50),
 				IntervalSeconds: every.Seconds(), RequestsFinished: fin, PromptTokens: fin * 400, GenerationTokens: fin * (80 + float64(e)),
 				MaxBatch: mb,
 			}
@@ -90,9 +91,9 @@ func goldenRecords(topics streams.Topics) []*kgo.Record {
 				s.Health, s.ReadyReplicas = schemas.Health_HEALTH_UNHEALTHY, 0
 			}
 			if e%5 != 4 && fin > 0 {
-				ttft := 0.04 + 0.3*math.Max(0, load-0.6) + 0.01*rng.Float64()
+				ttft := 0.04 + float64(0.3*math.Max(0, load-0.6)) + float64(0.01*rng.Float64())
 				s.TtftSeconds = &schemas.Histogram{Bounds: []float64{0.05, 0.1, 0.5}, Counts: []uint64{uint64(fin), 0, 0, 0}, Sum: fin * ttft, Count: uint64(fin)}
-				s.TbotSeconds = &schemas.Histogram{Bounds: []float64{0.05, 0.1}, Counts: []uint64{uint64(fin), 0, 0}, Sum: fin * (0.015 + 0.02*load), Count: uint64(fin)}
+				s.TbotSeconds = &schemas.Histogram{Bounds: []float64{0.05, 0.1}, Counts: []uint64{uint64(fin), 0, 0}, Sum: fin * (0.015 + float64(0.02*load)), Count: uint64(fin)}
 			}
 			v := marshal(s)
 			switch i % 97 {
@@ -115,9 +116,9 @@ func goldenRecords(topics streams.Topics) []*kgo.Record {
 			ev := &schemas.RoutingEvent{
 				SchemaVersion: schemas.Version, RequestId: fmt.Sprintf("req-%d", i), Cluster: cl,
 				EngineId: fmt.Sprintf("g%02d", rng.IntN(engines)), SnapshotVersion: uint64(dt / (5 * time.Second)), DecisionReason: "weighted",
-				Attempts: 1, TtftMs: 60 + 100*rng.Float64(), MeanTbotMs: 20 + 10*rng.Float64(), PromptTokens: uint32(100 + rng.IntN(900)),
+				Attempts: 1, TtftMs: 60 + float64(100*rng.Float64()), MeanTbotMs: 20 + float64(10*rng.Float64()), PromptTokens: uint32(100 + rng.IntN(900)),
 				OutputTokens: uint32(10 + rng.IntN(300)), Status: statuses[rng.IntN(len(statuses))], EventTimeUnixMs: at.UnixMilli(),
-				E2EMs: 500 + 2000*rng.Float64(), Model: "m", HttpStatus: 200, Stream: i%2 == 0, CachedTokens: uint32(rng.IntN(100)),
+				E2EMs: 500 + float64(2000*rng.Float64()), Model: "m", HttpStatus: 200, Stream: i%2 == 0, CachedTokens: uint32(rng.IntN(100)),
 			}
 			if rng.IntN(3) > 0 {
 				ev.EngineTtftMs = ev.TtftMs - 5 - 20*rng.Float64()
@@ -225,4 +226,55 @@ func TestGoldenEstimates(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sinV1 is math.Sin for 0 <= x < 2^29 as a GOAMD64=v1 build computes it
+// (Go's Cephes polynomial, each product rounded explicitly): the standard
+// library is compiled with the build's GOAMD64 too, and its fused sin
+// differs in the last bits.
+func sinV1(x float64) float64 {
+	const (
+		pi4a = 7.85398125648498535156e-1
+		pi4b = 3.77489470793079817668e-8
+		pi4c = 2.69515142907905952645e-15
+	)
+	sinC := [...]float64{1.58962301576546568060e-10, -2.50507477628578072866e-8, 2.75573136213857245213e-6,
+		-1.98412698295895385996e-4, 8.33333333332211858878e-3, -1.66666666666666307295e-1}
+	cosC := [...]float64{-1.13585365213876817300e-11, 2.08757008419747316778e-9, -2.75573141792967388112e-7,
+		2.48015872888517045348e-5, -1.38888888888730564116e-3, 4.16666666666665929218e-2}
+	if x == 0 {
+		return x
+	}
+	j := uint64(x * (4 / math.Pi))
+	y := float64(j)
+	if j&1 == 1 {
+		j++
+		y++
+	}
+	j &= 7
+	z := ((x - float64(y*pi4a)) - float64(y*pi4b)) - float64(y*pi4c)
+	sign := false
+	if j > 3 {
+		sign = true
+		j -= 4
+	}
+	zz := z * z
+	if j == 1 || j == 2 {
+		// 1 - 0.5*zz + zz*zz*(((((c0*zz+c1)*zz+c2)*zz+c3)*zz+c4)*zz+c5)
+		p := float64(cosC[0]*zz) + cosC[1]
+		for _, k := range cosC[2:] {
+			p = float64(p*zz) + k
+		}
+		y = 1.0 - float64(0.5*zz) + float64(zz*zz*p)
+	} else {
+		p := float64(sinC[0]*zz) + sinC[1]
+		for _, k := range sinC[2:] {
+			p = float64(p*zz) + k
+		}
+		y = z + float64(z*zz*p)
+	}
+	if sign {
+		y = -y
+	}
+	return y
 }
