@@ -31,7 +31,7 @@ func TestPages(t *testing.T) {
 		}},
 		{"cluster: weights table, history chart, rates", "/cluster?id=region-a", 200, []string{
 			"Cluster region-a", "0.9000", "0.1000", // a-h100-0 and a-a100-1 weights
-			"Weights and shed, last 1h0m0s", "<svg class=\"chart\"",
+			"Weights and shed", "<svg class=\"chart\"",
 			"planned demand (snapshot)",
 			`errors/s</th><td class="num bad">`, // region-a had errors in the last minute
 		}},
@@ -53,6 +53,8 @@ func TestPages(t *testing.T) {
 		{"diff of chosen versions", fmt.Sprintf("/diff?a=%d&b=%d", f.versions[0], last), 200, []string{"&#43;0.4000", "-0.4000", "3 engine weights changed"}},
 		{"pipeline: lag, watermark, snapshot age, counts", "/pipeline", 200, []string{
 			"Processor lag", "watermark", "last snapshot", "invalid records skipped</th><td class=\"num\">1<", "routing events read</th><td class=\"num\">180<",
+			"<td>switchyard.engine.signals</td><td class=\"num\">21</td>", // 20 signals and the invalid record
+			"processor lag</div><div class=\"value\">21 records",
 		}},
 		{"unknown cluster", "/cluster?id=nope", 404, []string{"cluster &#34;nope&#34;: not found", "region-a, region-b"}},
 		{"unknown engine", "/engine?id=nope", 404, []string{"engine &#34;nope&#34;: not found"}},

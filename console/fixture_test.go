@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
@@ -55,7 +56,8 @@ type fixture struct {
 
 // newFixture starts the brokers, writes the pipeline's output, starts a
 // console on them and waits until it has read every record.
-func newFixture(t testing.TB) *fixture {
+// opts adjust the console's configuration.
+func newFixture(t testing.TB, opts ...func(*Config)) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -133,7 +135,18 @@ func newFixture(t testing.TB) *fixture {
 		t.Fatal(err)
 	}
 
+	// The processor's group is 20 signals behind.
+	var commit kadm.Offsets
+	commit.Add(kadm.Offset{Topic: topics.Signals, Partition: 0, At: int64(len(fixtureEngines)*fixtureSignals - 20), LeaderEpoch: -1})
+	commit.Add(kadm.Offset{Topic: topics.RoutingEvents, Partition: 0, At: 2 * fixtureEvents, LeaderEpoch: -1})
+	if err := kadm.NewClient(prod).CommitAllOffsets(ctx, "switchyard-processor", commit); err != nil {
+		t.Fatal(err)
+	}
+
 	cfg := Config{Snapshots: store, Refresh: -1, Now: func() time.Time { return now.Add(time.Second) }}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	cl := testenv.Client(t, kc, ClientOpts(cfg)...)
 	cfg.Kafka = cl
 	c, err := New(cfg)

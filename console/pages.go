@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -248,7 +250,11 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 // historyCharts draws cluster's weights and shed fraction, and its
 // expected latency, over the history.
 func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[string]string, now time.Time) (weights, latency template.HTML) {
-	lo, hi := float64(now.Add(-c.cfg.History).Unix()), float64(now.Unix())
+	var first float64
+	if len(es) > 0 {
+		first = snapTime(es[0])
+	}
+	lo, hi := c.timeRange(now, first)
 	byEngine := map[string][]pt{}
 	var shed, lat []pt
 	served := map[string]bool{}
@@ -306,7 +312,14 @@ func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[strin
 // rateChart draws cluster's requests, errors and shed per second by
 // bucket, and the demand the snapshots planned for.
 func (c *Console) rateChart(es []snapEntry, cluster string, pts []ratePoint, now time.Time) template.HTML {
-	lo, hi := float64(now.Add(-c.cfg.History).Unix()), float64(now.Unix())
+	first := 0.0
+	if len(pts) > 0 {
+		first = float64(pts[0].at.Unix())
+	}
+	if len(es) > 0 && (first == 0 || snapTime(es[0]) < first) {
+		first = snapTime(es[0])
+	}
+	lo, hi := c.timeRange(now, first)
 	per := float64(bucketMs) / 1000
 	var total, errs, shed, demand []pt
 	for _, p := range pts {
@@ -336,6 +349,18 @@ func (c *Console) rateChart(es []snapEntry, cluster string, pts []ratePoint, now
 		ch.Series = append(ch.Series, series{Name: "planned demand (snapshot)", Color: palette[4], Points: demand, Step: true, Dashed: true})
 	}
 	return ch.svg()
+}
+
+// timeRange is the x range of a time chart ending now: the history, or
+// from a little before first (Unix seconds; 0: none) when the data
+// covers less, but at least two minutes.
+func (c *Console) timeRange(now time.Time, first float64) (lo, hi float64) {
+	hi = float64(now.Unix())
+	lo = float64(now.Add(-c.cfg.History).Unix())
+	if first > lo {
+		lo = math.Max(lo, math.Min(hi-120, first-0.05*(hi-first)))
+	}
+	return lo, hi
 }
 
 // snapTime is when a snapshot was created, in Unix seconds (its stored
@@ -818,6 +843,11 @@ func (c *Console) health(r *http.Request, es []snapEntry) health {
 	lags, err := kadmClient(c.cfg.Kafka).Lag(ctx, c.cfg.ProcessorGroup)
 	if err == nil {
 		err = lags.Error()
+	}
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		h.Items = append(h.Items, healthItem{Name: "processor lag", Value: "no group yet",
+			Detail: "consumer group " + c.cfg.ProcessorGroup + " has committed nothing: is the processor running?", Status: "warn"})
+		return h
 	}
 	if err != nil {
 		h.LagErr = err.Error()
