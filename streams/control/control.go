@@ -247,5 +247,6 @@ func (o *Optimizer) round(ctx context.Context, planner *plan.Planner, end time.T
 	o.m.version.Set(float64(snap.GetVersion()))
 	o.m.objective.Set(snap.GetStats().GetObjectiveMs() / 1000) // seconds
 	o.m.shedRPS.Set(snap.GetStats().GetTotalShedRps())
+	o.m.plan(snap)
 	o.log.Info("snapshot published", "version", snap.GetVersion(), "objective_ms", snap.GetStats().GetObjectiveMs(), "clusters", len(snap.GetClusters()))
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/schemas"
 )
 
 type metrics struct {
@@ -15,6 +16,14 @@ type metrics struct {
 	version    prometheus.Gauge
 	estimates  prometheus.Counter
 	deadLetter prometheus.Counter
+
+	// The latest plan, per cluster and engine (reset on each snapshot so
+	// engines and clusters that left it disappear).
+	weight      *prometheus.GaugeVec // cluster, engine
+	shedFrac    *prometheus.GaugeVec // cluster
+	demand      *prometheus.GaugeVec // cluster
+	expected    *prometheus.GaugeVec // cluster
+	utilization *prometheus.GaugeVec // engine
 }
 
 // newMetrics builds the loop's metrics and registers them with reg (nil:
@@ -29,6 +38,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		version:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_snapshot_version", Help: "Version of the latest published snapshot (its window end, Unix ms)."}),
 		estimates:  prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_estimates_consumed_total", Help: "Estimate records consumed."}),
 		deadLetter: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_dead_letter_total", Help: "Estimate records sent to the dead-letter topic."}),
+
+		weight:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_weight", Help: "Share of a cluster's routed traffic the latest plan sends to an engine."}, []string{"cluster", "engine"}),
+		shedFrac:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_shed_fraction", Help: "Fraction of a cluster's demand the latest plan sheds."}, []string{"cluster"}),
+		demand:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_demand_requests_per_second", Help: "Demand of a cluster the latest plan routes (requests per second)."}, []string{"cluster"}),
+		expected:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_expected_latency_seconds", Help: "Mean end-to-end latency the latest plan expects for a cluster."}, []string{"cluster"}),
+		utilization: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_planned_utilization", Help: "An engine's utilization under the latest plan (0 to 1)."}, []string{"engine"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -58,5 +73,27 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.deadLetter, err = obs.Register(reg, m.deadLetter); err != nil {
 		return nil, err
 	}
+	for _, v := range []**prometheus.GaugeVec{&m.weight, &m.shedFrac, &m.demand, &m.expected, &m.utilization} {
+		if *v, err = obs.Register(reg, *v); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
+}
+
+// plan sets the per-cluster and per-engine gauges to snap, a published
+// snapshot (one holding every cluster).
+func (m *metrics) plan(snap *schemas.WeightSnapshot) {
+	for _, v := range []*prometheus.GaugeVec{m.weight, m.shedFrac, m.demand, m.expected, m.utilization} {
+		v.Reset()
+	}
+	for _, c := range snap.GetClusters() {
+		m.shedFrac.WithLabelValues(c.GetCluster()).Set(c.GetShedFraction())
+		m.demand.WithLabelValues(c.GetCluster()).Set(c.GetDemandRps())
+		m.expected.WithLabelValues(c.GetCluster()).Set(c.GetExpectedLatencyMs() / 1000)
+		for _, w := range c.GetWeights() {
+			m.weight.WithLabelValues(c.GetCluster(), w.GetEngineId()).Set(w.GetWeight())
+			m.utilization.WithLabelValues(w.GetEngineId()).Set(w.GetPlannedUtilization())
+		}
+	}
 }
