@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/httpserver"
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
@@ -26,15 +27,16 @@ import (
 
 // Defaults of the options.
 const (
-	DefaultListen            = "127.0.0.1:8080"
-	DefaultMaxBodyBytes      = 4 << 20
-	DefaultConnectTimeout    = 2 * time.Second
-	DefaultFirstTokenTimeout = 30 * time.Second
-	DefaultIdleTimeout       = 30 * time.Second
-	DefaultMaxAttempts       = 3
-	DefaultHealthInterval    = 5 * time.Second
-	DefaultEventBuffer       = 4096
-	tickInterval             = 250 * time.Millisecond
+	DefaultListen             = "127.0.0.1:8080"
+	DefaultMaxBodyBytes       = 4 << 20
+	DefaultConnectTimeout     = 2 * time.Second
+	DefaultFirstTokenTimeout  = 30 * time.Second
+	DefaultIdleTimeout        = 30 * time.Second
+	DefaultMaxAttempts        = 3
+	DefaultHealthInterval     = 5 * time.Second
+	DefaultEventBuffer        = 4096
+	DefaultArrivalRecordAfter = 2 * time.Second
+	tickInterval              = 250 * time.Millisecond
 )
 
 // HTTP servers (HTTPServer).
@@ -122,6 +124,13 @@ type cfg struct {
 	idleTimeout       time.Duration
 	maxAttempts       int
 	maxInFlight       int
+	noAdaptive        bool              // admission.go
+	limiter           admit.Config      // admission.go
+	queue             admit.QueueConfig // admission.go
+	tenants           TenantKeys        // tenants.go
+	priorityHeader    bool              // tenants.go
+	adminListen       string
+	arrivalAfter      time.Duration // arrival.go
 	healthInterval    time.Duration
 	pick              pick.Options
 	retryBudget       budget.Config
@@ -190,9 +199,33 @@ func IdleTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.idleTimeout 
 // MaxAttempts per request, at most 3. Default 3; n outside 1..3 means 3.
 func MaxAttempts(n int) Opt { return opt(func(c *cfg) { c.maxAttempts = n }) }
 
-// MaxInFlightPerEngine is each engine's hard in-flight cap; when every
-// candidate is at it the gateway sheds with 429. Default 0: no cap.
+// MaxInFlightPerEngine is each engine's hard in-flight cap: its
+// concurrency limit never exceeds it (see admission.go). Default 0: no
+// cap (the adaptive limit alone).
 func MaxInFlightPerEngine(n int) Opt { return opt(func(c *cfg) { c.maxInFlight = n }) }
+
+// AdaptiveConcurrency turns the adaptive per-engine concurrency limits on
+// or off (off: only MaxInFlightPerEngine limits engines, and without it
+// the admission queue admits everything). Default on.
+func AdaptiveConcurrency(on bool) Opt { return opt(func(c *cfg) { c.noAdaptive = !on }) }
+
+// ConcurrencyLimits tunes the adaptive limiters. Default the zero
+// admit.Config (admit's own defaults).
+func ConcurrencyLimits(l admit.Config) Opt { return opt(func(c *cfg) { c.limiter = l }) }
+
+// AdmissionQueue bounds the admission queue (length and deadline).
+// Default the zero admit.QueueConfig (1,024 requests, 1s).
+func AdmissionQueue(q admit.QueueConfig) Opt { return opt(func(c *cfg) { c.queue = q }) }
+
+// AdminListen serves /health and /metrics on their own listener at addr
+// (then not on Listen's). Default "": on Listen's.
+func AdminListen(addr string) Opt { return opt(func(c *cfg) { c.adminListen = addr }) }
+
+// ArrivalRecordAfter is how long a request runs before the gateway
+// publishes its arrival record (RequestStatus IN_PROGRESS), so that
+// demand counts it at arrival even when its final record comes later
+// than the processor's allowed lateness. Default 2s; negative: never.
+func ArrivalRecordAfter(d time.Duration) Opt { return opt(func(c *cfg) { c.arrivalAfter = d }) }
 
 // HealthInterval of the active /health checks; negative disables them.
 // Default 5s; 0 means the default.
@@ -269,6 +302,9 @@ func (c *cfg) validate() error {
 	}
 	if c.healthInterval == 0 {
 		c.healthInterval = DefaultHealthInterval
+	}
+	if c.arrivalAfter == 0 {
+		c.arrivalAfter = DefaultArrivalRecordAfter
 	}
 	if c.tracerProvider == nil {
 		c.tracerProvider = noop.NewTracerProvider()

@@ -171,7 +171,7 @@ func testSnapshotShedsLowestPriorityFirst(t *testing.T, server string) {
 		t.Fatalf("shed all: %d", status)
 	}
 
-	g, base := startGateway(t, HTTPServer(server), InitialSnapshot(snapshot(1, "us-east", 0.4, map[*fakeEngine]float64{e: 0.6})))
+	g, base := startGateway(t, HTTPServer(server), InitialSnapshot(snapshot(1, "us-east", 0.4, map[*fakeEngine]float64{e: 0.6})), PriorityHeader(true))
 	// Poll until the measured mix has converged: 20 pairs in a row with
 	// every low request shed and every high one served.
 	deadline := time.Now().Add(20 * time.Second)
@@ -216,7 +216,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add([]byte("\x00\xff"), "high", "\n")
 	f.Add([]byte(`{"model":"sim","messages":[1,2,{"a":[]}],"stream":true}`), "", "")
 	stub := &stubTransport{}
-	g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://engine"}), Transport(stub), MaxBodyBytes(4096), HealthInterval(-1))
+	g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://engine"}), Transport(stub), MaxBodyBytes(4096), HealthInterval(-1), PriorityHeader(true))
 	if err != nil {
 		f.Fatal(err)
 	}

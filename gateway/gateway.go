@@ -83,14 +83,16 @@ type Gateway struct {
 	budget  *budget.Budget
 	outlier *outlier.Detector
 	shedder *shed.Shedder
+	admit   *admission // admission.go
 	models  map[string]bool
 	tracer  trace.Tracer
 	tracing bool // spans are made (TracerProvider is not the no-op default)
 	prop    propagation.TextMapPropagator
 	handler http.Handler
 
-	addr  atomic.Pointer[string]
-	ready chan struct{}
+	addr      atomic.Pointer[string]
+	adminAddr atomic.Pointer[string] // admin.go
+	ready     chan struct{}
 
 	requests, succeeded, failed, shedN, clientErr, canceled, retries, dropped atomic.Uint64
 	handoffs                                                                  atomic.Uint64 // fast server → net/http connections
@@ -137,6 +139,9 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 		healthFail: map[string]int{},
 	}
 	g.hot = g.m.hot(cfg.cluster)
+	if g.admit, err = newAdmission(&g.cfg, cfg.registerer); err != nil {
+		return nil, err
+	}
 	_, noTracing := cfg.tracerProvider.(noop.TracerProvider)
 	g.tracing = !noTracing
 	g.bufs.New = func() any { b := make([]byte, relay.BufSize); return &b }
@@ -264,9 +269,16 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	return nil
 }
 
+// setLimits sets the concurrency limits of t's engines and the admission
+// capacity (admission.go).
 func (g *Gateway) setLimits(t *pick.Table) {
-	for i := 0; i < t.Len(); i++ {
-		t.Engine(i).State.SetLimit(int64(g.cfg.maxInFlight))
+	g.admit.apply(g.cfg.cluster, t, g.cfg.now(), false)
+}
+
+// tickAdmission updates the adaptive limits of the routed engines.
+func (g *Gateway) tickAdmission() {
+	if rt := g.cur.Load(); rt != nil && rt.table != nil {
+		g.admit.apply(g.cfg.cluster, rt.table, g.cfg.now(), true)
 	}
 }
 
@@ -329,6 +341,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // Serve is Run on an existing listener.
 func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
+	admin, err := g.listenAdmin()
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	addr := ln.Addr().String()
 	g.addr.Store(&addr)
 	close(g.ready)
@@ -365,6 +382,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	if g.cfg.signals != nil {
 		eg.Go(func() error { g.followSignals(ectx, g.cfg.signals); return nil })
+	}
+	if admin != nil {
+		eg.Go(func() error { return admin.serve(ectx) })
 	}
 	eg.Go(func() error {
 		<-ectx.Done()
@@ -432,6 +452,7 @@ func (g *Gateway) control(ctx context.Context, updates <-chan []byte) {
 				g.log.Info("engines returned from ejection", "count", n)
 			}
 			g.tickShed()
+			g.tickAdmission()
 		}
 	}
 }

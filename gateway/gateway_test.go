@@ -132,7 +132,7 @@ func TestBadInput(t *testing.T) { forEachServer(t, testBadInput) }
 
 func testBadInput(t *testing.T, server string) {
 	e := newFakeEngine(t, "a")
-	_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), MaxBodyBytes(1024), Models("sim"))
+	_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), MaxBodyBytes(1024), Models("sim"), PriorityHeader(true))
 	big := `{"model":"sim","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`
 	tests := []struct {
 		name   string

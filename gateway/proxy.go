@@ -46,6 +46,18 @@ func (g *Gateway) routes() http.Handler {
 	mux.HandleFunc(pathCompletions, g.serveInference)
 	mux.HandleFunc("/v1/models", g.serveModels)
 	mux.HandleFunc("/v1/models/{id...}", g.serveModel)
+	if g.cfg.adminListen == "" {
+		g.adminRoutes(mux)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, typeInvalid, "unknown_url", "", "unknown URL "+r.URL.Path)
+	})
+	return mux
+}
+
+// adminRoutes registers /health and /metrics: on the API's listener, or
+// on the admin listener with AdminListen (admin.go).
+func (g *Gateway) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, "{\"status\":\"ok\",\"cluster\":%q,\"snapshot_version\":%d}\n", g.cfg.cluster, g.Stats().SnapshotVersion)
@@ -53,10 +65,6 @@ func (g *Gateway) routes() http.Handler {
 	if h := g.metricsHandler(); h != nil {
 		mux.Handle("/metrics", h)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, typeInvalid, "unknown_url", "", "unknown URL "+r.URL.Path)
-	})
-	return mux
 }
 
 // outcome of a request.
@@ -212,9 +220,12 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	} else {
 		w.Header().Set(HeaderRequestID, reqID)
 	}
-	prio, err := shed.ParsePriority(r.Header.Get(HeaderPriority))
-	if err != nil {
-		return clientError(w, 400, "invalid_header", HeaderPriority, "header "+HeaderPriority+": "+err.Error())
+	prio, tenantDone, out, ok := g.authorize(w, r, ev) // tenants.go
+	if !ok {
+		return out
+	}
+	if tenantDone != nil {
+		defer tenantDone()
 	}
 	session := r.Header.Get(HeaderSession)
 	if !validHeaderValue(session) {
@@ -264,6 +275,16 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 			return g.shed(w, "snapshot", prio)
 		}
 	}
+	if err := g.admit.acquire(ctx, g.cfg.cluster, int(prio), g.cfg.now); err != nil { // admission.go
+		if r.Context().Err() != nil {
+			return outcome{statusCanceled, 499}
+		}
+		ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION
+		return g.shed(w, "admission", prio)
+	}
+	defer g.admit.q.Release()
+	arr := g.startArrival(ev) // arrival.go
+	defer arr.finish(ev)
 	fwd, strip := withUsage(body, in)
 	var blk [32]uint64
 	blocks, promptBytes := promptChain(blk[:0], in.Messages, in.Prompt)
@@ -294,8 +315,11 @@ func (g *Gateway) shed(w http.ResponseWriter, reason string, prio shed.Priority)
 	g.m.shed.WithLabelValues(g.cfg.cluster, reason, prio.String()).Inc()
 	w.Header().Set("Retry-After", "1")
 	msg := "the cluster is shedding load; retry after 1s"
-	if reason == "capacity" {
+	switch reason {
+	case "capacity":
 		msg = "every engine is at its in-flight limit; retry after 1s"
+	case "admission":
+		msg = "every engine is at its concurrency limit and no slot is expected in time; retry after 1s"
 	}
 	writeError(w, http.StatusTooManyRequests, typeRateLimit, "rate_limit_exceeded", "", msg)
 	return outcome{statusShed, http.StatusTooManyRequests}
@@ -374,6 +398,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			e2e = max(ms(g.cfg.now().Sub(began))-ft.rttMs, 0) // the engine's time on it
 		}
 		rt.table.Finished(i, tk, res.firstToken, tbot, e2e)
+		g.admit.sample(eng, &res, began, g.cfg.now(), time.Duration(ft.rttMs*float64(time.Millisecond))) // admission.go
 		rt.table.Done(i)
 		if rtt == 0 { // a first connection may have measured it
 			rtt = g.engineRTT(eng.State, eng.URL)
@@ -392,7 +417,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			g.outlier.Saturated(eng.State)
 		} else if res.failReason != "" && r.Context().Err() == nil && !res.complete {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
-			if g.outlier.Failure(eng.State, g.cfg.now()) {
+			if res.failReason == "first_token_timeout" || res.failReason == "idle_timeout" {
+				g.outlier.Timeout(eng.State) // busy, not broken: a penalty, never an ejection
+			} else if g.outlier.Failure(eng.State, g.cfg.now()) {
 				g.m.ejections.WithLabelValues(g.cfg.cluster, eng.ID).Inc()
 				g.log.Warn("engine ejected", "engine", eng.ID)
 			}
@@ -604,6 +631,9 @@ func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, w http.Respons
 	req.ContentLength = int64(len(body))
 	req.Header["Content-Type"] = jsonContentType
 	for _, h := range forwardedHeaders {
+		if h == "Authorization" && g.cfg.tenants != nil {
+			continue // the gateway's own API key, not the engine's
+		}
 		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
 			req.Header[h] = v[:1]
 		}
@@ -640,7 +670,7 @@ func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *engineclien
 		b = append(b, "\r\n"...)
 	}
 	for _, h := range forwardedHeaders {
-		if h == HeaderRequestID {
+		if h == HeaderRequestID || (h == "Authorization" && g.cfg.tenants != nil) {
 			continue
 		}
 		if v := r.Header[h]; len(v) > 0 && v[0] != "" {

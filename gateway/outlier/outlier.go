@@ -1,7 +1,11 @@
 // Package outlier is the gateway's passive guardrail: consecutive errors
-// or timeouts eject an engine with exponential back-off (never more than a
-// set share of the cluster at once), and errors and latency spikes add a
-// penalty that scales the engine's weight down and decays as it recovers.
+// (failed connections, 5xx, broken streams) eject an engine with
+// exponential back-off (never more than a set share of the cluster at
+// once), and errors, timeouts and latency spikes add a penalty that
+// scales the engine's weight down and decays as it recovers. A timeout
+// never ejects: an engine too busy to answer in time is serving, and
+// ejecting it would move its load onto the others (admission control, in
+// the gateway, keeps engines from getting that busy).
 package outlier
 
 import (
@@ -131,7 +135,7 @@ func (d *Detector) Success(st *pick.State, ttft time.Duration) (slow bool) {
 	return slow
 }
 
-// Failure records an error or timeout at now. It reports whether the
+// Failure records an error at now (a timeout is Timeout). It reports whether the
 // engine was ejected by it.
 func (d *Detector) Failure(st *pick.State, now time.Time) (ejected bool) {
 	r := d.rec(st)
@@ -181,6 +185,11 @@ func (d *Detector) Saturated(st *pick.State) {
 	r.apply()
 	r.mu.Unlock()
 }
+
+// Timeout records that a request to the engine timed out (first token or
+// idle): like Saturated, a penalty that does not count towards ejection,
+// and it does not reset the count of consecutive failures either.
+func (d *Detector) Timeout(st *pick.State) { d.Saturated(st) }
 
 // apply stores the penalty in the state; r.mu held.
 func (r *record) apply() {

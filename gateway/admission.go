@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/gateway/admit"
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/obs"
+)
+
+// Admission control (package admit): every engine has a concurrency
+// limit, adaptive (learned from its latency, see admit.Limiter) unless
+// AdaptiveConcurrency(false), and never above MaxInFlightPerEngine when
+// that is set; the picker never sends an engine more than its limit
+// (pick.State.SetLimit). In front of the engines a queue admits as many
+// requests as the limits of the available engines add up to and queues
+// the rest by priority for at most AdmissionQueue's timeout, so that
+// overload turns into fast 429s with Retry-After instead of engine queues
+// and first-token timeouts.
+
+// admission is the gateway's admission state.
+type admission struct {
+	q        *admit.Queue
+	adaptive bool
+	static   int64 // MaxInFlightPerEngine, 0: none
+	cfg      admit.Config
+	limiters sync.Map // *pick.State -> *admit.Limiter
+
+	limit *prometheus.GaugeVec   // cluster, engine
+	wait  prometheus.Observer    // queued requests' wait
+	rej   *prometheus.CounterVec // cluster, reason
+
+	tenantRej *prometheus.CounterVec // cluster, tenant, reason
+	unauth    prometheus.Counter
+}
+
+func newAdmission(c *cfg, reg prometheus.Registerer) (*admission, error) {
+	a := &admission{
+		q:        admit.NewQueue(c.queue, c.now),
+		adaptive: !c.noAdaptive,
+		static:   int64(max(c.maxInFlight, 0)),
+		cfg:      c.limiter,
+	}
+	labels := prometheus.Labels{"cluster": c.cluster}
+	var errs []error
+	gauge := func(name, help string, f func() float64) {
+		_, err := obs.Register(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "switchyard", Subsystem: "gateway", Name: name, Help: help, ConstLabels: labels,
+		}, f))
+		errs = append(errs, err)
+	}
+	gauge("admission_capacity", "Requests the admission queue lets in at once: the sum of the available engines' concurrency limits (0: no limit).",
+		func() float64 { return float64(a.q.Capacity()) })
+	gauge("admission_queued", "Requests waiting in the admission queue.", func() float64 { return float64(a.q.Len()) })
+	var err error
+	a.limit, err = obs.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "concurrency_limit",
+		Help: "Each engine's concurrency limit (adaptive, capped by --max-in-flight-per-engine; 0: none).",
+	}, []string{"cluster", "engine"}))
+	errs = append(errs, err)
+	h, err := obs.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "admission_wait_seconds",
+		Help:    "Time requests waited for admission, admitted or rejected (0 for those admitted at once).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	}, []string{"cluster"}))
+	errs = append(errs, err)
+	a.rej, err = obs.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "admission_rejected_total",
+		Help: "Requests rejected with 429 by admission control, by reason: queue_full, wait (predicted wait over the deadline), timeout, evicted (by a higher priority), tenant_rate, tenant_concurrency.",
+	}, []string{"cluster", "reason"}))
+	errs = append(errs, err)
+	a.tenantRej, err = obs.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "tenant_rejected_total",
+		Help: "Requests rejected with 429 for their tenant's own limit, by tenant and reason: tenant_rate, tenant_concurrency.",
+	}, []string{"cluster", "tenant", "reason"}))
+	errs = append(errs, err)
+	unauth, err := obs.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "unauthenticated_total",
+		Help: "Requests answered 401: API keys are configured and the request had no valid one.",
+	}, []string{"cluster"}))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("admission metrics: %w", err)
+	}
+	a.wait = h.WithLabelValues(c.cluster)
+	a.unauth = unauth.WithLabelValues(c.cluster)
+	return a, nil
+}
+
+// limiter returns st's limiter, created at slots (the snapshot's
+// concurrency for the engine, 0: unknown).
+func (a *admission) limiter(st *pick.State, slots int) *admit.Limiter {
+	if l, ok := a.limiters.Load(st); ok {
+		return l.(*admit.Limiter)
+	}
+	l, _ := a.limiters.LoadOrStore(st, admit.NewLimiter(a.cfg, slots))
+	return l.(*admit.Limiter)
+}
+
+// effective is an engine's limit from its limiter's (0: none).
+func (a *admission) effective(limit int) int64 {
+	switch {
+	case !a.adaptive:
+		return a.static
+	case a.static > 0:
+		return min(int64(limit), a.static)
+	}
+	return int64(limit)
+}
+
+// apply sets the limits of t's engines (updating the adaptive limiters
+// first when update) and the queue's capacity: the sum of the available
+// engines' limits (of all engines when none is available; no capacity
+// when the engines have no limits).
+func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update bool) {
+	var sum, sumAll int64
+	for i := 0; i < t.Len(); i++ {
+		e := t.Engine(i)
+		l := a.limiter(e.State, e.Slots)
+		n := l.Limit()
+		if update && a.adaptive {
+			n = l.Update(now)
+		}
+		eff := a.effective(n)
+		e.State.SetLimit(eff)
+		a.limit.WithLabelValues(cluster, e.ID).Set(float64(eff))
+		sumAll += eff
+		if e.State.Available() {
+			sum += eff
+		}
+	}
+	if sum == 0 {
+		sum = sumAll
+	}
+	a.q.SetCapacity(int(sum))
+}
+
+// sample feeds one attempt's outcome on e to its limiter (before the
+// attempt's Done: in flight includes it); began is the attempt's start,
+// rtt the network round trip.
+func (a *admission) sample(e *pick.Engine, res *attemptResult, began, end time.Time, rtt time.Duration) {
+	if !a.adaptive {
+		return
+	}
+	l := a.limiter(e.State, e.Slots)
+	switch {
+	case res.saturated, res.failReason == "first_token_timeout", res.failReason == "idle_timeout":
+		l.Drop()
+	case res.firstToken:
+		l.Sample(admit.TTFT, res.ttft-res.queued-rtt, e.State.InFlight())
+	case res.complete && !res.sse:
+		tokens := time.Duration(res.usage.OutputTokens) + 1
+		l.Sample(admit.PerToken, (end.Sub(began)-rtt)/tokens, e.State.InFlight())
+	}
+}
+
+// admitReason maps an admit rejection to its metric reason.
+func admitReason(err error) string {
+	switch {
+	case errors.Is(err, admit.ErrQueueFull):
+		return "queue_full"
+	case errors.Is(err, admit.ErrWait):
+		return "wait"
+	case errors.Is(err, admit.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, admit.ErrEvicted):
+		return "evicted"
+	}
+	return "other"
+}
+
+// acquire admits a request of priority prio: nil, or the rejection (a
+// context error when the client left while queued).
+func (a *admission) acquire(ctx context.Context, cluster string, prio int, now func() time.Time) error {
+	t0 := now()
+	err := a.q.Acquire(ctx, prio)
+	a.wait.Observe(now().Sub(t0).Seconds())
+	if err != nil && ctx.Err() == nil {
+		a.rej.WithLabelValues(cluster, admitReason(err)).Inc()
+	}
+	return err
+}
