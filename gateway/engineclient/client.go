@@ -12,11 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -364,111 +364,159 @@ func (ec *engineConn) roundTrip(req []byte) (*engineResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	for range 8 {
+	return ec.readResponse()
+}
+
+// max1xx is how many 1xx informational responses may precede the final
+// one (as net/http.Transport).
+const max1xx = 5
+
+// readResponse reads the final response: 1xx informational responses
+// (103 Early Hints, a 100 Continue) are skipped as net/http.Transport
+// skips them; a 101 Switching Protocols, which the gateway never asks
+// for, is an error.
+func (ec *engineConn) readResponse() (*engineResponse, error) {
+	for n := 0; ; n++ {
 		r, err := ec.readHead()
 		if err != nil {
 			return nil, err
 		}
-		if r.resp.StatusCode >= 200 {
+		switch st := r.resp.StatusCode; {
+		case st == http.StatusSwitchingProtocols:
+			return nil, fmt.Errorf("%w: unexpected 101 Switching Protocols", errMalformedResponse)
+		case st >= 200:
 			return r, nil
 		}
-		// 1xx informational responses precede the real one.
+		if n == max1xx {
+			return nil, fmt.Errorf("%w: more than %d 1xx responses", errMalformedResponse, max1xx)
+		}
 	}
-	return nil, errors.New("too many 1xx responses")
 }
 
-// readHead reads a response head and frames its body. Of the headers it
-// keeps only Content-Type and Retry-After (all the proxy passes on); the
-// shared Header values must not be modified.
+// readHead reads a response head and frames its body as
+// http.ReadResponse does (FuzzClientMatchesNetHTTP checks it), except
+// that it refuses statuses below 100, versions other than HTTP/1.0 and
+// HTTP/1.1, obs-folded header lines and lines longer than the read
+// buffer. Of the headers it keeps only Content-Type and Retry-After (all
+// the proxy passes on; the first of each, as Header.Get); the shared
+// Header values must not be modified.
 func (ec *engineConn) readHead() (*engineResponse, error) {
-	line, err := ec.br.ReadSlice('\n')
+	line, err := ec.readLine()
 	if err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
 		return nil, err
 	}
-	// HTTP/1.x NNN reason
-	if len(line) < 12 || string(line[:7]) != "HTTP/1." || line[8] != ' ' || (len(line) > 12 && line[12] != ' ' && line[12] != '\r' && line[12] != '\n') {
-		return nil, fmt.Errorf("%w: status line %q", errMalformedResponse, bytes.TrimSpace(line))
+	// HTTP/1.x NNN[ reason]
+	bad := func() error { return fmt.Errorf("%w: status line %q", errMalformedResponse, line) }
+	if len(line) < 9 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' {
+		return nil, bad()
+	}
+	code := bytes.TrimLeft(line[9:], " ")
+	if len(code) < 3 || (len(code) > 3 && code[3] != ' ') {
+		return nil, bad()
 	}
 	status := 0
-	for _, c := range line[9:12] {
+	for _, c := range code[:3] {
 		if c < '0' || c > '9' {
-			return nil, fmt.Errorf("%w: status line %q", errMalformedResponse, bytes.TrimSpace(line))
+			return nil, bad()
 		}
 		status = status*10 + int(c-'0')
+	}
+	if status < 100 {
+		return nil, bad()
 	}
 	r := &engineResponse{}
 	r.resp.StatusCode = status
 	r.resp.ProtoMajor, r.resp.ProtoMinor = 1, int(line[7]-'0')
-	r.body.keep = line[7] == '1'
+	http10 := line[7] == '0'
 	r.resp.Header = noHeader
 	b := &r.body
 	b.br = ec.br
 	b.remain = -1
-	chunked := false
-	retryAfter := "" // a copy: the line is overwritten by the next read
+	var (
+		ct, retryAfter  []byte // copies: the line is overwritten by the next read
+		haveCT, haveRA  bool
+		length          []byte
+		haveLength      bool
+		te              []byte
+		nTE             int
+		hasClose, hasKA bool
+	)
 	for n := 0; ; n++ {
-		line, err := ec.br.ReadSlice('\n')
+		line, err := ec.readLine()
 		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
 			return nil, err
 		}
-		if n > maxHeaderLines {
-			return nil, fmt.Errorf("%w: more than %d header lines", errMalformedResponse, maxHeaderLines)
-		}
-		line = wire.TrimEOL(line)
 		if len(line) == 0 {
 			break
 		}
-		k, v, ok := bytes.Cut(line, []byte{':'})
-		if !ok || len(k) == 0 || k[0] == ' ' || k[0] == '\t' || k[len(k)-1] == ' ' {
-			return nil, fmt.Errorf("%w: header line %q", errMalformedResponse, line)
+		if n >= maxHeaderLines {
+			return nil, fmt.Errorf("%w: more than %d header lines", errMalformedResponse, maxHeaderLines)
 		}
-		v = bytes.Trim(v, " \t")
+		k, v, err := headerField(line)
+		if err != nil {
+			return nil, err
+		}
 		switch {
 		case bytes.EqualFold(k, []byte("Content-Type")):
-			switch string(v) {
-			case "text/event-stream":
-				r.resp.Header = sseHeader
-			case "application/json":
-				r.resp.Header = jsonHeader
-			default:
-				r.resp.Header = http.Header{"Content-Type": {string(v)}}
+			if !haveCT {
+				haveCT, ct = true, append([]byte(nil), v...)
 			}
 		case bytes.EqualFold(k, []byte("Retry-After")):
-			retryAfter = string(v)
+			if !haveRA {
+				haveRA, retryAfter = true, append([]byte(nil), v...)
+			}
 		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
-			if !bytes.EqualFold(v, []byte("chunked")) {
-				return nil, fmt.Errorf("%w: transfer encoding %q", errMalformedResponse, v)
-			}
-			chunked = true
+			nTE++
+			te = append(te[:0], v...)
 		case bytes.EqualFold(k, []byte("Content-Length")):
-			cl, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || cl < 0 || (b.remain >= 0 && cl != b.remain) {
-				return nil, fmt.Errorf("%w: content length %q", errMalformedResponse, v)
+			if haveLength && !bytes.Equal(length, v) {
+				return nil, fmt.Errorf("%w: content lengths %q and %q", errMalformedResponse, length, v)
 			}
-			b.remain = cl
+			haveLength, length = true, append(length[:0], v...)
 		case bytes.EqualFold(k, []byte("Connection")):
 			for t := range bytes.SplitSeq(v, []byte{','}) {
-				switch t = bytes.TrimSpace(t); {
+				switch t = bytes.Trim(t, " \t"); {
 				case bytes.EqualFold(t, []byte("close")):
-					b.keep = false
+					hasClose = true
 				case bytes.EqualFold(t, []byte("keep-alive")):
-					b.keep = true
+					hasKA = true
 				}
 			}
 		}
 	}
-	if retryAfter != "" {
-		h := http.Header{"Retry-After": {retryAfter}}
-		if ct := r.resp.Header["Content-Type"]; len(ct) > 0 {
-			h["Content-Type"] = ct
+	if haveCT {
+		switch string(ct) {
+		case "text/event-stream":
+			r.resp.Header = sseHeader
+		case "application/json":
+			r.resp.Header = jsonHeader
+		default:
+			r.resp.Header = http.Header{"Content-Type": {string(ct)}}
+		}
+	}
+	if haveRA {
+		h := http.Header{"Retry-After": {string(retryAfter)}}
+		if haveCT {
+			h["Content-Type"] = r.resp.Header["Content-Type"]
 		}
 		r.resp.Header = h
+	}
+	// As net/http: HTTP/1.0 keeps the connection only with keep-alive,
+	// HTTP/1.1 unless close; HTTP/1.0 ignores Transfer-Encoding.
+	b.keep = !hasClose && (!http10 || hasKA)
+	chunked := false
+	if nTE > 0 && !http10 {
+		if nTE > 1 || !bytes.EqualFold(te, []byte("chunked")) {
+			return nil, fmt.Errorf("%w: transfer encoding %q", errMalformedResponse, te)
+		}
+		chunked = true
+	}
+	if haveLength {
+		n, ok := parseLength(length)
+		if !ok {
+			return nil, fmt.Errorf("%w: content length %q", errMalformedResponse, length)
+		}
+		b.remain = n
 	}
 	switch {
 	case status < 200 || status == http.StatusNoContent || status == http.StatusNotModified:
@@ -483,6 +531,83 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 	r.resp.Close = !b.keep
 	r.resp.Body = b
 	return r, nil
+}
+
+// readLine reads a line as bufio.Reader.ReadLine returns it: without its
+// LF and one CR before it. A line longer than the buffer is an error.
+func (ec *engineConn) readLine() ([]byte, error) {
+	return readLine(ec.br)
+}
+
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// headerField splits a header line (not empty) as net/textproto does:
+// the line trimmed of spaces and tabs, the name up to the first colon
+// (token bytes, or spaces, which make a name net/http keeps but never
+// matches), the value of visible bytes, spaces and tabs, trimmed. A line
+// starting with a space or tab (obs-fold) is refused.
+func headerField(line []byte) (k, v []byte, err error) {
+	if line[0] == ' ' || line[0] == '\t' {
+		return nil, nil, fmt.Errorf("%w: folded header line %q", errMalformedResponse, line)
+	}
+	line = bytes.TrimRight(line, " \t")
+	k, v, ok := bytes.Cut(line, []byte{':'})
+	if !ok || len(k) == 0 {
+		return nil, nil, fmt.Errorf("%w: header line %q", errMalformedResponse, line)
+	}
+	for _, c := range k {
+		if c != ' ' && !tokenByte(c) {
+			return nil, nil, fmt.Errorf("%w: header line %q", errMalformedResponse, line)
+		}
+	}
+	for _, c := range v {
+		if (c < ' ' && c != '\t') || c == 0x7f {
+			return nil, nil, fmt.Errorf("%w: header line %q", errMalformedResponse, line)
+		}
+	}
+	return k, bytes.TrimLeft(v, " \t"), nil
+}
+
+// tokenByte reports whether c may appear in an RFC 9110 token.
+func tokenByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// parseLength parses a Content-Length value as net/http: decimal digits
+// only, below 2^63.
+func parseLength(b []byte) (int64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
 }
 
 // engineBody is a response body on a pooled connection: chunked (cr), of
@@ -550,18 +675,36 @@ func (b *engineBody) read(p []byte) (int, error) {
 }
 
 // readTrailer reads the trailer section of a chunked body (ignored) up
-// to its empty line, and reports io.EOF.
+// to its empty line, and reports io.EOF. As net/http: CRLF alone ends
+// it; otherwise a CRLF CRLF must be in sight (within the read buffer)
+// and the header lines up to an empty line must be well formed.
 func (b *engineBody) readTrailer() error {
-	for range maxHeaderLines {
-		line, err := b.br.ReadSlice('\n')
+	if p, _ := b.br.Peek(2); string(p) == "\r\n" {
+		_, _ = b.br.Discard(2)
+		return io.EOF
+	}
+	for n := 4; ; n++ {
+		p, err := b.br.Peek(n)
+		if bytes.HasSuffix(p, []byte("\r\n\r\n")) {
+			break
+		}
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
+			return fmt.Errorf("%w: trailer: %w", errMalformedResponse, err)
+		}
+	}
+	for range maxHeaderLines {
+		line, err := readLine(b.br)
+		if err != nil {
 			return err
 		}
-		if len(line) <= 2 && (string(line) == "\r\n" || string(line) == "\n") {
+		if len(line) == 0 {
 			return io.EOF
+		}
+		if _, _, err := headerField(line); err != nil {
+			return err
 		}
 	}
 	return fmt.Errorf("%w: trailer too long", errMalformedResponse)
