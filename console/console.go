@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -163,4 +164,34 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 	c.consume(ctx)
 	return nil
+}
+
+// Serve serves the console on ln at cfg.BasePath (with "/" redirecting
+// there) and follows the Kafka topics, until ctx is done; then it closes
+// ln and returns nil, or the first error.
+func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	if c.cfg.BasePath == "/" {
+		mux.Handle("/", c.Handler())
+	} else {
+		mux.Handle(c.cfg.BasePath, http.StripPrefix(strings.TrimSuffix(c.cfg.BasePath, "/"), c.Handler()))
+		mux.Handle("/{$}", http.RedirectHandler(c.cfg.BasePath, http.StatusFound))
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer stop()
+	runDone := make(chan error, 1)
+	go func() { runDone <- c.Run(ctx) }()
+	err := srv.Serve(ln)
+	cancel() // Serve failed, or ctx is done: stop following Kafka
+	runErr := <-runDone
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if err != nil {
+		return fmt.Errorf("serving the console: %w", err)
+	}
+	return runErr
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/services/agent"
 	"github.com/switchyard-llm/switchyard/services/brokers"
+	"github.com/switchyard-llm/switchyard/services/console"
 	"github.com/switchyard-llm/switchyard/services/demo"
 	"github.com/switchyard-llm/switchyard/services/enginesim"
 	"github.com/switchyard-llm/switchyard/services/explain"
@@ -37,6 +38,7 @@ func commands() []cli.Command {
 		gateway.Command(),
 		solve.Command(),
 		explain.Command(),
+		console.Command(),
 		replay.Command(),
 		sim.Command(),
 		{Name: "version", Summary: "prints the binary's version, VCS revision and Go version",
