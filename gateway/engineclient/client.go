@@ -433,11 +433,13 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 	b.br = ec.br
 	b.remain = -1
 	var (
-		ct, retryAfter  []byte // copies: the line is overwritten by the next read
+		retryAfter      string // a copy: the line is overwritten by the next read
 		haveCT, haveRA  bool
+		lbuf            [20]byte // the first Content-Length value
 		length          []byte
 		haveLength      bool
-		te              []byte
+		teChunked       bool // the last Transfer-Encoding is chunked
+		teValue         string
 		nTE             int
 		hasClose, hasKA bool
 	)
@@ -459,20 +461,30 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 		switch {
 		case bytes.EqualFold(k, []byte("Content-Type")):
 			if !haveCT {
-				haveCT, ct = true, append([]byte(nil), v...)
+				haveCT = true
+				switch string(v) {
+				case "text/event-stream":
+					r.resp.Header = sseHeader
+				case "application/json":
+					r.resp.Header = jsonHeader
+				default:
+					r.resp.Header = http.Header{"Content-Type": {string(v)}}
+				}
 			}
 		case bytes.EqualFold(k, []byte("Retry-After")):
 			if !haveRA {
-				haveRA, retryAfter = true, append([]byte(nil), v...)
+				haveRA, retryAfter = true, string(v)
 			}
 		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
 			nTE++
-			te = append(te[:0], v...)
+			if teChunked = bytes.EqualFold(v, []byte("chunked")); !teChunked {
+				teValue = string(v)
+			}
 		case bytes.EqualFold(k, []byte("Content-Length")):
 			if haveLength && !bytes.Equal(length, v) {
 				return nil, fmt.Errorf("%w: content lengths %q and %q", errMalformedResponse, length, v)
 			}
-			haveLength, length = true, append(length[:0], v...)
+			haveLength, length = true, append(lbuf[:0], v...) // allocates only above 20 bytes
 		case bytes.EqualFold(k, []byte("Connection")):
 			for t := range bytes.SplitSeq(v, []byte{','}) {
 				switch t = bytes.Trim(t, " \t"); {
@@ -484,18 +496,8 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 			}
 		}
 	}
-	if haveCT {
-		switch string(ct) {
-		case "text/event-stream":
-			r.resp.Header = sseHeader
-		case "application/json":
-			r.resp.Header = jsonHeader
-		default:
-			r.resp.Header = http.Header{"Content-Type": {string(ct)}}
-		}
-	}
 	if haveRA {
-		h := http.Header{"Retry-After": {string(retryAfter)}}
+		h := http.Header{"Retry-After": {retryAfter}}
 		if haveCT {
 			h["Content-Type"] = r.resp.Header["Content-Type"]
 		}
@@ -506,8 +508,8 @@ func (ec *engineConn) readHead() (*engineResponse, error) {
 	b.keep = !hasClose && (!http10 || hasKA)
 	chunked := false
 	if nTE > 0 && !http10 {
-		if nTE > 1 || !bytes.EqualFold(te, []byte("chunked")) {
-			return nil, fmt.Errorf("%w: transfer encoding %q", errMalformedResponse, te)
+		if nTE > 1 || !teChunked {
+			return nil, fmt.Errorf("%w: %d transfer encodings, the last %q", errMalformedResponse, nTE, teValue)
 		}
 		chunked = true
 	}
