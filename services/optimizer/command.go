@@ -46,6 +46,7 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	defRTT := fs.Float64("default-rtt-ms", 50, "network latency to another region when no entry exists")
 	strict := fs.Bool("strict-residency", false, "a cluster may only use engines with a --region-rtt entry or a measured latency")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9102", "address of the /metrics endpoint (empty: off)")
+	consoleListen := fs.String("console-listen", "", "also serve the web console, as switchyard console does, on this address (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -105,6 +106,13 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	store, ok := openStore(ctx, js, logger)
 	if !ok {
 		return nil // stopped before NATS was ready
+	}
+	if *consoleListen != "" {
+		stopConsole, err := serveConsole(ctx, *consoleListen, conn, store, logger)
+		if err != nil {
+			return err
+		}
+		defer stopConsole()
 	}
 	opt, err := control.New(kc, store, cfg)
 	if err != nil {
