@@ -19,7 +19,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
+	"github.com/switchyard-llm/switchyard/gateway/tenant"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -56,6 +58,12 @@ type Flags struct {
 	BodyTimeout          time.Duration
 	MinBodyRate          int64
 	RawSyscalls          bool
+	AdaptiveConcurrency  bool
+	AdmissionQueue       admit.QueueConfig
+	APIKeys              string
+	PriorityHeader       bool
+	AdminListen          string
+	ArrivalRecordAfter   time.Duration
 	LogLevel             string
 	NATSURL              string
 	KafkaBrokers         []string
@@ -78,7 +86,14 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.DurationVar(&f.ConnectTimeout, "connect-timeout", gateway.DefaultConnectTimeout, "engine connect timeout")
 	fs.DurationVar(&f.FirstTokenTimeout, "first-token-timeout", gateway.DefaultFirstTokenTimeout, "wait for the first byte of the engine's response body")
 	fs.DurationVar(&f.IdleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "longest gap between SSE events")
-	fs.IntVar(&f.MaxInFlightPerEngine, "max-in-flight-per-engine", 0, "hard in-flight cap per engine; 429 when all are full (0: none)")
+	fs.IntVar(&f.MaxInFlightPerEngine, "max-in-flight-per-engine", 0, "hard in-flight cap per engine: the concurrency limit never exceeds it (0: none)")
+	fs.BoolVar(&f.AdaptiveConcurrency, "adaptive-concurrency", true, "learn each engine's concurrency limit from its latency (false: --max-in-flight-per-engine only)")
+	fs.IntVar(&f.AdmissionQueue.MaxQueue, "admission-queue", 1024, "requests that may wait for an engine slot; more get 429")
+	fs.DurationVar(&f.AdmissionQueue.Timeout, "admission-timeout", time.Second, "longest wait for an engine slot; a request that would wait longer gets 429 at once")
+	fs.StringVar(&f.APIKeys, "api-keys", "", "tenant file (YAML: sha256 hex of each API key -> tenant, priority, rate, concurrency), reloaded on change; every request then needs a key (empty: no keys)")
+	fs.BoolVar(&f.PriorityHeader, "priority-header", false, "trust the client's X-Switchyard-Priority header (never above its API key's priority); otherwise priority comes from the key only")
+	fs.StringVar(&f.AdminListen, "admin-listen", "", "serve /health and /metrics on this address instead of --listen (empty: on --listen)")
+	fs.DurationVar(&f.ArrivalRecordAfter, "arrival-record-after", gateway.DefaultArrivalRecordAfter, "publish an arrival record (counted as demand) for a request still running after this long (negative: never)")
 	fs.DurationVar(&f.HealthInterval, "health-interval", gateway.DefaultHealthInterval, "active /health check interval (negative: off)")
 	fs.Float64Var(&f.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
 	fs.IntVar(&f.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
@@ -133,6 +148,11 @@ func (f Flags) options() []gateway.Opt {
 		gateway.BodyTimeout(f.BodyTimeout),
 		gateway.MinBodyRate(f.MinBodyRate),
 		gateway.RawSyscalls(f.RawSyscalls),
+		gateway.AdaptiveConcurrency(f.AdaptiveConcurrency),
+		gateway.AdmissionQueue(f.AdmissionQueue),
+		gateway.PriorityHeader(f.PriorityHeader),
+		gateway.AdminListen(f.AdminListen),
+		gateway.ArrivalRecordAfter(f.ArrivalRecordAfter),
 	}
 }
 
@@ -159,6 +179,13 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	defer tel.Close(ctx, log)
 	opts := append(f.options(), gateway.Logger(log), gateway.Registerer(reg), gateway.Gatherer(reg), gateway.TracerProvider(tel.TracerProvider))
+	var keys *tenant.File
+	if f.APIKeys != "" {
+		if keys, err = tenant.Open(f.APIKeys, log, reg); err != nil {
+			return fmt.Errorf("%w: --api-keys: %w", cli.ErrUsage, err)
+		}
+		opts = append(opts, gateway.Tenants(keys))
+	}
 	if f.SnapshotFile != "" {
 		snap, err := readSnapshotFile(f.SnapshotFile)
 		if err != nil {
@@ -192,6 +219,9 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	eg, ectx := errgroup.WithContext(ctx)
 	if w != nil {
 		eg.Go(func() error { return w.Run(ectx) })
+	}
+	if keys != nil {
+		eg.Go(func() error { return keys.Run(ectx, tenant.DefaultReloadInterval) })
 	}
 	eg.Go(func() error { return g.Run(ectx) })
 	return eg.Wait()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 )
@@ -22,6 +23,15 @@ func TestParseFlags(t *testing.T) {
 	}
 	if cfg.HTTPServer != "fast" {
 		t.Errorf("default http server %q", cfg.HTTPServer)
+	}
+	if !cfg.AdaptiveConcurrency || cfg.AdmissionQueue.MaxQueue != 1024 || cfg.AdmissionQueue.Timeout != time.Second || cfg.PriorityHeader || cfg.APIKeys != "" || cfg.AdminListen != "" {
+		t.Errorf("admission defaults %+v", cfg)
+	}
+	cfg, err = ParseFlags([]string{"--cluster", "eu", "--adaptive-concurrency=false", "--admission-queue", "8", "--admission-timeout", "250ms",
+		"--api-keys", "keys.yaml", "--priority-header", "--admin-listen", "127.0.0.1:9090"}, func(string) string { return "" })
+	if err != nil || cfg.AdaptiveConcurrency || cfg.AdmissionQueue.MaxQueue != 8 || cfg.AdmissionQueue.Timeout != 250*time.Millisecond ||
+		cfg.APIKeys != "keys.yaml" || !cfg.PriorityHeader || cfg.AdminListen != "127.0.0.1:9090" {
+		t.Errorf("admission flags %+v %v", cfg, err)
 	}
 	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
 		t.Errorf("SWITCHYARD_HTTP_SERVER=std: %q %v", cfg.HTTPServer, err)
