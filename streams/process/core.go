@@ -50,6 +50,9 @@ type Core struct {
 	fits   *estimate.FitCache
 	dec    estimate.Decoder
 	slide  int64
+	// futureLimit: event times after it (Unix ms) are dead-lettered; 0
+	// means no limit (recovery.go).
+	futureLimit int64
 
 	// parts tracks, per input partition, how far it is read, the largest
 	// event time seen in it (see watermark), and where the restored
@@ -201,6 +204,9 @@ func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 		t = ev.GetEventTimeUnixMs()
 	default:
 		return c.bad(isReplay, fmt.Errorf("unexpected topic %q", rec.Topic))
+	}
+	if err := c.checkFuture(t); err != nil { // never moves the watermark
+		return c.bad(isReplay, err)
 	}
 	if !ps.seen || t > ps.maxT {
 		ps.maxT, ps.seen = t, true

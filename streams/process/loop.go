@@ -80,7 +80,7 @@ func (r *runner) loop(ctx context.Context) error {
 		now := time.Now()
 		fired := r.handleFetches(fetches, now)
 		if len(fired) > 0 || (r.dirty && time.Since(r.lastCkpt) > time.Second) {
-			if err := w.send(batch{epoch: r.epoch, fired: fired, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
+			if err := w.send(ctx, batch{epoch: r.epoch, fired: fired, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
 				_ = w.stop()
 				return err
 			}
@@ -92,18 +92,21 @@ func (r *runner) loop(ctx context.Context) error {
 }
 
 // finish ends the loop once ctx is done: it hands the writer a last
-// checkpoint and waits up to 10s for it to be written, unless the test
-// hook noFinalCheckpoint asks for a kill.
+// checkpoint and waits up to finalCheckpointTimeout, in all, for it to be
+// written (with the brokers gone it gives up then), unless the test hook
+// noFinalCheckpoint asks for a kill.
 func (r *runner) finish(w *writer) error {
 	if r.p.noFinalCheckpoint {
 		_ = w.stop()
 		return nil
 	}
-	if err := w.send(batch{epoch: r.epoch, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), finalCheckpointTimeout)
+	defer cancel()
+	if err := w.send(ctx, batch{epoch: r.epoch, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
 		_ = w.stop()
-		return err
+		return fmt.Errorf("final checkpoint: %w", err)
 	}
-	if err := w.drain(10 * time.Second); err != nil {
+	if err := w.drain(ctx); err != nil {
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
 	return nil
@@ -123,6 +126,7 @@ func (r *runner) handleFetches(fetches kgo.Fetches, now time.Time) []firedWindow
 	if fetchErr != nil {
 		p.log.Warn("fetch error", "err", fetchErr)
 	}
+	r.core.SetFutureLimit(p.futureLimit(now)) // recovery.go
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		r.core.SetEnd(fp.Topic, fp.Partition, fp.HighWatermark)
 		if len(fp.Records) > 0 {
@@ -172,13 +176,16 @@ func (r *runner) startWriter(ctx context.Context, failed func()) *writer {
 }
 
 // send hands b to the writer, or returns the writer's error if it has
-// stopped.
-func (w *writer) send(b batch) error {
+// stopped, or ctx's if it ends first (a writer stuck on brokers that are
+// gone must not hold a stopping processor).
+func (w *writer) send(ctx context.Context, b batch) error {
 	select {
 	case w.in <- b:
 		return nil
 	case <-w.done:
 		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -198,15 +205,13 @@ func (w *writer) stop() error {
 	return w.err
 }
 
-// drain lets the writer finish the batches it was sent, for up to
-// timeout, then stops it; it returns the writer's error.
-func (w *writer) drain(timeout time.Duration) error {
+// drain lets the writer finish the batches it was sent until ctx ends,
+// then stops it; it returns the writer's error.
+func (w *writer) drain(ctx context.Context) error {
 	w.close()
-	t := time.NewTimer(timeout)
-	defer t.Stop()
 	select {
 	case <-w.done:
-	case <-t.C:
+	case <-ctx.Done():
 		w.cancel()
 		<-w.done
 	}

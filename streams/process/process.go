@@ -52,6 +52,16 @@ type Config struct {
 	// Partitions is the partition count used when creating missing topics.
 	// Default 3.
 	Partitions int32
+	// MaxClockSkew is how far ahead of the processor's clock a record's
+	// event time may be: a record dated later is dead-lettered (reason
+	// future_event_time) and never moves the watermark. Default
+	// DefaultMaxClockSkew (1 minute); negative: no limit.
+	MaxClockSkew time.Duration
+	// SessionTimeout is the consumer group session timeout: how long a
+	// processor that died without leaving the group (one stopped
+	// normally leaves it) holds its partitions. Default
+	// DefaultSessionTimeout (10s).
+	SessionTimeout time.Duration
 	// Fitter fits latency profiles. Default estimate.ConvexFit.
 	Fitter estimate.Fitter
 	// Logger defaults to slog.Default().
@@ -81,6 +91,12 @@ func (c *Config) defaults() {
 	}
 	if c.Partitions <= 0 {
 		c.Partitions = 3
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = DefaultSessionTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -114,7 +130,8 @@ func CheckpointTopic(prefix string) string {
 // start, without auto-commit (the processor commits after each
 // checkpoint); producing with acknowledgement from all in-sync replicas
 // and no linger; up to 8 MiB per partition per fetch (the default is 1
-// MiB), so catching up on a backlog takes fewer round trips.
+// MiB), so catching up on a backlog takes fewer round trips; the
+// session timeout cfg.SessionTimeout with a heartbeat every tenth of it.
 func ClientOpts(cfg Config) []kgo.Opt {
 	cfg.defaults()
 	topics := streams.TopicsFor(cfg.TopicPrefix)
@@ -127,6 +144,8 @@ func ClientOpts(cfg Config) []kgo.Opt {
 		kgo.ProducerLinger(0),
 		kgo.FetchMaxPartitionBytes(8 << 20),
 		kgo.DisableClientMetrics(),
+		kgo.SessionTimeout(cfg.SessionTimeout),
+		kgo.HeartbeatInterval(max(cfg.SessionTimeout/10, 100*time.Millisecond)),
 	}
 }
 
@@ -227,7 +246,8 @@ func (p *Processor) Stats() Stats {
 }
 
 // Run consumes until ctx is done. On cancel it flushes and checkpoints
-// (bounded by 10s) and returns nil. Run may be called once.
+// (bounded by 6s), leaves the consumer group (bounded by 2s) and returns
+// nil, whatever the brokers' state. Run may be called once.
 func (p *Processor) Run(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -235,6 +255,9 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 		}
 	}()
 	p.log.Info("processor starting")
+	if !p.noFinalCheckpoint { // a kill does not leave
+		defer p.leaveGroup() // recovery.go
+	}
 	if err := p.ensureTopics(ctx); err != nil {
 		return err
 	}
@@ -273,6 +296,7 @@ func (p *Processor) resume(ctx context.Context, core *Core) error {
 		return err
 	}
 	if found {
+		cp = p.sanitize(cp) // recovery.go
 		core.Restore(cp)
 		p.log.Info("restored checkpoint", "group", p.cfg.Group, "watermark_unix_ms", cp.Watermark, "partitions", len(cp.Partitions))
 	}
