@@ -112,6 +112,7 @@ type cfg struct {
 	listen            string
 	snapshots         SnapshotSource
 	initial           *schemas.WeightSnapshot
+	snap              snapshotTrust // snapshot.go
 	events            EventSink
 	signals           SignalFetcher
 	engines           []StaticEngine

@@ -168,6 +168,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 			return nil, fmt.Errorf("initial snapshot: %w", err)
 		}
 	}
+	g.loadSnapshotCache() // snapshot.go
 	g.handler = g.routes()
 	return g, nil
 }
@@ -285,12 +286,16 @@ func (g *Gateway) tickAdmission() {
 // ApplySnapshot validates and applies a proto-binary snapshot, as the
 // NATS watcher does.
 func (g *Gateway) ApplySnapshot(b []byte) error {
-	snap, err := DecodeSnapshot(b)
+	snap, err := g.admitSnapshot(b) // snapshot.go: signature, decode, clock
 	if err != nil {
 		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
 		return err
 	}
-	return g.apply(snap)
+	if err := g.apply(snap); err != nil {
+		return err
+	}
+	g.saveSnapshot(b)
+	return nil
 }
 
 // Handler returns the HTTP handler (also usable without Run, for tests;

@@ -57,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		upstreamFails: cv("upstream_failures_total", "Failed attempts by reason: connect, status_5xx, first_token_timeout, idle_timeout, stream.", "cluster", "reason"),
 		picks:         cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
 		applied:       cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
-		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale.", "cluster", "reason"),
+		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale, unsigned, signature, future.", "cluster", "reason"),
 		dropped:       cv("events_dropped_total", "Routing events dropped (event sink full or none configured).", "cluster"),
 		signals:       cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine.", "cluster", "result"),
 	}

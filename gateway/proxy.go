@@ -58,6 +58,7 @@ func (g *Gateway) routes() http.Handler {
 // adminRoutes registers /health and /metrics: on the API's listener, or
 // on the admin listener with AdminListen (admin.go).
 func (g *Gateway) adminRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("/health/ready", g.serveReady) // snapshot.go
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, "{\"status\":\"ok\",\"cluster\":%q,\"snapshot_version\":%d}\n", g.cfg.cluster, g.Stats().SnapshotVersion)

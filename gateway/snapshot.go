@@ -1,15 +1,23 @@
 package gateway
 
 import (
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams/snapshots/trust"
 )
 
 // Snapshot validation errors; Reason maps them to metric labels.
@@ -19,7 +27,164 @@ var (
 	ErrSnapshotInvalid = errors.New("snapshot invalid")
 	ErrSnapshotCluster = errors.New("snapshot has no weights for this cluster")
 	ErrSnapshotStale   = errors.New("snapshot version not newer than the one held")
+	// ErrSnapshotUnsigned: keys are configured and the snapshot carries
+	// no signature.
+	ErrSnapshotUnsigned = errors.New("snapshot not signed")
+	// ErrSnapshotSignature: keys are configured and the signature does
+	// not verify against any of them.
+	ErrSnapshotSignature = errors.New("snapshot signature invalid")
+	// ErrSnapshotFuture: the version or creation time is beyond the
+	// gateway's clock plus the maximum skew.
+	ErrSnapshotFuture = errors.New("snapshot dated in the future")
 )
+
+// snapshotTrust is what the gateway checks of the snapshots it receives,
+// and where it keeps the last one (cfg.snap).
+type snapshotTrust struct {
+	verifier *trust.Verifier // nil: signatures not checked
+	maxSkew  time.Duration
+	cache    string
+}
+
+// SnapshotKeys makes the gateway apply only snapshots signed by one of
+// keys (the optimizers' public keys), from its source or its cache;
+// unsigned and badly signed ones are rejected (counted by reason
+// "unsigned" or "signature", and logged). Default none: signatures are
+// not checked.
+func SnapshotKeys(keys ...ed25519.PublicKey) Opt {
+	return opt(func(c *cfg) {
+		c.snap.verifier = nil
+		if len(keys) > 0 {
+			c.snap.verifier = trust.NewVerifier(keys...)
+		}
+	})
+}
+
+// SnapshotMaxSkew is how far ahead of the gateway's clock a snapshot's
+// version (its window end in Unix milliseconds) and creation time may be;
+// a snapshot dated further ahead is rejected (reason "future"), so it
+// cannot hold the gateway above every later version. Default
+// trust.DefaultMaxSkew (1 minute); 0 means the default.
+func SnapshotMaxSkew(d time.Duration) Opt { return opt(func(c *cfg) { c.snap.maxSkew = d }) }
+
+// SnapshotCache keeps the last snapshot the gateway applied from its
+// source in the file at path (replaced atomically), and applies the file
+// at New when it exists, with the same checks as a snapshot from the
+// source, so a gateway restarted while NATS is down routes on it. Default
+// "": no cache.
+func SnapshotCache(path string) Opt { return opt(func(c *cfg) { c.snap.cache = path }) }
+
+// admitSnapshot checks the signature of b (when keys are configured),
+// decodes it and bounds its dates by the clock.
+func (g *Gateway) admitSnapshot(b []byte) (*schemas.WeightSnapshot, error) {
+	if v := g.cfg.snap.verifier; v != nil {
+		switch err := v.Verify(b); {
+		case err == nil:
+		case errors.Is(err, trust.ErrUnsigned):
+			return nil, fmt.Errorf("%w: %w", ErrSnapshotUnsigned, err)
+		case errors.Is(err, trust.ErrMalformed):
+			return nil, fmt.Errorf("%w: %w", ErrSnapshotDecode, err)
+		default:
+			return nil, fmt.Errorf("%w: %w", ErrSnapshotSignature, err)
+		}
+	}
+	snap, err := DecodeSnapshot(b)
+	if err != nil {
+		return nil, err
+	}
+	skew := g.cfg.snap.maxSkew
+	if skew <= 0 {
+		skew = trust.DefaultMaxSkew
+	}
+	if err := trust.CheckTime(snap, g.cfg.now(), skew); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSnapshotFuture, err)
+	}
+	return snap, nil
+}
+
+// saveSnapshot writes b, an applied snapshot, to the cache file: a
+// temporary file in the same directory renamed over it, so a crash never
+// leaves half a snapshot.
+func (g *Gateway) saveSnapshot(b []byte) {
+	path := g.cfg.snap.cache
+	if path == "" {
+		return
+	}
+	if err := writeAtomic(path, b); err != nil {
+		g.log.Warn("writing snapshot cache", "path", path, "err", err)
+	}
+}
+
+func writeAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("creating temporary file: %w", err)
+	}
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("renaming into place: %w", err)
+	}
+	return nil
+}
+
+// loadSnapshotCache applies the cache file, if any. A missing file is
+// not an error; an unreadable or rejected one is logged and ignored.
+func (g *Gateway) loadSnapshotCache() {
+	path := g.cfg.snap.cache
+	if path == "" {
+		return
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		g.log.Warn("reading snapshot cache", "path", path, "err", err)
+		return
+	}
+	snap, err := g.admitSnapshot(b)
+	if err == nil {
+		err = g.apply(snap)
+	} else {
+		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
+	}
+	if err != nil {
+		g.log.Warn("snapshot cache rejected", "path", path, "err", err)
+		return
+	}
+	g.log.Info("routing on the cached snapshot until the control plane sends one", "path", path, "version", snap.GetVersion())
+}
+
+// HasSnapshot reports whether the gateway routes on a snapshot (from its
+// source, cache or initial snapshot), not on static engines or nothing.
+func (g *Gateway) HasSnapshot() bool {
+	rt := g.cur.Load()
+	return rt != nil && !rt.fallback
+}
+
+// serveReady is /health/ready: 200 once the gateway has a snapshot, 503
+// before (routing blind on static engines, or not at all).
+func (g *Gateway) serveReady(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	body := struct {
+		Status          string `json:"status"`
+		Cluster         string `json:"cluster"`
+		SnapshotVersion uint64 `json:"snapshot_version"`
+		Reason          string `json:"reason,omitempty"`
+	}{Status: "ready", Cluster: g.cfg.cluster, SnapshotVersion: g.Stats().SnapshotVersion}
+	if !g.HasSnapshot() {
+		body.Status, body.Reason = "not_ready", "no snapshot yet"
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
 
 // sumTolerance is how far weights plus shed may be from 1.
 const sumTolerance = 1e-3
@@ -131,6 +296,12 @@ func rejectReason(err error) string {
 		return "cluster"
 	case errors.Is(err, ErrSnapshotStale):
 		return "stale"
+	case errors.Is(err, ErrSnapshotUnsigned):
+		return "unsigned"
+	case errors.Is(err, ErrSnapshotSignature):
+		return "signature"
+	case errors.Is(err, ErrSnapshotFuture):
+		return "future"
 	}
 	return "invalid"
 }
