@@ -5,6 +5,8 @@ package replay
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,15 +15,19 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams/replay"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
 // Command is `switchyard replay`.
 func Command() cli.Command {
 	return cli.Command{
 		Name:    "replay",
-		Summary: "replay a past time range through the processor and optimizer and write the snapshots",
+		Summary: "replay a past time range through the processor and optimizer and write the snapshots, or --verify them against the live ones",
 		Run:     run,
 	}
 }
@@ -41,14 +47,24 @@ func ParseTime(s string) (time.Time, error) {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	var conn cli.Connection
-	conn.RegisterKafka(fs)
-	from := fs.String("from", "", "start of the range (RFC 3339 or Unix ms); required")
-	to := fs.String("to", "", "end of the range (RFC 3339 or Unix ms); required")
+	conn.Register(fs)
+	from := fs.String("from", "", "start of the range (RFC 3339 or Unix ms); required but with --verify")
+	to := fs.String("to", "", "end of the range (RFC 3339 or Unix ms); required but with --verify")
+	verify := fs.Bool("verify", false, "replay the whole retained history with the settings the live processor and optimizer recorded, compare the snapshots of (--from, --to] (default all) with the audit stream, print one JSON line and exit 1 unless all are identical")
+	auditStream := fs.String("audit-stream", snapshots.DefaultAuditStream, "JetStream stream of the live snapshots (--verify)")
 	cfgFile := fs.String("config", "", "YAML file of processor and optimizer settings (what-if); default the live defaults")
 	outFile := fs.String("out", "", `output file ("-" for stdout); required`)
 	format := fs.String("format", "jsonl", "output format: jsonl (one protojson snapshot per line) or binary (uvarint-length-delimited protobuf)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	if *verify {
+		return runVerify(ctx, conn, *from, *to, *auditStream, stdout, stderr)
+	}
+	natsSet := false
+	fs.Visit(func(f *flag.Flag) { natsSet = natsSet || f.Name == "nats-url" })
+	if natsSet {
+		return fmt.Errorf("%w: --nats-url is for --verify (a replay writes to a file, never to NATS)", cli.ErrUsage)
 	}
 	var cfg replay.Config
 	var err error
@@ -105,3 +121,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// runVerify is replay --verify.
+func runVerify(ctx context.Context, conn cli.Connection, from, to, auditStream string, stdout, stderr io.Writer) error {
+	var vc replay.VerifyConfig
+	var err error
+	if from != "" {
+		if vc.From, err = ParseTime(from); err != nil {
+			return fmt.Errorf("%w: --from: %v", cli.ErrUsage, err)
+		}
+	}
+	if to != "" {
+		if vc.To, err = ParseTime(to); err != nil {
+			return fmt.Errorf("%w: --to: %v", cli.ErrUsage, err)
+		}
+	}
+	if len(conn.Brokers()) == 0 {
+		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
+	}
+	if conn.NATSURL == "" {
+		return fmt.Errorf("%w: --verify reads the live snapshots from NATS: --nats-url is required", cli.ErrUsage)
+	}
+	vc.TopicPrefix = conn.TopicPrefix
+	vc.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	nc, err := conn.ConnectNATS(nats.Name("switchyard-replay"))
+	if err != nil {
+		return fmt.Errorf("connecting to nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	live, err := replay.ReadAudit(ctx, js, auditStream)
+	if err != nil {
+		return err
+	}
+	cl, err := conn.NewKafka()
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	res, err := replay.Verify(ctx, cl, live, vc)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", b)
+	if res.Identical < res.Compared {
+		return fmt.Errorf("%w: %d of %d snapshots identical (first difference at version %d)", ErrNotReproduced, res.Identical, res.Compared, res.FirstDiffVersion)
+	}
+	return nil
+}
+
+// ErrNotReproduced is returned by replay --verify when a live snapshot
+// was not reproduced.
+var ErrNotReproduced = errors.New("replay does not reproduce live")

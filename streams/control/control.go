@@ -137,6 +137,7 @@ func (o *Optimizer) Run(ctx context.Context) error {
 	if err := streams.EnsureTopics(ctx, o.cl, o.topics, 0); err != nil {
 		o.log.Warn("creating topics", "err", err)
 	}
+	o.recordSettings(ctx)
 	planner := o.resume(ctx)
 	dlq := streams.NewDeadLetter(o.cl, o.topics.DeadLetter)
 

@@ -201,7 +201,7 @@ func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 		if ev, err = c.dec.RoutingEvent(rec.Value, rec.Timestamp); err != nil {
 			return c.bad(isReplay, err)
 		}
-		t = ev.GetEventTimeUnixMs()
+		t = routingTime(ev, rec.Timestamp)
 	default:
 		return c.bad(isReplay, fmt.Errorf("unexpected topic %q", rec.Topic))
 	}

@@ -261,6 +261,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	if err := p.ensureTopics(ctx); err != nil {
 		return err
 	}
+	p.recordSettings(ctx)
 	core, err := NewCore(p.topics, p.cfg.Spec(), p.cfg.Fitter)
 	if err != nil {
 		return err

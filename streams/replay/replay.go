@@ -63,6 +63,8 @@ type Config struct {
 	// From and To bound the replayed windows: snapshots are planned for
 	// windows ending in (From, To]. Records from one window plus the
 	// allowed lateness before From are read to fill the first windows.
+	// A zero From replays from the start of the retained history (the
+	// planner's state then evolves as the live optimizer's did).
 	From, To time.Time
 	// Processor window settings: defaults 30s, 10s and 5s, as the
 	// processor's.
@@ -122,7 +124,10 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, out io.Writer, format 
 	r := &replayer{cfg: cfg, core: core, out: bufio.NewWriter(out), format: format}
 	// Read one slide plus the lateness past To so the watermark passes
 	// the last window ending at To.
-	warm := cfg.From.Add(-cfg.Window - cfg.AllowedLateness)
+	var warm time.Time
+	if !cfg.From.IsZero() {
+		warm = cfg.From.Add(-cfg.Window - cfg.AllowedLateness)
+	}
 	starts, ends, err := ranges(ctx, kadm.NewClient(cl), warm, cfg.To.Add(cfg.AllowedLateness+cfg.Slide), topics.Signals, topics.RoutingEvents)
 	if err != nil {
 		return r.res, err
@@ -292,10 +297,16 @@ func (r *replayer) emit(fired []process.Fired) error {
 	return nil
 }
 
-// ranges returns, per partition, the first offset at or after from and
-// the first offset at or after to (by record timestamp).
+// ranges returns, per partition, the first offset at or after from (the
+// log start when from is zero) and the first offset at or after to (by
+// record timestamp).
 func ranges(ctx context.Context, adm *kadm.Client, from, to time.Time, topics ...string) (starts, ends map[tp]int64, err error) {
-	if starts, err = offsetsAfter(ctx, adm, from, topics); err != nil {
+	if from.IsZero() {
+		starts, err = logStarts(ctx, adm, topics)
+	} else {
+		starts, err = offsetsAfter(ctx, adm, from, topics)
+	}
+	if err != nil {
 		return nil, nil, err
 	}
 	if ends, err = offsetsAfter(ctx, adm, to, topics); err != nil {
@@ -316,6 +327,24 @@ func offsetsAfter(ctx context.Context, adm *kadm.Client, t time.Time, topics []s
 	l.Each(func(o kadm.ListedOffset) {
 		if o.Err != nil {
 			lerr = fmt.Errorf("looking up offsets of %s/%d at %v: %w", o.Topic, o.Partition, t, o.Err)
+			return
+		}
+		m[tp{o.Topic, o.Partition}] = o.Offset
+	})
+	return m, lerr
+}
+
+// logStarts returns the first offset of every partition of topics.
+func logStarts(ctx context.Context, adm *kadm.Client, topics []string) (map[tp]int64, error) {
+	l, err := adm.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("looking up start offsets: %w", err)
+	}
+	m := map[tp]int64{}
+	var lerr error
+	l.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			lerr = fmt.Errorf("looking up the start offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
 			return
 		}
 		m[tp{o.Topic, o.Partition}] = o.Offset

@@ -1,0 +1,224 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/control"
+	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/replay"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// liveTraffic produces, in real time until ctx is done, what engines and
+// gateways produce: each engine's signal every 250ms, and a request every
+// 40ms alternating between clusters us and eu whose routing event is
+// produced when it completes, 100ms to 3.5s after its start (longer than
+// a window plus the allowed lateness); requests over a second also get an
+// arrival record at their start, as the gateway sends. It returns how
+// many requests completed more than slow after their start.
+func liveTraffic(ctx context.Context, t *testing.T, cl *kgo.Client, topics streams.Topics, slow time.Duration) int {
+	type inflight struct {
+		id         int
+		start, end time.Time
+		cluster    string
+	}
+	var pending []inflight
+	produce := func(topic, key string, m proto.Message) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(key), Value: b}, func(_ *kgo.Record, err error) {
+			if err != nil && ctx.Err() == nil {
+				t.Error(err)
+			}
+		})
+	}
+	event := func(r inflight, now time.Time, status schemas.RequestStatus) *schemas.RoutingEvent {
+		e := map[string]string{"us": "e1", "eu": "e2"}[r.cluster]
+		ev := &schemas.RoutingEvent{SchemaVersion: schemas.Version, RequestId: fmt.Sprint(r.id), Cluster: r.cluster, EngineId: e,
+			EventTimeUnixMs: r.start.UnixMilli(), Status: status, Stream: true, AffinityKeyHash: uint64(r.id%7 + 1)}
+		if status == schemas.RequestStatus_REQUEST_STATUS_OK {
+			ev.TtftMs, ev.EngineTtftMs, ev.PromptTokens, ev.OutputTokens = 90, 70, 300, 100
+			ev.CompletionTimeUnixMs, ev.E2EMs = now.UnixMilli(), float64(now.Sub(r.start).Milliseconds())
+			ev.CountedAtArrival = r.end.Sub(r.start) > time.Second
+		}
+		return ev
+	}
+	slowN, id := 0, 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var nextReq, nextSig time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return slowN
+		case now := <-tick.C:
+			if !now.Before(nextSig) {
+				nextSig = now.Add(250 * time.Millisecond)
+				for _, e := range []struct{ id, region, gpu string }{{"e1", "us", "h100"}, {"e2", "eu", "l4"}} {
+					run := float64(len(pending) % 20)
+					produce(topics.Signals, e.id, &schemas.EngineSignal{
+						SchemaVersion: schemas.Version, EngineId: e.id, EndpointUrl: "http://" + e.id, Region: e.region, GpuClass: e.gpu,
+						EventTimeUnixMs: now.UnixMilli(), ReadyReplicas: 1, Health: schemas.Health_HEALTH_HEALTHY,
+						RunningRequests: run, IntervalSeconds: 0.25, RequestsFinished: 3, GenerationTokens: 300, MaxBatch: 64,
+						TtftSeconds: &schemas.Histogram{Bounds: []float64{1}, Counts: []uint64{3, 0}, Sum: 0.2 + run/100, Count: 3},
+						TbotSeconds: &schemas.Histogram{Bounds: []float64{1}, Counts: []uint64{3, 0}, Sum: 0.06, Count: 3},
+					})
+				}
+			}
+			if !now.Before(nextReq) {
+				nextReq = now.Add(40 * time.Millisecond)
+				r := inflight{id: id, start: now, end: now.Add(time.Duration(100+(id*337)%3400) * time.Millisecond), cluster: []string{"us", "eu"}[id%2]}
+				id++
+				pending = append(pending, r)
+				if r.end.Sub(r.start) > time.Second {
+					produce(topics.RoutingEvents, r.cluster, event(r, now, schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS))
+				}
+			}
+			kept := pending[:0]
+			for _, r := range pending {
+				if now.Before(r.end) {
+					kept = append(kept, r)
+					continue
+				}
+				if now.Sub(r.start) > slow {
+					slowN++
+				}
+				produce(topics.RoutingEvents, r.cluster, event(r, now, schemas.RequestStatus_REQUEST_STATUS_OK))
+			}
+			pending = kept
+		}
+	}
+}
+
+// runLive runs the live processor and optimizer (window 2s, slide 1s,
+// allowed lateness 500ms) on kc and ns under live traffic for d, until
+// the optimizer has planned the windows the traffic completed, and
+// returns how many requests took longer than a window plus the lateness.
+func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, d time.Duration) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topics := streams.TopicsFor(prefix)
+	if err := streams.EnsureTopics(ctx, testenv.Client(t, kc), topics, 3); err != nil {
+		t.Fatal(err)
+	}
+	pcfg := process.Config{TopicPrefix: prefix, Window: 2 * time.Second, Slide: time.Second, AllowedLateness: 500 * time.Millisecond}
+	proc, err := process.New(testenv.Client(t, kc, process.ClientOpts(pcfg)...), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg := control.Config{TopicPrefix: prefix, Settle: 200 * time.Millisecond,
+		Settings: plan.Settings{Clusters: []string{"us", "eu"}, MinDemandRPS: 1, RegionRTTms: map[string]map[string]float64{"us": {"us": 2, "eu": 80}, "eu": {"eu": 2, "us": 80}}}}
+	opt, err := control.New(testenv.Client(t, kc, control.ClientOpts(ocfg)...), store, ocfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveCtx, stopLive := context.WithCancel(ctx)
+	errs := make(chan error, 2)
+	go func() { errs <- proc.Run(liveCtx) }()
+	go func() { errs <- opt.Run(liveCtx) }()
+	trafficCtx, stopTraffic := context.WithTimeout(ctx, d)
+	defer stopTraffic()
+	slow := liveTraffic(trafficCtx, t, testenv.Client(t, kc), topics, 2500*time.Millisecond)
+	// The last window the traffic completes ends a slide plus the
+	// lateness before its last signal.
+	lastEnd := time.Now().Add(-1500 * time.Millisecond).Truncate(time.Second)
+	testenv.Eventually(t, 20*time.Second, func() bool { return opt.Stats().LatestVersion >= uint64(lastEnd.UnixMilli()) },
+		"live optimizer planned the last complete window")
+	stopLive()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return slow
+}
+
+func verifyArgs(kc *kfake.Cluster, ns *server.Server, prefix string) []string {
+	return []string{"--verify", "--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--nats-url", ns.ClientURL(), "--topic-prefix", prefix}
+}
+
+// TestVerifyReproducesLiveRun runs the processor and optimizer live for 8
+// seconds of real-time traffic in which about a third of the requests
+// complete more than a window plus the allowed lateness after they
+// started (their routing events are produced at completion), then runs
+// `replay --verify`, which replays with the settings the live services
+// recorded: every live snapshot is reproduced byte for byte and no record
+// was late. A snapshot altered on the audit stream then makes it report
+// the difference and fail.
+func TestVerifyReproducesLiveRun(t *testing.T) {
+	kc := testenv.Kafka(t)
+	ns := testenv.NATS(t)
+	const prefix = "vlive"
+	slow := runLive(t, kc, ns, prefix, 8*time.Second)
+	if slow < 20 {
+		t.Fatalf("only %d requests took longer than a window plus the lateness", slow)
+	}
+
+	var stdout, stderr bytes.Buffer
+	if err := Command().Run(context.Background(), verifyArgs(kc, ns, prefix), &stdout, &stderr); err != nil {
+		t.Fatalf("replay --verify: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+	}
+	var res replay.VerifyResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout.String(), err)
+	}
+	t.Logf("%s (%d slow requests)", strings.TrimSpace(stdout.String()), slow)
+	if res.Compared < 5 || res.Identical != res.Compared || res.MaxWeightDiff != 0 || res.Late != 0 || res.Missing != 0 {
+		t.Fatalf("verify: %+v", res)
+	}
+
+	t.Run("altered snapshot fails", func(t *testing.T) {
+		js := testenv.JetStream(t, ns)
+		live, err := replay.ReadAudit(context.Background(), js, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := proto.CloneOf(live[len(live)/2])
+		w := bad.GetClusters()[0].GetWeights()[0]
+		w.Weight += 0.125
+		b, err := proto.Marshal(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(context.Background(), snapshots.DefaultAuditSubject, b); err != nil {
+			t.Fatal(err)
+		}
+		stdout.Reset()
+		err = Command().Run(context.Background(), verifyArgs(kc, ns, prefix), &stdout, &stderr)
+		if !errors.Is(err, ErrNotReproduced) {
+			t.Fatalf("err %v, want ErrNotReproduced", err)
+		}
+		var res2 replay.VerifyResult
+		if err := json.Unmarshal(stdout.Bytes(), &res2); err != nil {
+			t.Fatalf("output %q: %v", stdout.String(), err)
+		}
+		if res2.Compared != res.Compared+1 || res2.Identical != res.Identical || math.Abs(res2.MaxWeightDiff-0.125) > 1e-12 || res2.FirstDiffVersion != bad.GetVersion() {
+			t.Fatalf("verify after altering snapshot %d: %+v", bad.GetVersion(), res2)
+		}
+	})
+}
