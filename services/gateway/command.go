@@ -68,6 +68,8 @@ type Flags struct {
 	NATSURL              string
 	KafkaBrokers         []string
 	TopicPrefix          string
+	Conn                 cli.Connection    // TLS and credentials of both brokers
+	Trust                cli.SnapshotTrust // snapshot signature keys, cache, clock skew
 }
 
 // ParseFlags parses args (and SWITCHYARD_* variables from getenv).
@@ -104,6 +106,7 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.BoolVar(&f.RawSyscalls, "raw-syscalls", false, "read and write sockets with raw recvfrom/sendto system calls (Linux; a few percent less CPU)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	conn.Register(fs)
+	f.Trust.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return f, err
 	}
@@ -128,6 +131,7 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	f.NATSURL = conn.NATSURL
 	f.KafkaBrokers = conn.Brokers()
 	f.TopicPrefix = conn.TopicPrefix
+	f.Conn = conn
 	return f, nil
 }
 
@@ -193,6 +197,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		opts = append(opts, gateway.InitialSnapshot(snap))
 	}
+	trustOpts, err := f.Trust.GatewayOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, trustOpts...)
 	var k *kafka
 	if len(f.KafkaBrokers) > 0 {
 		if k, err = dialKafka(f, reg); err != nil {
@@ -203,7 +212,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	var w *snapshots.Watcher
 	if f.NATSURL != "" {
-		w = snapshots.NewWatcher(f.NATSURL, f.SnapshotBucket, f.Cluster)
+		natsOpts, err := f.Conn.NATSOpts()
+		if err != nil {
+			return err
+		}
+		w = snapshots.NewWatcher(f.NATSURL, f.SnapshotBucket, f.Cluster, natsOpts...)
 		opts = append(opts, gateway.Snapshots(w))
 	}
 	g, err := gateway.New(f.Cluster, opts...)
@@ -248,12 +261,12 @@ type kafka struct {
 
 func dialKafka(f Flags, reg prometheus.Registerer) (*kafka, error) {
 	topics := streams.TopicsFor(f.TopicPrefix)
-	prod, err := kgo.NewClient(append(gateway.EventProduceOpts(f.EventBuffer),
+	prod, err := f.Conn.NewKafka(append(gateway.EventProduceOpts(f.EventBuffer),
 		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-"+f.Cluster))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
-	sig, err := kgo.NewClient(append(gateway.SignalConsumeOpts(topics.Signals, time.Now()),
+	sig, err := f.Conn.NewKafka(append(gateway.SignalConsumeOpts(topics.Signals, time.Now()),
 		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-signals-"+f.Cluster))...)
 	if err != nil {
 		prod.Close()

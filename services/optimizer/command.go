@@ -33,6 +33,8 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("optimizer", flag.ContinueOnError)
 	var conn cli.Connection
 	conn.Register(fs)
+	var signing cli.Signing
+	signing.Register(fs)
 	settle := fs.Duration("settle", 500*time.Millisecond, "plan a window once its estimates have been quiet this long")
 	maxUtil := fs.Float64("max-utilization", 0.9, "cap on each engine's planned utilization, in (0,1]")
 	churn := fs.Float64("churn-weight", plan.DefaultChurnWeight, "absolute churn: ms of cost per rps of traffic moved away from the previous weights; 0 = relative (--churn-relative), negative = no churn term")
@@ -48,6 +50,10 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9102", "address of the /metrics endpoint (empty: off)")
 	consoleListen := fs.String("console-listen", "", "also serve the web console, as switchyard console does, on this address (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
+		return err
+	}
+	storeOpts, err := signing.StoreOpts()
+	if err != nil {
 		return err
 	}
 	matrix, err := ParseRTT(*rtt)
@@ -103,7 +109,7 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	store, ok := openStore(ctx, js, logger)
+	store, ok := openStore(ctx, js, logger, storeOpts...)
 	if !ok {
 		return nil // stopped before NATS was ready
 	}
@@ -123,10 +129,10 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 // openStore opens the snapshot store, retrying every second while NATS
 // is not ready; false when ctx ends first.
-func openStore(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*snapshots.Store, bool) {
+func openStore(ctx context.Context, js jetstream.JetStream, log *slog.Logger, opts ...snapshots.Opt) (*snapshots.Store, bool) {
 	for {
 		openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		store, err := snapshots.Open(openCtx, js)
+		store, err := snapshots.Open(openCtx, js, opts...)
 		cancel()
 		if err == nil {
 			return store, true

@@ -36,6 +36,8 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Window, "window", 30*time.Second, "window size")
 	fs.DurationVar(&cfg.Slide, "slide", 10*time.Second, "window slide (window must be a multiple of it)")
 	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5*time.Second, "how far out of event-time order a record may arrive and still count")
+	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", process.DefaultMaxClockSkew, "records dated further ahead of this clock are dead-lettered (negative: no limit)")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", process.DefaultSessionTimeout, "consumer group session timeout: how long a processor killed without leaving holds its partitions")
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/enginesim"
 	"github.com/switchyard-llm/switchyard/services/explain"
 	"github.com/switchyard-llm/switchyard/services/gateway"
+	"github.com/switchyard-llm/switchyard/services/keygen"
 	"github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/services/replay"
@@ -37,6 +38,7 @@ func commands() []cli.Command {
 		optimizer.Command(),
 		gateway.Command(),
 		solve.Command(),
+		keygen.Command(),
 		explain.Command(),
 		console.Command(),
 		replay.Command(),

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"crypto/ed25519"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+	"github.com/switchyard-llm/switchyard/streams/snapshots/trust"
+)
+
+// Signing is the optimizer's --signing-key flag.
+type Signing struct {
+	KeyFile string
+}
+
+// Register adds --signing-key to fs.
+func (s *Signing) Register(fs *flag.FlagSet) {
+	fs.StringVar(&s.KeyFile, "signing-key", "", "ed25519 private key (PKCS #8 PEM, from `switchyard keygen`) that signs every snapshot (empty: unsigned)")
+}
+
+// StoreOpts returns the snapshot store options that sign with the key
+// (none without one).
+func (s Signing) StoreOpts() ([]snapshots.Opt, error) {
+	if s.KeyFile == "" {
+		return nil, nil
+	}
+	key, err := trust.LoadPrivateKey(s.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --signing-key: %w", ErrUsage, err)
+	}
+	return []snapshots.Opt{snapshots.Signer(trust.NewSigner(key))}, nil
+}
+
+// SnapshotTrust is a gateway's flags for the snapshots it accepts and
+// keeps: --snapshot-public-keys, --snapshot-cache and --max-clock-skew.
+type SnapshotTrust struct {
+	KeyFiles string // comma-separated
+	Cache    string
+	MaxSkew  time.Duration
+}
+
+// Register adds the flags to fs.
+func (t *SnapshotTrust) Register(fs *flag.FlagSet) {
+	fs.StringVar(&t.KeyFiles, "snapshot-public-keys", "", "comma-separated PEM files of the optimizers' ed25519 public keys: only snapshots signed by one of them are applied (empty: signatures not checked)")
+	fs.StringVar(&t.Cache, "snapshot-cache", "", "file keeping the last applied snapshot; applied at start, so the gateway routes on it while NATS is down")
+	fs.DurationVar(&t.MaxSkew, "max-clock-skew", trust.DefaultMaxSkew, "snapshots whose version or creation time is further ahead of this clock are rejected")
+}
+
+// Keys loads the public keys.
+func (t SnapshotTrust) Keys() ([]ed25519.PublicKey, error) {
+	var files []string
+	for _, f := range strings.Split(t.KeyFiles, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			files = append(files, f)
+		}
+	}
+	if len(files) == 0 {
+		return nil, nil
+	}
+	keys, err := trust.LoadPublicKeys(files...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --snapshot-public-keys: %w", ErrUsage, err)
+	}
+	return keys, nil
+}
+
+// GatewayOpts returns the gateway options of the flags.
+func (t SnapshotTrust) GatewayOpts() ([]gateway.Opt, error) {
+	keys, err := t.Keys()
+	if err != nil {
+		return nil, err
+	}
+	return []gateway.Opt{gateway.SnapshotKeys(keys...), gateway.SnapshotCache(t.Cache), gateway.SnapshotMaxSkew(t.MaxSkew)}, nil
+}
