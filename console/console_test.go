@@ -140,3 +140,24 @@ func TestConfig(t *testing.T) {
 		t.Error("New with a base path without slashes: no error")
 	}
 }
+
+// TestLastChange: the diff page's default "from" is the newest snapshot
+// whose weights differ from the latest's, not merely the previous one.
+func TestLastChange(t *testing.T) {
+	now := uint64(1_700_000_000_000)
+	es := []snapEntry{
+		{Snap: fixtureSnapshot(now, 0)},
+		{Snap: fixtureSnapshot(now+2000, 3)},
+		{Snap: fixtureSnapshot(now+4000, 3)},
+		{Snap: fixtureSnapshot(now+6000, 3)},
+	}
+	if got := lastChange(es); got != 0 {
+		t.Errorf("lastChange = %d, want 0 (snapshots 1..3 have the same weights)", got)
+	}
+	if got := lastChange(es[1:]); got != 1 {
+		t.Errorf("without a change: lastChange = %d, want the previous one (1)", got)
+	}
+	if got := lastChange(es[:1]); got != -1 {
+		t.Errorf("one snapshot: lastChange = %d, want -1", got)
+	}
+}

@@ -188,8 +188,8 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 			row.HasRates = c.cfg.Kafka != nil
 			body.Clusters = append(body.Clusters, row)
 		}
-		if len(es) > 1 {
-			body.PrevVer = es[len(es)-2].Snap.GetVersion()
+		if i := lastChange(es); i >= 0 {
+			body.PrevVer = es[i].Snap.GetVersion()
 		}
 	}
 	body.Health = c.health(r, es)
@@ -687,7 +687,7 @@ func (c *Console) diff(w http.ResponseWriter, r *http.Request) {
 		}
 		return c.byVersion(r.Context(), es, v)
 	}
-	a, err := pick("a", len(es)-2)
+	a, err := pick("a", lastChange(es))
 	if err == nil {
 		body.A = a
 		body.B, err = pick("b", len(es)-1)
@@ -704,6 +704,27 @@ func (c *Console) diff(w http.ResponseWriter, r *http.Request) {
 		body.Clusters, body.Changed = diffSnapshots(body.A, body.B, c.colors(body.B))
 	}
 	c.render(w, http.StatusOK, "diff", "Diff", "diff", body, nil)
+}
+
+// maxChangeSearch bounds how far back the diff page looks for the last
+// change.
+const maxChangeSearch = 600
+
+// lastChange is the index of the newest snapshot before the latest whose
+// weights differ from the latest's (the previous one when none in the
+// last maxChangeSearch does; -1 with fewer than two).
+func lastChange(es []snapEntry) int {
+	n := len(es)
+	if n < 2 {
+		return -1
+	}
+	latest := es[n-1].Snap
+	for i := n - 2; i >= 0 && i >= n-1-maxChangeSearch; i-- {
+		if _, changed := diffSnapshots(es[i].Snap, latest, nil); changed > 0 {
+			return i
+		}
+	}
+	return n - 2
 }
 
 // diffSnapshots compares every cluster of a and b; changed counts the
@@ -725,10 +746,10 @@ func diffSnapshots(a, b *schemas.WeightSnapshot, colors map[string]string) (out 
 		d := diffCluster{Cluster: id, InA: ca != nil, InB: cb != nil,
 			ShedA: ca.GetShedFraction(), ShedB: cb.GetShedFraction(), DemandA: ca.GetDemandRps(), DemandB: cb.GetDemandRps(),
 			LatA: ca.GetExpectedLatencyMs(), LatB: cb.GetExpectedLatencyMs()}
-		if ca != nil {
+		if ca != nil && colors != nil {
 			d.BarA = weightBar(barSegments(ca, colors), 320)
 		}
-		if cb != nil {
+		if cb != nil && colors != nil {
 			d.BarB = weightBar(barSegments(cb, colors), 320)
 		}
 		byID := map[string]*diffEngine{}
