@@ -281,8 +281,13 @@ func dialKafka(f Flags, reg prometheus.Registerer) (*kafka, error) {
 	return &kafka{producer: prod, signals: sig, emitter: em}, nil
 }
 
+// emitterFlushTimeout bounds the flush of routing events on shutdown:
+// with Kafka gone the gateway still exits within 10s of SIGINT (close
+// then fails the events still buffered; they count as failed).
+const emitterFlushTimeout = 3 * time.Second
+
 // runEmitter runs the emitter until stop is called (not when ctx ends);
-// stop flushes it.
+// stop flushes it, for at most emitterFlushTimeout.
 func (k *kafka) runEmitter(ctx context.Context) (stop func()) {
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -290,7 +295,15 @@ func (k *kafka) runEmitter(ctx context.Context) (stop func()) {
 		defer close(done)
 		_ = k.emitter.Run(ectx) // returns nil once flushed
 	}()
-	return func() { cancel(); <-done }
+	return func() {
+		cancel()
+		t := time.NewTimer(emitterFlushTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+		}
+	}
 }
 
 func (k *kafka) close() {
