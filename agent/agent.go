@@ -232,7 +232,7 @@ func (s *Service) publish(ctx context.Context, cl *kgo.Client, sig *schemas.Engi
 		s.m.publishErrors.Inc()
 		return
 	}
-	cl.TryProduce(ctx, &kgo.Record{Topic: s.topics.Signals, Key: []byte(sig.GetEngineId()), Value: b}, func(_ *kgo.Record, err error) {
+	cl.TryProduce(ctx, &kgo.Record{Topic: s.topics.Signals, Key: []byte(sig.GetEngineId()), Value: b, Headers: streams.ProtoHeaders(sig)}, func(_ *kgo.Record, err error) {
 		if err != nil {
 			s.publishErrs.Add(1)
 			s.m.publishErrors.Inc()

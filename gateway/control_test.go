@@ -191,8 +191,11 @@ func testRoutingEventsToKafka(t *testing.T, server string) {
 			if err := proto.Unmarshal(r.Value, &ev); err != nil {
 				t.Errorf("bad event: %v", err)
 			}
-			if string(r.Key) != "us-east" {
-				t.Errorf("key %q", r.Key)
+			if string(r.Key) != ev.GetRequestId() || ev.GetRequestId() == "" { // spread over partitions
+				t.Errorf("key %q, request id %q", r.Key, ev.GetRequestId())
+			}
+			if len(r.Headers) != 2 || string(r.Headers[1].Value) != "switchyard.v1.RoutingEvent" {
+				t.Errorf("headers %v", r.Headers)
 			}
 			evs = append(evs, &ev)
 		})

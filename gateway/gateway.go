@@ -104,6 +104,7 @@ type Gateway struct {
 	// stream_options the gateway added (*pick.State -> struct{}); they get
 	// the client's own body, and the gateway counts their tokens itself.
 	noStreamOptions sync.Map
+	engineInfo      sync.Map // engine id -> *engineInfo from signals, for routing events (event.go)
 
 	client  *engineclient.Client // nil when a Transport was given
 	reqBufs sync.Pool            // *reqBuf

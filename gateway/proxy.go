@@ -262,6 +262,9 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	if g.models != nil && !g.models[in.Model] {
 		return clientError(w, 404, "model_not_found", "model", fmt.Sprintf("the model %q does not exist", in.Model))
 	}
+	if br := in.validate(r.URL.Path); br != nil {
+		return clientError(w, br.status, br.code, br.param, br.msg)
+	}
 	rt := g.cur.Load()
 	if rt == nil {
 		writeError(w, 503, typeUnavailable, "no_engines", "", "no snapshot and no static engines: nothing to route to")

@@ -47,6 +47,10 @@ type inference struct {
 	// unknown or absent).
 	StreamOptions  json.RawMessage `json:"stream_options"`
 	soStart, soEnd int
+	// The raw values the gateway validates (see validate).
+	N                   json.RawMessage `json:"n"`
+	MaxTokens           json.RawMessage `json:"max_tokens"`
+	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
 }
 
 // badRequest is a client error: status, OpenAI code and param.
@@ -83,7 +87,7 @@ func parseInference(body []byte) (*inference, error) {
 
 // inferenceFields are the JSON names of inference's fields, in the order
 // of scanInference's bits.
-var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt", "stream_options"}
+var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt", "stream_options", "n", "max_tokens", "max_completion_tokens"}
 
 // scanInference is parseInference's fast path: one pass of jscan that
 // validates the body and picks the fields, without encoding/json's
@@ -101,7 +105,7 @@ func scanInference(body []byte) (in *inference, ok bool) {
 	s.I++
 	s.WS()
 	in = &inference{}
-	var seen uint8
+	var seen uint16
 	if s.I < len(body) && body[s.I] == '}' {
 		s.I++
 	} else {
@@ -170,19 +174,26 @@ func scanInference(body []byte) (in *inference, ok bool) {
 				default:
 					return nil, false
 				}
-			case 3, 4, 5: // messages, prompt, stream_options: any value, raw
+			case 3, 4, 5, 6, 7, 8: // any value, raw
 				start := s.I
 				if !s.Value() {
 					return nil, false
 				}
+				v := body[start:s.I]
 				switch field {
 				case 3:
-					in.Messages = body[start:s.I]
+					in.Messages = v
 				case 4:
-					in.Prompt = body[start:s.I]
-				default:
-					in.StreamOptions = body[start:s.I]
+					in.Prompt = v
+				case 5:
+					in.StreamOptions = v
 					in.soStart, in.soEnd = start, s.I
+				case 6:
+					in.N = v
+				case 7:
+					in.MaxTokens = v
+				default:
+					in.MaxCompletionTokens = v
 				}
 			default:
 				if !s.Value() {
@@ -313,4 +324,261 @@ func withUsage(body []byte, in *inference) (out []byte, strip bool) {
 		return append(out, body[end:]...), true
 	}
 	return body, false
+}
+
+// validate checks what the gateway knows of the OpenAI API before it
+// routes a request for path (pathChat or pathCompletions): messages (a
+// non-empty array of objects, each with a valid role and content) or
+// prompt, n (1, or absent; more choices are not supported), max_tokens
+// and max_completion_tokens (positive integers). stream was typed by
+// parseInference. Its errors name the parameter as OpenAI does
+// ("messages[0].role").
+func (in *inference) validate(path string) *badRequest {
+	if br := positiveInt(in.MaxTokens, "max_tokens"); br != nil {
+		return br
+	}
+	if br := positiveInt(in.MaxCompletionTokens, "max_completion_tokens"); br != nil {
+		return br
+	}
+	if br := positiveInt(in.N, "n"); br != nil {
+		return br
+	}
+	if isSet(in.N) && string(in.N) != "1" {
+		return &badRequest{400, "unsupported_value", "n", "n > 1 is not supported: send n requests instead"}
+	}
+	if path == pathCompletions {
+		switch {
+		case !isSet(in.Prompt):
+			return &badRequest{400, "missing_required_parameter", "prompt", "you must provide a prompt parameter"}
+		case in.Prompt[0] != '"' && in.Prompt[0] != '[':
+			return &badRequest{400, "invalid_type", "prompt", "invalid type for 'prompt': expected a string or an array"}
+		}
+		return nil
+	}
+	return validateMessages(in.Messages)
+}
+
+// isSet: the raw value is present and not null.
+func isSet(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" }
+
+// positiveInt checks an optional integer parameter: absent, null or a
+// JSON integer of at least 1.
+func positiveInt(v json.RawMessage, param string) *badRequest {
+	if !isSet(v) {
+		return nil
+	}
+	neg := v[0] == '-'
+	digits := v
+	if neg {
+		digits = v[1:]
+	}
+	if len(digits) == 0 {
+		return &badRequest{400, "invalid_type", param, fmt.Sprintf("invalid type for '%s': expected an integer", param)}
+	}
+	zero := true
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return &badRequest{400, "invalid_type", param, fmt.Sprintf("invalid type for '%s': expected an integer", param)}
+		}
+		zero = zero && c == '0'
+	}
+	if neg || zero {
+		return &badRequest{400, "invalid_value", param, fmt.Sprintf("invalid value for '%s': must be at least 1", param)}
+	}
+	return nil
+}
+
+// message is the part of a chat message the gateway checks: raw values,
+// nil when absent (a repeated key: the last one, as engines' JSON
+// parsers keep).
+type message struct {
+	role, content, toolCalls, functionCall json.RawMessage
+}
+
+// messageKeys are the keys message reads, in its field order.
+var messageKeys = [...]string{"role", "content", "tool_calls", "function_call"}
+
+func (m *message) set(key string, v json.RawMessage) {
+	switch key {
+	case messageKeys[0]:
+		m.role = v
+	case messageKeys[1]:
+		m.content = v
+	case messageKeys[2]:
+		m.toolCalls = v
+	case messageKeys[3]:
+		m.functionCall = v
+	}
+}
+
+// validateMessages checks messages (valid JSON, or absent) with one
+// jscan pass; where the scanner gives up (nesting beyond its depth) the
+// encoding/json version decides, with the same result
+// (FuzzValidateMessages).
+func validateMessages(raw json.RawMessage) *badRequest {
+	if !isSet(raw) {
+		return &badRequest{400, "missing_required_parameter", "messages", "you must provide a messages parameter"}
+	}
+	if raw[0] != '[' {
+		return &badRequest{400, "invalid_type", "messages", "invalid type for 'messages': expected an array"}
+	}
+	s := jscan.Scanner{B: raw, I: 1}
+	s.WS()
+	if s.I < len(raw) && raw[s.I] == ']' {
+		return emptyMessages()
+	}
+	for i := 0; ; i++ {
+		if s.I >= len(raw) {
+			return validateMessagesJSON(raw)
+		}
+		if raw[s.I] != '{' {
+			return notAnObject(i)
+		}
+		var m message
+		if !scanMessage(&s, &m) {
+			return validateMessagesJSON(raw)
+		}
+		if br := m.check(i); br != nil {
+			return br
+		}
+		s.WS()
+		if s.I >= len(raw) || raw[s.I] != ',' {
+			return nil
+		}
+		s.I++
+		s.WS()
+	}
+}
+
+// scanMessage scans the object at s.I into m.
+func scanMessage(s *jscan.Scanner, m *message) bool {
+	b := s.B
+	s.I++
+	s.WS()
+	if s.I < len(b) && b[s.I] == '}' {
+		s.I++
+		return true
+	}
+	for {
+		if s.I >= len(b) || b[s.I] != '"' {
+			return false
+		}
+		ks, ke, plain, ok := s.Str()
+		if !ok {
+			return false
+		}
+		key := string(b[ks:ke])
+		if !plain {
+			if err := json.Unmarshal(b[ks-1:ke+1], &key); err != nil {
+				return false
+			}
+		}
+		s.WS()
+		if s.I >= len(b) || b[s.I] != ':' {
+			return false
+		}
+		s.I++
+		s.WS()
+		start := s.I
+		if !s.Value() {
+			return false
+		}
+		m.set(key, b[start:s.I])
+		s.WS()
+		if s.I >= len(b) {
+			return false
+		}
+		switch b[s.I] {
+		case ',':
+			s.I++
+			s.WS()
+		case '}':
+			s.I++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// validateMessagesJSON is validateMessages by encoding/json.
+func validateMessagesJSON(raw json.RawMessage) *badRequest {
+	if !isSet(raw) {
+		return &badRequest{400, "missing_required_parameter", "messages", "you must provide a messages parameter"}
+	}
+	var list []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
+		return &badRequest{400, "invalid_type", "messages", "invalid type for 'messages': expected an array"}
+	}
+	if len(list) == 0 {
+		return emptyMessages()
+	}
+	for i, v := range list {
+		var obj map[string]json.RawMessage
+		if v[0] != '{' || json.Unmarshal(v, &obj) != nil {
+			return notAnObject(i)
+		}
+		var m message
+		for _, k := range messageKeys {
+			if v, ok := obj[k]; ok {
+				m.set(k, v)
+			}
+		}
+		if br := m.check(i); br != nil {
+			return br
+		}
+	}
+	return nil
+}
+
+func emptyMessages() *badRequest {
+	return &badRequest{400, "empty_array", "messages", "invalid 'messages': empty array; expected at least one message"}
+}
+
+func notAnObject(i int) *badRequest {
+	p := fmt.Sprintf("messages[%d]", i)
+	return &badRequest{400, "invalid_type", p, "invalid type for '" + p + "': expected an object"}
+}
+
+// roles are the valid message roles.
+const rolesList = "'system', 'user', 'assistant', 'tool', 'developer' and 'function'"
+
+func validRole(r string) bool {
+	switch r {
+	case "system", "user", "assistant", "tool", "developer", "function":
+		return true
+	}
+	return false
+}
+
+// check checks message i: a valid role; content a string or an array of
+// parts, which an assistant message may leave out (or null) when it has
+// tool_calls or a function_call.
+func (m *message) check(i int) *badRequest {
+	param := func(f string) string { return fmt.Sprintf("messages[%d].%s", i, f) }
+	if m.role == nil {
+		return &badRequest{400, "missing_required_parameter", param("role"), "missing required parameter: '" + param("role") + "'"}
+	}
+	if m.role[0] != '"' {
+		return &badRequest{400, "invalid_type", param("role"), "invalid type for '" + param("role") + "': expected a string"}
+	}
+	var role string
+	if bytes.IndexByte(m.role, '\\') < 0 {
+		role = string(m.role[1 : len(m.role)-1])
+	} else if err := json.Unmarshal(m.role, &role); err != nil {
+		return &badRequest{400, "invalid_type", param("role"), "invalid type for '" + param("role") + "': expected a string"}
+	}
+	if !validRole(role) {
+		return &badRequest{400, "invalid_value", param("role"), fmt.Sprintf("invalid value for '%s': %q; supported values are %s", param("role"), role, rolesList)}
+	}
+	if isSet(m.content) {
+		if m.content[0] != '"' && m.content[0] != '[' {
+			return &badRequest{400, "invalid_type", param("content"), "invalid type for '" + param("content") + "': expected a string or an array of content parts"}
+		}
+		return nil
+	}
+	if role == "assistant" && (isSet(m.toolCalls) || isSet(m.functionCall)) {
+		return nil
+	}
+	return &badRequest{400, "missing_required_parameter", param("content"), "missing required parameter: '" + param("content") + "'"}
 }

@@ -27,7 +27,7 @@ func (g *Gateway) followSignals(ctx context.Context, f SignalFetcher) {
 // applySignal applies one proto-binary EngineSignal.
 func (g *Gateway) applySignal(b []byte) {
 	var s schemas.EngineSignal
-	if err := proto.Unmarshal(b, &s); err != nil || s.GetEngineId() == "" || s.GetSchemaVersion() > schemas.Version {
+	if err := proto.Unmarshal(b, &s); err != nil || s.GetEngineId() == "" {
 		g.m.signals.WithLabelValues(g.cfg.cluster, "malformed").Inc()
 		return
 	}
@@ -35,6 +35,7 @@ func (g *Gateway) applySignal(b []byte) {
 		g.m.signals.WithLabelValues(g.cfg.cluster, "stale").Inc()
 		return
 	}
+	g.noteEngine(&s) // event.go
 	st, ok := g.pool.Lookup(s.GetEngineId())
 	if !ok {
 		g.m.signals.WithLabelValues(g.cfg.cluster, "unknown_engine").Inc()

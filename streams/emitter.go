@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/schemas"
 )
 
 // Emitter produces protobuf records to one topic from a bounded buffer.
@@ -28,6 +29,10 @@ type Emitter struct {
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup
+	// headers of the last message type emitted (see ProtoHeaders),
+	// shared by its records; under mu.
+	hdrName string
+	hdrs    []kgo.RecordHeader
 }
 
 // emitterMetrics are shared by every emitter of a Registerer, told apart
@@ -72,8 +77,9 @@ func NewEmitter(cl *kgo.Client, topic, name string, size int, reg prometheus.Reg
 	}, nil
 }
 
-// Emit queues msg under key. It returns false when msg was dropped (buffer
-// full, encoding failed, or the emitter stopped).
+// Emit queues msg under key, with the content-type and message headers
+// (ProtoHeaders). It returns false when msg was dropped (buffer full,
+// encoding failed, or the emitter stopped).
 func (e *Emitter) Emit(key string, msg proto.Message) bool {
 	e.emitted.Inc()
 	b, err := proto.Marshal(msg)
@@ -87,8 +93,11 @@ func (e *Emitter) Emit(key string, msg proto.Message) bool {
 		e.dropped.Inc()
 		return false
 	}
+	if name := schemas.MessageName(msg); name != e.hdrName {
+		e.hdrName, e.hdrs = name, ProtoHeaders(msg)
+	}
 	select {
-	case e.ch <- &kgo.Record{Topic: e.topic, Key: []byte(key), Value: b}:
+	case e.ch <- &kgo.Record{Topic: e.topic, Key: []byte(key), Value: b, Headers: e.hdrs}:
 		return true
 	default:
 		e.dropped.Inc()

@@ -70,6 +70,13 @@ func TestEmitterAndDeadLetter(t *testing.T) {
 		if len(recs) != 5 || string(recs[0].Key) != "e1" {
 			t.Errorf("got %d records", len(recs))
 		}
+		for _, r := range recs {
+			ct, _ := streams.Header(r, "content-type")
+			msg, _ := streams.Header(r, "message")
+			if ct != "application/x-protobuf" || msg != "switchyard.v1.EngineSignal" {
+				t.Errorf("headers %v", r.Headers)
+			}
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)

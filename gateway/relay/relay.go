@@ -417,6 +417,9 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 				s.sawDone = true
 				break
 			}
+			if fr := finishReason(payload); fr != "" {
+				res.Usage.FinishReason = fr
+			}
 			content := contentEvent(payload)
 			if content && outputEvent(payload) {
 				if s.batchNow.IsZero() {

@@ -235,9 +235,9 @@ func TestStripUsage(t *testing.T) {
 				if !res.Complete || w.Body.String() != want {
 					t.Fatalf("reads of %d: complete %v, got\n%q\nwant\n%q", n, res.Complete, w.Body.String(), want)
 				}
-				wantUsage := Usage{OutputTokens: 10} // content events only: not role, not finish
+				wantUsage := Usage{OutputTokens: 10, FinishReason: "stop"} // content events only: not role, not finish
 				if tt.usage {
-					wantUsage = Usage{PromptTokens: 7, OutputTokens: 10, CachedTokens: 3}
+					wantUsage = Usage{PromptTokens: 7, OutputTokens: 10, CachedTokens: 3, FinishReason: "stop"}
 				}
 				if res.Usage != wantUsage || h.n != 1 || !res.FirstToken {
 					t.Fatalf("reads of %d: usage %+v, hook called %d times", n, res.Usage, h.n)

@@ -10,6 +10,9 @@ import (
 // for a stream without one, its content events).
 type Usage struct {
 	PromptTokens, OutputTokens, CachedTokens uint32
+	// FinishReason is the response's last finish_reason (see
+	// finishReason), "" when it had none.
+	FinishReason string
 }
 
 // usageJSON is the usage object as encoding/json reads it.
@@ -26,6 +29,9 @@ type usageJSON struct {
 // has prompt_tokens_details. A scan without allocation decides when it
 // can, encoding/json otherwise.
 func (u *Usage) Set(b []byte) bool {
+	if fr := finishReason(b); fr != "" {
+		u.FinishReason = fr
+	}
 	if c, found, ok := scanUsage(b); ok {
 		if !found {
 			return false

@@ -1,0 +1,176 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// The routing event of a request (schemas.RoutingEvent) is built here:
+// newEvent when the request arrives, noteAttempt after each attempt,
+// finishEvent when the response is done. The proxy fills in the rest
+// (engine, tokens, latencies) as it goes.
+
+const (
+	// HeaderTenant names the tenant a request is billed to when no API
+	// key says (RoutingEvent.tenant): printable ASCII of at most
+	// maxTenantBytes; another value counts as DefaultTenant.
+	HeaderTenant = "X-Switchyard-Tenant"
+	// DefaultTenant is the tenant of a request without one.
+	DefaultTenant = "default"
+
+	maxTenantBytes = 128
+)
+
+// newEvent starts the routing event of r, received at start. Its Tenant
+// is the X-Switchyard-Tenant header or DefaultTenant without API keys;
+// with keys (Tenants) it is DefaultTenant until authorize sets the key's
+// tenant, and the header is ignored. authorize also sets Priority.
+func (g *Gateway) newEvent(r *http.Request, start time.Time) *schemas.RoutingEvent {
+	tenant := DefaultTenant
+	if g.cfg.tenants == nil {
+		tenant = tenantOf(r.Header)
+	}
+	return &schemas.RoutingEvent{
+		SchemaVersion:   schemas.Version,
+		Cluster:         g.cfg.cluster,
+		EventTimeUnixMs: start.UnixMilli(),
+		Tenant:          tenant,
+	}
+}
+
+// tenantOf is the header tenant of h, or DefaultTenant.
+func tenantOf(h http.Header) string {
+	v := h[HeaderTenant]
+	if len(v) == 0 || v[0] == "" || len(v[0]) > maxTenantBytes || !validHeaderValue(v[0]) {
+		return DefaultTenant
+	}
+	return v[0]
+}
+
+// noteAttempt appends one attempt on engine (started at began) to ev.Tried
+// and stamps the engine's region and GPU class; canceled: the client
+// went away.
+func (g *Gateway) noteAttempt(ev *schemas.RoutingEvent, engine string, res *attemptResult, began time.Time, canceled bool) {
+	a := &schemas.Attempt{
+		EngineId:   engine,
+		HttpStatus: uint32(res.status),
+		DurationMs: ms(g.cfg.now().Sub(began)),
+	}
+	switch {
+	case res.complete:
+		a.Status = schemas.RequestStatus_REQUEST_STATUS_OK
+	case canceled:
+		a.Status, a.FailureReason = schemas.RequestStatus_REQUEST_STATUS_CANCELED, schemas.FailureReason_FAILURE_REASON_CLIENT_CANCELED
+	case res.failReason != "":
+		a.Status, a.FailureReason = schemas.RequestStatus_REQUEST_STATUS_ERROR, failureReason(res.failReason)
+	case res.committed && res.status >= 400:
+		a.Status, a.FailureReason = schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR, schemas.FailureReason_FAILURE_REASON_INVALID_REQUEST
+	default:
+		a.Status = schemas.RequestStatus_REQUEST_STATUS_OK
+	}
+	ev.Tried = append(ev.Tried, a)
+	ev.FinishReason = res.usage.FinishReason
+	ev.EngineRegion, ev.EngineGpuClass = "", ""
+	if v, ok := g.engineInfo.Load(engine); ok {
+		info := v.(*engineInfo)
+		ev.EngineRegion, ev.EngineGpuClass = info.region, info.gpuClass
+	}
+}
+
+// failureReason maps the proxy's fail reasons (relay.FailReason and
+// attempt) to the enum.
+func failureReason(s string) schemas.FailureReason {
+	switch s {
+	case "connect":
+		return schemas.FailureReason_FAILURE_REASON_CONNECT
+	case "status_5xx":
+		return schemas.FailureReason_FAILURE_REASON_STATUS_5XX
+	case "first_token_timeout":
+		return schemas.FailureReason_FAILURE_REASON_FIRST_TOKEN_TIMEOUT
+	case "idle_timeout":
+		return schemas.FailureReason_FAILURE_REASON_IDLE_TIMEOUT
+	case "saturated":
+		return schemas.FailureReason_FAILURE_REASON_SATURATED
+	case "":
+		return schemas.FailureReason_FAILURE_REASON_UNSPECIFIED
+	}
+	return schemas.FailureReason_FAILURE_REASON_STREAM
+}
+
+// decision maps RoutingEvent.decision_reason to the enum.
+func decision(reason string) schemas.DecisionReason {
+	switch reason {
+	case "affinity":
+		return schemas.DecisionReason_DECISION_REASON_AFFINITY
+	case "weighted":
+		return schemas.DecisionReason_DECISION_REASON_WEIGHTED
+	case "overflow":
+		return schemas.DecisionReason_DECISION_REASON_OVERFLOW
+	case "fallback":
+		return schemas.DecisionReason_DECISION_REASON_FALLBACK
+	case "panic":
+		return schemas.DecisionReason_DECISION_REASON_PANIC
+	case "retry":
+		return schemas.DecisionReason_DECISION_REASON_RETRY
+	case "shed":
+		return schemas.DecisionReason_DECISION_REASON_SHED
+	}
+	return schemas.DecisionReason_DECISION_REASON_UNSPECIFIED
+}
+
+// finishEvent completes ev once the request is answered with out: the
+// status, the completion time, the decision enum and, for a request that
+// did not succeed, the failure reason when the proxy set none (a shed
+// sets its own).
+func (g *Gateway) finishEvent(ev *schemas.RoutingEvent, out outcome) {
+	ev.Status, ev.HttpStatus = out.status, uint32(out.httpStatus)
+	ev.CompletionTimeUnixMs = g.cfg.now().UnixMilli()
+	ev.Decision = decision(ev.DecisionReason)
+	if ev.FailureReason != schemas.FailureReason_FAILURE_REASON_UNSPECIFIED {
+		return
+	}
+	switch out.status {
+	case schemas.RequestStatus_REQUEST_STATUS_OK:
+	case schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR:
+		ev.FailureReason = schemas.FailureReason_FAILURE_REASON_INVALID_REQUEST
+	case schemas.RequestStatus_REQUEST_STATUS_CANCELED:
+		ev.FailureReason = schemas.FailureReason_FAILURE_REASON_CLIENT_CANCELED
+	default:
+		if n := len(ev.Tried); n > 0 {
+			ev.FailureReason = ev.Tried[n-1].GetFailureReason()
+		}
+		if ev.FailureReason == schemas.FailureReason_FAILURE_REASON_UNSPECIFIED && len(ev.Tried) == 0 {
+			ev.FailureReason = schemas.FailureReason_FAILURE_REASON_NO_ENGINES
+		}
+	}
+}
+
+// eventKey is the Kafka key of ev: its request id, so that events spread
+// evenly over the partitions while all records of one request stay in
+// one (docs/topics.md).
+func eventKey(ev *schemas.RoutingEvent) string {
+	if ev.RequestId != "" {
+		return ev.RequestId
+	}
+	return ev.Cluster
+}
+
+// engineInfo is what the gateway knows of an engine from its signals.
+type engineInfo struct {
+	region, gpuClass string
+}
+
+// noteEngine keeps s's region and GPU class for routing events.
+func (g *Gateway) noteEngine(s *schemas.EngineSignal) {
+	if s.GetRegion() == "" && s.GetGpuClass() == "" {
+		return
+	}
+	if v, ok := g.engineInfo.Load(s.GetEngineId()); ok {
+		if in := v.(*engineInfo); in.region == s.GetRegion() && in.gpuClass == s.GetGpuClass() {
+			return
+		}
+	}
+	g.engineInfo.Store(s.GetEngineId(), &engineInfo{region: s.GetRegion(), gpuClass: s.GetGpuClass()})
+}
