@@ -49,6 +49,8 @@ type Config struct {
 	NATSListen    string
 	GatewayListen string
 	MetricsListen string
+	// ConsoleListen is the host:port of the web console ("": off).
+	ConsoleListen string
 	DataDir       string
 	// Rate is the offered load in requests/s over all regions.
 	Rate float64
@@ -123,6 +125,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port of the embedded NATS server (port 0: any free port)")
 	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:8080", "host:port of the first gateway; the others take the following ports (port 0: free ports)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9100", "host:port serving every component's Prometheus metrics at /metrics (empty: off)")
+	fs.StringVar(&cfg.ConsoleListen, "console-listen", "127.0.0.1:9190", "host:port of the web console (empty: off)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "persist Kafka and JetStream data under this directory")
 	fs.Float64Var(&cfg.Rate, "rate", 12, "offered load of the built-in workload, requests/s over all regions")
 	fs.StringVar(&cfg.Trace, "trace", "", "replay this Mooncake JSONL or Azure CSV trace instead of the built-in workload")
@@ -158,12 +161,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // printReady tells the user the demo is up and what to try.
-func printReady(cfg Config, kafka, signals, gateway, metrics string) {
+func printReady(cfg Config, kafka, signals, gateway, metrics, console string) {
 	fmt.Fprintf(cfg.Stdout, "ready. Try, in another terminal:\n"+
 		"  curl -N http://%s/v1/chat/completions -d '{\"model\":%q,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}'\n"+
 		"  kcat -b %s -t %s -C -e\n", gateway, cfg.Model, kafka, signals)
 	if metrics != "" {
 		fmt.Fprintf(cfg.Stdout, "  curl -s http://%s/metrics | grep switchyard_\n", metrics)
+	}
+	if console != "" {
+		fmt.Fprintf(cfg.Stdout, "  open http://%s/ in a browser (the web console)\n", console)
 	}
 	if cfg.Duration > 0 {
 		fmt.Fprintf(cfg.Stdout, "The load runs for %s; Ctrl-C stops earlier.\n", cfg.Duration)
@@ -257,6 +263,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		fmt.Fprintf(cfg.Stdout, "metrics:  http://%s/metrics\n", addr)
 		metricsAddr = addr
 	}
+	consoleAddr := ""
+	if cfg.ConsoleListen != "" {
+		if consoleAddr, err = startConsole(gctx, g, cfg.ConsoleListen, kafka, natsURL, log); err != nil {
+			stopComponents()
+			_ = g.Wait()
+			return nil, err
+		}
+		fmt.Fprintf(cfg.Stdout, "console:  http://%s/\n", consoleAddr)
+	}
 	fmt.Fprintf(cfg.Stdout, "kafka:    %s   (kcat -b %s -t %s -C)\n", kafka[0], kafka[0], topics.Signals)
 	fmt.Fprintf(cfg.Stdout, "nats:     %s   (bucket %s)\n", natsURL, snapshots.DefaultBucket)
 	for _, gw := range pipe.gateways {
@@ -265,7 +280,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	for _, e := range fleet {
 		fmt.Fprintf(cfg.Stdout, "engine:   %-9s %-9s %-5s %s\n", e.spec.ID, e.spec.Region, e.spec.GPUClass, e.url)
 	}
-	printReady(cfg, kafka[0], topics.Signals, pipe.gateways[0].addr, metricsAddr)
+	printReady(cfg, kafka[0], topics.Signals, pipe.gateways[0].addr, metricsAddr, consoleAddr)
 
 	nc, err := nats.Connect(natsURL)
 	if err != nil {

@@ -27,7 +27,7 @@ func TestDemoEndToEnd(t *testing.T) {
 	defer cancel()
 	var args = []string{
 		"--duration", "20s", "--json", "--kafka-listen", "127.0.0.1:0", "--nats-listen", "127.0.0.1:0",
-		"--gateway-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--status-interval", "4s", "--rate", "10",
+		"--gateway-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--console-listen", "127.0.0.1:0", "--status-interval", "4s", "--rate", "10",
 	}
 	// Read the demo's stdout as it runs, so outside clients can be pointed
 	// at the addresses it prints.
