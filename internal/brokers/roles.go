@@ -1,0 +1,101 @@
+package brokers
+
+import (
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-llm/switchyard/streams"
+)
+
+// NATSRole is the least NATS permission set of a Switchyard service with
+// the default snapshot bucket and audit stream (docs/security.md shows
+// them as nats-server configuration). explain and console open the
+// bucket with create-or-update, so today they need NATSOptimizer.
+type NATSRole string
+
+// The NATS roles.
+const (
+	// NATSOptimizer creates the snapshot bucket and audit stream and
+	// writes both.
+	NATSOptimizer NATSRole = "optimizer"
+	// NATSGateway watches the snapshot bucket; it cannot write it.
+	NATSGateway NATSRole = "gateway"
+)
+
+// Permissions returns r's permissions.
+func (r NATSRole) Permissions() *server.Permissions {
+	const (
+		kv    = "KV_switchyard_snapshots"
+		audit = "SWITCHYARD_SNAPSHOT_AUDIT"
+	)
+	readKV := []string{
+		"$JS.API.INFO",
+		"$JS.API.STREAM.INFO." + kv,
+		"$JS.API.CONSUMER.CREATE." + kv + ".>",
+		"$JS.API.CONSUMER.DELETE." + kv + ".>",
+		"$JS.API.DIRECT.GET." + kv + ".>",
+		"$JS.API.STREAM.MSG.GET." + kv,
+		"$JS.FC." + kv + ".>",
+	}
+	sub := &server.SubjectPermission{Allow: []string{"_INBOX.>"}}
+	switch r {
+	case NATSOptimizer:
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: append(readKV,
+			"$JS.API.STREAM.CREATE."+kv, "$JS.API.STREAM.UPDATE."+kv,
+			"$JS.API.STREAM.CREATE."+audit, "$JS.API.STREAM.UPDATE."+audit, "$JS.API.STREAM.INFO."+audit,
+			"$KV.switchyard_snapshots.>", "switchyard.snapshots.audit",
+		)}, Subscribe: sub}
+	default:
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: readKV}, Subscribe: sub}
+	}
+}
+
+// KafkaRole is a Switchyard service's least Kafka ACL set.
+type KafkaRole string
+
+// The Kafka roles.
+const (
+	KafkaAgent     KafkaRole = "agent"
+	KafkaGateway   KafkaRole = "gateway"
+	KafkaProcessor KafkaRole = "processor"
+	KafkaOptimizer KafkaRole = "optimizer"
+)
+
+// ACLs returns r's ACLs for the topics t and the processor's consumer
+// group and checkpoint topic. Topic creation is left to the brokers
+// command (or an administrator); a service that may not create topics
+// logs that and goes on.
+func (r KafkaRole) ACLs(t streams.Topics, group, checkpoints string) []kfake.ACL {
+	topic := func(name string, ops ...kmsg.ACLOperation) []kfake.ACL {
+		var out []kfake.ACL
+		for _, op := range ops {
+			out = append(out, kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: name,
+				Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true})
+		}
+		return out
+	}
+	const (
+		read     = kmsg.ACLOperationRead
+		write    = kmsg.ACLOperationWrite
+		describe = kmsg.ACLOperationDescribe
+	)
+	var acls []kfake.ACL
+	switch r {
+	case KafkaAgent:
+		acls = topic(t.Signals, write, describe)
+	case KafkaGateway:
+		acls = append(topic(t.RoutingEvents, write, describe), topic(t.Signals, read, describe)...)
+	case KafkaProcessor:
+		acls = append(acls, topic(t.Signals, read, describe)...)
+		acls = append(acls, topic(t.RoutingEvents, read, describe)...)
+		acls = append(acls, topic(t.Estimates, write, describe)...)
+		acls = append(acls, topic(t.DeadLetter, write, describe)...)
+		acls = append(acls, topic(checkpoints, read, write, describe)...)
+		acls = append(acls, kfake.ACL{Resource: kmsg.ACLResourceTypeGroup, Name: group,
+			Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: read, Allow: true})
+	case KafkaOptimizer:
+		acls = append(topic(t.Estimates, read, describe), topic(t.DeadLetter, write, describe)...)
+	}
+	return acls
+}

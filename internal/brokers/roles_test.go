@@ -1,0 +1,147 @@
+package brokers
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+// TestLeastPrivilege runs each service's part of the pipeline as a user
+// holding only its role's permissions (the ones docs/security.md lists):
+// each does its job, and each is refused what it does not need (a
+// gateway writing a snapshot, an agent writing routing events).
+func TestLeastPrivilege(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Second)
+	defer cancel()
+	topics := streams.TopicsFor("")
+	group, ckpt := "switchyard-processor", process.CheckpointTopic("")
+	users := []User{
+		{Name: "optimizer", Password: "o", NATSPermissions: NATSOptimizer.Permissions(), KafkaACLs: KafkaOptimizer.ACLs(topics, group, ckpt)},
+		{Name: "gateway", Password: "g", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: KafkaGateway.ACLs(topics, group, ckpt)},
+		{Name: "agent", Password: "a", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: KafkaAgent.ACLs(topics, group, ckpt)},
+		{Name: "processor", Password: "p", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: KafkaProcessor.ACLs(topics, group, ckpt)},
+	}
+	b, err := Start(ctx, Config{KafkaPartitions: 1, Security: Security{Users: users}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := b.EnsureTopics(topics, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Kafka.CreateTopic(ckpt, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		t.Fatal(err)
+	}
+	natsAs := func(user, pass string) jetstream.JetStream {
+		t.Helper()
+		nc, err := nats.Connect(b.NATSURL(), nats.UserInfo(user, pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	kafkaAs := func(user, pass string, opts ...kgo.Opt) *kgo.Client {
+		t.Helper()
+		c := connection(t, map[string]string{"SWITCHYARD_KAFKA_BROKERS": b.KafkaAddrs()[0],
+			"SWITCHYARD_KAFKA_SASL": "SCRAM-SHA-256", "SWITCHYARD_KAFKA_USER": user, "SWITCHYARD_KAFKA_PASSWORD": pass})
+		cl, err := c.NewKafka(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+
+	t.Run("nats", func(t *testing.T) {
+		store, err := snapshots.Open(ctx, natsAs("optimizer", "o"))
+		if err != nil {
+			t.Fatalf("optimizer opening the store: %v", err)
+		}
+		v := uint64(time.Now().UnixMilli())
+		if err := store.Publish(ctx, &schemas.WeightSnapshot{SchemaVersion: schemas.Version, Version: v,
+			Clusters: []*schemas.ClusterWeights{{Cluster: "eu"}}}); err != nil {
+			t.Fatalf("optimizer publishing: %v", err)
+		}
+		w := snapshots.NewWatcher(b.NATSURL(), "", "eu", nats.UserInfo("gateway", "g"))
+		wctx, wcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.Run(wctx) }()
+		defer func() { wcancel(); <-done }()
+		select {
+		case <-w.Updates():
+		case <-ctx.Done():
+			t.Fatal("gateway watched nothing")
+		}
+		kv, err := natsAs("gateway", "g").KeyValue(ctx, snapshots.DefaultBucket)
+		if err != nil {
+			t.Fatalf("gateway binding the bucket: %v", err)
+		}
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		defer pcancel()
+		if _, err := kv.Put(pctx, "eu", []byte("forged")); err == nil {
+			t.Fatal("gateway wrote a snapshot")
+		}
+	})
+
+	t.Run("kafka", func(t *testing.T) {
+		produce := func(cl *kgo.Client, topic string) error {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			defer pcancel()
+			return cl.ProduceSync(pctx, &kgo.Record{Topic: topic, Value: []byte("x")}).FirstErr()
+		}
+		agent := kafkaAs("agent", "a", kgo.RequestRetries(0))
+		if err := produce(agent, topics.Signals); err != nil {
+			t.Fatalf("agent writing signals: %v", err)
+		}
+		if err := produce(agent, topics.RoutingEvents); err == nil {
+			t.Fatal("agent wrote routing events")
+		}
+		gw := kafkaAs("gateway", "g")
+		if err := produce(gw, topics.RoutingEvents); err != nil {
+			t.Fatalf("gateway writing routing events: %v", err)
+		}
+		if err := produce(gw, topics.Estimates); err == nil {
+			t.Fatal("gateway wrote estimates")
+		}
+		cfg := process.Config{Window: 2 * time.Second, Slide: time.Second, AllowedLateness: 100 * time.Millisecond,
+			Logger: slog.New(slog.DiscardHandler)}
+		pcl := kafkaAs("processor", "p", process.ClientOpts(cfg)...)
+		p, err := process.New(pcl, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- p.Run(rctx) }()
+		deadline := time.Now().Add(8 * time.Second)
+		for p.Stats().DeadLettered < 2 && time.Now().Before(deadline) { // both "x" records are malformed
+			select {
+			case err := <-done:
+				t.Fatalf("processor stopped: %v", err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		rcancel()
+		if err := <-done; err != nil {
+			t.Fatalf("processor: %v", err)
+		}
+		if st := p.Stats(); st.DeadLettered != 2 || st.Checkpoints == 0 {
+			t.Fatalf("processor as its role: %+v", st)
+		}
+	})
+}
