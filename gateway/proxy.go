@@ -83,11 +83,7 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 	start := g.cfg.now()
 	g.requests.Add(1)
 	g.budget.Request(start)
-	ev := &schemas.RoutingEvent{
-		SchemaVersion:   schemas.Version,
-		Cluster:         g.cfg.cluster,
-		EventTimeUnixMs: start.UnixMilli(),
-	}
+	ev := g.newEvent(r, start) // event.go
 	// Without a TracerProvider the incoming trace context is still
 	// continued: the engine gets the client's traceparent.
 	ctx := g.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
@@ -97,9 +93,8 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 	}
 	defer span.End()
 	out := g.handleInference(ctx, w, r, ev, start)
-	ev.Status = out.status
-	ev.HttpStatus = uint32(out.httpStatus)
 	ev.E2EMs = ms(g.cfg.now().Sub(start))
+	g.finishEvent(ev, out)
 	g.record(ev, out, start)
 	if !g.tracing {
 		return
@@ -152,7 +147,6 @@ func genAIAttributes(path string, ev *schemas.RoutingEvent) []attribute.KeyValue
 }
 
 func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time) {
-	cl := g.cfg.cluster
 	label := "ok"
 	switch out.status {
 	case schemas.RequestStatus_REQUEST_STATUS_OK:
@@ -175,7 +169,7 @@ func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time)
 		label = "error"
 	}
 	g.hot.requests[label].Inc()
-	if g.cfg.events == nil || !g.cfg.events.Emit(cl, ev) {
+	if g.cfg.events == nil || !g.cfg.events.Emit(eventKey(ev), ev) {
 		g.dropped.Add(1)
 		g.hot.dropped.Inc()
 	}
@@ -259,6 +253,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		return clientError(w, 400, "invalid_json", "", err.Error())
 	}
 	ev.Model, ev.Stream = in.Model, in.Stream
+	ev.AffinityKeyHash = affinityKey(session, in)
 	if g.models != nil && !g.models[in.Model] {
 		return clientError(w, 404, "model_not_found", "model", fmt.Sprintf("the model %q does not exist", in.Model))
 	}
@@ -275,7 +270,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	if rt.shed > 0 {
 		g.shedder.Count(prio)
 		if rt.table == nil || g.shedder.Decide(prio, rand.Float64()) {
-			ev.DecisionReason = "shed"
+			ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
 			return g.shed(w, "snapshot", prio)
 		}
 	}
@@ -292,7 +287,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	fwd, strip := withUsage(body, in)
 	var blk [32]uint64
 	blocks, promptBytes := promptChain(blk[:0], in.Messages, in.Prompt)
-	preq := pick.Request{Key: affinityKey(session, in), PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
+	preq := pick.Request{Key: ev.AffinityKeyHash, PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
 	return g.route(ctx, w, r, rt, &preq, bodies{fwd, body}, in.Stream, strip, prio, ev, start)
 }
 
@@ -359,6 +354,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			}
 			if !g.budget.TryRetry(g.cfg.now()) {
 				g.m.budgetDenied.WithLabelValues(g.cfg.cluster).Inc()
+				ev.FailureReason = schemas.FailureReason_FAILURE_REASON_RETRY_BUDGET
 				break
 			}
 			g.retries.Add(1)
@@ -368,7 +364,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		i, reason, tk := rt.table.PickRequest(preq, tried[:n])
 		if i < 0 {
 			if attempt == 0 {
-				ev.DecisionReason = "shed"
+				ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_CAPACITY
 				return g.shed(w, "capacity", prio)
 			}
 			break
@@ -416,6 +412,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			ev.EngineTtftMs = max(ms(res.ttft-res.queued-rtt), 0)
 		}
 		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.usage.PromptTokens, res.usage.OutputTokens, res.usage.CachedTokens
+		g.noteAttempt(ev, eng.ID, &res, began, r.Context().Err() != nil) // event.go
 		if res.saturated && r.Context().Err() == nil {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
 			g.outlier.Saturated(eng.State)
