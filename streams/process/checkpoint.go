@@ -11,7 +11,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
 )
+
+// CheckpointMessage is the message header of checkpoint records: a JSON
+// Checkpoint (content-type application/json), not a protobuf message.
+const CheckpointMessage = schemas.Package + ".Checkpoint"
 
 // checkpoint waits until every output up to b is acknowledged, then
 // writes b's checkpoint and commits its resume offsets to the group.
@@ -29,7 +36,8 @@ func (r *runner) checkpoint(ctx context.Context, b batch) error {
 	if err != nil {
 		return fmt.Errorf("encoding checkpoint: %w", err)
 	}
-	rec := &kgo.Record{Topic: CheckpointTopic(r.p.cfg.TopicPrefix), Key: []byte(r.p.cfg.Group), Value: v}
+	rec := &kgo.Record{Topic: CheckpointTopic(r.p.cfg.TopicPrefix), Key: []byte(r.p.cfg.Group), Value: v,
+		Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)}
 	if err := r.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
@@ -79,6 +80,7 @@ func (r *runner) publish(ctx context.Context, b batch) (err error) {
 	// before the final checkpoint.
 	pctx := context.WithoutCancel(ctx)
 	epoch := b.epoch
+	hdrs := streams.ProtoHeaders(&schemas.Estimate{})
 	var acked [3]func(*kgo.Record, error)
 	for k := range acked {
 		published := r.p.m.published[k]
@@ -102,6 +104,7 @@ func (r *runner) publish(ctx context.Context, b batch) (err error) {
 		for i, e := range f.Estimates {
 			rec := &recs[i]
 			rec.Topic, rec.Key, rec.Value, rec.Timestamp = r.p.topics.Estimates, keys[i], vals[i], ts
+			rec.Headers = hdrs // shared: nothing writes them
 			r.cl.Produce(pctx, rec, acked[estimateKind(e)])
 		}
 	}
