@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,17 +31,8 @@ func Command() cli.Command {
 	}
 }
 
-// ParseTime accepts RFC 3339 or Unix milliseconds.
-func ParseTime(s string) (time.Time, error) {
-	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return time.UnixMilli(ms), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("time %q: want RFC 3339 or Unix milliseconds", s)
-	}
-	return t, nil
-}
+// ParseTime accepts RFC 3339 or Unix milliseconds (replay.ParseTime).
+func ParseTime(s string) (time.Time, error) { return replay.ParseTime(s) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)

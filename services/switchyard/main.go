@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/demo"
 	"github.com/switchyard-llm/switchyard/services/enginesim"
 	"github.com/switchyard-llm/switchyard/services/explain"
+	"github.com/switchyard-llm/switchyard/services/exporttrace"
 	"github.com/switchyard-llm/switchyard/services/gateway"
 	"github.com/switchyard-llm/switchyard/services/keygen"
 	"github.com/switchyard-llm/switchyard/services/optimizer"
@@ -42,6 +43,7 @@ func commands() []cli.Command {
 		explain.Command(),
 		console.Command(),
 		replay.Command(),
+		exporttrace.Command(),
 		sim.Command(),
 		{Name: "version", Summary: "prints the binary's version, VCS revision and Go version",
 			Run: func(_ context.Context, args []string, stdout, _ io.Writer) error {

@@ -92,7 +92,7 @@ func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
 		}
 		out.Report = rep
 		out.BlockTokens = workload.DefaultBlockTokens
-		if kind == KindMooncake {
+		if kind == KindMooncake && rep.SwitchyardRows == 0 { // exported traces have exact times
 			spreadTicks(reqs)
 		}
 		scale := s.Workload.TimeScale
@@ -220,6 +220,7 @@ func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, 
 		for i := range reqs {
 			b := reqs[i].Blocks
 			switch {
+			case reqs[i].Session != "": // a Switchyard trace's affinity key
 			case len(b) >= 2:
 				reqs[i].Session = "mc" + strconv.FormatUint(b[1], 36)
 			case len(b) == 1:
@@ -252,7 +253,8 @@ func spreadTicks(reqs []workload.Request) {
 
 // assignClusters assigns trace requests to clusters by a hash of their
 // session, in proportion to the shares, so a conversation stays in one
-// cluster.
+// cluster; a request of a Switchyard trace whose cluster is one of the
+// scenario's keeps it.
 func (s *Scenario) assignClusters(reqs []workload.Request, shares []float64) {
 	cum := make([]float64, len(shares))
 	acc := 0.0
@@ -260,7 +262,14 @@ func (s *Scenario) assignClusters(reqs []workload.Request, shares []float64) {
 		acc += v
 		cum[i] = acc
 	}
+	known := map[string]bool{}
+	for _, c := range s.Clusters {
+		known[c.ID] = true
+	}
 	for i := range reqs {
+		if known[reqs[i].Cluster] {
+			continue // a Switchyard trace's cluster
+		}
 		u := float64(hash64(reqs[i].Session)>>11) / (1 << 53) * acc
 		k, _ := slices.BinarySearch(cum, u)
 		reqs[i].Cluster = s.Clusters[min(k, len(cum)-1)].ID

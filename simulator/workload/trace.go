@@ -17,6 +17,10 @@ import (
 type Report struct {
 	Rows    int
 	Skipped int
+	// SwitchyardRows are rows with a Switchyard trace's fields
+	// (TraceRow): their arrivals are exact milliseconds, and they carry
+	// their cluster and session.
+	SwitchyardRows int
 	// FirstBad holds the line numbers of the first few skipped rows.
 	FirstBad []int
 }
@@ -38,12 +42,14 @@ type mooncakeRow struct {
 	InputLength  *int     `json:"input_length"`
 	OutputLength *int     `json:"output_length"`
 	HashIDs      []uint64 `json:"hash_ids"`
+	switchyardRow
 }
 
 // ReadMooncake reads a Mooncake JSONL trace (timestamp in ms, input and
-// output lengths, 512-token prefix-block hash_ids). Malformed rows are
-// skipped and reported, or, with strict, returned as an error naming the
-// line.
+// output lengths, 512-token prefix-block hash_ids), or a Switchyard trace
+// (TraceRow: the same fields without hash_ids, plus cached tokens,
+// affinity hash, cluster and streaming). Malformed rows are skipped and
+// reported, or, with strict, returned as an error naming the line.
 func ReadMooncake(r io.Reader, strict bool) ([]Request, Report, error) {
 	var rep Report
 	var out []Request
@@ -74,13 +80,24 @@ func ReadMooncake(r io.Reader, strict bool) ([]Request, Report, error) {
 			rep.skip(line)
 			continue
 		}
-		rep.Rows++
-		out = append(out, Request{
+		req := Request{
 			Arrival:      time.Duration(*row.Timestamp) * time.Millisecond,
 			Blocks:       row.HashIDs,
 			PromptTokens: *row.InputLength,
 			OutputTokens: max(1, *row.OutputLength),
-		})
+		}
+		if row.present() {
+			if err := row.apply(&req, line); err != nil {
+				if strict {
+					return nil, rep, fmt.Errorf("%w: line %d: %v", ErrMalformed, line, err)
+				}
+				rep.skip(line)
+				continue
+			}
+			rep.SwitchyardRows++
+		}
+		rep.Rows++
+		out = append(out, req)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, rep, fmt.Errorf("reading mooncake trace: %w", err)

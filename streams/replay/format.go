@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -99,4 +101,16 @@ func ReadSnapshots(r io.Reader, format Format) ([]*schemas.WeightSnapshot, error
 			return nil, err
 		}
 	}
+}
+
+// ParseTime parses a command-line time: RFC 3339 or Unix milliseconds.
+func ParseTime(s string) (time.Time, error) {
+	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return time.UnixMilli(ms), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("time %q: want RFC 3339 or Unix milliseconds", s)
+	}
+	return t, nil
 }
