@@ -23,7 +23,7 @@ import (
 // Snapshot validation errors; Reason maps them to metric labels.
 var (
 	ErrSnapshotDecode  = errors.New("snapshot does not decode")
-	ErrSnapshotSchema  = errors.New("snapshot schema version not understood")
+	ErrSnapshotSchema  = errors.New("snapshot schema version not understood") // no longer returned: newer versions are read
 	ErrSnapshotInvalid = errors.New("snapshot invalid")
 	ErrSnapshotCluster = errors.New("snapshot has no weights for this cluster")
 	ErrSnapshotStale   = errors.New("snapshot version not newer than the one held")
@@ -211,8 +211,8 @@ func DecodeSnapshotJSON(b []byte) (*schemas.WeightSnapshot, error) {
 	return &s, nil
 }
 
-// ValidateSnapshot checks snap and returns cluster's weights: schema
-// version understood (0 is read as 1), version > 0, the cluster present
+// ValidateSnapshot checks snap and returns cluster's weights: any
+// schema version (0 is read as 1), version > 0, the cluster present
 // once, every engine with a unique non-empty id and an absolute http(s)
 // endpoint, every weight and the shed fraction finite and in [0,1], and
 // weights plus shed equal to 1 (within 1e-3).
@@ -220,9 +220,8 @@ func ValidateSnapshot(snap *schemas.WeightSnapshot, cluster string) (*schemas.Cl
 	if snap == nil {
 		return nil, fmt.Errorf("%w: nil", ErrSnapshotInvalid)
 	}
-	if snap.GetSchemaVersion() > schemas.Version {
-		return nil, fmt.Errorf("%w: %d > %d", ErrSnapshotSchema, snap.GetSchemaVersion(), schemas.Version)
-	}
+	// A newer schema_version is read like ours: changes are additive
+	// (schemas/switchyard.proto), so there is nothing to reject.
 	if snap.GetVersion() == 0 {
 		return nil, fmt.Errorf("%w: version 0", ErrSnapshotInvalid)
 	}

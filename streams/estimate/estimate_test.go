@@ -152,7 +152,7 @@ func TestValidateSignal(t *testing.T) {
 	}{
 		{"valid", func(*schemas.EngineSignal) {}, ""},
 		{"no_version", func(s *schemas.EngineSignal) { s.SchemaVersion = 0 }, ReasonMissingField},
-		{"newer_version", func(s *schemas.EngineSignal) { s.SchemaVersion = schemas.Version + 1 }, ReasonSchemaVersion},
+		{"newer_version_read", func(s *schemas.EngineSignal) { s.SchemaVersion = schemas.Version + 1 }, ""},
 		{"no_engine", func(s *schemas.EngineSignal) { s.EngineId = "" }, ReasonMissingField},
 		{"nan", func(s *schemas.EngineSignal) { s.RunningRequests = math.NaN() }, ReasonInvalidValue},
 		{"inf", func(s *schemas.EngineSignal) { s.PromptTokens = math.Inf(1) }, ReasonInvalidValue},

@@ -15,7 +15,7 @@ import (
 // "<code>: <detail>".
 const (
 	ReasonUndecodable   = "undecodable"
-	ReasonSchemaVersion = "unsupported_schema_version"
+	ReasonSchemaVersion = "unsupported_schema_version" // no longer produced: newer versions are read
 	ReasonMissingField  = "missing_field"
 	ReasonInvalidValue  = "invalid_value"
 	ReasonFutureTime    = "future_event_time"
@@ -83,9 +83,8 @@ func checkVersion(v uint32) error {
 	if v == 0 {
 		return invalid(ReasonMissingField, "schema_version")
 	}
-	if v > schemas.Version {
-		return invalid(ReasonSchemaVersion, "schema_version %d newer than %d", v, schemas.Version)
-	}
+	// A newer schema_version is read like ours: changes are additive and
+	// unknown fields are ignored (schemas/switchyard.proto).
 	return nil
 }
 

@@ -309,7 +309,6 @@ func TestDeadLetter(t *testing.T) {
 		{input{"signals", "e1", mut(func(s *schemas.EngineSignal) { s.KvCacheUsage = math.NaN() }), nil}, estimate.ReasonInvalidValue},
 		{input{"signals", "e1", mut(func(s *schemas.EngineSignal) { s.RunningRequests = -1 }), nil}, estimate.ReasonInvalidValue},
 		{input{"signals", "e1", mut(func(s *schemas.EngineSignal) { s.EventTimeUnixMs = time.Now().Add(time.Hour).UnixMilli() }), nil}, estimate.ReasonFutureTime},
-		{input{"signals", "e1", mut(func(s *schemas.EngineSignal) { s.SchemaVersion = schemas.Version + 1 }), nil}, estimate.ReasonSchemaVersion},
 		{input{"routing", "us", &schemas.RoutingEvent{SchemaVersion: schemas.Version, Cluster: "us", EventTimeUnixMs: t0.UnixMilli(), TtftMs: math.Inf(1)}, nil}, estimate.ReasonInvalidValue},
 	}
 	var in []input
