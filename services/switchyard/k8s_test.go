@@ -186,8 +186,9 @@ func portOf(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 // SWITCHYARD_* variables from its ConfigMaps and Secrets), listens where
 // its ports and probes point (/health/ready for gateways, /health for the
 // rest), that selectors, Services, HPAs and PDBs find their pods, that the
-// processor and optimizer run as pairs and the gateways scale with an HPA,
-// and that Kafka and NATS are external Services.
+// optimizer runs as a pair, the processor as one pod never doubled, the
+// gateways scale with an HPA, and that Kafka and NATS are external
+// Services.
 func TestKustomize(t *testing.T) {
 	cmds := map[string]cli.Command{}
 	for _, c := range commands() {
@@ -325,11 +326,15 @@ func TestKustomize(t *testing.T) {
 					t.Errorf("%d %s Deployments, want %d", len(byComponent[comp]), comp, n)
 				}
 			}
-			for _, comp := range []string{"processor", "optimizer"} {
-				for _, d := range byComponent[comp] {
-					if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-						t.Errorf("%s: replicas %v, want an active/standby pair of 2", d.Name, d.Spec.Replicas)
-					}
+			for _, d := range byComponent["optimizer"] {
+				if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+					t.Errorf("%s: replicas %v, want an active/standby pair of 2", d.Name, d.Spec.Replicas)
+				}
+			}
+			// One processor, never two at once (see processor.yaml).
+			for _, d := range byComponent["processor"] {
+				if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+					t.Errorf("%s: replicas %v, strategy %s; want 1 replica, Recreate", d.Name, d.Spec.Replicas, d.Spec.Strategy.Type)
 				}
 			}
 			if o := byComponent["optimizer"]; len(o) == 1 {
