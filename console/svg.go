@@ -107,8 +107,24 @@ func fmtTick(v float64) string {
 	}
 }
 
+// finitePoints drops the points a chart cannot place (NaN or infinite
+// coordinates, which would make the SVG invalid).
+func finitePoints(ps []pt) []pt {
+	out := ps[:0:0]
+	for _, p := range ps {
+		if !math.IsNaN(p.X) && !math.IsNaN(p.Y) && !math.IsInf(p.X, 0) && !math.IsInf(p.Y, 0) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // svg renders the chart.
 func (c chart) svg() template.HTML {
+	c.Series = append([]series(nil), c.Series...)
+	for i := range c.Series {
+		c.Series[i].Points = finitePoints(c.Series[i].Points)
+	}
 	if c.W == 0 {
 		c.W = 640
 	}
@@ -129,7 +145,7 @@ func (c chart) svg() template.HTML {
 		}
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.0f" height="%.0f" class="plot"/><text x="%.0f" y="%.0f" class="empty" text-anchor="middle">%s</text></svg>`,
 			mLeft, mTop, pw, ph, float64(mLeft)+pw/2, float64(mTop)+ph/2, html.EscapeString(msg))
-		return template.HTML(b.String()) //nolint:gosec // built from escaped text
+		return template.HTML(b.String())
 	}
 	x := func(v float64) float64 { return mLeft + (v-c.XMin)/(c.XMax-c.XMin)*pw }
 	y := func(v float64) float64 { return mTop + ph - (v-c.YMin)/(c.YMax-c.YMin)*ph }
@@ -196,7 +212,7 @@ func (c chart) svg() template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	b.WriteString(legend(c.Series))
-	return template.HTML(b.String()) //nolint:gosec // built from escaped text
+	return template.HTML(b.String())
 }
 
 // legend lists the series' names and colours.
@@ -246,5 +262,5 @@ func weightBar(segs []segment, width int) template.HTML {
 		}
 	}
 	b.WriteString(`</svg>`)
-	return template.HTML(b.String()) //nolint:gosec // built from escaped text
+	return template.HTML(b.String())
 }
