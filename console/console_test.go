@@ -1,12 +1,17 @@
 package console
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
@@ -159,5 +164,48 @@ func TestLastChange(t *testing.T) {
 	}
 	if got := lastChange(es[:1]); got != -1 {
 		t.Errorf("one snapshot: lastChange = %d, want -1", got)
+	}
+}
+
+// TestServe serves a console mounted under a prefix on a listener until
+// its context ends: "/" redirects to the prefix, pages answer there, and
+// Serve returns nil once cancelled.
+func TestServe(t *testing.T) {
+	ns := testenv.NATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	store, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Publish(ctx, fixtureSnapshot(uint64(time.Now().UnixMilli()), 1)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{Snapshots: store, BasePath: "/console/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(serveCtx, ln) }()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Request.URL.Path != "/console/" || !strings.Contains(string(body), "region-b") {
+		t.Errorf("GET / ended at %s with status %d; want the overview at /console/", resp.Request.URL.Path, resp.StatusCode)
+	}
+	if !strings.Contains(string(body), "no Kafka client") {
+		t.Error("a console without Kafka does not say so")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve returned %v after its context ended", err)
 	}
 }
