@@ -28,7 +28,8 @@ import (
 
 // liveTraffic produces, in real time until ctx is done, what engines and
 // gateways produce: each engine's signal every 250ms, and a request every
-// 40ms alternating between clusters us and eu whose routing event is
+// 40ms alternating between clusters us and eu whose routing event (keyed
+// by request, so one cluster's events spread over the partitions) is
 // produced when it completes, 100ms to 3.5s after its start (longer than
 // a window plus the allowed lateness); requests over a second also get an
 // arrival record at their start, as the gateway sends. It returns how
@@ -57,7 +58,7 @@ func liveTraffic(ctx context.Context, t *testing.T, cl *kgo.Client, topics strea
 		ev := &schemas.RoutingEvent{SchemaVersion: schemas.Version, RequestId: fmt.Sprint(r.id), Cluster: r.cluster, EngineId: e,
 			EventTimeUnixMs: r.start.UnixMilli(), Status: status, Stream: true, AffinityKeyHash: uint64(r.id%7 + 1)}
 		if status == schemas.RequestStatus_REQUEST_STATUS_OK {
-			ev.TtftMs, ev.EngineTtftMs, ev.PromptTokens, ev.OutputTokens = 90, 70, 300, 100
+			ev.TtftMs, ev.EngineTtftMs, ev.PromptTokens, ev.OutputTokens = 90+float64(r.id%13)/7, 70, 300, 100
 			ev.CompletionTimeUnixMs, ev.E2EMs = now.UnixMilli(), float64(now.Sub(r.start).Milliseconds())
 			ev.CountedAtArrival = r.end.Sub(r.start) > time.Second
 		}
@@ -91,7 +92,7 @@ func liveTraffic(ctx context.Context, t *testing.T, cl *kgo.Client, topics strea
 				id++
 				pending = append(pending, r)
 				if r.end.Sub(r.start) > time.Second {
-					produce(topics.RoutingEvents, r.cluster, event(r, now, schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS))
+					produce(topics.RoutingEvents, fmt.Sprint(r.id), event(r, now, schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS))
 				}
 			}
 			kept := pending[:0]
@@ -103,7 +104,7 @@ func liveTraffic(ctx context.Context, t *testing.T, cl *kgo.Client, topics strea
 				if now.Sub(r.start) > slow {
 					slowN++
 				}
-				produce(topics.RoutingEvents, r.cluster, event(r, now, schemas.RequestStatus_REQUEST_STATUS_OK))
+				produce(topics.RoutingEvents, fmt.Sprint(r.id), event(r, now, schemas.RequestStatus_REQUEST_STATUS_OK))
 			}
 			pending = kept
 		}

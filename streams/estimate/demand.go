@@ -123,14 +123,15 @@ type promptFallback struct{ n, sum float64 }
 // non-streaming response's "TTFT" is its whole response time, so it is
 // never a network sample.
 type Network struct {
-	// Direct round-trip measurements.
-	rttSum float64
+	// Sums are fixed point (see toFixed). Direct round-trip
+	// measurements.
+	rttSum int64
 	rttN   uint32
 	// Streaming samples with both gateway and engine TTFT.
-	diffSum float64
+	diffSum int64
 	diffN   uint32
 	// Streaming samples with only the gateway TTFT.
-	ttftSum float64
+	ttftSum int64
 	ttftN   uint32
 	// Successful requests without prompt_tokens.
 	unsized uint32
@@ -139,7 +140,7 @@ type Network struct {
 // Add folds a validated routing event in.
 func (n *Network) Add(ev *schemas.RoutingEvent) {
 	if rtt := ev.GetNetworkRttMs(); rtt > 0 {
-		n.rttSum += rtt
+		n.rttSum += toFixed(rtt)
 		n.rttN++
 	}
 	if ev.GetStatus() != schemas.RequestStatus_REQUEST_STATUS_OK {
@@ -152,13 +153,32 @@ func (n *Network) Add(ev *schemas.RoutingEvent) {
 		return
 	}
 	if ev.GetEngineTtftMs() > 0 {
-		n.diffSum += ev.GetTtftMs() - ev.GetEngineTtftMs()
+		n.diffSum += toFixed(ev.GetTtftMs() - ev.GetEngineTtftMs())
 		n.diffN++
 		return
 	}
-	n.ttftSum += ev.GetTtftMs()
+	n.ttftSum += toFixed(ev.GetTtftMs())
 	n.ttftN++
 }
+
+// Network sums are kept in fixed point, fixedScale units per ms (about a
+// nanosecond each): integer sums are exact, so an estimate does not
+// depend on the order its samples were added in. The routing events of
+// one (cluster, engine) come from several partitions, read in an order
+// that differs between the live processor and a replay; float sums made
+// their means differ in the last bit. Samples are clamped to
+// ±maxSampleMs so sums cannot overflow.
+const (
+	fixedScale  = 1 << 20
+	maxSampleMs = 1e7
+)
+
+func toFixed(ms float64) int64 {
+	return int64(math.Round(math.Max(-maxSampleMs, math.Min(maxSampleMs, ms)) * fixedScale))
+}
+
+// fixedMean is the mean of n samples summing to sum (fixed point), in ms.
+func fixedMean(sum int64, n uint32) float64 { return float64(sum) / fixedScale / float64(n) }
 
 func (n *Network) merge(o *Network) {
 	n.rttSum += o.rttSum
@@ -180,13 +200,13 @@ func networkEstimate(out *schemas.NetworkEstimate, cluster, engine string, end i
 	out.SchemaVersion, out.Cluster, out.EngineId, out.WindowEndUnixMs = schemas.Version, cluster, engine, end
 	switch {
 	case n.rttN > 0:
-		out.RttMs = n.rttSum / float64(n.rttN)
+		out.RttMs = fixedMean(n.rttSum, n.rttN)
 		out.Samples = n.rttN
 	case n.diffN > 0:
-		out.RttMs = n.diffSum / float64(n.diffN)
+		out.RttMs = fixedMean(n.diffSum, n.diffN)
 		out.Samples = n.diffN
 	case n.ttftN > 0 && engineTTFT > 0:
-		out.RttMs = n.ttftSum/float64(n.ttftN) - engineTTFT
+		out.RttMs = fixedMean(n.ttftSum, n.ttftN) - engineTTFT
 		out.Samples = n.ttftN
 	default:
 		return false
