@@ -25,8 +25,10 @@ import (
 	"github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/services/replay"
+	"github.com/switchyard-llm/switchyard/services/schema"
 	"github.com/switchyard-llm/switchyard/services/sim"
 	"github.com/switchyard-llm/switchyard/services/solve"
+	"github.com/switchyard-llm/switchyard/services/tap"
 )
 
 func commands() []cli.Command {
@@ -45,6 +47,8 @@ func commands() []cli.Command {
 		replay.Command(),
 		exporttrace.Command(),
 		sim.Command(),
+		tap.Command(),
+		schema.Command(),
 		{Name: "version", Summary: "prints the binary's version, VCS revision and Go version",
 			Run: func(_ context.Context, args []string, stdout, _ io.Writer) error {
 				if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
