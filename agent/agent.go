@@ -98,7 +98,8 @@ type Service struct {
 // signals beyond it are dropped and counted, never waited for) and a short
 // linger.
 func ClientOpts() []kgo.Opt {
-	return []kgo.Opt{kgo.MaxBufferedRecords(10000), kgo.ProducerLinger(5 * time.Millisecond)}
+	return []kgo.Opt{kgo.MaxBufferedRecords(10000), kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.ProducerBatchCompression(kgo.GzipCompression())} // read by every client without plugins (docs/topics.md)
 }
 
 // ErrNoClient is returned by New without a Kafka client.

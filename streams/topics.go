@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -17,7 +19,7 @@ import (
 type Topics struct {
 	// Signals carries EngineSignal records keyed by engine id.
 	Signals string
-	// RoutingEvents carries RoutingEvent records keyed by cluster.
+	// RoutingEvents carries RoutingEvent records keyed by request id.
 	RoutingEvents string
 	// Estimates carries Estimate envelopes keyed by entity (compacted,
 	// one partition, so consumers see windows in order).
@@ -50,8 +52,30 @@ func (t Topics) All() []string {
 	return []string{t.Signals, t.RoutingEvents, t.Estimates, t.DeadLetter}
 }
 
+// Retention of the delete-policy topics: how far back replay, export-trace
+// and tap can read (docs/topics.md). Estimates are compacted instead.
+const (
+	EventRetention      = 7 * 24 * time.Hour  // signals and routing events
+	DeadLetterRetention = 30 * 24 * time.Hour // time to inspect and re-drive
+)
+
+// Config returns the topic configuration EnsureTopics creates topic name
+// with: cleanup.policy and retention.ms (docs/topics.md).
+func (t Topics) Config(name string) map[string]*string {
+	str := func(s string) *string { return &s }
+	ms := func(d time.Duration) *string { return str(strconv.FormatInt(d.Milliseconds(), 10)) }
+	switch name {
+	case t.Estimates:
+		return map[string]*string{"cleanup.policy": str("compact")}
+	case t.DeadLetter:
+		return map[string]*string{"cleanup.policy": str("delete"), "retention.ms": ms(DeadLetterRetention)}
+	}
+	return map[string]*string{"cleanup.policy": str("delete"), "retention.ms": ms(EventRetention)}
+}
+
 // EnsureTopics creates the topics that do not exist yet, with partitions
-// partitions (default 3) and replication factor -1 (the broker default).
+// partitions (default 3), replication factor -1 (the broker default) and
+// Config's retention and cleanup policy.
 // The estimates topic is compacted and has one partition: the processor
 // publishes each window's estimates in one burst and the optimizer plans a
 // window when the next one starts, which needs them in order (estimates
@@ -62,12 +86,10 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics, partitions int3
 		partitions = 3
 	}
 	adm := kadm.NewClient(cl)
-	compact := "compact"
 	for _, name := range t.All() {
-		var cfg map[string]*string
+		cfg := t.Config(name)
 		n := partitions
 		if name == t.Estimates {
-			cfg = map[string]*string{"cleanup.policy": &compact}
 			n = 1
 		}
 		resp, err := adm.CreateTopic(ctx, n, -1, cfg, name)

@@ -142,6 +142,7 @@ func ClientOpts(cfg Config) []kgo.Opt {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
+		kgo.ProducerBatchCompression(kgo.GzipCompression()), // read by every client without plugins (docs/topics.md)
 		kgo.FetchMaxPartitionBytes(8 << 20),
 		kgo.DisableClientMetrics(),
 		kgo.SessionTimeout(cfg.SessionTimeout),
