@@ -337,21 +337,63 @@ func scanHist(h *schemas.Histogram, bb *[]float64, cb *[]uint64, b []byte) bool 
 }
 
 // RoutingEvent decodes and validates a RoutingEvent (see
-// DecodeRoutingEvent; request_id, decision_reason and model are checked
-// but not kept).
+// DecodeRoutingEvent; request_id, decision_reason, model and the billing
+// fields no estimate uses (tenant, finish_reason, engine_region,
+// engine_gpu_class, tried) are checked but not kept).
 func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.RoutingEvent, error) {
 	if !d.scanRoutingEvent(b) {
 		ev, err := DecodeRoutingEvent(b, recordTime)
 		if err != nil {
 			return nil, err
 		}
-		ev.RequestId, ev.DecisionReason, ev.Model = "", "", ""
+		dropUnkept(ev)
 		return ev, nil
 	}
 	if err := ValidateRoutingEvent(&d.ev, recordTime); err != nil {
 		return nil, err
 	}
 	return &d.ev, nil
+}
+
+// dropUnkept clears the fields of ev the Decoder checks but does not keep.
+func dropUnkept(ev *schemas.RoutingEvent) {
+	ev.RequestId, ev.DecisionReason, ev.Model = "", "", ""
+	ev.Tenant, ev.FinishReason, ev.EngineRegion, ev.EngineGpuClass, ev.Tried = "", "", "", "", nil
+}
+
+// validAttempt reports whether b is a plainly encoded Attempt (fields 1
+// string, 2-4 varint, 5 fixed64): then proto.Unmarshal accepts it too.
+// Anything else (an unknown field, another wire type, bad UTF-8,
+// truncation) is false, and the caller leaves the record to
+// proto.Unmarshal.
+func validAttempt(b []byte) bool {
+	for i := 0; i < len(b); {
+		tag, j := uvarint(b, i)
+		if j < 0 {
+			return false
+		}
+		i = j
+		switch num, typ := tag>>3, protowire.Type(tag&7); {
+		case num == 1 && typ == protowire.BytesType:
+			n, j := uvarint(b, i)
+			if j < 0 || n > uint64(len(b)-j) || !utf8.Valid(b[j:j+int(n)]) {
+				return false
+			}
+			i = j + int(n)
+		case num >= 2 && num <= 4 && typ == protowire.VarintType:
+			if _, i = uvarint(b, i); i < 0 {
+				return false
+			}
+		case num == 5 && typ == protowire.Fixed64Type:
+			if len(b)-i < 8 {
+				return false
+			}
+			i += 8
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // scanRoutingEvent scans b into d.ev: tags, varints and lengths of one
@@ -400,12 +442,27 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.Stream = v != 0
 			case 19:
 				ev.CachedTokens = uint32(v)
+			case 23:
+				ev.Priority = schemas.Priority(int32(v))
+			case 27:
+				ev.CompletionTimeUnixMs = int64(v)
+			case 29:
+				ev.FailureReason = schemas.FailureReason(int32(v))
+			case 30:
+				ev.Decision = schemas.DecisionReason(int32(v))
+			case 31:
+				ev.CountedAtArrival = v != 0
 			default:
 				return false
 			}
 		case protowire.Fixed64Type:
 			if len(b)-i < 8 {
 				return false
+			}
+			if num == 22 {
+				ev.AffinityKeyHash = binary.LittleEndian.Uint64(b[i:])
+				i += 8
+				continue
 			}
 			v := math.Float64frombits(binary.LittleEndian.Uint64(b[i:]))
 			i += 8
@@ -441,8 +498,10 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.Cluster, ok = d.str(v)
 			case 4:
 				ev.EngineId, ok = d.str(v)
-			case 2, 6, 15: // not kept
+			case 2, 6, 15, 21, 24, 25, 26: // not kept
 				ok = utf8.Valid(v)
+			case 28: // tried: checked, not kept
+				ok = validAttempt(v)
 			}
 			if !ok {
 				return false
