@@ -103,7 +103,11 @@ func (r *runner) finish(w *writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), finalCheckpointTimeout)
 	defer cancel()
 	if err := w.send(ctx, batch{epoch: r.epoch, cp: r.core.Checkpoint(), end: r.pendingEnd}); err != nil {
-		_ = w.stop()
+		if ctx.Err() != nil {
+			w.abandon()
+		} else {
+			_ = w.stop()
+		}
 		return fmt.Errorf("final checkpoint: %w", err)
 	}
 	if err := w.drain(ctx); err != nil {
@@ -206,16 +210,24 @@ func (w *writer) stop() error {
 }
 
 // drain lets the writer finish the batches it was sent until ctx ends,
-// then stops it; it returns the writer's error.
+// and returns its error; when ctx ends first it abandons the writer.
 func (w *writer) drain(ctx context.Context) error {
 	w.close()
 	select {
 	case <-w.done:
+		return w.err
 	case <-ctx.Done():
-		w.cancel()
-		<-w.done
+		w.abandon()
+		return fmt.Errorf("writer did not finish: %w", ctx.Err())
 	}
-	return w.err
+}
+
+// abandon cancels the writer without waiting for it: with the brokers
+// gone it may be blocked in a produce that only closing the client
+// ends (the caller closes it after Run returns).
+func (w *writer) abandon() {
+	w.cancel()
+	w.close()
 }
 
 // stalledAfter is how long a partition may have unread records without
