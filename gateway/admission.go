@@ -151,12 +151,12 @@ func (a *admission) sample(e *pick.Engine, res *attemptResult, began, end time.T
 	l := a.limiter(e.State, e.Slots)
 	switch {
 	case res.saturated, res.failReason == "first_token_timeout", res.failReason == "idle_timeout":
-		l.Drop()
+		l.Drop(began)
 	case res.firstToken:
-		l.Sample(admit.TTFT, res.ttft-res.queued-rtt, e.State.InFlight())
+		l.Sample(admit.TTFT, res.ttft-res.queued-rtt, began, e.State.InFlight())
 	case res.complete && !res.sse:
 		tokens := time.Duration(res.usage.OutputTokens) + 1
-		l.Sample(admit.PerToken, (end.Sub(began)-rtt)/tokens, e.State.InFlight())
+		l.Sample(admit.PerToken, (end.Sub(began)-rtt)/tokens, began, e.State.InFlight())
 	}
 }
 

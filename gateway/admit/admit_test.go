@@ -11,7 +11,7 @@ import (
 // feed gives l n samples of latency with inflight requests, then Updates.
 func feed(l *Limiter, now time.Time, k Kind, latency time.Duration, inflight int64, n int) int {
 	for range n {
-		l.Sample(k, latency, inflight)
+		l.Sample(k, latency, now, inflight)
 	}
 	return l.Update(now)
 }
@@ -23,7 +23,7 @@ func TestLimiterGrowsWhileLatencyHolds(t *testing.T) {
 	// Slow start: x1.5 per window while the limit is in use.
 	for i := range 5 {
 		now = now.Add(250 * time.Millisecond)
-		got := feed(l, now, TTFT, 100*time.Millisecond, int64(prev), 10)
+		got := feed(l, now, TTFT, 100*time.Millisecond, int64(prev), 100)
 		if got <= prev {
 			t.Fatalf("window %d: limit %d -> %d with flat latency at the limit", i, prev, got)
 		}
@@ -39,7 +39,7 @@ func TestLimiterHoldsWhenNotInUse(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for range 10 {
 		now = now.Add(250 * time.Millisecond)
-		if got := feed(l, now, TTFT, 100*time.Millisecond, 10, 10); got != 64 {
+		if got := feed(l, now, TTFT, 100*time.Millisecond, 10, 100); got != 64 {
 			t.Fatalf("limit moved to %d with 10 of 64 in flight", got)
 		}
 	}
@@ -48,24 +48,24 @@ func TestLimiterHoldsWhenNotInUse(t *testing.T) {
 func TestLimiterShrinksWhenLatencyRises(t *testing.T) {
 	l := NewLimiter(Config{Initial: 100}, 0)
 	now := time.Unix(1000, 0)
-	feed(l, now, TTFT, 100*time.Millisecond, 100, 10) // baseline 100 ms
+	feed(l, now, TTFT, 100*time.Millisecond, 100, 100) // baseline 100 ms
 	// 2x the baseline is within Tolerance 2: no decrease.
 	now = now.Add(250 * time.Millisecond)
 	before := l.Limit()
-	if got := feed(l, now, TTFT, 200*time.Millisecond, int64(before), 10); got < before {
+	if got := feed(l, now, TTFT, 200*time.Millisecond, int64(before), 100); got < before {
 		t.Fatalf("limit fell %d -> %d at 2x the baseline", before, got)
 	}
 	// 8x: the gradient is clamped at 0.5.
 	now = now.Add(250 * time.Millisecond)
 	before = l.Limit()
-	got := feed(l, now, TTFT, 800*time.Millisecond, int64(before), 10)
+	got := feed(l, now, TTFT, 800*time.Millisecond, int64(before), 100)
 	if want := before / 2; got != want {
 		t.Fatalf("limit %d -> %d at 8x the baseline, want %d", before, got, want)
 	}
 	// After the decrease, growth is additive (sqrt), not slow start.
 	now = now.Add(250 * time.Millisecond)
 	before = l.Limit()
-	got = feed(l, now, TTFT, 100*time.Millisecond, int64(before), 10)
+	got = feed(l, now, TTFT, 100*time.Millisecond, int64(before), 100)
 	if got <= before || got > before+12 {
 		t.Fatalf("limit %d -> %d after a decrease, want +sqrt", before, got)
 	}
@@ -74,19 +74,18 @@ func TestLimiterShrinksWhenLatencyRises(t *testing.T) {
 func TestLimiterKindsHaveTheirOwnBaseline(t *testing.T) {
 	l := NewLimiter(Config{Initial: 100}, 0)
 	now := time.Unix(1000, 0)
-	l.Sample(TTFT, 100*time.Millisecond, 100)
-	for range 10 {
-		l.Sample(TTFT, 100*time.Millisecond, 100)
-		l.Sample(PerToken, 20*time.Millisecond, 100)
+	for range 100 {
+		l.Sample(TTFT, 100*time.Millisecond, now, 100)
+		l.Sample(PerToken, 20*time.Millisecond, now, 100)
 	}
 	l.Update(now)
 	before := l.Limit()
 	now = now.Add(250 * time.Millisecond)
 	// Whole responses are slower per token than streamed TTFTs are long,
 	// but each kind is compared with its own baseline: no decrease.
-	for range 10 {
-		l.Sample(TTFT, 110*time.Millisecond, int64(before))
-		l.Sample(PerToken, 22*time.Millisecond, int64(before))
+	for range 100 {
+		l.Sample(TTFT, 110*time.Millisecond, now, int64(before))
+		l.Sample(PerToken, 22*time.Millisecond, now, int64(before))
 	}
 	if got := l.Update(now); got < before {
 		t.Fatalf("limit fell %d -> %d with both kinds near their baselines", before, got)
@@ -95,16 +94,41 @@ func TestLimiterKindsHaveTheirOwnBaseline(t *testing.T) {
 
 func TestLimiterBacksOffOnDrops(t *testing.T) {
 	l := NewLimiter(Config{Initial: 100, Min: 5}, 0)
-	l.Drop()
+	l.Drop(time.Unix(1, 0))
 	if got := l.Update(time.Unix(1, 0)); got != 80 {
 		t.Fatalf("limit after a drop %d, want 80", got)
 	}
-	for range 50 {
-		l.Drop()
-		l.Update(time.Unix(1, 0))
+	for i := range 50 {
+		at := time.Unix(int64(2+i), 0)
+		l.Drop(at)
+		l.Update(at)
 	}
 	if got := l.Limit(); got != 5 {
 		t.Fatalf("limit after many drops %d, want the minimum 5", got)
+	}
+}
+
+// TestLimiterWaitsForFreshSamples: after the limit changed, samples and
+// drops of requests that started before do not move it again.
+func TestLimiterWaitsForFreshSamples(t *testing.T) {
+	l := NewLimiter(Config{Initial: 100}, 0)
+	t0 := time.Unix(1000, 0)
+	feed(l, t0, TTFT, 100*time.Millisecond, 100, 100) // baseline; grows
+	t1 := t0.Add(250 * time.Millisecond)
+	stale := t0.Add(-time.Millisecond)
+	for range 100 {
+		l.Sample(TTFT, time.Second, stale, 150) // started before the change
+	}
+	l.Drop(stale)
+	before := l.Limit()
+	if got := l.Update(t1); got != before {
+		t.Fatalf("stale samples moved the limit %d -> %d", before, got)
+	}
+	for range 100 {
+		l.Sample(TTFT, time.Second, t1, 150) // started after: counts
+	}
+	if got := l.Update(t1.Add(250 * time.Millisecond)); got >= before {
+		t.Fatalf("fresh slow samples: limit %d -> %d", before, got)
 	}
 }
 
@@ -202,7 +226,7 @@ func TestQueueOrder(t *testing.T) {
 
 func TestQueueRejectsPredictedLongWait(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	q := NewQueue(QueueConfig{Timeout: 100 * time.Millisecond}, c.now)
+	q := NewQueue(QueueConfig{Timeout: 200 * time.Millisecond}, c.now)
 	warm(q, c, 20) // 20 slots/s: 50 ms per place in the queue
 	q.SetCapacity(1)
 	if err := q.Acquire(context.Background(), 1); err != nil {
@@ -214,7 +238,7 @@ func TestQueueRejectsPredictedLongWait(t *testing.T) {
 		waitLen(t, q, i+1)
 	}
 	if err := q.Acquire(context.Background(), 1); !errors.Is(err, ErrWait) {
-		t.Fatalf("third in line (150 ms predicted, deadline 100 ms): %v", err)
+		t.Fatalf("third in line (150 ms predicted, half the deadline 100 ms): %v", err)
 	}
 	// A high-priority request goes ahead of both: admitted to the queue.
 	high := make(chan error, 1)

@@ -16,17 +16,23 @@
 // window (one Update, every 250 ms in the gateway) and compares it with a
 // baseline, the lowest window mean of the last BaselineWindow:
 //
-//	gradient = clamp(Tolerance · baseline / mean, 0.5, 1)
+//	gradient = clamp(tolerance · baseline / mean, 0.5, 1)
 //	limit    = limit · gradient               (gradient < 1)
 //	limit    = limit + sqrt(limit)            (gradient = 1, limit in use)
 //	limit    = limit · 1.5                    (the same, before the first decrease)
 //
 // An engine that turned a request away as saturated (429, 503) or timed
-// out multiplies the limit by Backoff. The limit does not grow while the
-// engine's requests in flight stay below half of it (nothing was learned
+// out multiplies the limit by Backoff. The limit does not grow unless the
+// engine's requests in flight reached 90% of it (nothing was learned
 // about more). The baseline being a windowed minimum, not a long-term
 // average, the limit cannot drift upwards under sustained overload (the
 // known weakness of an average: it rises with the queue it should detect).
+//
+// A request's latency is known only when it ends, seconds after it
+// started for an LLM. So that the limit does not run ahead of its own
+// feedback (and then collapse on stale samples), a window counts only
+// requests that started after the limit last changed: the limit moves at
+// most once per round trip of the engine's requests.
 package admit
 
 import (
@@ -54,14 +60,21 @@ type Config struct {
 	Initial int
 	// Min and Max bound the limit. Defaults 2 and 4096.
 	Min, Max int
-	// Tolerance is how many times the baseline a window's mean latency
-	// may reach before the limit shrinks. Default 2.
+	// Tolerance is how many times its baseline a window's mean TTFT may
+	// reach before the limit shrinks. Default 2 (a request waiting for a
+	// batch slot waits for a whole request to end: many times a prefill).
 	Tolerance float64
+	// TokenTolerance is the same for the time per output token of whole
+	// responses. Default 1.3 (a queue adds to the whole response, but
+	// only in proportion to its length).
+	TokenTolerance float64
 	// Backoff multiplies the limit when the engine turned a request away
 	// as saturated or timed out. Default 0.8.
 	Backoff float64
-	// MinSamples is the samples a window needs to move the limit;
-	// smaller windows carry over to the next Update. Default 4.
+	// MinSamples is the samples a window needs to move the limit, and
+	// at least a quarter of the limit (the first requests to end after a
+	// change are the ones that did not queue); smaller windows carry over
+	// to the next Update. Default 4.
 	MinSamples int
 	// BaselineWindow is how long a window mean stays the baseline.
 	// Default 30s.
@@ -84,6 +97,9 @@ func (c *Config) defaults() {
 	c.Initial = min(max(c.Initial, c.Min), c.Max)
 	if !(c.Tolerance >= 1) || math.IsInf(c.Tolerance, 0) {
 		c.Tolerance = 2
+	}
+	if !(c.TokenTolerance >= 1) || math.IsInf(c.TokenTolerance, 0) {
+		c.TokenTolerance = 1.3
 	}
 	if !(c.Backoff > 0 && c.Backoff < 1) {
 		c.Backoff = 0.8
@@ -145,6 +161,7 @@ type Limiter struct {
 	drops     int
 	peak      int64 // most requests in flight seen by Sample this window
 	base      [kinds]minFilter
+	changed   time.Time // when the limit last changed
 }
 
 // NewLimiter returns a limiter starting at cfg.Initial (or initial, when
@@ -158,25 +175,29 @@ func NewLimiter(cfg Config, initial int) *Limiter {
 	return l
 }
 
-// Sample records one request's engine latency of kind k (ignored unless
-// positive and finite) and the requests in flight on the engine when it
-// ended (this one included).
-func (l *Limiter) Sample(k Kind, latency time.Duration, inflight int64) {
+// Sample records the engine latency of kind k (ignored unless positive)
+// of a request that started at started, and the requests in flight on
+// the engine when it ended (this one included).
+func (l *Limiter) Sample(k Kind, latency time.Duration, started time.Time, inflight int64) {
 	if k >= kinds || latency <= 0 {
 		return
 	}
 	l.mu.Lock()
-	l.sum[k] += latency.Seconds()
-	l.n[k]++
 	l.peak = max(l.peak, inflight)
+	if !started.Before(l.changed) {
+		l.sum[k] += latency.Seconds()
+		l.n[k]++
+	}
 	l.mu.Unlock()
 }
 
-// Drop records that the engine turned a request away as saturated (429,
-// 503) or let it time out.
-func (l *Limiter) Drop() {
+// Drop records that the engine turned away as saturated (429, 503), or
+// let time out, a request that started at started.
+func (l *Limiter) Drop(started time.Time) {
 	l.mu.Lock()
-	l.drops++
+	if !started.Before(l.changed) {
+		l.drops++
+	}
 	l.mu.Unlock()
 }
 
@@ -192,6 +213,12 @@ func (l *Limiter) Limit() int {
 func (l *Limiter) Update(now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	before := l.limit
+	defer func() {
+		if l.limit != before {
+			l.changed = now
+		}
+	}()
 	if l.drops > 0 {
 		l.limit = max(l.limit*l.cfg.Backoff, float64(l.cfg.Min))
 		l.slowStart = false
@@ -199,15 +226,20 @@ func (l *Limiter) Update(now time.Time) int {
 		return int(l.limit)
 	}
 	gradient, any := 1.0, false
+	need := max(l.cfg.MinSamples, int(l.limit/4))
 	for k := range kinds {
-		if l.n[k] < l.cfg.MinSamples {
+		if l.n[k] < need {
 			continue
 		}
 		any = true
 		mean := l.sum[k] / float64(l.n[k])
 		l.base[k].add(mean, now, l.cfg.BaselineWindow)
+		tol := l.cfg.Tolerance
+		if k == PerToken {
+			tol = l.cfg.TokenTolerance
+		}
 		if b := l.base[k].get(now, l.cfg.BaselineWindow); b > 0 {
-			gradient = min(gradient, max(0.5, min(1, l.cfg.Tolerance*b/mean)))
+			gradient = min(gradient, max(0.5, min(1, tol*b/mean)))
 		}
 	}
 	if !any {
@@ -217,8 +249,8 @@ func (l *Limiter) Update(now time.Time) int {
 	case gradient < 1:
 		l.limit *= gradient
 		l.slowStart = false
-	case float64(l.peak)*2 < l.limit:
-		// The engine never had half its limit: nothing learned about more.
+	case float64(l.peak) < 0.9*l.limit:
+		// The engine never had 90% of its limit: nothing learned about more.
 	case l.slowStart:
 		l.limit *= 1.5
 	default:

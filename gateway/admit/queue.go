@@ -45,7 +45,7 @@ const (
 // rejected at once when the queue is full of requests of its priority or
 // higher (a lower-priority one is evicted to make room otherwise), or
 // when the wait it would have, its place in the queue over the rate at
-// which slots were freed in the last second, exceeds Timeout: so nearly
+// which slots were freed in the last second, exceeds half Timeout: so nearly
 // every rejection is immediate, and a queued request is nearly always
 // served. Safe for concurrent use.
 type Queue struct {
@@ -134,7 +134,10 @@ func (q *Queue) Acquire(ctx context.Context, prio int) error {
 		q.mu.Unlock()
 		return ErrQueueFull
 	}
-	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.cfg.Timeout.Seconds() {
+	// Half the deadline: the prediction has a margin, so that a queued
+	// request is nearly always served (a rejection at the deadline is a
+	// slow one).
+	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.cfg.Timeout.Seconds()/2 {
 		q.mu.Unlock()
 		return ErrWait
 	}
