@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
@@ -70,6 +71,14 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	lag, err := streams.NewGroupLag(cl, reg, cfg.Group) // switchyard_consumer_lag_records (docs/topics.md)
+	if err != nil {
+		return err
+	}
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagDone := make(chan error, 1)
+	go func() { lagDone <- lag.Run(lagCtx, 0) }()
+	defer func() { stopLag(); <-lagDone }()
 	if *metricsListen != "" {
 		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
 		if err != nil {
