@@ -106,6 +106,7 @@ type newtonState struct {
 	qd             []float64  // Hessian (upper triangle) at cur
 	hessOK         bool       // qd is the Hessian at cur
 	damp, radius   float64    // Levenberg–Marquardt damping, step radius
+	probe, stalled bool       // first stage watched for a stall (hotStart)
 	q              *mat.SymDense
 	chol           mat.Cholesky
 	rhs            *mat.VecDense
@@ -202,11 +203,23 @@ func (nt *newtonState) run(tauFinal, tol float64, maxSteps int) int {
 	s := nt.s
 	tau := math.Max(tauFinal, s.tau0)
 	extra := 0
+	var start []float64 // prices to restart from (see hotStart)
+	if nt.ar == nil && tau > tauFinal {
+		start = append([]float64(nil), nt.mu...)
+		nt.probe = true
+	}
 	for {
 		final := tau <= tauFinal
 		valid, certified := nt.stage(tau, final, tol, maxSteps)
 		if certified {
 			return nt.steps
+		}
+		if nt.probe {
+			nt.probe = false
+			if nt.stalled {
+				tau = nt.hotStart(start, tau, tauFinal)
+				continue
+			}
 		}
 		if s.debug != nil {
 			nt.eval(nt.mu, tau, nt.next)
@@ -269,6 +282,7 @@ func (nt *newtonState) stage(tau float64, final bool, tol float64, maxSteps int)
 	nt.hessOK = false
 	bestG1, stall := math.Inf(1), 0
 	checkAt := 2 * tol * nt.total
+	g1First := math.NaN()
 	for it := 0; it < 60 && nt.steps < maxSteps; it++ {
 		if !valid {
 			f = nt.eval(nt.mu, tau, nt.cur)
@@ -276,6 +290,13 @@ func (nt *newtonState) stage(tau float64, final bool, tol float64, maxSteps int)
 			valid = true
 		}
 		g1 := norm1(nt.cur.grad)
+		if it == 0 {
+			g1First = g1
+		}
+		if nt.probe && it == probeSteps && g1 > 0.5*g1First && g1 > 1.2*nt.total {
+			nt.stalled = true // see hotStart
+			return valid, false
+		}
 		if final && nt.ar != nil && g1 <= checkAt {
 			// Churn: the final temperature's gradient target is
 			// far stricter than the gap needs (the relative gap
