@@ -6,6 +6,7 @@
 //
 //	go run ./bench/lp                       # 8x64, 32x256, 64x1024
 //	go run ./bench/lp -sizes 64x1024 -keep /tmp/lp
+//	go run ./bench/lp -sparse 3 -sizes 100x2000,100x20000   # k nearest of 50 regions
 //
 // The LP fixes each cluster's routed rps to Switchyard's (equal to demand
 // unless the instance sheds; max-min fair shedding is not an LP
@@ -45,8 +46,10 @@ func main() {
 	limit := flag.Duration("limit", 5*time.Minute, "time limit per external solver run")
 	churn := flag.Float64("churn", 0, "churn_weight; >0 sets previous weights to the optimum for demands changed by -change")
 	change := flag.Float64("change", 0.02, "relative demand change between the previous plan and the instance (with -churn)")
+	sparse := flag.Int("sparse", 0, "K > 0: synth.SparseInstance instead, each cluster allowed only the engines of its K nearest regions")
+	regions := flag.Int("regions", 50, "regions of the sparse instance (with -sparse)")
 	flag.Parse()
-	cfg := config{*load, *seed, *segs, *tol, *runs, *keep, *limit, *churn, *change}
+	cfg := config{*load, *seed, *segs, *tol, *runs, *keep, *limit, *churn, *change, *sparse, *regions}
 	if err := run(*sizes, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "lp:", err)
 		os.Exit(1)
@@ -62,6 +65,16 @@ type config struct {
 	keep          string
 	limit         time.Duration
 	churn, change float64
+	sparseK       int
+	regions       int
+}
+
+// instance builds the synthetic instance of one size.
+func (c config) instance(nc, ne int) *optimizer.Instance {
+	if c.sparseK > 0 {
+		return synth.SparseInstance(synth.Sparse{Clusters: nc, Engines: ne, Regions: c.regions, K: c.sparseK, Seed: c.seed, Load: c.load})
+	}
+	return synth.Instance(synth.Config{Clusters: nc, Engines: ne, Seed: c.seed, Load: c.load})
 }
 
 type result struct {
@@ -73,7 +86,7 @@ type result struct {
 }
 
 func run(sizes string, cfg config) error {
-	load, seed, segs, tol, runs, keep, limit := cfg.load, cfg.seed, cfg.segs, cfg.tol, cfg.runs, cfg.keep, cfg.limit
+	segs, tol, runs, keep, limit := cfg.segs, cfg.tol, cfg.runs, cfg.keep, cfg.limit
 	dir := keep
 	if dir == "" {
 		d, err := os.MkdirTemp("", "switchyard-lp-")
@@ -91,7 +104,7 @@ func run(sizes string, cfg config) error {
 		if _, err := fmt.Sscanf(strings.TrimSpace(size), "%dx%d", &nc, &ne); err != nil {
 			return fmt.Errorf("size %q: want CLUSTERSxENGINES", size)
 		}
-		in := synth.Instance(synth.Config{Clusters: nc, Engines: ne, Seed: seed, Load: load})
+		in := cfg.instance(nc, ne)
 		if cfg.churn > 0 {
 			for k := range in.Clusters {
 				in.Clusters[k].DemandRPS *= 1 - cfg.change*float64(k%3-1)
@@ -100,7 +113,7 @@ func run(sizes string, cfg config) error {
 			if err != nil {
 				return err
 			}
-			in = synth.Instance(synth.Config{Clusters: nc, Engines: ne, Seed: seed, Load: load})
+			in = cfg.instance(nc, ne)
 			in.Previous, in.ChurnWeight = prev.Weights, cfg.churn
 		}
 		r := result{size: size}
