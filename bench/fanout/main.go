@@ -1,0 +1,365 @@
+// Command fanout measures snapshot fan-out: one optimizer publishes
+// weight snapshots (snapshots.Store.Publish, as the optimizer does) to an
+// embedded NATS server with JetStream, and N gateways in a separate
+// process each watch the cluster's key on their own NATS connection (the
+// real snapshots.Watcher) and apply every value (gateway.ApplySnapshot:
+// decode, checks, picker tables). It reports, per engines-per-snapshot
+// size, the publish-to-applied latency over all gateways and snapshots
+// (p50, p99, max: from the start of Publish to the end of ApplySnapshot,
+// one clock since both processes run on this machine) and the gateway
+// process's CPU time per snapshot (total and per gateway, from getrusage,
+// so the broker's and the publisher's CPU are not in it).
+//
+//	go run ./bench/fanout                                 # 200 gateways, 1000 and 20000 engines
+//	go run ./bench/fanout -gateways 50 -engines 1000 -snapshots 50
+//
+// Each snapshot is published once every gateway has applied the previous
+// one and -interval has passed, so latencies are not queueing behind
+// each other.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/internal/brokers"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams/snapshots"
+)
+
+func main() {
+	role := flag.String("role", "publisher", "publisher, or watchers (the child process the publisher starts)")
+	gateways := flag.Int("gateways", 200, "gateways (watchers, each with its own NATS connection)")
+	engines := flag.String("engines", "1000,20000", "comma-separated engines per snapshot")
+	n := flag.Int("snapshots", 30, "measured snapshots per size")
+	interval := flag.Duration("interval", 100*time.Millisecond, "pause between one snapshot applied everywhere and the next publish")
+	url := flag.String("nats", "", "NATS URL (watchers)")
+	cluster := flag.String("cluster", "fanout", "cluster key (watchers)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if *role == "watchers" {
+		err = watchers(ctx, *url, *cluster, *gateways)
+	} else {
+		err = publisher(ctx, *gateways, *engines, *n, *interval)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fanout:", err)
+		os.Exit(1)
+	}
+}
+
+// watchers runs the gateway side: n gateways of cluster, each fed by its
+// own snapshots.Watcher. It writes "A version gateway unixnano" after
+// each apply and answers "cpu" on stdin with "CPU nanoseconds".
+func watchers(ctx context.Context, url, cluster string, n int) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := bufio.NewWriter(os.Stdout)
+	var mu sync.Mutex
+	emit := func(format string, args ...any) {
+		mu.Lock()
+		fmt.Fprintf(out, format, args...)
+		out.Flush()
+		mu.Unlock()
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var wg sync.WaitGroup
+	for k := range n {
+		g, err := gateway.New(cluster, gateway.Registerer(prometheus.NewRegistry()), gateway.Logger(quiet))
+		if err != nil {
+			return fmt.Errorf("gateway %d: %w", k, err)
+		}
+		w := snapshots.NewWatcher(url, "", cluster, nats.Name(fmt.Sprintf("fanout-gateway-%d", k)))
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = w.Run(ctx) }()
+		go func() {
+			defer wg.Done()
+			for b := range w.Updates() {
+				if err := g.ApplySnapshot(b); err != nil {
+					emit("E %d %v\n", k, err)
+					continue
+				}
+				emit("A %d %d %d\n", g.Stats().SnapshotVersion, k, time.Now().UnixNano())
+			}
+		}()
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() == "cpu" {
+			emit("CPU %d\n", cpuNanos())
+		}
+	}
+	cancel() // stdin closed: the publisher is done
+	wg.Wait()
+	return nil
+}
+
+func cpuNanos() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return -1
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// child is the watchers process as seen by the publisher.
+type child struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	applied chan applied
+	cpu     chan int64
+	errs    chan string
+}
+
+type applied struct {
+	version uint64
+	gateway int
+	at      time.Time
+}
+
+func startChild(ctx context.Context, url, cluster string, n int) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting watchers: %w", err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, applied: make(chan applied, 4*n), cpu: make(chan int64, 1), errs: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 4 && f[0] == "A":
+				v, _ := strconv.ParseUint(f[1], 10, 64)
+				g, _ := strconv.Atoi(f[2])
+				ns, _ := strconv.ParseInt(f[3], 10, 64)
+				c.applied <- applied{v, g, time.Unix(0, ns)}
+			case len(f) == 2 && f[0] == "CPU":
+				ns, _ := strconv.ParseInt(f[1], 10, 64)
+				c.cpu <- ns
+			default:
+				select {
+				case c.errs <- sc.Text():
+				default:
+				}
+			}
+		}
+	}()
+	return c, nil
+}
+
+func (c *child) cpuTime(ctx context.Context) (time.Duration, error) {
+	if _, err := io.WriteString(c.stdin, "cpu\n"); err != nil {
+		return 0, err
+	}
+	select {
+	case ns := <-c.cpu:
+		return time.Duration(ns), nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("no cpu answer from the watchers")
+	}
+}
+
+func (c *child) close() {
+	_ = c.stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// waitAll waits until every one of n gateways applied version v or
+// later and returns when each did (the first time).
+func (c *child) waitAll(ctx context.Context, v uint64, n int, timeout time.Duration) ([]time.Time, error) {
+	at := make([]time.Time, n)
+	got := 0
+	deadline := time.After(timeout)
+	for got < n {
+		select {
+		case a := <-c.applied:
+			if a.version >= v && at[a.gateway].IsZero() {
+				at[a.gateway] = a.at
+				got++
+			}
+		case e := <-c.errs:
+			return nil, fmt.Errorf("watchers: %s", e)
+		case <-deadline:
+			return nil, fmt.Errorf("version %d: %d of %d gateways applied it within %v", v, got, n, timeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return at, nil
+}
+
+func snapshot(cluster string, version uint64, engines int) *schemas.WeightSnapshot {
+	cw := &schemas.ClusterWeights{Cluster: cluster, DemandRps: 1000, ExpectedLatencyMs: 250}
+	for j := range engines {
+		cw.Weights = append(cw.Weights, &schemas.EngineWeight{
+			EngineId:           fmt.Sprintf("e-%05d", j),
+			EndpointUrl:        fmt.Sprintf("http://e-%05d.engines.example.net:8000", j),
+			Weight:             1 / float64(engines),
+			Explanation:        &schemas.Explanation{NetworkMs: 2 + float64(j%150), EngineMs: 200, MarginalMs: 400},
+			PlannedUtilization: 0.7,
+		})
+	}
+	return &schemas.WeightSnapshot{SchemaVersion: 1, Version: version, CreatedUnixMs: time.Now().UnixMilli(),
+		Clusters: []*schemas.ClusterWeights{cw}}
+}
+
+func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration) error {
+	dir, err := os.MkdirTemp("", "switchyard-fanout-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ns, err := brokers.StartNATS(ctx, "127.0.0.1:0", dir)
+	if err != nil {
+		return err
+	}
+	defer ns.Shutdown()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	store, err := snapshots.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d gateways (own NATS connections, one process), %d snapshots per size, GOMAXPROCS %s, %d CPUs\n",
+		gateways, n, os.Getenv("GOMAXPROCS"), numCPU())
+	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms")
+	version := uint64(0)
+	for _, s := range strings.Split(sizes, ",") {
+		engines, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("engines %q: %w", s, err)
+		}
+		cluster := fmt.Sprintf("fanout-%d", engines)
+		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, &version); err != nil {
+			return fmt.Errorf("%d engines: %w", engines, err)
+		}
+	}
+	return nil
+}
+
+func numCPU() int {
+	n := 0
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		n = strings.Count(string(b), "processor\t:")
+	}
+	return n
+}
+
+func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, version *uint64) error {
+	c, err := startChild(ctx, url, cluster, gateways)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	// Warm up until every gateway watches the key and has applied a value.
+	for try := 0; ; try++ {
+		*version++
+		if err := store.Publish(ctx, snapshot(cluster, *version, engines)); err != nil {
+			return err
+		}
+		if _, err := c.waitAll(ctx, *version, gateways, 10*time.Second); err == nil {
+			break
+		} else if try == 5 {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	var lat []float64
+	var pubMs []float64
+	size := 0
+	cpu0, err := c.cpuTime(ctx)
+	if err != nil {
+		return err
+	}
+	for range n {
+		*version++
+		snap := snapshot(cluster, *version, engines)
+		size = len(mustMarshal(snap))
+		t0 := time.Now()
+		if err := store.Publish(ctx, snap); err != nil {
+			return err
+		}
+		pubMs = append(pubMs, ms(time.Since(t0)))
+		at, err := c.waitAll(ctx, *version, gateways, 60*time.Second)
+		if err != nil {
+			return err
+		}
+		for _, t := range at {
+			lat = append(lat, ms(t.Sub(t0)))
+		}
+		time.Sleep(interval)
+	}
+	cpu1, err := c.cpuTime(ctx)
+	if err != nil {
+		return err
+	}
+	// The gateways' idle CPU (heartbeats, tickers) over the same span
+	// is included; the pauses are short.
+	cpu := ms(cpu1 - cpu0)
+	slices.Sort(lat)
+	slices.Sort(pubMs)
+	fmt.Printf("%9d %10d %9.2f %9.2f %9.2f %9.2f %12.1f %14.2f %14.3f\n", engines, size, pubMs[len(pubMs)/2],
+		pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1], cpu, cpu/float64(n), cpu/float64(n)/float64(gateways))
+	return nil
+}
+
+func mustMarshal(s *schemas.WeightSnapshot) []byte {
+	b, _ := protoMarshal(s)
+	return b
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func pct(sorted []float64, q float64) float64 {
+	k := int(q*float64(len(sorted)-1) + 0.5)
+	return sorted[k]
+}
