@@ -148,11 +148,6 @@ type clock struct {
 }
 
 func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // waitLen polls until n requests wait in q (or fails after 5 s).
 func waitLen(t *testing.T, q *Queue, n int) {

@@ -92,8 +92,10 @@ func TestConcurrencyLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := s.Lookup("k")
-	if !tn.Start() || !tn.Start() || tn.Start() {
-		t.Fatal("want 2 starts then a refusal")
+	for i, want := range []bool{true, true, false} {
+		if got := tn.Start(); got != want {
+			t.Fatalf("start %d: %v, want %v (limit 2)", i+1, got, want)
+		}
 	}
 	tn.Done()
 	if !tn.Start() {
