@@ -479,28 +479,44 @@ func (x *Histogram) GetCount() uint64 {
 // switchyard.engine.signals keyed by engine_id. Counter fields are deltas
 // since the previous scrape over interval_seconds.
 type EngineSignal struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	SchemaVersion   uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	EngineId        string                 `protobuf:"bytes,2,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
-	EndpointUrl     string                 `protobuf:"bytes,3,opt,name=endpoint_url,json=endpointUrl,proto3" json:"endpoint_url,omitempty"`
-	Region          string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
-	GpuClass        string                 `protobuf:"bytes,5,opt,name=gpu_class,json=gpuClass,proto3" json:"gpu_class,omitempty"`
-	EventTimeUnixMs int64                  `protobuf:"varint,6,opt,name=event_time_unix_ms,json=eventTimeUnixMs,proto3" json:"event_time_unix_ms,omitempty"`
-	ReadyReplicas   uint32                 `protobuf:"varint,7,opt,name=ready_replicas,json=readyReplicas,proto3" json:"ready_replicas,omitempty"`
-	Health          Health                 `protobuf:"varint,8,opt,name=health,proto3,enum=switchyard.v1.Health" json:"health,omitempty"`
-	RunningRequests float64                `protobuf:"fixed64,9,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
-	WaitingRequests float64                `protobuf:"fixed64,10,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// Engine id, unique across the fleet (the Kafka key).
+	EngineId string `protobuf:"bytes,2,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// Base URL of the engine's OpenAI-compatible API.
+	EndpointUrl string `protobuf:"bytes,3,opt,name=endpoint_url,json=endpointUrl,proto3" json:"endpoint_url,omitempty"`
+	// Region (or zone) the engine runs in.
+	Region string `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	// GPU class, e.g. "h100", "a100", "l4" (selects the latency prior).
+	GpuClass string `protobuf:"bytes,5,opt,name=gpu_class,json=gpuClass,proto3" json:"gpu_class,omitempty"`
+	// Scrape time, Unix ms (event time).
+	EventTimeUnixMs int64 `protobuf:"varint,6,opt,name=event_time_unix_ms,json=eventTimeUnixMs,proto3" json:"event_time_unix_ms,omitempty"`
+	// Replicas serving now.
+	ReadyReplicas uint32 `protobuf:"varint,7,opt,name=ready_replicas,json=readyReplicas,proto3" json:"ready_replicas,omitempty"`
+	Health        Health `protobuf:"varint,8,opt,name=health,proto3,enum=switchyard.v1.Health" json:"health,omitempty"`
+	// Requests running at the scrape (gauge, summed over replicas).
+	RunningRequests float64 `protobuf:"fixed64,9,opt,name=running_requests,json=runningRequests,proto3" json:"running_requests,omitempty"`
+	// Requests queued at the scrape (gauge).
+	WaitingRequests float64 `protobuf:"fixed64,10,opt,name=waiting_requests,json=waitingRequests,proto3" json:"waiting_requests,omitempty"`
 	// KV-cache usage in [0,1].
-	KvCacheUsage       float64    `protobuf:"fixed64,11,opt,name=kv_cache_usage,json=kvCacheUsage,proto3" json:"kv_cache_usage,omitempty"`
-	PrefixCacheHits    float64    `protobuf:"fixed64,12,opt,name=prefix_cache_hits,json=prefixCacheHits,proto3" json:"prefix_cache_hits,omitempty"`
-	PrefixCacheQueries float64    `protobuf:"fixed64,13,opt,name=prefix_cache_queries,json=prefixCacheQueries,proto3" json:"prefix_cache_queries,omitempty"`
-	TtftSeconds        *Histogram `protobuf:"bytes,14,opt,name=ttft_seconds,json=ttftSeconds,proto3" json:"ttft_seconds,omitempty"`
-	TbotSeconds        *Histogram `protobuf:"bytes,15,opt,name=tbot_seconds,json=tbotSeconds,proto3" json:"tbot_seconds,omitempty"`
-	IntervalSeconds    float64    `protobuf:"fixed64,16,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
-	RequestsFinished   float64    `protobuf:"fixed64,17,opt,name=requests_finished,json=requestsFinished,proto3" json:"requests_finished,omitempty"`
-	PromptTokens       float64    `protobuf:"fixed64,18,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
-	GenerationTokens   float64    `protobuf:"fixed64,19,opt,name=generation_tokens,json=generationTokens,proto3" json:"generation_tokens,omitempty"`
-	Model              string     `protobuf:"bytes,20,opt,name=model,proto3" json:"model,omitempty"`
+	KvCacheUsage float64 `protobuf:"fixed64,11,opt,name=kv_cache_usage,json=kvCacheUsage,proto3" json:"kv_cache_usage,omitempty"`
+	// Prefix-cache hits and queries over the interval, in tokens as vLLM
+	// counts them (deltas).
+	PrefixCacheHits    float64 `protobuf:"fixed64,12,opt,name=prefix_cache_hits,json=prefixCacheHits,proto3" json:"prefix_cache_hits,omitempty"`
+	PrefixCacheQueries float64 `protobuf:"fixed64,13,opt,name=prefix_cache_queries,json=prefixCacheQueries,proto3" json:"prefix_cache_queries,omitempty"`
+	// Time-to-first-token histogram delta, in seconds.
+	TtftSeconds *Histogram `protobuf:"bytes,14,opt,name=ttft_seconds,json=ttftSeconds,proto3" json:"ttft_seconds,omitempty"`
+	// Time-between-output-tokens histogram delta, in seconds.
+	TbotSeconds *Histogram `protobuf:"bytes,15,opt,name=tbot_seconds,json=tbotSeconds,proto3" json:"tbot_seconds,omitempty"`
+	// Length of the interval the deltas cover, in seconds.
+	IntervalSeconds float64 `protobuf:"fixed64,16,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	// Requests finished over the interval (delta).
+	RequestsFinished float64 `protobuf:"fixed64,17,opt,name=requests_finished,json=requestsFinished,proto3" json:"requests_finished,omitempty"`
+	// Prompt and generated tokens over the interval (deltas).
+	PromptTokens     float64 `protobuf:"fixed64,18,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
+	GenerationTokens float64 `protobuf:"fixed64,19,opt,name=generation_tokens,json=generationTokens,proto3" json:"generation_tokens,omitempty"`
+	// Model the engine serves.
+	Model string `protobuf:"bytes,20,opt,name=model,proto3" json:"model,omitempty"`
 	// Per-replica concurrent request limit the engine advertises (max batch).
 	MaxBatch uint32 `protobuf:"varint,21,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	// Where max_batch came from: "configured" (the agent's engine list),
@@ -1109,9 +1125,11 @@ func (x *RoutingEvent) GetCountedAtArrival() bool {
 
 // ProfilePoint is one knot of a piecewise-linear latency profile.
 type ProfilePoint struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Utilization   float64                `protobuf:"fixed64,1,opt,name=utilization,proto3" json:"utilization,omitempty"`
-	LatencyMs     float64                `protobuf:"fixed64,2,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Load over capacity (dimensionless, 1 = at capacity).
+	Utilization float64 `protobuf:"fixed64,1,opt,name=utilization,proto3" json:"utilization,omitempty"`
+	// Latency at that utilization, in ms.
+	LatencyMs     float64 `protobuf:"fixed64,2,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1163,10 +1181,12 @@ func (x *ProfilePoint) GetLatencyMs() float64 {
 // LatencyProfile is a convex non-decreasing piecewise-linear curve of
 // latency against utilization (load / capacity).
 type LatencyProfile struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Points    []*ProfilePoint        `protobuf:"bytes,1,rep,name=points,proto3" json:"points,omitempty"`
-	Samples   uint32                 `protobuf:"varint,2,opt,name=samples,proto3" json:"samples,omitempty"`
-	FitRmseMs float64                `protobuf:"fixed64,3,opt,name=fit_rmse_ms,json=fitRmseMs,proto3" json:"fit_rmse_ms,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Points []*ProfilePoint        `protobuf:"bytes,1,rep,name=points,proto3" json:"points,omitempty"`
+	// Observations the fit used.
+	Samples uint32 `protobuf:"varint,2,opt,name=samples,proto3" json:"samples,omitempty"`
+	// Root-mean-square error of the fit, in ms.
+	FitRmseMs float64 `protobuf:"fixed64,3,opt,name=fit_rmse_ms,json=fitRmseMs,proto3" json:"fit_rmse_ms,omitempty"`
 	// True when the curve is (mostly) the GPU-class prior.
 	Prior         bool `protobuf:"varint,4,opt,name=prior,proto3" json:"prior,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1233,25 +1253,35 @@ func (x *LatencyProfile) GetPrior() bool {
 
 // EngineEstimate is the processor's view of one engine over one window.
 type EngineEstimate struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	SchemaVersion      uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	EngineId           string                 `protobuf:"bytes,2,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
-	EndpointUrl        string                 `protobuf:"bytes,3,opt,name=endpoint_url,json=endpointUrl,proto3" json:"endpoint_url,omitempty"`
-	Region             string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
-	GpuClass           string                 `protobuf:"bytes,5,opt,name=gpu_class,json=gpuClass,proto3" json:"gpu_class,omitempty"`
-	WindowStartUnixMs  int64                  `protobuf:"varint,6,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
-	WindowEndUnixMs    int64                  `protobuf:"varint,7,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
-	CapacityRps        float64                `protobuf:"fixed64,8,opt,name=capacity_rps,json=capacityRps,proto3" json:"capacity_rps,omitempty"`
-	CapacityTokensPerS float64                `protobuf:"fixed64,9,opt,name=capacity_tokens_per_s,json=capacityTokensPerS,proto3" json:"capacity_tokens_per_s,omitempty"`
-	Health             Health                 `protobuf:"varint,10,opt,name=health,proto3,enum=switchyard.v1.Health" json:"health,omitempty"`
-	ReadyReplicas      uint32                 `protobuf:"varint,11,opt,name=ready_replicas,json=readyReplicas,proto3" json:"ready_replicas,omitempty"`
-	KvCacheUsage       float64                `protobuf:"fixed64,12,opt,name=kv_cache_usage,json=kvCacheUsage,proto3" json:"kv_cache_usage,omitempty"`
-	PrefixHitRate      float64                `protobuf:"fixed64,13,opt,name=prefix_hit_rate,json=prefixHitRate,proto3" json:"prefix_hit_rate,omitempty"`
-	ObservedRps        float64                `protobuf:"fixed64,14,opt,name=observed_rps,json=observedRps,proto3" json:"observed_rps,omitempty"`
-	Utilization        float64                `protobuf:"fixed64,15,opt,name=utilization,proto3" json:"utilization,omitempty"`
-	TtftProfile        *LatencyProfile        `protobuf:"bytes,16,opt,name=ttft_profile,json=ttftProfile,proto3" json:"ttft_profile,omitempty"`
-	TbotProfile        *LatencyProfile        `protobuf:"bytes,17,opt,name=tbot_profile,json=tbotProfile,proto3" json:"tbot_profile,omitempty"`
-	SignalCount        uint32                 `protobuf:"varint,18,opt,name=signal_count,json=signalCount,proto3" json:"signal_count,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	EngineId      string                 `protobuf:"bytes,2,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	EndpointUrl   string                 `protobuf:"bytes,3,opt,name=endpoint_url,json=endpointUrl,proto3" json:"endpoint_url,omitempty"`
+	Region        string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	GpuClass      string                 `protobuf:"bytes,5,opt,name=gpu_class,json=gpuClass,proto3" json:"gpu_class,omitempty"`
+	// Window bounds, Unix ms; window_end_unix_ms is the event time.
+	WindowStartUnixMs int64 `protobuf:"varint,6,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
+	WindowEndUnixMs   int64 `protobuf:"varint,7,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	// Requests per second the engine can serve at this window's token mix
+	// (docs/processor.md).
+	CapacityRps float64 `protobuf:"fixed64,8,opt,name=capacity_rps,json=capacityRps,proto3" json:"capacity_rps,omitempty"`
+	// Tokens per second at that capacity.
+	CapacityTokensPerS float64 `protobuf:"fixed64,9,opt,name=capacity_tokens_per_s,json=capacityTokensPerS,proto3" json:"capacity_tokens_per_s,omitempty"`
+	Health             Health  `protobuf:"varint,10,opt,name=health,proto3,enum=switchyard.v1.Health" json:"health,omitempty"`
+	ReadyReplicas      uint32  `protobuf:"varint,11,opt,name=ready_replicas,json=readyReplicas,proto3" json:"ready_replicas,omitempty"`
+	// Mean KV-cache usage over the window, in [0,1].
+	KvCacheUsage float64 `protobuf:"fixed64,12,opt,name=kv_cache_usage,json=kvCacheUsage,proto3" json:"kv_cache_usage,omitempty"`
+	// Prefix-cache hits / queries over the window, in [0,1].
+	PrefixHitRate float64 `protobuf:"fixed64,13,opt,name=prefix_hit_rate,json=prefixHitRate,proto3" json:"prefix_hit_rate,omitempty"`
+	// Requests per second the engine finished in the window.
+	ObservedRps float64 `protobuf:"fixed64,14,opt,name=observed_rps,json=observedRps,proto3" json:"observed_rps,omitempty"`
+	// observed_rps / capacity_rps.
+	Utilization float64 `protobuf:"fixed64,15,opt,name=utilization,proto3" json:"utilization,omitempty"`
+	// TTFT and TBOT against utilization, in ms.
+	TtftProfile *LatencyProfile `protobuf:"bytes,16,opt,name=ttft_profile,json=ttftProfile,proto3" json:"ttft_profile,omitempty"`
+	TbotProfile *LatencyProfile `protobuf:"bytes,17,opt,name=tbot_profile,json=tbotProfile,proto3" json:"tbot_profile,omitempty"`
+	// Signals the window held.
+	SignalCount uint32 `protobuf:"varint,18,opt,name=signal_count,json=signalCount,proto3" json:"signal_count,omitempty"`
 	// Per-replica concurrent request limit (batch limit) the capacity
 	// estimate used.
 	MaxBatch uint32 `protobuf:"varint,19,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
@@ -1436,18 +1466,24 @@ func (x *EngineEstimate) GetCapacitySource() string {
 
 // DemandEstimate is the processor's view of one cluster's demand.
 type DemandEstimate struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	SchemaVersion     uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	Cluster           string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	WindowStartUnixMs int64                  `protobuf:"varint,3,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
-	WindowEndUnixMs   int64                  `protobuf:"varint,4,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
-	DemandRps         float64                `protobuf:"fixed64,5,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
-	MeanPromptTokens  float64                `protobuf:"fixed64,6,opt,name=mean_prompt_tokens,json=meanPromptTokens,proto3" json:"mean_prompt_tokens,omitempty"`
-	MeanOutputTokens  float64                `protobuf:"fixed64,7,opt,name=mean_output_tokens,json=meanOutputTokens,proto3" json:"mean_output_tokens,omitempty"`
-	ForecastRps       float64                `protobuf:"fixed64,8,opt,name=forecast_rps,json=forecastRps,proto3" json:"forecast_rps,omitempty"`
-	RequestCount      uint32                 `protobuf:"varint,9,opt,name=request_count,json=requestCount,proto3" json:"request_count,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// The gateways' cluster whose demand this is.
+	Cluster string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Window bounds, Unix ms; window_end_unix_ms is the event time.
+	WindowStartUnixMs int64 `protobuf:"varint,3,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
+	WindowEndUnixMs   int64 `protobuf:"varint,4,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	// Requests per second that arrived in the window (by event time).
+	DemandRps float64 `protobuf:"fixed64,5,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
+	// Mean prompt and output tokens per request.
+	MeanPromptTokens float64 `protobuf:"fixed64,6,opt,name=mean_prompt_tokens,json=meanPromptTokens,proto3" json:"mean_prompt_tokens,omitempty"`
+	MeanOutputTokens float64 `protobuf:"fixed64,7,opt,name=mean_output_tokens,json=meanOutputTokens,proto3" json:"mean_output_tokens,omitempty"`
+	// Requests per second expected in the next window (Holt smoothing).
+	ForecastRps float64 `protobuf:"fixed64,8,opt,name=forecast_rps,json=forecastRps,proto3" json:"forecast_rps,omitempty"`
+	// Requests counted in the window.
+	RequestCount  uint32 `protobuf:"varint,9,opt,name=request_count,json=requestCount,proto3" json:"request_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DemandEstimate) Reset() {
@@ -1545,15 +1581,18 @@ func (x *DemandEstimate) GetRequestCount() uint32 {
 
 // NetworkEstimate is the cluster→engine network latency.
 type NetworkEstimate struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	SchemaVersion   uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	Cluster         string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	EngineId        string                 `protobuf:"bytes,3,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
-	WindowEndUnixMs int64                  `protobuf:"varint,4,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
-	RttMs           float64                `protobuf:"fixed64,5,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"`
-	Samples         uint32                 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	Cluster       string                 `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	EngineId      string                 `protobuf:"bytes,3,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// End of the window, Unix ms (event time).
+	WindowEndUnixMs int64 `protobuf:"varint,4,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
+	// Round trip cluster -> engine, in ms.
+	RttMs float64 `protobuf:"fixed64,5,opt,name=rtt_ms,json=rttMs,proto3" json:"rtt_ms,omitempty"`
+	// Samples behind rtt_ms.
+	Samples       uint32 `protobuf:"varint,6,opt,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NetworkEstimate) Reset() {
@@ -1837,8 +1876,10 @@ type EngineWeight struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	EngineId    string                 `protobuf:"bytes,1,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
 	EndpointUrl string                 `protobuf:"bytes,2,opt,name=endpoint_url,json=endpointUrl,proto3" json:"endpoint_url,omitempty"`
-	Weight      float64                `protobuf:"fixed64,3,opt,name=weight,proto3" json:"weight,omitempty"`
-	Explanation *Explanation           `protobuf:"bytes,4,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// Share of the cluster's traffic, in [0,1]; a cluster's weights and
+	// its shed_fraction add up to 1.
+	Weight      float64      `protobuf:"fixed64,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	Explanation *Explanation `protobuf:"bytes,4,opt,name=explanation,proto3" json:"explanation,omitempty"`
 	// The engine's planned utilization under this snapshot.
 	PlannedUtilization float64 `protobuf:"fixed64,5,opt,name=planned_utilization,json=plannedUtilization,proto3" json:"planned_utilization,omitempty"`
 	unknownFields      protoimpl.UnknownFields
@@ -1911,11 +1952,13 @@ func (x *EngineWeight) GetPlannedUtilization() float64 {
 }
 
 type ClusterWeights struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Cluster      string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Weights      []*EngineWeight        `protobuf:"bytes,2,rep,name=weights,proto3" json:"weights,omitempty"`
-	ShedFraction float64                `protobuf:"fixed64,3,opt,name=shed_fraction,json=shedFraction,proto3" json:"shed_fraction,omitempty"`
-	DemandRps    float64                `protobuf:"fixed64,4,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Cluster string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Weights []*EngineWeight        `protobuf:"bytes,2,rep,name=weights,proto3" json:"weights,omitempty"`
+	// Share of the cluster's traffic to shed with 429, in [0,1].
+	ShedFraction float64 `protobuf:"fixed64,3,opt,name=shed_fraction,json=shedFraction,proto3" json:"shed_fraction,omitempty"`
+	// The demand the plan was made for, in requests per second.
+	DemandRps float64 `protobuf:"fixed64,4,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
 	// Mean end-to-end latency the plan expects for this cluster.
 	ExpectedLatencyMs float64 `protobuf:"fixed64,5,opt,name=expected_latency_ms,json=expectedLatencyMs,proto3" json:"expected_latency_ms,omitempty"`
 	unknownFields     protoimpl.UnknownFields
@@ -1988,13 +2031,19 @@ func (x *ClusterWeights) GetExpectedLatencyMs() float64 {
 }
 
 type SolveStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Solver        string                 `protobuf:"bytes,1,opt,name=solver,proto3" json:"solver,omitempty"`
-	ObjectiveMs   float64                `protobuf:"fixed64,2,opt,name=objective_ms,json=objectiveMs,proto3" json:"objective_ms,omitempty"`
-	DualityGap    float64                `protobuf:"fixed64,3,opt,name=duality_gap,json=dualityGap,proto3" json:"duality_gap,omitempty"`
-	Iterations    uint32                 `protobuf:"varint,4,opt,name=iterations,proto3" json:"iterations,omitempty"`
-	SolveMs       float64                `protobuf:"fixed64,5,opt,name=solve_ms,json=solveMs,proto3" json:"solve_ms,omitempty"`
-	TotalShedRps  float64                `protobuf:"fixed64,6,opt,name=total_shed_rps,json=totalShedRps,proto3" json:"total_shed_rps,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Solver that produced the plan.
+	Solver string `protobuf:"bytes,1,opt,name=solver,proto3" json:"solver,omitempty"`
+	// Objective: expected end-to-end latency over all traffic, in ms.
+	ObjectiveMs float64 `protobuf:"fixed64,2,opt,name=objective_ms,json=objectiveMs,proto3" json:"objective_ms,omitempty"`
+	// Relative duality gap of the solution (dimensionless).
+	DualityGap float64 `protobuf:"fixed64,3,opt,name=duality_gap,json=dualityGap,proto3" json:"duality_gap,omitempty"`
+	// Solver iterations.
+	Iterations uint32 `protobuf:"varint,4,opt,name=iterations,proto3" json:"iterations,omitempty"`
+	// Wall-clock solve time, in ms (not part of the inputs digest).
+	SolveMs float64 `protobuf:"fixed64,5,opt,name=solve_ms,json=solveMs,proto3" json:"solve_ms,omitempty"`
+	// Traffic shed over all clusters, in requests per second.
+	TotalShedRps  float64 `protobuf:"fixed64,6,opt,name=total_shed_rps,json=totalShedRps,proto3" json:"total_shed_rps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2077,9 +2126,13 @@ func (x *SolveStats) GetTotalShedRps() float64 {
 type WeightSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	CreatedUnixMs int64                  `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
-	Clusters      []*ClusterWeights      `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Version, only going up: the planned window's end, Unix ms
+	// (docs/optimizer.md).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Creation time, Unix ms: the window end too (planning is event-time
+	// driven).
+	CreatedUnixMs int64             `protobuf:"varint,3,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	Clusters      []*ClusterWeights `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	// Hex SHA-256 of the deterministic encoding of the optimizer inputs.
 	InputsDigest string      `protobuf:"bytes,5,opt,name=inputs_digest,json=inputsDigest,proto3" json:"inputs_digest,omitempty"`
 	Stats        *SolveStats `protobuf:"bytes,6,opt,name=stats,proto3" json:"stats,omitempty"`
