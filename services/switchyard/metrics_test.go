@@ -88,7 +88,8 @@ func parseDesc(d *prometheus.Desc) (string, []string) {
 }
 
 // kindOf tells a collector's metric type from its Go type, "" when that
-// does not say (a custom or wrapped collector).
+// does not say (a histogram or summary, which have the same method set, or
+// a custom or wrapped collector: their series tell).
 func kindOf(c prometheus.Collector) string {
 	switch c.(type) {
 	case *prometheus.CounterVec:
@@ -98,10 +99,6 @@ func kindOf(c prometheus.Collector) string {
 	case *prometheus.HistogramVec:
 		return "histogram"
 	case *prometheus.SummaryVec:
-		return "summary"
-	case prometheus.Histogram:
-		return "histogram"
-	case prometheus.Summary:
 		return "summary"
 	case prometheus.Gauge: // before Counter: a Gauge has Inc and Add too
 		return "gauge"
