@@ -1,18 +1,23 @@
-package brokers
+package roles
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/internal/brokers"
+	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/settings"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
@@ -25,13 +30,14 @@ func TestLeastPrivilege(t *testing.T) {
 	defer cancel()
 	topics := streams.TopicsFor("")
 	group, ckpt := "switchyard-processor", process.CheckpointTopic("")
-	users := []User{
-		{Name: "optimizer", Password: "o", NATSPermissions: NATSOptimizer.Permissions(), KafkaACLs: KafkaOptimizer.ACLs(topics, group, ckpt)},
-		{Name: "gateway", Password: "g", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: KafkaGateway.ACLs(topics, group, ckpt)},
-		{Name: "agent", Password: "a", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: KafkaAgent.ACLs(topics, group, ckpt)},
-		{Name: "processor", Password: "p", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: KafkaProcessor.ACLs(topics, group, ckpt)},
+	acls := func(r KafkaRole) []kfake.ACL { return r.ACLs("", group) }
+	users := []brokers.User{
+		{Name: "optimizer", Password: "o", NATSPermissions: NATSOptimizer.Permissions(), KafkaACLs: acls(KafkaOptimizer)},
+		{Name: "gateway", Password: "g", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: acls(KafkaGateway)},
+		{Name: "agent", Password: "a", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: acls(KafkaAgent)},
+		{Name: "processor", Password: "p", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: acls(KafkaProcessor)},
 	}
-	b, err := Start(ctx, Config{KafkaPartitions: 1, Security: Security{Users: users}})
+	b, err := brokers.Start(ctx, brokers.Config{KafkaPartitions: 1, Security: brokers.Security{Users: users}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +46,9 @@ func TestLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.Kafka.CreateTopic(ckpt, 1, map[string]string{"cleanup.policy": "compact"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Kafka.CreateTopic(settings.Topic(""), 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	natsAs := func(user, pass string) jetstream.JetStream {
@@ -144,4 +153,17 @@ func TestLeastPrivilege(t *testing.T) {
 			t.Fatalf("processor as its role: %+v", st)
 		}
 	})
+}
+
+// connection parses the connection flags from env alone, as a service
+// started with SWITCHYARD_* variables does.
+func connection(t *testing.T, env map[string]string) cli.Connection {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var c cli.Connection
+	c.Register(fs)
+	if err := cli.Parse(fs, nil, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -1,4 +1,8 @@
-package brokers
+// Package roles holds the least NATS permissions and Kafka ACLs of each
+// Switchyard service (docs/security.md), for brokers.Security and its
+// tests. It is separate from package brokers so that brokers stays free of
+// the stream packages (whose tests start brokers).
+package roles
 
 import (
 	"github.com/nats-io/nats-server/v2/server"
@@ -6,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/settings"
 )
 
 // NATSRole is the least NATS permission set of a Switchyard service with
@@ -62,11 +68,13 @@ const (
 	KafkaOptimizer KafkaRole = "optimizer"
 )
 
-// ACLs returns r's ACLs for the topics t and the processor's consumer
-// group and checkpoint topic. Topic creation is left to the brokers
-// command (or an administrator); a service that may not create topics
-// logs that and goes on.
-func (r KafkaRole) ACLs(t streams.Topics, group, checkpoints string) []kfake.ACL {
+// ACLs returns r's ACLs for the topics under prefix and the processor's
+// consumer group. Topic creation is left to the brokers command (or an
+// administrator); a service that may not create topics logs that and
+// goes on.
+func (r KafkaRole) ACLs(prefix, group string) []kfake.ACL {
+	t := streams.TopicsFor(prefix)
+	checkpoints, recorded := process.CheckpointTopic(prefix), settings.Topic(prefix)
 	topic := func(name string, ops ...kmsg.ACLOperation) []kfake.ACL {
 		var out []kfake.ACL
 		for _, op := range ops {
@@ -92,10 +100,12 @@ func (r KafkaRole) ACLs(t streams.Topics, group, checkpoints string) []kfake.ACL
 		acls = append(acls, topic(t.Estimates, write, describe)...)
 		acls = append(acls, topic(t.DeadLetter, write, describe)...)
 		acls = append(acls, topic(checkpoints, read, write, describe)...)
+		acls = append(acls, topic(recorded, write, describe)...)
 		acls = append(acls, kfake.ACL{Resource: kmsg.ACLResourceTypeGroup, Name: group,
 			Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: read, Allow: true})
 	case KafkaOptimizer:
 		acls = append(topic(t.Estimates, read, describe), topic(t.DeadLetter, write, describe)...)
+		acls = append(acls, topic(recorded, write, describe)...)
 	}
 	return acls
 }
