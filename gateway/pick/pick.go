@@ -113,6 +113,12 @@ type Options struct {
 	// Slack is the allowed excess over an engine's weighted share of
 	// in-flight requests before affinity spills over. Default 0.25.
 	Slack float64
+	// AffinitySlack replaces Slack for the engine that last served the
+	// request's key in PickRequest (it likely holds the key's KV cache,
+	// whose loss costs a full prefill), while this gateway has fewer
+	// requests in flight there than the engine's batch limit (or the
+	// limit is unknown). Default 0.5; never below Slack.
+	AffinitySlack float64
 	// Floor is the absolute excess (requests) always allowed, so that
 	// affinity holds at low load. Default 2.
 	Floor float64
@@ -148,6 +154,10 @@ func (o *Options) defaults() {
 	if o.Slack == 0 {
 		o.Slack = 0.25
 	}
+	if !(o.AffinitySlack > 0) || math.IsInf(o.AffinitySlack, 0) {
+		o.AffinitySlack = 0.5
+	}
+	o.AffinitySlack = max(o.AffinitySlack, o.Slack)
 	if !(o.Floor > 0) || math.IsInf(o.Floor, 0) {
 		o.Floor = 2
 	}

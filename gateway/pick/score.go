@@ -50,19 +50,24 @@ type scored struct {
 // # Algorithm
 //
 // The candidates are, in order: the engine that last served r.Key (so
-// affinity survives weight changes), then the first distinct acceptable
+// affinity survives weight changes; its bounded load uses
+// Options.AffinitySlack, 0.5, while this gateway has fewer requests in
+// flight there than the engine's batch limit), then the first distinct acceptable
 // engines of r.Key's walk over the weighted Maglev table (acceptable as
 // in Pick: not excluded, available, not turned away by its penalty,
 // within its bounded load and hard limit), Options.Candidates (3) of
 // them. Each is scored by the time until the client would have its first
 // Options.LookaheadTokens (8) tokens from it, as this gateway can tell:
 //
-//	RTT + a + p·(queued + uncached) + d·8 + slot wait
+//	RTT + a + p·(queued + uncached + redo) + d·8 + slot wait
 //
 // where RTT is the snapshot's network latency to the engine, queued the
 // prefill tokens of this gateway's requests on the engine that have no
-// first token yet, uncached the part of this prompt whose prefix blocks
-// the engine was not recently sent, a and p the intercept and slope of
+// first token yet, uncached the part of this prompt beyond the deepest
+// prefix block the engine was recently sent (see cached), redo the
+// tokens another candidate holds and this one does not (prefilling them
+// again costs the fleet that time on top of this request's wait, so a
+// move away from the cache is counted twice), a and p the intercept and slope of
 // the engine's TTFT against queued prefill work (learned from this
 // gateway's own requests, dropped after 30 s without one; engines with
 // nothing current take the mean of the candidates that have), d the
@@ -79,8 +84,9 @@ type scored struct {
 // # Deviation from the weights
 //
 // Every candidate satisfies Pick's bounded-load guard, so an engine gets
-// at most its share·(1+Slack) of this gateway's requests in flight plus
-// Floor, whatever the scores say; with nothing queued and nothing cached
+// at most its share·(1+AffinitySlack) of this gateway's requests in
+// flight plus Floor (share·(1+Slack) + Floor of the requests it was not
+// the key's last engine for), whatever the scores say; with nothing queued and nothing cached
 // the walk's order decides and keys land in proportion to the weights
 // (TestPickRequestKeepsShares).
 //
@@ -239,7 +245,7 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 	sticky := false
 	if mem := t.mem; mem != nil {
 		if id, st := mem.lastEngine(r.Key, stampOf(r.NowMs)); id > 0 && int(id) <= len(t.byPool) {
-			if i := t.byPool[id-1]; i >= 0 && t.engines[i].State.fresh(st) && t.acceptable(i, h, tot, grow, exclude) {
+			if i := t.byPool[id-1]; i >= 0 && t.engines[i].State.fresh(st) && t.acceptable(i, h, tot, t.affinityGrow(i, grow), exclude) {
 				c = add(c, i)
 				sticky = true
 			}
@@ -258,6 +264,19 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 		c = add(c, i)
 	}
 	return c, sticky
+}
+
+// affinityGrow is the bounded-load factor of the key's last engine i:
+// 1+AffinitySlack while this gateway has fewer requests in flight there
+// than the engine's batch limit (or the limit is unknown), else grow: past
+// the limit the request would wait for a slot, which costs more than the
+// cache saves.
+func (t *Table) affinityGrow(i int32, grow float64) float64 {
+	e := &t.engines[i]
+	if e.Slots > 0 && e.State.inflight.Load() >= int64(e.Slots) {
+		return grow
+	}
+	return 1 + t.opt.AffinitySlack
 }
 
 // add appends candidate i to c (within its capacity), setting only what
@@ -304,6 +323,10 @@ func (t *Table) score(r *Request, c []scored) {
 	if nd > 0 {
 		dd = sd / float64(nd)
 	}
+	var held int64 // the most tokens any candidate holds
+	for k := range c {
+		held = max(held, min(c[k].uncached, prompt))
+	}
 	for k := range c {
 		e := &t.engines[c[k].i]
 		m := &c[k].m
@@ -313,10 +336,14 @@ func (t *Table) score(r *Request, c []scored) {
 		if !m.knownD {
 			m.d = dd
 		}
-		u := max(prompt-c[k].uncached, 0) // c[k].uncached holds the cached tokens here
+		cached := min(c[k].uncached, prompt) // c[k].uncached holds the cached tokens here
+		u := max(prompt-cached, 0)
 		c[k].uncached = u
 		c[k].work = float64(max(e.State.prefill.Load(), 0) + u)
-		c[k].score = e.RTTms + m.a + m.p*c[k].work + m.d*look + slotWait(e, m.e2e)
+		// Prefilling again what another candidate holds costs the fleet
+		// that prefill's time as well as this request: it is counted twice.
+		redo := float64(max(held-cached, 0))
+		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + slotWait(e, m.e2e)
 	}
 }
 
@@ -341,8 +368,15 @@ func slotWait(e *Engine, e2eMs float64) float64 {
 const defaultMsPerToken = 0.1
 
 // cached sets each candidate's uncached field to the tokens of r's
-// prompt the engine is expected to hold: the longest run of leading
-// blocks the memory says were sent to it.
+// prompt the engine is expected to hold: up to the deepest block the
+// memory says was sent to it. A block's hash covers the whole prefix up
+// to its end, so an engine sent block k was sent blocks 0..k-1 with it;
+// a shared prefix (a system prompt every conversation starts with) is
+// sent to many engines while the memory keeps only its two most recent
+// holders, so a candidate missing from an earlier block's holders is
+// still credited with a deeper block it holds. The scan ends at the
+// first block with no holder at all (nothing deeper was sent anywhere,
+// barring an entry lost to a collision).
 func (t *Table) cached(r *Request, c []scored) {
 	mem := t.mem
 	if mem == nil || len(r.Blocks) == 0 || r.BlockTokens <= 0 {
@@ -350,29 +384,20 @@ func (t *Table) cached(r *Request, c []scored) {
 	}
 	now := stampOf(r.NowMs)
 	var ids [maxCandidates + 1]uint32
-	var run [maxCandidates + 1]bool
-	alive := 0
+	var sts [maxCandidates + 1]*State
 	for k := range c {
-		ids[k] = t.engines[c[k].i].State.idx + 1
-		run[k] = true
-		alive++
+		sts[k] = t.engines[c[k].i].State
+		ids[k] = sts[k].idx + 1
 	}
 	for b, h := range r.Blocks {
 		e0, e1, s0, s1 := mem.holders(h, now)
-		for k := range c {
-			if !run[k] {
-				continue
-			}
-			st := t.engines[c[k].i].State
-			if (e0 == ids[k] && st.fresh(s0)) || (e1 == ids[k] && st.fresh(s1)) {
-				c[k].uncached = int64((b + 1) * r.BlockTokens)
-				continue
-			}
-			run[k] = false
-			alive--
-		}
-		if alive == 0 {
+		if e0 == 0 && e1 == 0 {
 			break
+		}
+		for k := range c {
+			if (e0 == ids[k] && sts[k].fresh(s0)) || (e1 == ids[k] && sts[k].fresh(s1)) {
+				c[k].uncached = int64((b + 1) * r.BlockTokens)
+			}
 		}
 	}
 }

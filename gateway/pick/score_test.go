@@ -419,3 +419,94 @@ func TestOverflowAvoidsPenalizedEngine(t *testing.T) {
 		t.Fatalf("an engine with penalty 0.9 took %d of 200 requests", failing)
 	}
 }
+
+// TestSharedPrefixDoesNotHideDeeperBlocks: every prompt starts with the
+// same system-prompt block, sent to every engine, so the memory keeps
+// only the last two engines for it; an engine that was sent a
+// conversation's deeper blocks is still credited with them (block k's
+// hash covers blocks 0..k), and a follow-up of the conversation under
+// another key goes there, with only its new tokens uncached.
+func TestSharedPrefixDoesNotHideDeeperBlocks(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(3, func(int) float64 { return 1 }), Options{})
+	for i := range 3 {
+		teach(tb, i, 20, 20, 0.05, 0)
+	}
+	chain := func(conv uint64, n int) []uint64 {
+		out := []uint64{Mix(0x5eed)} // the shared first block
+		for k := 1; k < n; k++ {
+			out = append(out, Mix(out[k-1]^(conv<<20|uint64(k))))
+		}
+		return out
+	}
+	send := func(key uint64, blocks []uint64) int {
+		_, i, tk := place(t, tb, &Request{Key: key, PromptTokens: 64 * len(blocks), Blocks: blocks, BlockTokens: 64, NowMs: 5})
+		tb.FirstToken(i, tk, 20)
+		tb.Finished(i, tk, true, 10, 0)
+		tb.Done(i)
+		return i
+	}
+	held := send(1, chain(1, 40))
+	// Other conversations refresh the shared block's holders until
+	// neither of the two remembered is the engine holding conversation 1.
+	others := 0
+	for k := uint64(2); others < 2 && k < 1000; k++ {
+		if send(k*7919, chain(k, 3)) != held {
+			others++
+		} else {
+			others = 0
+		}
+	}
+	if others < 2 {
+		t.Fatal("could not make the shared block's holders other engines")
+	}
+	// A follow-up under another key: all three engines are candidates.
+	_, i, tk := place(t, tb, &Request{Key: 1 << 40, PromptTokens: 64 * 50, Blocks: chain(1, 50), BlockTokens: 64, NowMs: 6})
+	if i != held || tk.Uncached != 64*10 {
+		t.Fatalf("follow-up went to e%d with %d tokens uncached; want e%d (holding 40 of its 50 blocks) with %d",
+			i, tk.Uncached, held, 64*10)
+	}
+}
+
+// TestAffinitySlackBelowBatchLimit: the key's last engine stays its
+// candidate up to share·(1+AffinitySlack) of the in-flight requests plus
+// Floor, but only Slack's bound applies once this gateway has the
+// engine's batch limit in flight there.
+func TestAffinitySlackBelowBatchLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		slots int
+		want  bool // the key still goes to its last engine
+	}{
+		{"limit unknown", 0, true},
+		{"below the limit", 100, true},
+		{"at the limit", 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewPool()
+			sp := specs(2, func(int) float64 { return 1 })
+			for i := range sp {
+				sp[i].MaxConcurrency = tc.slots
+			}
+			tb := mustBuild(t, p, sp, Options{Floor: 0.5})
+			// The key's last engine is e0 (placed there by the walk or not:
+			// remember it directly).
+			key := uint64(42)
+			tb.remember(&Request{Key: key, NowMs: 1}, tb.Engine(0).State)
+			// 10 in flight: e0 holds 7, e1 3. e0's share bound is
+			// 0.5·11·1.25+0.5 = 7.4 (full with one more), its affinity
+			// bound 0.5·11·1.5+0.5 = 8.75.
+			for range 7 {
+				tb.Engine(0).State.tryAcquire()
+			}
+			for range 3 {
+				tb.Engine(1).State.tryAcquire()
+			}
+			i, _, tk := tb.PickRequest(&Request{Key: key, PromptTokens: 100, NowMs: 2}, nil)
+			tb.Finished(i, tk, false, 0, 0)
+			if got := i == 0; got != tc.want {
+				t.Fatalf("went to e%d; want e0: %v", i, tc.want)
+			}
+		})
+	}
+}
