@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5*time.Second, "how far out of event-time order a record may arrive and still count")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", process.DefaultMaxClockSkew, "records dated further ahead of this clock are dead-lettered (negative: no limit)")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", process.DefaultSessionTimeout, "consumer group session timeout: how long a processor killed without leaving holds its partitions")
+	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group membership: a processor restarted with the same id takes its partitions back at once (empty: dynamic)")
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {

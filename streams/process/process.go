@@ -62,6 +62,13 @@ type Config struct {
 	// normally leaves it) holds its partitions. Default
 	// DefaultSessionTimeout (10s).
 	SessionTimeout time.Duration
+	// InstanceID, when set, makes the processor a static group member
+	// (KIP-345): a processor restarted with the same id after a kill
+	// takes its partitions back at once instead of after SessionTimeout.
+	// A static member does not leave the group when stopped, so a
+	// standby with another id waits SessionTimeout. Default "": dynamic
+	// membership.
+	InstanceID string
 	// Fitter fits latency profiles. Default estimate.ConvexFit.
 	Fitter estimate.Fitter
 	// Logger defaults to slog.Default().
@@ -131,11 +138,12 @@ func CheckpointTopic(prefix string) string {
 // checkpoint); producing with acknowledgement from all in-sync replicas
 // and no linger; up to 8 MiB per partition per fetch (the default is 1
 // MiB), so catching up on a backlog takes fewer round trips; the
-// session timeout cfg.SessionTimeout with a heartbeat every tenth of it.
+// session timeout cfg.SessionTimeout with a heartbeat every tenth of it;
+// static membership with cfg.InstanceID.
 func ClientOpts(cfg Config) []kgo.Opt {
 	cfg.defaults()
 	topics := streams.TopicsFor(cfg.TopicPrefix)
-	return []kgo.Opt{
+	opts := []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents),
 		kgo.DisableAutoCommit(),
@@ -148,6 +156,10 @@ func ClientOpts(cfg Config) []kgo.Opt {
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(max(cfg.SessionTimeout/10, 100*time.Millisecond)),
 	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	return opts
 }
 
 // checkClient reports a client that was not created with ClientOpts(cfg).

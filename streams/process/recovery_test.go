@@ -130,3 +130,24 @@ func TestStoppedProcessorLeavesGroup(t *testing.T) {
 	testenv.Eventually(t, 15*time.Second, func() bool { return next.Stats().RoutingEventsConsumed == 40 }, "next processor counted the 40 new events")
 	t.Logf("next processor had every partition %v after the first stopped", time.Since(left))
 }
+
+// TestRestartedStaticMemberTakesOver: a processor with an instance id
+// that stops without leaving (as after kill -9: a static member never
+// leaves) is replaced at once by one restarted with the same id, though
+// the session timeout is 45s.
+func TestRestartedStaticMemberTakesOver(t *testing.T) {
+	kc := testenv.Kafka(t)
+	topics := streams.TopicsFor("static")
+	cl := ensure(t, kc, topics)
+	cfg := config("static")
+	cfg.SessionTimeout, cfg.InstanceID = 45*time.Second, "processor-0"
+	first, stopFirst := start(t, kc, cfg)
+	produce(t, cl, topics, workload(t0, 10*time.Second))
+	testenv.Eventually(t, 15*time.Second, func() bool { return first.Stats().RoutingEventsConsumed == 40 }, "first processor consumed its 40 events")
+	stopFirst()
+	gone := time.Now()
+	next, _ := start(t, kc, cfg)
+	produce(t, cl, topics, workload(t0.Add(10*time.Second), 10*time.Second))
+	testenv.Eventually(t, 15*time.Second, func() bool { return next.Stats().RoutingEventsConsumed == 40 }, "restarted processor counted the 40 new events")
+	t.Logf("restarted static member had every partition %v after the first stopped", time.Since(gone))
+}
