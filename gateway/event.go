@@ -53,11 +53,8 @@ func tenantOf(h http.Header) string {
 // and stamps the engine's region and GPU class; canceled: the client
 // went away.
 func (g *Gateway) noteAttempt(ev *schemas.RoutingEvent, engine string, res *attemptResult, began time.Time, canceled bool) {
-	a := &schemas.Attempt{
-		EngineId:   engine,
-		HttpStatus: uint32(res.status),
-		DurationMs: ms(g.cfg.now().Sub(began)),
-	}
+	a := addAttempt(ev)
+	a.EngineId, a.HttpStatus, a.DurationMs = engine, uint32(res.status), ms(g.cfg.now().Sub(began))
 	switch {
 	case res.complete:
 		a.Status = schemas.RequestStatus_REQUEST_STATUS_OK
@@ -70,13 +67,32 @@ func (g *Gateway) noteAttempt(ev *schemas.RoutingEvent, engine string, res *atte
 	default:
 		a.Status = schemas.RequestStatus_REQUEST_STATUS_OK
 	}
-	ev.Tried = append(ev.Tried, a)
 	ev.FinishReason = res.usage.FinishReason
 	ev.EngineRegion, ev.EngineGpuClass = "", ""
 	if v, ok := g.engineInfo.Load(engine); ok {
 		info := v.(*engineInfo)
 		ev.EngineRegion, ev.EngineGpuClass = info.region, info.gpuClass
 	}
+}
+
+// firstAttempt is a request's first attempt and the slice listing it,
+// allocated together (most requests have one attempt).
+type firstAttempt struct {
+	a    schemas.Attempt
+	list [1]*schemas.Attempt
+}
+
+// addAttempt appends a new attempt to ev.Tried and returns it.
+func addAttempt(ev *schemas.RoutingEvent) *schemas.Attempt {
+	if len(ev.Tried) == 0 {
+		fa := &firstAttempt{}
+		fa.list[0] = &fa.a
+		ev.Tried = fa.list[:1:1]
+		return &fa.a
+	}
+	a := &schemas.Attempt{}
+	ev.Tried = append(ev.Tried, a)
+	return a
 }
 
 // failureReason maps the proxy's fail reasons (relay.FailReason and
