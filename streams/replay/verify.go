@@ -51,6 +51,12 @@ type VerifyResult struct {
 	// FirstDiffVersion is the version of the first snapshot that
 	// differs (0: none).
 	FirstDiffVersion uint64 `json:"first_diff_version"`
+	// InputsDiffer counts the differing snapshots whose inputs digest
+	// differs too: the planner got other estimates (a record the live
+	// processor missed, or estimates the live optimizer planned without);
+	// the others got the same estimates and were planned differently
+	// (planner state, numerics).
+	InputsDiffer int `json:"inputs_differ"`
 	// Records read, and how many of them the replay dropped as late or
 	// dead-lettered.
 	Records      int `json:"records"`
@@ -152,6 +158,9 @@ func Verify(ctx context.Context, cl *kgo.Client, live []*schemas.WeightSnapshot,
 		}
 		if res.FirstDiffVersion == 0 {
 			res.FirstDiffVersion = l.GetVersion()
+		}
+		if r != nil && r.GetInputsDigest() != l.GetInputsDigest() {
+			res.InputsDiffer++
 		}
 		res.MaxWeightDiff = math.Max(res.MaxWeightDiff, weightDiff(l, r))
 	}
