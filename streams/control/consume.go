@@ -2,16 +2,21 @@ package control
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/snapshots/trust"
 )
 
 // consume polls the estimates topic and sends every valid estimate to
 // out until ctx is done or the client is closed; an undecodable estimate,
-// or one without a kind or window end, goes to the dead-letter topic.
+// one without a kind or window end, or one whose window ends beyond the
+// clock plus the skew (it would be planned and published as a version
+// that holds every later one back) goes to the dead-letter topic.
 func (o *Optimizer) consume(ctx context.Context, dlq *streams.DeadLetter, out chan<- *schemas.Estimate) {
 	for {
 		fetches := o.cl.PollFetches(ctx)
@@ -24,7 +29,11 @@ func (o *Optimizer) consume(ctx context.Context, dlq *streams.DeadLetter, out ch
 		for it := fetches.RecordIter(); !it.Done(); {
 			r := it.Next()
 			var est schemas.Estimate
-			if reason := decode(r.Value, &est); reason != "" {
+			reason := decode(r.Value, &est)
+			if reason == "" {
+				reason = future(&est, time.Now())
+			}
+			if reason != "" {
 				if err := dlq.Send(ctx, r, reason); err != nil {
 					o.log.Warn("dead-lettering estimate", "err", err)
 				}
@@ -53,6 +62,15 @@ func decode(b []byte, est *schemas.Estimate) string {
 		return "estimate has no kind"
 	case est.WindowEndUnixMs() <= 0:
 		return "estimate has no window end"
+	}
+	return ""
+}
+
+// future returns why est's window end is beyond now plus
+// trust.DefaultMaxSkew, or "".
+func future(est *schemas.Estimate, now time.Time) string {
+	if end, lim := est.WindowEndUnixMs(), now.Add(trust.DefaultMaxSkew).UnixMilli(); end > lim {
+		return fmt.Sprintf("estimate window end %d ms is %v beyond the clock plus the allowed skew", end, time.Duration(end-lim)*time.Millisecond)
 	}
 	return ""
 }
