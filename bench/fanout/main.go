@@ -36,12 +36,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/gateway"
-	"github.com/switchyard-llm/switchyard/internal/brokers"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
@@ -54,14 +54,16 @@ func main() {
 	interval := flag.Duration("interval", 100*time.Millisecond, "pause between one snapshot applied everywhere and the next publish")
 	url := flag.String("nats", "", "NATS URL (watchers)")
 	cluster := flag.String("cluster", "fanout", "cluster key (watchers)")
+	apply := flag.String("apply", "gateway", "what a watcher does with a value: gateway (gateway.ApplySnapshot), decode (proto.Unmarshal only) or none")
+	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	if *role == "watchers" {
-		err = watchers(ctx, *url, *cluster, *gateways)
+		err = watchers(ctx, *url, *cluster, *gateways, *apply)
 	} else {
-		err = publisher(ctx, *gateways, *engines, *n, *interval)
+		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fanout:", err)
@@ -72,7 +74,7 @@ func main() {
 // watchers runs the gateway side: n gateways of cluster, each fed by its
 // own snapshots.Watcher. It writes "A version gateway unixnano" after
 // each apply and answers "cpu" on stdin with "CPU nanoseconds".
-func watchers(ctx context.Context, url, cluster string, n int) error {
+func watchers(ctx context.Context, url, cluster string, n int, mode string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := bufio.NewWriter(os.Stdout)
@@ -96,11 +98,12 @@ func watchers(ctx context.Context, url, cluster string, n int) error {
 		go func() {
 			defer wg.Done()
 			for b := range w.Updates() {
-				if err := g.ApplySnapshot(b); err != nil {
+				v, err := applyValue(g, b, mode)
+				if err != nil {
 					emit("E %d %v\n", k, err)
 					continue
 				}
-				emit("A %d %d %d\n", g.Stats().SnapshotVersion, k, time.Now().UnixNano())
+				emit("A %d %d %d\n", v, k, time.Now().UnixNano())
 			}
 		}()
 	}
@@ -113,6 +116,25 @@ func watchers(ctx context.Context, url, cluster string, n int) error {
 	cancel() // stdin closed: the publisher is done
 	wg.Wait()
 	return nil
+}
+
+// applyValue applies b as mode says and returns its version.
+func applyValue(g *gateway.Gateway, b []byte, mode string) (uint64, error) {
+	switch mode {
+	case "gateway":
+		if err := g.ApplySnapshot(b); err != nil {
+			return 0, err
+		}
+		return g.Stats().SnapshotVersion, nil
+	case "decode":
+		var snap schemas.WeightSnapshot
+		if err := protoUnmarshal(b, &snap); err != nil {
+			return 0, err
+		}
+		return snap.GetVersion(), nil
+	default: // none: read the version field only
+		return versionOf(b)
+	}
 }
 
 func cpuNanos() int64 {
@@ -138,12 +160,12 @@ type applied struct {
 	at      time.Time
 }
 
-func startChild(ctx context.Context, url, cluster string, n int) (*child, error) {
+func startChild(ctx context.Context, url, cluster string, n int, mode string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n))
+	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n), "-apply", mode)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -246,15 +268,22 @@ func snapshot(cluster string, version uint64, engines int) *schemas.WeightSnapsh
 		Clusters: []*schemas.ClusterWeights{cw}}
 }
 
-func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration) error {
+func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int) error {
 	dir, err := os.MkdirTemp("", "switchyard-fanout-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ns, err := brokers.StartNATS(ctx, "127.0.0.1:0", dir)
+	// The default max payload (1 MB) does not carry a 20,000-engine
+	// snapshot (about 2 MB): "nats: maximum payload exceeded".
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: dir, NoLog: true, NoSigs: true, MaxPayload: int32(maxPayload)})
 	if err != nil {
 		return err
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		return errors.New("nats server not ready")
 	}
 	defer ns.Shutdown()
 	nc, err := nats.Connect(ns.ClientURL())
@@ -270,8 +299,8 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d gateways (own NATS connections, one process), %d snapshots per size, GOMAXPROCS %s, %d CPUs\n",
-		gateways, n, os.Getenv("GOMAXPROCS"), numCPU())
+	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, %d snapshots per size, max_payload %d, %d CPUs\n",
+		gateways, mode, n, maxPayload, numCPU())
 	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms")
 	version := uint64(0)
 	for _, s := range strings.Split(sizes, ",") {
@@ -280,7 +309,7 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 			return fmt.Errorf("engines %q: %w", s, err)
 		}
 		cluster := fmt.Sprintf("fanout-%d", engines)
-		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, &version); err != nil {
+		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, &version); err != nil {
 			return fmt.Errorf("%d engines: %w", engines, err)
 		}
 	}
@@ -295,8 +324,8 @@ func numCPU() int {
 	return n
 }
 
-func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, version *uint64) error {
-	c, err := startChild(ctx, url, cluster, gateways)
+func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, version *uint64) error {
+	c, err := startChild(ctx, url, cluster, gateways, mode)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@
 package snapshots
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -159,14 +160,20 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Opt) (*Store, err
 // Publish stores snap: the whole snapshot on the audit stream, then, for
 // each cluster, a snapshot holding only that cluster's weights under the
 // cluster's key. A key holding a version >= snap.Version fails with
-// ErrStaleVersion (other clusters are still written).
+// ErrStaleVersion (other clusters are still written), except when it
+// holds exactly the value Publish would write: replicas that plan the
+// same window write the same bytes, and the second write is a no-op.
+// The audit message carries the version as its JetStream message id, so
+// the stream also keeps one copy of a version published twice within its
+// duplicate window (2 minutes).
 func (s *Store) Publish(ctx context.Context, snap *schemas.WeightSnapshot) error {
 	whole, err := s.encode(snap)
 	if err != nil {
 		return fmt.Errorf("encoding snapshot %d: %w", snap.GetVersion(), err)
 	}
 	msg := &nats.Msg{Subject: s.cfg.auditSubject, Data: whole, Header: nats.Header{
-		schemas.HeaderContentType: {schemas.ContentTypeProtobuf}, schemas.HeaderMessage: {schemas.MessageName(snap)}}}
+		schemas.HeaderContentType: {schemas.ContentTypeProtobuf}, schemas.HeaderMessage: {schemas.MessageName(snap)},
+		jetstream.MsgIDHeader: {fmt.Sprintf("snapshot-%d", snap.GetVersion())}}}
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publishing snapshot %d to audit stream: %w", snap.GetVersion(), err)
 	}
@@ -242,6 +249,9 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 		}
 		// An untrusted or undecodable value is overwritten.
 		if cur, err := s.decode(e.Value()); err == nil && cur.GetVersion() >= snap.GetVersion() {
+			if bytes.Equal(e.Value(), b) {
+				return nil // the same value, written by another replica
+			}
 			return fmt.Errorf("%w: cluster %q holds %d, got %d", ErrStaleVersion, cluster, cur.GetVersion(), snap.GetVersion())
 		}
 		if _, err := s.kv.Update(ctx, cluster, b, e.Revision()); err == nil {

@@ -51,8 +51,13 @@ func TestPublishGetVersionsOnlyGoUp(t *testing.T) {
 	if got.GetVersion() != 2 || len(got.GetClusters()) != 1 || got.GetClusters()[0].GetCluster() != "region-b" {
 		t.Fatalf("Get = %v", got)
 	}
-	if err := st.Publish(ctx, snap(2, "region-a")); !errors.Is(err, snapshots.ErrStaleVersion) {
-		t.Fatalf("republishing version 2: %v, want ErrStaleVersion", err)
+	if err := st.Publish(ctx, snap(2, "region-a")); err != nil {
+		t.Fatalf("republishing the same version 2 (a second replica): %v, want a no-op", err)
+	}
+	other := snap(2, "region-a")
+	other.Clusters[0].ShedFraction = 0.5
+	if err := st.Publish(ctx, other); !errors.Is(err, snapshots.ErrStaleVersion) {
+		t.Fatalf("publishing a different version 2: %v, want ErrStaleVersion", err)
 	}
 	if v, _ := st.LatestVersion(ctx); v != 2 {
 		t.Fatalf("LatestVersion = %d, want 2", v)
