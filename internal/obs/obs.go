@@ -1,5 +1,7 @@
 // Package obs holds the observability wiring services share: serving a
-// Prometheus registry over HTTP.
+// Prometheus registry over HTTP (with /health), registering collectors
+// without losing errors, and OpenTelemetry export of spans and metrics
+// configured by the standard OTEL_* variables (StartTelemetry).
 package obs
 
 import (
