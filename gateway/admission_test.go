@@ -85,6 +85,23 @@ func testTenantKeys(t *testing.T, server string) {
 	if n := e.requests.Load(); n != 0 {
 		t.Fatalf("%d unauthenticated requests reached the engine", n)
 	}
+	for key, want := range map[string]int{"": 401, "sk-wrong": 401, "sk-acme": 200} {
+		req, err := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /v1/models with key %q: %d, want %d", key, resp.StatusCode, want)
+		}
+	}
 	for _, ev := range drainEvents(t, sink, 3) {
 		if ev.Status != schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR || ev.HttpStatus != 401 ||
 			ev.FailureReason != schemas.FailureReason_FAILURE_REASON_UNAUTHENTICATED || estimate.CountsAsDemand(ev) {

@@ -774,6 +774,9 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")
 		return
 	}
+	if _, ok := g.keyTenant(w, r); !ok { // tenants.go
+		return
+	}
 	g.askModels(w, r)
 }
 
@@ -812,6 +815,9 @@ func (g *Gateway) serveModel(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")
+		return
+	}
+	if _, ok := g.keyTenant(w, r); !ok { // tenants.go
 		return
 	}
 	id := r.PathValue("id")

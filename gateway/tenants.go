@@ -19,8 +19,8 @@ type TenantKeys interface {
 	Lookup(apiKey string) *tenant.Tenant
 }
 
-// Tenants requires an API key on every inference request: an unknown or
-// missing one gets 401 invalid_api_key; the key's tenant sets the
+// Tenants requires an API key on every inference and model request: an
+// unknown or missing one gets 401 invalid_api_key; the key's tenant sets the
 // request's priority, rate and concurrency limits, and names it in the
 // routing event; the client's Authorization header is then not passed to
 // the engines. Default none: no keys, every request is accepted.
@@ -47,16 +47,12 @@ func bearer(h http.Header) string {
 // tenant's request in flight (nil when none was counted).
 func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ev *schemas.RoutingEvent) (prio shed.Priority, done func(), out outcome, ok bool) {
 	prio = shed.Normal
-	var t *tenant.Tenant
-	if g.cfg.tenants != nil {
-		t = g.cfg.tenants.Lookup(bearer(r.Header))
-		if t == nil {
-			g.admit.unauth.Inc()
-			ev.FailureReason = schemas.FailureReason_FAILURE_REASON_UNAUTHENTICATED
-			w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
-			writeError(w, http.StatusUnauthorized, typeInvalid, "invalid_api_key", "", "Incorrect API key provided. Send a valid key as Authorization: Bearer <key>.")
-			return prio, nil, outcome{statusClientErr, http.StatusUnauthorized}, false
-		}
+	t, known := g.keyTenant(w, r)
+	if !known {
+		ev.FailureReason = schemas.FailureReason_FAILURE_REASON_UNAUTHENTICATED
+		return prio, nil, outcome{statusClientErr, http.StatusUnauthorized}, false
+	}
+	if t != nil {
 		ev.Tenant = t.Name
 		prio = t.Priority
 	}
@@ -80,6 +76,22 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ev *schemas.
 		return prio, nil, g.tenantLimited(w, ev, t, "tenant_concurrency", time.Second), false
 	}
 	return prio, t.Done, outcome{}, true
+}
+
+// keyTenant returns the tenant of r's API key (nil without Tenants); with
+// Tenants and no valid key it answers 401 invalid_api_key and returns ok
+// false.
+func (g *Gateway) keyTenant(w http.ResponseWriter, r *http.Request) (t *tenant.Tenant, ok bool) {
+	if g.cfg.tenants == nil {
+		return nil, true
+	}
+	if t = g.cfg.tenants.Lookup(bearer(r.Header)); t != nil {
+		return t, true
+	}
+	g.admit.unauth.Inc()
+	w.Header().Set("WWW-Authenticate", `Bearer realm="switchyard"`)
+	writeError(w, http.StatusUnauthorized, typeInvalid, "invalid_api_key", "", "Incorrect API key provided. Send a valid key as Authorization: Bearer <key>.")
+	return nil, false
 }
 
 // tenantLimited answers 429 for a tenant over its own limit: not demand
