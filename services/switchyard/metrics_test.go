@@ -211,6 +211,9 @@ func registeredSeries(t *testing.T) map[string]series {
 	if _, err := process.New(client(process.ClientOpts(pcfg)...), pcfg); err != nil {
 		t.Fatalf("processor: %v", err)
 	}
+	if _, err := streams.NewGroupLag(client(), rec, pcfg.Group); err != nil { // the processor command's
+		t.Fatalf("consumer lag: %v", err)
+	}
 	rec.families(t, "processor", out)
 
 	rec = &recorder{reg: prometheus.NewRegistry()}
