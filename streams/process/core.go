@@ -50,9 +50,9 @@ type Core struct {
 	fits   *estimate.FitCache
 	dec    estimate.Decoder
 	slide  int64
-	// futureLimit: event times after it (Unix ms) are dead-lettered; 0
-	// means no limit (recovery.go).
-	futureLimit int64
+	// futureLimit: event times after it (Unix ms) are dead-lettered;
+	// wmCap: the watermark never passes it; 0 means no limit (recovery.go).
+	futureLimit, wmCap int64
 
 	// parts tracks, per input partition, how far it is read, the largest
 	// event time seen in it (see watermark), and where the restored
@@ -269,6 +269,9 @@ type firedWindow struct {
 // merged windows share nothing with the open panes.
 func (c *Core) fire() []firedWindow {
 	if w, ok := c.watermark(); ok {
+		if c.wmCap > 0 {
+			w = min(w, c.wmCap) // recovery.go
+		}
 		c.panes.AdvanceTo(w)
 	}
 	var out []firedWindow

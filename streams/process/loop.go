@@ -130,7 +130,7 @@ func (r *runner) handleFetches(fetches kgo.Fetches, now time.Time) []firedWindow
 	if fetchErr != nil {
 		p.log.Warn("fetch error", "err", fetchErr)
 	}
-	r.core.SetFutureLimit(p.futureLimit(now)) // recovery.go
+	r.core.SetClock(now, p.cfg.MaxClockSkew) // recovery.go
 	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 		r.core.SetEnd(fp.Topic, fp.Partition, fp.HighWatermark)
 		if len(fp.Records) > 0 {

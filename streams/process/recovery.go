@@ -28,15 +28,16 @@ const (
 	finalCheckpointTimeout = 6 * time.Second
 )
 
-// SetFutureLimit makes Handle dead-letter (reason future_event_time) every
-// record whose event time is after limit, so it never moves the
-// watermark; the zero time turns the check off (replay, which has no
-// clock). The processor sets it to its clock plus MaxClockSkew before
-// each poll's records.
-func (c *Core) SetFutureLimit(limit time.Time) {
-	c.futureLimit = 0
-	if !limit.IsZero() {
-		c.futureLimit = limit.UnixMilli()
+// SetClock bounds event times by the wall clock now: Handle dead-letters
+// (reason future_event_time) every record whose event time is after now
+// plus maxSkew, and the watermark never passes now, so a record dated
+// ahead, even within the skew, cannot make real records late. The zero
+// time or a negative maxSkew turns both off (replay, which has no
+// clock). The processor calls it before each poll's records.
+func (c *Core) SetClock(now time.Time, maxSkew time.Duration) {
+	c.futureLimit, c.wmCap = 0, 0
+	if !now.IsZero() && maxSkew >= 0 {
+		c.futureLimit, c.wmCap = now.Add(maxSkew).UnixMilli(), now.UnixMilli()
 	}
 }
 

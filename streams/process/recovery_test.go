@@ -14,7 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/streams/window"
 )
 
-// TestFutureRecordNeverMovesWatermark: with a future limit, a routing
+// TestFutureRecordNeverMovesWatermark: with a clock, a routing
 // event dated 4 minutes ahead (with its Kafka timestamp ahead too) is
 // dead-lettered with reason future_event_time; the watermark and the
 // checkpoint stay where the real records put them, and the next real
@@ -26,7 +26,7 @@ func TestFutureRecordNeverMovesWatermark(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := t0.Add(20 * time.Second)
-	core.SetFutureLimit(now.Add(DefaultMaxClockSkew))
+	core.SetClock(now, DefaultMaxClockSkew)
 	off := int64(0)
 	handle := func(at time.Time, i int) (Outcome, string) {
 		t.Helper()
@@ -57,9 +57,50 @@ func TestFutureRecordNeverMovesWatermark(t *testing.T) {
 			t.Fatalf("record %d after the future one: %v %s", i, out, reason)
 		}
 	}
-	core.SetFutureLimit(time.Time{}) // replay: no clock, no limit
+	core.SetClock(time.Time{}, 0) // replay: no clock, no limit
 	if out, _ := handle(now.Add(4*time.Minute), 101); out != Accepted {
 		t.Fatalf("without a limit: %v", out)
+	}
+}
+
+// TestRecordWithinSkewNeverPassesClock: a record dated 30s ahead (within
+// the skew) is accepted, but the watermark stops at the clock, so the
+// real records that follow are not late.
+func TestRecordWithinSkewNeverPassesClock(t *testing.T) {
+	topics := streams.TopicsFor("skew")
+	core, err := NewCore(topics, window.Spec{Size: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(20 * time.Second)
+	core.SetClock(now, DefaultMaxClockSkew)
+	off := int64(0)
+	handle := func(at time.Time) Outcome {
+		t.Helper()
+		b, err := proto.Marshal(routing("us", "e1", at, int(off)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		off++
+		out, _ := core.Handle(&kgo.Record{Topic: topics.RoutingEvents, Offset: off - 1, Value: b, Timestamp: at})
+		return out
+	}
+	for i := range 10 {
+		if out := handle(t0.Add(time.Duration(i) * time.Second)); out != Accepted {
+			t.Fatalf("record %d: %v", i, out)
+		}
+	}
+	if out := handle(now.Add(30 * time.Second)); out != Accepted {
+		t.Fatalf("record within the skew: %v", out)
+	}
+	core.fire()
+	if wm := core.Watermark(); wm.After(now) {
+		t.Fatalf("watermark %v passed the clock %v", wm, now)
+	}
+	for i := 15; i < 20; i++ {
+		if out := handle(t0.Add(time.Duration(i) * time.Second)); out != Accepted {
+			t.Fatalf("real record at +%ds after the early one: %v", i, out)
+		}
 	}
 }
 
