@@ -336,9 +336,9 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 		if err := store.Publish(ctx, snapshot(cluster, *version, engines)); err != nil {
 			return err
 		}
-		if _, err := c.waitAll(ctx, *version, gateways, 10*time.Second); err == nil {
+		if _, err := c.waitAll(ctx, *version, gateways, 60*time.Second); err == nil {
 			break
-		} else if try == 5 {
+		} else if try == 3 {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
@@ -358,7 +358,7 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 			return err
 		}
 		pubMs = append(pubMs, ms(time.Since(t0)))
-		at, err := c.waitAll(ctx, *version, gateways, 60*time.Second)
+		at, err := c.waitAll(ctx, *version, gateways, 5*time.Minute)
 		if err != nil {
 			return err
 		}
