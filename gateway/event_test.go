@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/gateway/tenant"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -108,5 +109,24 @@ func TestRoutingEventFailures(t *testing.T) {
 		ev.Decision != schemas.DecisionReason_DECISION_REASON_SHED || ev.Priority != schemas.Priority_PRIORITY_LOW ||
 		ev.AffinityKeyHash == 0 || len(ev.Tried) != 0 || ev.Tenant != DefaultTenant {
 		t.Errorf("shed event %v", ev)
+	}
+}
+
+// TestRoutingEventTenantFromKey: with API keys the event's tenant is the
+// key's, and X-Switchyard-Tenant cannot override it.
+func TestRoutingEventTenantFromKey(t *testing.T) {
+	keys, err := tenant.Parse([]byte("tenants:\n  - name: acme\n    keys: ["+tenant.HashKey("sk-acme")+"]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newFakeEngine(t, "a")
+	sink := make(eventSink, 4)
+	_, base := startGateway(t, Engines(static(e)...), Tenants(keys), Events(sink))
+	status, _, body := post(t, context.Background(), base, chatBody(false, "x"), map[string]string{"Authorization": "Bearer sk-acme", HeaderTenant: "someone-else"})
+	if status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	if ev := sink.next(t); ev.Tenant != "acme" {
+		t.Fatalf("tenant %q, want the key's acme", ev.Tenant)
 	}
 }
