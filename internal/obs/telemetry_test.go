@@ -4,85 +4,24 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
-	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/internal/obs/obstest"
 )
-
-// otlpSink is a local OTLP/HTTP endpoint that decodes what it receives.
-type otlpSink struct {
-	mu      sync.Mutex
-	metrics []string // metric names
-	spans   []string // span names
-	service []string // service.name of every resource
-}
-
-func (s *otlpSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch r.URL.Path {
-	case "/v1/metrics":
-		var req colmetrics.ExportMetricsServiceRequest
-		if err := proto.Unmarshal(b, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rm := range req.GetResourceMetrics() {
-			for _, kv := range rm.GetResource().GetAttributes() {
-				if kv.GetKey() == "service.name" {
-					s.service = append(s.service, kv.GetValue().GetStringValue())
-				}
-			}
-			for _, sm := range rm.GetScopeMetrics() {
-				for _, m := range sm.GetMetrics() {
-					s.metrics = append(s.metrics, m.GetName())
-				}
-			}
-		}
-	case "/v1/traces":
-		var req coltrace.ExportTraceServiceRequest
-		if err := proto.Unmarshal(b, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		for _, rs := range req.GetResourceSpans() {
-			for _, ss := range rs.GetScopeSpans() {
-				for _, sp := range ss.GetSpans() {
-					s.spans = append(s.spans, sp.GetName())
-				}
-			}
-		}
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.WriteHeader(http.StatusOK)
-}
 
 // TestTelemetryExportsSpansAndRegistryMetrics: with only
 // OTEL_EXPORTER_OTLP_ENDPOINT set, a local OTLP/HTTP endpoint receives the
 // service's spans and every series of its Prometheus registry (decoded
 // from the protobuf requests), under service.name from OTEL_SERVICE_NAME.
 func TestTelemetryExportsSpansAndRegistryMetrics(t *testing.T) {
-	sink := &otlpSink{}
-	srv := httptest.NewServer(sink)
-	defer srv.Close()
-	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL, "OTEL_SERVICE_NAME": "switchyard-test-x"}
+	sink := obstest.NewSink(t)
+	env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.URL, "OTEL_SERVICE_NAME": "switchyard-test-x"}
 	for k, v := range env {
 		t.Setenv(k, v) // read by the exporters themselves
 	}
@@ -103,18 +42,16 @@ func TestTelemetryExportsSpansAndRegistryMetrics(t *testing.T) {
 	if err := tel.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	sink.mu.Lock()
-	defer sink.mu.Unlock()
 	for _, want := range []string{"switchyard_test_things_total", "switchyard_test_wait_seconds"} {
-		if !slices.Contains(sink.metrics, want) {
-			t.Errorf("metric %s not exported; got %q", want, sink.metrics)
+		if !sink.HasMetric(want) {
+			t.Errorf("metric %s not exported; got %q", want, sink.Metrics())
 		}
 	}
-	if !slices.Contains(sink.spans, "window.fire") {
-		t.Errorf("span not exported; got %q", sink.spans)
+	if !sink.HasSpan("window.fire") {
+		t.Errorf("span not exported; got %q", sink.Spans())
 	}
-	if len(sink.service) == 0 || slices.ContainsFunc(sink.service, func(s string) bool { return s != "switchyard-test-x" }) {
-		t.Errorf("service.name of the metrics: %q, want switchyard-test-x", sink.service)
+	if svc := sink.Services(); len(svc) == 0 || slices.ContainsFunc(svc, func(s string) bool { return s != "switchyard-test-x" }) {
+		t.Errorf("service.name of the spans and metrics: %q, want switchyard-test-x", svc)
 	}
 }
 
