@@ -115,7 +115,8 @@ func liveTraffic(ctx context.Context, t *testing.T, cl *kgo.Client, topics strea
 // allowed lateness 500ms) on kc and ns under live traffic for d, until
 // the optimizer has planned the windows the traffic completed, and
 // returns how many requests took longer than a window plus the lateness.
-func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, d time.Duration) int {
+// With restartAt > 0 the optimizer is stopped then and a new one started.
+func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, d, restartAt time.Duration) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -134,17 +135,39 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 	}
 	ocfg := control.Config{TopicPrefix: prefix, Settle: 200 * time.Millisecond,
 		Settings: plan.Settings{Clusters: []string{"us", "eu"}, MinDemandRPS: 1, RegionRTTms: map[string]map[string]float64{"us": {"us": 2, "eu": 80}, "eu": {"eu": 2, "us": 80}}}}
-	opt, err := control.New(testenv.Client(t, kc, control.ClientOpts(ocfg)...), store, ocfg)
-	if err != nil {
-		t.Fatal(err)
+	newOpt := func() *control.Optimizer {
+		opt, err := control.New(testenv.Client(t, kc, control.ClientOpts(ocfg)...), store, ocfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return opt
 	}
+	opt := newOpt()
 	liveCtx, stopLive := context.WithCancel(ctx)
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	go func() { errs <- proc.Run(liveCtx) }()
-	go func() { errs <- opt.Run(liveCtx) }()
+	optCtx, stopOpt := context.WithCancel(liveCtx)
+	defer stopOpt()
+	go func() { errs <- opt.Run(optCtx) }()
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, d)
 	defer stopTraffic()
+	var restarted chan struct{}
+	if restartAt > 0 {
+		restarted = make(chan struct{})
+		time.AfterFunc(restartAt, func() {
+			defer close(restarted)
+			stopOpt()
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+			opt = newOpt()
+			go func() { errs <- opt.Run(liveCtx) }()
+		})
+	}
 	slow := liveTraffic(trafficCtx, t, testenv.Client(t, kc), topics, 2500*time.Millisecond)
+	if restarted != nil {
+		<-restarted
+	}
 	// The last window the traffic completes ends a slide plus the
 	// lateness before its last signal.
 	lastEnd := time.Now().Add(-1500 * time.Millisecond).Truncate(time.Second)
@@ -175,7 +198,7 @@ func TestVerifyReproducesLiveRun(t *testing.T) {
 	kc := testenv.Kafka(t)
 	ns := testenv.NATS(t)
 	const prefix = "vlive"
-	slow := runLive(t, kc, ns, prefix, 8*time.Second)
+	slow := runLive(t, kc, ns, prefix, 8*time.Second, 0)
 	if slow < 20 {
 		t.Fatalf("only %d requests took longer than a window plus the lateness", slow)
 	}
@@ -222,4 +245,27 @@ func TestVerifyReproducesLiveRun(t *testing.T) {
 			t.Fatalf("verify after altering snapshot %d: %+v", bad.GetVersion(), res2)
 		}
 	})
+}
+
+// TestVerifyAfterOptimizerRestart: the live optimizer restarts halfway
+// through (it resumes from the published snapshots and applies the
+// windows already published without planning them); the replay, which
+// plans every window, still reproduces every snapshot.
+func TestVerifyAfterOptimizerRestart(t *testing.T) {
+	kc := testenv.Kafka(t)
+	ns := testenv.NATS(t)
+	const prefix = "vrestart"
+	runLive(t, kc, ns, prefix, 8*time.Second, 4*time.Second)
+	var stdout, stderr bytes.Buffer
+	if err := Command().Run(context.Background(), verifyArgs(kc, ns, prefix), &stdout, &stderr); err != nil {
+		t.Fatalf("replay --verify: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+	}
+	var res replay.VerifyResult
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("output %q: %v", stdout.String(), err)
+	}
+	t.Logf("%s", strings.TrimSpace(stdout.String()))
+	if res.Compared < 5 || res.Identical != res.Compared || res.OptimizerSettings != 1 {
+		t.Fatalf("verify: %+v", res)
+	}
 }
