@@ -115,8 +115,9 @@ func liveTraffic(ctx context.Context, t *testing.T, cl *kgo.Client, topics strea
 // allowed lateness 500ms) on kc and ns under live traffic for d, until
 // the optimizer has planned the windows the traffic completed, and
 // returns how many requests took longer than a window plus the lateness.
-// With restartAt > 0 the optimizer is stopped then and a new one started.
-func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, d, restartAt time.Duration) int {
+// With restartAt > 0 the restart component ("processor" or "optimizer")
+// is stopped then and a new one started.
+func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, d, restartAt time.Duration, restart string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -125,7 +126,18 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 		t.Fatal(err)
 	}
 	pcfg := process.Config{TopicPrefix: prefix, Window: 2 * time.Second, Slide: time.Second, AllowedLateness: 500 * time.Millisecond}
-	proc, err := process.New(testenv.Client(t, kc, process.ClientOpts(pcfg)...), pcfg)
+	// A processor's client joins the consumer group when it is created,
+	// so a replacement is created only when it starts (the clients are
+	// closed at cleanup).
+	newProc := func() (*process.Processor, error) {
+		cl, err := kgo.NewClient(append(process.ClientOpts(pcfg), kgo.SeedBrokers(kc.ListenAddrs()...))...)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(cl.Close)
+		return process.New(cl, pcfg)
+	}
+	proc, err := newProc()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +157,9 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 	opt := newOpt()
 	liveCtx, stopLive := context.WithCancel(ctx)
 	errs := make(chan error, 3)
-	go func() { errs <- proc.Run(liveCtx) }()
+	procCtx, stopProc := context.WithCancel(liveCtx)
+	defer stopProc()
+	go func() { errs <- proc.Run(procCtx) }()
 	optCtx, stopOpt := context.WithCancel(liveCtx)
 	defer stopOpt()
 	go func() { errs <- opt.Run(optCtx) }()
@@ -154,13 +168,24 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 	var restarted chan struct{}
 	if restartAt > 0 {
 		restarted = make(chan struct{})
+		nextOpt := newOpt()
 		time.AfterFunc(restartAt, func() {
 			defer close(restarted)
-			stopOpt()
+			stop := map[string]context.CancelFunc{"processor": stopProc, "optimizer": stopOpt}[restart]
+			stop()
 			if err := <-errs; err != nil {
 				t.Error(err)
 			}
-			opt = newOpt()
+			if restart == "processor" {
+				p, err := newProc()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				go func() { errs <- p.Run(liveCtx) }()
+				return
+			}
+			opt = nextOpt
 			go func() { errs <- opt.Run(liveCtx) }()
 		})
 	}
@@ -198,7 +223,7 @@ func TestVerifyReproducesLiveRun(t *testing.T) {
 	kc := testenv.Kafka(t)
 	ns := testenv.NATS(t)
 	const prefix = "vlive"
-	slow := runLive(t, kc, ns, prefix, 8*time.Second, 0)
+	slow := runLive(t, kc, ns, prefix, 8*time.Second, 0, "")
 	if slow < 20 {
 		t.Fatalf("only %d requests took longer than a window plus the lateness", slow)
 	}
@@ -247,25 +272,31 @@ func TestVerifyReproducesLiveRun(t *testing.T) {
 	})
 }
 
-// TestVerifyAfterOptimizerRestart: the live optimizer restarts halfway
-// through (it resumes from the published snapshots and applies the
-// windows already published without planning them); the replay, which
-// plans every window, still reproduces every snapshot.
-func TestVerifyAfterOptimizerRestart(t *testing.T) {
-	kc := testenv.Kafka(t)
-	ns := testenv.NATS(t)
-	const prefix = "vrestart"
-	runLive(t, kc, ns, prefix, 8*time.Second, 4*time.Second)
-	var stdout, stderr bytes.Buffer
-	if err := Command().Run(context.Background(), verifyArgs(kc, ns, prefix), &stdout, &stderr); err != nil {
-		t.Fatalf("replay --verify: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
-	}
-	var res replay.VerifyResult
-	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		t.Fatalf("output %q: %v", stdout.String(), err)
-	}
-	t.Logf("%s", strings.TrimSpace(stdout.String()))
-	if res.Compared < 5 || res.Identical != res.Compared || res.OptimizerSettings != 1 {
-		t.Fatalf("verify: %+v", res)
+// TestVerifyAfterRestart: the live processor or optimizer restarts
+// halfway through 8 s of traffic (the processor resumes from its
+// checkpoint and rebuilds its open windows; the optimizer resumes from
+// the published snapshots and applies the windows already published
+// without planning them); the replay, which runs each once over the whole
+// history, still reproduces every snapshot.
+func TestVerifyAfterRestart(t *testing.T) {
+	for _, restart := range []string{"processor", "optimizer"} {
+		t.Run(restart, func(t *testing.T) {
+			kc := testenv.Kafka(t)
+			ns := testenv.NATS(t)
+			prefix := "vrestart-" + restart
+			runLive(t, kc, ns, prefix, 8*time.Second, 4*time.Second, restart)
+			var stdout, stderr bytes.Buffer
+			if err := Command().Run(context.Background(), verifyArgs(kc, ns, prefix), &stdout, &stderr); err != nil {
+				t.Fatalf("replay --verify: %v\nstdout %s\nstderr %s", err, stdout.String(), stderr.String())
+			}
+			var res replay.VerifyResult
+			if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+				t.Fatalf("output %q: %v", stdout.String(), err)
+			}
+			t.Logf("%s", strings.TrimSpace(stdout.String()))
+			if res.Compared < 5 || res.Identical != res.Compared || res.ProcessorSettings != 1 || res.OptimizerSettings != 1 {
+				t.Fatalf("verify: %+v", res)
+			}
+		})
 	}
 }
