@@ -1,0 +1,312 @@
+package process
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// estimateSet is every estimate of fired windows by "window end key",
+// encoded; two estimates of one key and window must be identical.
+type estimateSet map[string][]byte
+
+func (s estimateSet) add(t *testing.T, fired []Fired) {
+	t.Helper()
+	for _, f := range fired {
+		for _, e := range f.Estimates {
+			b, err := estimate.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := fmt.Sprintf("%d %s", f.End, estimate.Key(e))
+			if old, ok := s[k]; ok && string(old) != string(b) {
+				t.Fatalf("estimate %s published twice with different bytes", k)
+			}
+			s[k] = b
+		}
+	}
+}
+
+func (s estimateSet) diff(t *testing.T, want estimateSet) {
+	t.Helper()
+	var missing, extra, differ []string
+	for k, b := range want {
+		got, ok := s[k]
+		switch {
+		case !ok:
+			missing = append(missing, k)
+		case string(got) != string(b):
+			differ = append(differ, k)
+		}
+	}
+	for k := range s {
+		if _, ok := want[k]; !ok {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	sort.Strings(differ)
+	if len(missing)+len(extra)+len(differ) > 0 {
+		t.Fatalf("%d estimates, want %d: %d missing %q, %d extra %q, %d differ %q",
+			len(s), len(want), len(missing), first(missing), len(extra), first(extra), len(differ), first(differ))
+	}
+}
+
+// partitionedRun feeds recs to one shard per partition, owned by
+// instances that change at the given record indexes (a rebalance: the
+// partitions of the instance that leaves, or that a new instance takes,
+// are rebuilt by a new shard from the last checkpoint of the old one,
+// re-reading the partition from its resume offset as a new owner does),
+// and combines their partials every batch records.
+func partitionedRun(t *testing.T, topics streams.Topics, recs []*kgo.Record, batch int, rebalanceAt map[int][]tp) (estimateSet, int) {
+	t.Helper()
+	spec := specForBench()
+	comb, err := NewCombiner(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPart := map[tp][]*kgo.Record{}
+	for _, r := range recs {
+		k := tp{r.Topic, r.Partition}
+		byPart[k] = append(byPart[k], r)
+		comb.Expect(r.Topic, r.Partition)
+	}
+	shards := map[tp]*Shard{}
+	ckpts := map[tp]Checkpoint{}
+	newShard := func(k tp) *Shard {
+		s, err := NewShard(topics, spec, k.Topic, k.Partition)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for k := range byPart {
+		shards[k] = newShard(k)
+	}
+	got := estimateSet{}
+	replayed := 0
+	report := func() {
+		for k, s := range shards {
+			comb.Update(s.Partial())
+			// The checkpoint is written once the partial is acknowledged.
+			ckpts[k] = s.Checkpoint()
+		}
+		got.add(t, comb.Fire())
+	}
+	next := map[tp]int64{} // next offset each partition's owner reads
+	for i, r := range recs {
+		for _, k := range rebalanceAt[i] {
+			// The old owner's state since its last checkpoint is lost;
+			// the new owner restores it and re-reads from resume.
+			s := newShard(k)
+			cp := ckpts[k]
+			s.Restore(cp)
+			resume := next[k]
+			for _, m := range cp.Partitions {
+				resume = m.Resume
+			}
+			if len(cp.Partitions) == 0 {
+				resume = 0
+			}
+			for _, old := range byPart[k] {
+				if old.Offset >= resume && old.Offset < next[k] {
+					out, _, err := s.Handle(old)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if out == Replayed {
+						replayed++
+					}
+				}
+			}
+			shards[k] = s
+		}
+		k := tp{r.Topic, r.Partition}
+		if _, _, err := shards[k].Handle(r); err != nil {
+			t.Fatal(err)
+		}
+		next[k] = r.Offset + 1
+		if i%batch == batch-1 {
+			report()
+		}
+	}
+	report()
+	return got, replayed
+}
+
+// TestShardsMatchCore: the input's partitions processed by separate
+// shards (one per partition, as several instances run them) and combined
+// give the estimates one Core reading everything gives, estimate for
+// estimate and byte for byte, also when partitions change owner
+// mid-window (an instance added, one stopped) and the new owner rebuilds
+// them from the partition's checkpoint.
+func TestShardsMatchCore(t *testing.T) {
+	topics := streams.TopicsFor("shards")
+	inputs := map[string][]*kgo.Record{
+		"golden":   goldenRecords(topics),
+		"workload": workloadRecords(topics, 6),
+	}
+	for name, recs := range inputs {
+		for _, batch := range []int{250, 37} {
+			t.Run(fmt.Sprintf("%s/batch%d", name, batch), func(t *testing.T) {
+				core, err := NewCore(topics, specForBench(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := estimateSet{}
+				for i, r := range recs {
+					core.Handle(r)
+					if i%batch == batch-1 {
+						want.add(t, core.Fire())
+					}
+				}
+				want.add(t, core.Fire())
+				if len(want) < 100 {
+					t.Fatalf("only %d estimates from one core", len(want))
+				}
+				got, _ := partitionedRun(t, topics, recs, batch, nil)
+				got.diff(t, want)
+				// Rebalances: a third of the way in an instance joins
+				// and takes two partitions; at two thirds one leaves and
+				// its three partitions move.
+				n := len(recs)
+				moves := map[int][]tp{
+					n / 3:     {{topics.Signals, 1}, {topics.RoutingEvents, 2}},
+					2 * n / 3: {{topics.Signals, 0}, {topics.RoutingEvents, 0}, {topics.RoutingEvents, 1}},
+				}
+				got, replayed := partitionedRun(t, topics, recs, batch, moves)
+				got.diff(t, want)
+				if replayed == 0 {
+					t.Fatal("no record was re-read by a new owner")
+				}
+				t.Logf("%d estimates; %d records re-read by new owners", len(got), replayed)
+			})
+		}
+	}
+}
+
+// workloadRecords is 3 minutes of signals from 12 engines every 2s and
+// routing events of three clusters keyed by request id (as gateways key
+// them, so every cluster's events span every partition), in event-time
+// order, over parts partitions per topic.
+func workloadRecords(topics streams.Topics, parts int32) []*kgo.Record {
+	from := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	offs := map[tp]int64{}
+	var recs []*kgo.Record
+	add := func(topic string, part int32, v []byte, at time.Time) {
+		k := tp{topic, part}
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: part, Offset: offs[k], Value: v, Timestamp: at})
+		offs[k]++
+	}
+	i := 0
+	for d := time.Duration(0); d < 3*time.Minute; d += 100 * time.Millisecond {
+		at := from.Add(d)
+		for e := range 12 {
+			if d%(2*time.Second) != time.Duration(e)*100*time.Millisecond {
+				continue
+			}
+			u := float64((int(d/time.Second) + 3*e) % 50)
+			b := mustMarshal(signal(fmt.Sprintf("e%02d", e), []string{"h100", "a100", "l4"}[e%3], at, u, 5+u/5))
+			add(topics.Signals, int32(e)%parts, b, at)
+		}
+		for c := range 3 {
+			if (i+c)%4 == 0 {
+				continue
+			}
+			cl := []string{"us", "eu", "ap"}[c]
+			ev := routing(cl, fmt.Sprintf("e%02d", (i*7+c)%12), at, i)
+			ev.TtftMs = 70 + float64(i%31)
+			ev.OutputTokens = uint32(50 + i%200)
+			if i%5 == 0 {
+				ev.EngineTtftMs = 0
+			}
+			add(topics.RoutingEvents, int32(i)%parts, mustMarshal(ev), at)
+			i++
+		}
+	}
+	return recs
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func first(s []string) []string { return s[:min(len(s), 3)] }
+
+// TestCombinerWaitsForEveryPartition: a window is complete only when
+// every input partition has passed it: not before an expected partition
+// has reported, and not while a partition with unread records is behind.
+func TestCombinerWaitsForEveryPartition(t *testing.T) {
+	topics := streams.TopicsFor("wait")
+	recs := workloadRecords(topics, 2)
+	comb, err := NewCombiner(specForBench(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comb.Expect(topics.Signals, 0)
+	comb.Expect(topics.Signals, 1)
+	comb.Expect(topics.RoutingEvents, 0)
+	comb.Expect(topics.RoutingEvents, 1)
+	shards := map[tp]*Shard{}
+	for _, r := range recs {
+		k := tp{r.Topic, r.Partition}
+		if shards[k] == nil {
+			if shards[k], err = NewShard(topics, specForBench(), k.Topic, k.Partition); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := shards[k].Handle(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lagging := tp{topics.RoutingEvents, 1}
+	for k, s := range shards {
+		if k != lagging {
+			comb.Update(s.Partial())
+		}
+	}
+	if f := comb.Fire(); len(f) != 0 {
+		t.Fatalf("%d windows fired before every partition reported", len(f))
+	}
+	// The lagging partition reports early state with records unread: the
+	// group watermark is its latest event time.
+	early, err := NewShard(topics, specForBench(), lagging.Topic, lagging.Partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastT int64
+	n := 0
+	for _, r := range recs {
+		if (tp{r.Topic, r.Partition}) == lagging && n < 100 {
+			if _, _, err := early.Handle(r); err != nil {
+				t.Fatal(err)
+			}
+			lastT = r.Timestamp.UnixMilli()
+			n++
+		}
+	}
+	early.Track(0, 1<<40) // far more to read
+	comb.Update(early.Partial())
+	spec := specForBench()
+	for _, f := range comb.Fire() {
+		if f.End+spec.AllowedLateness.Milliseconds() > lastT {
+			t.Fatalf("window ending %d fired with a partition at %d holding the watermark", f.End, lastT)
+		}
+	}
+	comb.Update(shards[lagging].Partial())
+	if f := comb.Fire(); len(f) == 0 {
+		t.Fatal("no window fired once every partition caught up")
+	}
+}
