@@ -95,7 +95,7 @@ func partitionedRun(t *testing.T, topics streams.Topics, recs []*kgo.Record, bat
 	replayed := 0
 	report := func() {
 		for k, s := range shards {
-			comb.Update(s.Partial())
+			comb.Update(overTheWire(t, s.Partial()))
 			// The checkpoint is written once the partial is acknowledged.
 			ckpts[k] = s.Checkpoint()
 		}
@@ -309,4 +309,18 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 	if f := comb.Fire(); len(f) == 0 {
 		t.Fatal("no window fired once every partition caught up")
 	}
+}
+
+// overTheWire encodes and decodes a partial's panes, as instances on
+// separate machines exchange them.
+func overTheWire(t *testing.T, p Partial) Partial {
+	t.Helper()
+	for st, pane := range p.Panes {
+		q, err := estimate.DecodePane(estimate.AppendPane(nil, pane))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Panes[st] = q
+	}
+	return p
 }

@@ -1,0 +1,229 @@
+package estimate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// paneCodecVersion is the first byte of an encoded pane.
+const paneCodecVersion = 1
+
+// ErrPaneEncoding is returned by DecodePane for bytes that are not an
+// encoded pane.
+var ErrPaneEncoding = errors.New("invalid pane encoding")
+
+// AppendPane appends p's exact state to buf, so that a pane handed from
+// one processor instance to another (partitioned processing, see
+// Pane.Absorb) decodes to the same estimates: floats are kept bit for
+// bit. Entities are written in key order, so equal panes encode to equal
+// bytes.
+func AppendPane(buf []byte, p *Pane) []byte {
+	buf = append(buf, paneCodecVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(p.engines)))
+	for _, id := range sortedKeys(p.engines) {
+		buf = appendPaneString(buf, id)
+		buf = appendPaneEngine(buf, p.engines[id])
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(p.clusters)))
+	for _, name := range sortedKeys(p.clusters) {
+		c := p.clusters[name]
+		buf = appendPaneString(buf, name)
+		d := &c.demand
+		buf = binary.AppendUvarint(buf, uint64(d.requests))
+		buf = appendPaneFloats(buf, d.tokened, d.promptSum, d.outputSum, d.prompted)
+		buf = binary.AppendUvarint(buf, uint64(len(c.network)))
+		ids := make([]string, 0, len(c.network))
+		for id := range c.network {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			n := c.network[id]
+			buf = appendPaneString(buf, id)
+			buf = binary.AppendVarint(buf, n.rttSum)
+			buf = binary.AppendVarint(buf, n.diffSum)
+			buf = binary.AppendVarint(buf, n.ttftSum)
+			for _, v := range []uint32{n.rttN, n.diffN, n.ttftN, n.unsized} {
+				buf = binary.AppendUvarint(buf, uint64(v))
+			}
+		}
+	}
+	return buf
+}
+
+func appendPaneEngine(buf []byte, e *Engine) []byte {
+	buf = binary.AppendVarint(buf, e.lastMs)
+	for _, s := range []string{e.endpoint, e.region, e.gpuClass, e.model, e.maxBatchSource} {
+		buf = appendPaneString(buf, s)
+	}
+	for _, v := range []uint32{e.ready, uint32(e.health), e.maxBatch, e.signals, e.unhealthy, e.waitN} {
+		buf = binary.AppendUvarint(buf, uint64(v))
+	}
+	buf = appendPaneFloats(buf, e.interval, e.finished, e.prompt, e.gen, e.running, e.waiting, e.kv, e.util,
+		e.hits, e.queries, e.ttftCount, e.ttftSumMs, e.tbotCount, e.tbotSumMs, e.runSum, e.runMax, e.waitRun, e.waitRunMx)
+	for _, b := range []*bins{&e.ttft, &e.tbot} {
+		for _, x := range b {
+			buf = appendPaneFloats(buf, x.w, x.wu, x.wl)
+		}
+	}
+	return buf
+}
+
+func appendPaneString(buf []byte, s string) []byte {
+	return append(binary.AppendUvarint(buf, uint64(len(s))), s...)
+}
+
+func appendPaneFloats(buf []byte, fs ...float64) []byte {
+	for _, f := range fs {
+		buf = binary.LittleEndian.AppendUint64(buf, math.Float64bits(f))
+	}
+	return buf
+}
+
+// paneReader reads an encoded pane; the first error sticks.
+type paneReader struct {
+	b   []byte
+	err error
+}
+
+func (r *paneReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated or malformed %s", ErrPaneEncoding, what)
+	}
+	r.b = nil
+}
+
+func (r *paneReader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *paneReader) u32(what string) uint32 {
+	v := r.uvarint(what)
+	if v > math.MaxUint32 {
+		r.fail(what)
+		return 0
+	}
+	return uint32(v)
+}
+
+func (r *paneReader) varint(what string) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *paneReader) str(what string) string {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *paneReader) floats(what string, fs ...*float64) {
+	for _, f := range fs {
+		if len(r.b) < 8 {
+			r.fail(what)
+			return
+		}
+		*f = math.Float64frombits(binary.LittleEndian.Uint64(r.b))
+		r.b = r.b[8:]
+	}
+}
+
+// count reads a count of entries of at least min bytes each.
+func (r *paneReader) count(what string, minBytes int) int {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)/minBytes) {
+		r.fail(what)
+		return 0
+	}
+	return int(n)
+}
+
+// DecodePane decodes a pane encoded by AppendPane.
+func DecodePane(b []byte) (*Pane, error) {
+	if len(b) == 0 || b[0] != paneCodecVersion {
+		return nil, fmt.Errorf("%w: unknown version", ErrPaneEncoding)
+	}
+	r := &paneReader{b: b[1:]}
+	p := NewPane()
+	for range r.count("engine count", 2) {
+		id := r.str("engine id")
+		e := &Engine{}
+		e.lastMs = r.varint("engine time")
+		for _, s := range []*string{&e.endpoint, &e.region, &e.gpuClass, &e.model, &e.maxBatchSource} {
+			*s = r.str("engine label")
+		}
+		var health uint32
+		for _, v := range []*uint32{&e.ready, &health, &e.maxBatch, &e.signals, &e.unhealthy, &e.waitN} {
+			*v = r.u32("engine count field")
+		}
+		e.health = schemas.Health(health)
+		r.floats("engine sums", &e.interval, &e.finished, &e.prompt, &e.gen, &e.running, &e.waiting, &e.kv, &e.util,
+			&e.hits, &e.queries, &e.ttftCount, &e.ttftSumMs, &e.tbotCount, &e.tbotSumMs, &e.runSum, &e.runMax, &e.waitRun, &e.waitRunMx)
+		for _, bs := range []*bins{&e.ttft, &e.tbot} {
+			for i := range bs {
+				r.floats("engine profile", &bs[i].w, &bs[i].wu, &bs[i].wl)
+			}
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		if _, dup := p.engines[id]; dup {
+			return nil, fmt.Errorf("%w: engine %q twice", ErrPaneEncoding, id)
+		}
+		p.engines[id] = e
+	}
+	for range r.count("cluster count", 2) {
+		name := r.str("cluster")
+		c := &clusterPane{network: map[string]*Network{}}
+		c.demand.requests = r.u32("demand")
+		r.floats("demand", &c.demand.tokened, &c.demand.promptSum, &c.demand.outputSum, &c.demand.prompted)
+		for range r.count("network count", 2) {
+			id := r.str("network engine")
+			n := &Network{rttSum: r.varint("network"), diffSum: r.varint("network"), ttftSum: r.varint("network")}
+			n.rttN, n.diffN, n.ttftN, n.unsized = r.u32("network"), r.u32("network"), r.u32("network"), r.u32("network")
+			if r.err != nil {
+				return nil, r.err
+			}
+			if _, dup := c.network[id]; dup {
+				return nil, fmt.Errorf("%w: network %q/%q twice", ErrPaneEncoding, name, id)
+			}
+			c.network[id] = n
+			p.networks++
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		if _, dup := p.clusters[name]; dup {
+			return nil, fmt.Errorf("%w: cluster %q twice", ErrPaneEncoding, name)
+		}
+		p.clusters[name] = c
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrPaneEncoding, len(r.b))
+	}
+	return p, nil
+}
