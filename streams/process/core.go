@@ -180,6 +180,12 @@ func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 		c.lastKey, c.last = key, ps
 	}
 	isReplay := rec.Offset < ps.replayUntil
+	if ps.handled && rec.Offset < ps.consumed && !isReplay {
+		// Handled already: the group delivers it again when it hands
+		// the partition back at the committed offset, which trails the
+		// consumed one (a rebalance, or brokers restarted under us).
+		return Replayed, ""
+	}
 	if next := rec.Offset + 1; !ps.handled || next > ps.consumed {
 		ps.consumed, ps.handled = next, true
 	}
