@@ -2,13 +2,24 @@ package optimizer
 
 import "math"
 
-// probeSteps is how many Newton steps the first temperature stage gets to
-// halve the gradient before hotStart restarts it hotter, when the
-// gradient (the supply mismatch, 1-norm) is then still above 1.2 times
-// the routed demand. (The 8x64 benchmark fleets, which converge from
-// 8 ms, end their 8th step below 1.05 times; the stalling ones measured
-// 1.37 to 1.73 times.)
+// probeSteps is how many Newton steps the first temperature stage gets
+// before stalledAt decides whether hotStart restarts it hotter.
 const probeSteps = 8
+
+// stalledAt reports whether the first stage stalls: after probeSteps
+// steps its gradient (the supply mismatch, 1-norm) g1 is still above
+// half its first value g1First and 1.2 times the routed demand (1.4
+// times with churn arcs). Measured at the 8th step
+// (docs/notes/2026-12-scale.md): fleets that converge from the default
+// temperature end below 1.05 times the demand (8x64 full matrices), and
+// with churn below 1.28 times (the golden 5x12 churn fleet); the
+// stalling ones 1.37 to 1.73 times the demand, with churn 1.49 to 2.12.
+func (nt *newtonState) stalledAt(g1, g1First float64) bool {
+	if nt.ar != nil {
+		return g1 > 0.5*g1First && g1 > 1.4*nt.total
+	}
+	return g1 > 0.5*g1First && g1 > 1.2*nt.total
+}
 
 // hotStartFactor is how much hotter hotStart restarts.
 const hotStartFactor = 64

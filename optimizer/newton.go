@@ -204,7 +204,7 @@ func (nt *newtonState) run(tauFinal, tol float64, maxSteps int) int {
 	tau := math.Max(tauFinal, s.tau0)
 	extra := 0
 	var start []float64 // prices to restart from (see hotStart)
-	if nt.ar == nil && tau > tauFinal {
+	if tau > tauFinal {
 		start = append([]float64(nil), nt.mu...)
 		nt.probe = true
 	}
@@ -293,7 +293,7 @@ func (nt *newtonState) stage(tau float64, final bool, tol float64, maxSteps int)
 		if it == 0 {
 			g1First = g1
 		}
-		if nt.probe && it == probeSteps && g1 > 0.5*g1First && g1 > 1.2*nt.total {
+		if nt.probe && it == probeSteps && nt.stalledAt(g1, g1First) {
 			nt.stalled = true // see hotStart
 			return valid, false
 		}

@@ -51,6 +51,37 @@ func BenchmarkSolveSparse100x20000(b *testing.B) {
 	b.ReportMetric(sol.TotalShedRPS, "shed-rps")
 }
 
+// BenchmarkSolveSparseChurn100x20000 is the internet-size instance with
+// churn 20 and 500 (the optimizer service's default) against a realistic
+// previous plan: the optimum at 10% more demand.
+func BenchmarkSolveSparseChurn100x20000(b *testing.B) {
+	cfg := synth.Sparse{Clusters: 100, Engines: 20000, Seed: 1, Load: 0.77}
+	prev, err := optimizer.Solve(synth.SparseInstance(cfg), optimizer.Tolerance(1e-3))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.Load = 0.7
+	for _, cw := range []float64{20, 500} {
+		in := synth.SparseInstance(cfg)
+		in.Previous, in.ChurnWeight = prev.Weights, cw
+		b.Run(fmt.Sprintf("churn=%g", cw), func(b *testing.B) {
+			b.ReportAllocs()
+			var sol *optimizer.Solution
+			n := 0
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				if sol, err = optimizer.Solve(in, optimizer.Tolerance(1e-3)); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(n), "cpu-ns/op")
+			b.ReportMetric(sol.DualityGap, "gap")
+			b.ReportMetric(float64(sol.Iterations), "iters")
+		})
+	}
+}
+
 // BenchmarkSolveSparse scales the sparse instance: the same 100 clusters
 // and K = 3 nearest of 50 regions with 5,000 to 40,000 engines, so the
 // allowed pairs grow 8x while clusters x engines grows 8x too; and 20,000
