@@ -44,3 +44,26 @@ func TestSparseInstanceSolves(t *testing.T) {
 		t.Logf("%+v: %d pairs, gap %.3g, %d iterations, shed %.3g rps", cfg, pairs, sol.DualityGap, sol.Iterations, sol.TotalShedRPS)
 	}
 }
+
+// TestSparseChurnSolves solves 100x5000 of the sparse shape with churn
+// 500 (the optimizer service's default) against the optimum at 10% more
+// demand. Before the hot start covered the churn run it ended at a gap
+// of 3% after 141 iterations.
+func TestSparseChurnSolves(t *testing.T) {
+	cfg := synth.Sparse{Clusters: 100, Engines: 5000, Seed: 1, Load: 0.77}
+	prev, err := optimizer.Solve(synth.SparseInstance(cfg), optimizer.Tolerance(1e-3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Load = 0.7
+	in := synth.SparseInstance(cfg)
+	in.Previous, in.ChurnWeight = prev.Weights, 500
+	sol, err := optimizer.Solve(in, optimizer.Tolerance(1e-3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sol.DualityGap > 1e-3 {
+		t.Errorf("gap %.3g after %d iterations, want <= 1e-3", sol.DualityGap, sol.Iterations)
+	}
+	t.Logf("gap %.3g, %d iterations, churn %.4g rps", sol.DualityGap, sol.Iterations, sol.ChurnRPS)
+}
