@@ -110,8 +110,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func usage(w io.Writer, cmds []cli.Command) {
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].Name < cmds[j].Name })
 	fmt.Fprintln(w, "usage: switchyard <command> [flags]\n\ncommands:")
+	width := 0
 	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-11s %s\n", c.Name, c.Summary)
+		width = max(width, len(c.Name))
+	}
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.Name, c.Summary)
 	}
 	fmt.Fprintln(w, "\nRun `switchyard <command> --help` for a command's flags.")
 }
