@@ -444,7 +444,58 @@ func excluded(i int32, ex []int32) bool {
 func maglev(engines []Engine, per int) []int32 {
 	n := len(engines)
 	m := nextPrime(max(per*n, 4093))
-	// Slot quotas by largest remainder, at least one per engine.
+	quota := maglevQuotas(engines, m)
+	// Engine i probes offset, offset+skip, offset+2·skip, … (mod m); pos
+	// is its next probe, advanced by one addition and a conditional
+	// subtraction instead of a division per probe (same sequence).
+	pos := make([]uint64, n)
+	skip := make([]uint64, n)
+	for i := range engines {
+		pos[i] = hashString(engines[i].ID, 0x243f6a8885a308d3) % uint64(m)
+		skip[i] = hashString(engines[i].ID, 0x13198a2e03707344)%uint64(m-1) + 1
+	}
+	slots := make([]int32, m)
+	for i := range slots {
+		slots[i] = -1
+	}
+	active := make([]int, 0, n)
+	for i := range engines {
+		active = append(active, i)
+	}
+	filled := 0
+	for filled < m {
+		w := 0
+		for _, i := range active {
+			for {
+				c := pos[i]
+				pos[i] += skip[i]
+				if pos[i] >= uint64(m) {
+					pos[i] -= uint64(m)
+				}
+				if slots[c] < 0 {
+					slots[c] = int32(i)
+					break
+				}
+			}
+			filled++
+			quota[i]--
+			if quota[i] > 0 {
+				active[w] = i
+				w++
+			}
+			if filled == m {
+				break
+			}
+		}
+		active = active[:w]
+	}
+	return slots
+}
+
+// maglevQuotas gives each engine its slots of m by largest remainder of
+// its share, at least one each.
+func maglevQuotas(engines []Engine, m int) []int {
+	n := len(engines)
 	quota := make([]int, n)
 	type rem struct {
 		i int
@@ -482,46 +533,7 @@ func maglev(engines []Engine, per int) []int32 {
 		quota[big]--
 		used--
 	}
-	offset := make([]uint64, n)
-	skip := make([]uint64, n)
-	next := make([]uint64, n)
-	for i := range engines {
-		offset[i] = hashString(engines[i].ID, 0x243f6a8885a308d3) % uint64(m)
-		skip[i] = hashString(engines[i].ID, 0x13198a2e03707344)%uint64(m-1) + 1
-	}
-	slots := make([]int32, m)
-	for i := range slots {
-		slots[i] = -1
-	}
-	active := make([]int, 0, n)
-	for i := range engines {
-		active = append(active, i)
-	}
-	filled := 0
-	for filled < m {
-		w := 0
-		for _, i := range active {
-			for {
-				c := (offset[i] + next[i]*skip[i]) % uint64(m)
-				next[i]++
-				if slots[c] < 0 {
-					slots[c] = int32(i)
-					break
-				}
-			}
-			filled++
-			quota[i]--
-			if quota[i] > 0 {
-				active[w] = i
-				w++
-			}
-			if filled == m {
-				break
-			}
-		}
-		active = active[:w]
-	}
-	return slots
+	return quota
 }
 
 func nextPrime(n int) int {
