@@ -115,8 +115,14 @@ func (c *Core) Track(topic string, partition int32, start, end int64) {
 }
 
 // SetEnd records a newer log end offset (high watermark) of a partition.
+// An end below the offset already handled means the log was replaced
+// (brokers restarted without their data): its records are new, not
+// delivered again (see Handle).
 func (c *Core) SetEnd(topic string, partition int32, end int64) {
 	p := c.part(tp{topic, partition})
+	if p.handled && end > 0 && end < p.consumed {
+		p.handled = false
+	}
 	p.end = max(p.end, end)
 }
 

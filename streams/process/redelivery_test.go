@@ -92,3 +92,30 @@ func TestRedeliveredRecordsCountOnce(t *testing.T) {
 		t.Errorf("estimates differ when %d records are delivered again", replayed)
 	}
 }
+
+// TestReplacedLogCounts: a log end below the offset already handled means
+// the partition's log was replaced (brokers restarted without their data),
+// so its records, from offset 0 again, are new and count.
+func TestReplacedLogCounts(t *testing.T) {
+	topics := streams.TopicsFor("replaced")
+	core, err := NewCore(topics, window.Spec{Size: 2 * time.Second, Slide: 2 * time.Second, AllowedLateness: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(i int, off int64) *kgo.Record {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		return &kgo.Record{Topic: topics.RoutingEvents, Offset: off, Value: mustMarshal(routing("us", "e1", at, i)), Timestamp: at}
+	}
+	for i := range 10 {
+		core.Handle(rec(i, int64(i)))
+	}
+	core.SetEnd(topics.RoutingEvents, 0, 3) // the log now ends at 3: replaced
+	for i := range 3 {
+		if out, _ := core.Handle(rec(10+i, int64(i))); out != Accepted {
+			t.Errorf("record %d of the replaced log: outcome %d, want Accepted", i, out)
+		}
+	}
+	if out, _ := core.Handle(rec(13, 1)); out != Replayed {
+		t.Errorf("record 1 of the replaced log delivered again: outcome %d, want Replayed", out)
+	}
+}
