@@ -60,6 +60,15 @@ func (s *Shard) Checkpoint() Checkpoint { return s.core.Checkpoint() }
 // without being counted again (Outcome Replayed).
 func (s *Shard) Restore(cp Checkpoint) { s.core.Restore(cp) }
 
+// Rebuilt reports whether the shard has re-read its partition up to the
+// restored checkpoint's consumed offset: before that its panes lack
+// records the previous owner had, and its partial must not replace the
+// previous owner's.
+func (s *Shard) Rebuilt() bool {
+	p := s.core.parts[s.key]
+	return p == nil || p.replayUntil == 0 || p.pos >= p.replayUntil || (p.handled && p.consumed >= p.replayUntil)
+}
+
 // Partial is one input partition's contribution to the open windows:
 // its open panes and how far it has been read.
 type Partial struct {
@@ -72,6 +81,9 @@ type Partial struct {
 	// Pending: the partition has unread records (it holds the watermark
 	// at MaxT).
 	Pending bool
+	// Next is the next offset to read: a combiner that learns of a newer
+	// log end than Next treats the partition as pending (SetEnd).
+	Next int64
 	// Panes are the open panes by start (Unix ms), copies.
 	Panes map[int64]*estimate.Pane
 }
@@ -88,7 +100,7 @@ func (s *Shard) Partial() Partial {
 	c := s.core
 	out := Partial{Topic: s.key.Topic, Partition: s.key.Partition, Panes: map[int64]*estimate.Pane{}}
 	if p := c.parts[s.key]; p != nil {
-		out.MaxT, out.Seen, out.Pending = p.maxT, p.seen, p.pos < p.end
+		out.MaxT, out.Seen, out.Pending, out.Next = p.maxT, p.seen, p.pos < p.end, p.pos
 	}
 	for _, st := range c.panes.Starts() {
 		out.Panes[st] = c.panes.Get(st).est.Clone()
@@ -113,7 +125,9 @@ type Combiner struct {
 	parts map[tp]Partial
 	// expected partitions hold the watermark until they report.
 	expected map[tp]bool
-	wmCap    int64
+	// ends are the partitions' log end offsets, as last listed.
+	ends  map[tp]int64
+	wmCap int64
 }
 
 // NewCombiner returns a combiner for windows of spec. fit nil means
@@ -125,13 +139,22 @@ func NewCombiner(spec window.Spec, fit estimate.Fitter) (*Combiner, error) {
 		return nil, err
 	}
 	return &Combiner{clock: clock, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
-		parts: map[tp]Partial{}, expected: map[tp]bool{}}, nil
+		parts: map[tp]Partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}}, nil
 }
 
 // Expect makes the combiner wait for a partial of the partition before
 // it fires anything: a window is complete only when every partition of
 // the inputs has passed it.
 func (c *Combiner) Expect(topic string, partition int32) { c.expected[tp{topic, partition}] = true }
+
+// SetEnd records a partition's log end offset: a partition whose partial
+// has not read up to it holds the watermark, however the partial was
+// when published (the single processor learns ends from its own fetches;
+// a combiner's partials may be older than the records in the log).
+func (c *Combiner) SetEnd(topic string, partition int32, end int64) {
+	k := tp{topic, partition}
+	c.ends[k] = max(c.ends[k], end)
+}
 
 // SetClock caps the watermark at now (zero: no cap), as Core.SetClock.
 func (c *Combiner) SetClock(now time.Time) {
@@ -141,16 +164,36 @@ func (c *Combiner) SetClock(now time.Time) {
 	}
 }
 
+// Restore sets the window clock saved from Clock (a restarted combiner
+// does not fire the windows it had fired again).
+func (c *Combiner) Restore(watermark, next int64) {
+	if watermark > 0 || next != 0 {
+		c.clock.Restore(watermark, next)
+	}
+}
+
+// Clock returns the watermark and the start of the next window to fire.
+func (c *Combiner) Clock() (watermark, next int64) { return c.clock.Watermark(), c.clock.Next() }
+
 // Update replaces a partition's partial with a newer one. Partials are
 // states, not increments: a partial handed over twice (a rebalance) is
-// counted once.
+// counted once. A pane the newer partial no longer has is kept as the
+// older one had it: the shard dropped it as complete by its own
+// partition's watermark, so that content is final, but the group
+// watermark may not have passed it yet.
 func (c *Combiner) Update(p Partial) {
 	k := tp{p.Topic, p.Partition}
 	delete(c.expected, k)
-	c.parts[k] = p
-	for st := range p.Panes {
+	panes := make(map[int64]*estimate.Pane, len(p.Panes))
+	for st, pane := range c.parts[k].Panes {
+		panes[st] = pane
+	}
+	for st, pane := range p.Panes {
+		panes[st] = pane
 		c.clock.Pane(st) // opens the pane's windows, unless they have fired
 	}
+	p.Panes = panes
+	c.parts[k] = p
 }
 
 // watermark is Core.watermark over the partitions' partials.
@@ -160,11 +203,11 @@ func (c *Combiner) watermark() (int64, bool) {
 	}
 	var minPending, maxAll int64
 	pending := false
-	for _, p := range c.parts {
+	for k, p := range c.parts {
 		if p.Seen {
 			maxAll = max(maxAll, p.MaxT)
 		}
-		if p.Pending {
+		if end, ok := c.ends[k]; p.Pending || (ok && p.Next < end) {
 			if !p.Seen {
 				return 0, false
 			}

@@ -1,0 +1,476 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// PartialsTopic is the compacted topic partitioned processing hands each
+// input partition's Partial on in, keyed "<topic>/<partition>".
+func PartialsTopic(prefix string) string {
+	if prefix == "" {
+		prefix = streams.DefaultPrefix
+	}
+	return prefix + ".processor.partials"
+}
+
+// wirePartial is a Partial as JSON; panes are estimate.AppendPane bytes.
+type wirePartial struct {
+	Topic     string           `json:"topic"`
+	Partition int32            `json:"partition"`
+	MaxT      int64            `json:"max_t"`
+	Next      int64            `json:"next_offset"`
+	Seen      bool             `json:"seen"`
+	Pending   bool             `json:"pending"`
+	Panes     map[int64][]byte `json:"panes"`
+}
+
+func encodePartial(p Partial) ([]byte, error) {
+	w := wirePartial{Topic: p.Topic, Partition: p.Partition, MaxT: p.MaxT, Next: p.Next, Seen: p.Seen, Pending: p.Pending, Panes: map[int64][]byte{}}
+	for st, pane := range p.Panes {
+		w.Panes[st] = estimate.AppendPane(nil, pane)
+	}
+	return json.Marshal(w)
+}
+
+func decodePartial(b []byte) (Partial, error) {
+	var w wirePartial
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Partial{}, fmt.Errorf("decoding partial: %w", err)
+	}
+	p := Partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: map[int64]*estimate.Pane{}}
+	for st, b := range w.Panes {
+		pane, err := estimate.DecodePane(b)
+		if err != nil {
+			return Partial{}, fmt.Errorf("decoding partial of %s/%d: %w", w.Topic, w.Partition, err)
+		}
+		p.Panes[st] = pane
+	}
+	return p, nil
+}
+
+// Instance is one member of partitioned processing: it runs the Shard of
+// every input partition the consumer group assigns it and publishes the
+// shards' partials and per-partition checkpoints; a Combiner (RunCombiner)
+// turns the partials into estimates. Create its client with
+// inst.ClientOpts().
+type Instance struct {
+	cfg    Config
+	topics streams.Topics
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	cl     *kgo.Client
+	shards map[tp]*instShard
+	err    error // from a callback
+}
+
+type instShard struct {
+	s         *Shard
+	fetched   bool // a fetch of the partition was handled
+	published bool // a partial was published since the last change
+}
+
+// NewInstance returns an instance for cfg.
+func NewInstance(cfg Config) (*Instance, error) {
+	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("processor config: %w", err)
+	}
+	return &Instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, shards: map[tp]*instShard{}}, nil
+}
+
+// ClientOpts are ClientOpts(cfg) plus the cooperative-sticky balancer,
+// rebalances held while a poll is handled, and the instance's assignment
+// callbacks.
+func (in *Instance) ClientOpts() []kgo.Opt {
+	return append(ClientOpts(in.cfg),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(in.assigned),
+		kgo.OnPartitionsRevoked(in.revoked),
+		kgo.OnPartitionsLost(in.lost),
+	)
+}
+
+func ckptKey(group string, k tp) string {
+	return group + "/" + k.Topic + "/" + strconv.Itoa(int(k.Partition))
+}
+
+// assigned creates the shards of newly assigned partitions from their
+// checkpoints; consumption starts at the group's committed offset, which
+// is the checkpoint's resume offset (committed after it).
+func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.log.Info("partitions assigned", "partitions", fmt.Sprint(parts))
+	topics := make([]string, 0, len(parts))
+	for t := range parts {
+		topics = append(topics, t)
+	}
+	offs, err := listInputs(ctx, cl, in.cfg.Group, topics...)
+	if err != nil {
+		in.fail(fmt.Errorf("listing assigned partitions: %w", err))
+		return
+	}
+	var recs []*kgo.Record
+	for topic, ps := range parts {
+		for _, part := range ps {
+			k := tp{topic, part}
+			s, err := NewShard(in.topics, in.cfg.Spec(), topic, part)
+			if err != nil {
+				in.fail(err)
+				return
+			}
+			cp, found, err := readCheckpoint(ctx, cl, CheckpointTopic(in.cfg.TopicPrefix), ckptKey(in.cfg.Group, k))
+			if err != nil {
+				in.fail(fmt.Errorf("reading the checkpoint of %s/%d: %w", topic, part, err))
+				return
+			}
+			if found {
+				s.Restore(cp)
+			}
+			// Where reading starts (the group's committed offset, which
+			// is the checkpoint's resume offset) and where the log ends.
+			start, end := int64(0), int64(0)
+			if o, ok := offs.starts.Lookup(topic, part); ok && o.Err == nil {
+				start = o.Offset
+			}
+			if o, ok := offs.committed.Lookup(topic, part); ok && o.Err == nil && o.At >= 0 {
+				start = max(start, o.At)
+			}
+			if o, ok := offs.ends.Lookup(topic, part); ok && o.Err == nil {
+				end = o.Offset
+			}
+			s.Track(start, end)
+			sh := &instShard{s: s, fetched: true}
+			in.shards[k] = sh
+			// Nothing to re-read: the partial stands for the partition
+			// now, even if no record comes.
+			if s.Rebuilt() {
+				rec, err := in.partialRecord(s.Partial())
+				if err != nil {
+					in.fail(err)
+					return
+				}
+				recs = append(recs, rec)
+				sh.published = true
+			}
+		}
+	}
+	if len(recs) > 0 {
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			in.fail(fmt.Errorf("publishing partials: %w", err))
+		}
+	}
+}
+
+// fail records the first error of a callback; Run returns it.
+func (in *Instance) fail(err error) {
+	if in.err == nil {
+		in.err = err
+	}
+}
+
+// revoked hands revoked partitions over: their partials and checkpoints
+// are published after every poll, before rebalances are allowed, so the
+// next owner restores what this one had; one last partial marks each as
+// having unread records, so that the combiner's watermark waits for the
+// next owner instead of passing the partition while it has none.
+func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
+	var recs []*kgo.Record
+	for topic, ps := range parts {
+		for _, part := range ps {
+			k := tp{topic, part}
+			sh := in.shards[k]
+			delete(in.shards, k)
+			if sh == nil || !sh.fetched || !sh.s.Rebuilt() {
+				continue // the previous partial stands
+			}
+			p := sh.s.Partial()
+			p.Pending = true
+			rec, err := in.partialRecord(p)
+			if err != nil {
+				in.log.Warn("handing over", "topic", topic, "partition", part, "err", err)
+				continue
+			}
+			recs = append(recs, rec)
+		}
+	}
+	if len(recs) > 0 {
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			in.log.Warn("handing over partitions", "err", err)
+		}
+	}
+}
+
+// lost forgets partitions the group took away without a revocation (the
+// session expired): their last partials stand.
+func (in *Instance) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.log.Warn("partitions lost", "partitions", fmt.Sprint(parts))
+	for topic, ps := range parts {
+		for _, part := range ps {
+			delete(in.shards, tp{topic, part})
+		}
+	}
+}
+
+func (in *Instance) partialRecord(p Partial) (*kgo.Record, error) {
+	v, err := encodePartial(p)
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(p.Topic + "/" + strconv.Itoa(int(p.Partition))), Value: v,
+		Headers: streams.Headers(schemas.ContentTypeJSON, schemas.Package+".Partial")}, nil
+}
+
+// Owned is the number of input partitions the instance processes now.
+func (in *Instance) Owned() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.shards)
+}
+
+// Run consumes through cl (created with ClientOpts) until ctx is done.
+func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
+	in.mu.Lock()
+	in.cl = cl
+	in.mu.Unlock()
+	defer func() {
+		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
+		defer cancel()
+		_ = cl.LeaveGroupContext(lctx)
+	}()
+	if err := ensurePartitionedTopics(ctx, cl, in.cfg); err != nil {
+		return err
+	}
+	dlq := streams.NewDeadLetter(cl, in.topics.DeadLetter)
+	for {
+		fetches := cl.PollRecords(ctx, 10000)
+		if ctx.Err() != nil {
+			cl.AllowRebalance()
+			return nil
+		}
+		err := in.handle(ctx, cl, dlq, fetches)
+		cl.AllowRebalance()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// handle folds one poll into the shards, then publishes the partials of
+// the changed shards and, once Kafka has them, their checkpoints and
+// committed offsets.
+func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter, fetches kgo.Fetches) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.err != nil {
+		return in.err
+	}
+	now := time.Now()
+	var dead []*kgo.Record
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		sh := in.shards[tp{fp.Topic, fp.Partition}]
+		if sh == nil {
+			return
+		}
+		sh.s.SetClock(now, in.cfg.MaxClockSkew)
+		sh.s.SetEnd(fp.HighWatermark)
+		sh.published, sh.fetched = false, true
+		for _, rec := range fp.Records {
+			out, reason, err := sh.s.Handle(rec)
+			if err == nil && out == DeadLettered {
+				dead = append(dead, dlq.Record(rec, reason))
+			}
+		}
+	})
+	if len(dead) > 0 {
+		if err := cl.ProduceSync(ctx, dead...).FirstErr(); err != nil {
+			return fmt.Errorf("dead-lettering: %w", err)
+		}
+	}
+	var partials, ckpts []*kgo.Record
+	var changed []*instShard
+	for k, sh := range in.shards {
+		if sh.published || !sh.fetched || !sh.s.Rebuilt() {
+			continue
+		}
+		rec, err := in.partialRecord(sh.s.Partial())
+		if err != nil {
+			return err
+		}
+		partials = append(partials, rec)
+		cv, err := json.Marshal(sh.s.Checkpoint())
+		if err != nil {
+			return fmt.Errorf("encoding checkpoint: %w", err)
+		}
+		ckpts = append(ckpts, &kgo.Record{Topic: CheckpointTopic(in.cfg.TopicPrefix), Key: []byte(ckptKey(in.cfg.Group, k)), Value: cv,
+			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)})
+		changed = append(changed, sh)
+	}
+	if len(partials) == 0 {
+		return nil
+	}
+	if err := cl.ProduceSync(ctx, partials...).FirstErr(); err != nil {
+		return fmt.Errorf("publishing partials: %w", err)
+	}
+	if err := cl.ProduceSync(ctx, ckpts...).FirstErr(); err != nil {
+		return fmt.Errorf("writing checkpoints: %w", err)
+	}
+	offs := map[string]map[int32]kgo.EpochOffset{}
+	for _, sh := range changed {
+		sh.published = true
+		for _, m := range sh.s.Checkpoint().Partitions {
+			if offs[m.Topic] == nil {
+				offs[m.Topic] = map[int32]kgo.EpochOffset{}
+			}
+			offs[m.Topic][m.Partition] = kgo.EpochOffset{Epoch: -1, Offset: m.Resume}
+		}
+	}
+	cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			in.log.Warn("committing group offsets", "err", err) // the checkpoints hold them
+		}
+	})
+	return nil
+}
+
+// RunCombiner consumes the partials topic through cl (a direct consumer
+// of PartialsTopic from its start, see CombinerClientOpts) and publishes
+// the estimates of every window all input partitions have passed, then
+// its clock. It runs until ctx is done.
+func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
+	cfg.defaults()
+	topics := streams.TopicsFor(cfg.TopicPrefix)
+	comb, err := NewCombiner(cfg.Spec(), cfg.Fitter)
+	if err != nil {
+		return err
+	}
+	if err := ensurePartitionedTopics(ctx, cl, cfg); err != nil {
+		return err
+	}
+	key := cfg.Group + "/combiner"
+	cp, found, err := readCheckpoint(ctx, cl, CheckpointTopic(cfg.TopicPrefix), key)
+	if err != nil {
+		return err
+	}
+	if found {
+		comb.Restore(cp.Watermark, cp.Next)
+	}
+	ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, []string{topics.Signals, topics.RoutingEvents})
+	if err != nil {
+		return fmt.Errorf("listing input partitions: %w", err)
+	}
+	ends.Each(func(o kadm.ListedOffset) { comb.Expect(o.Topic, o.Partition) })
+	hdrs := streams.ProtoHeaders(&schemas.Estimate{})
+	for {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return nil
+		}
+		var perr error
+		fetches.EachRecord(func(r *kgo.Record) {
+			if r.Topic != PartialsTopic(cfg.TopicPrefix) {
+				return
+			}
+			p, err := decodePartial(r.Value)
+			if err != nil {
+				perr = errors.Join(perr, err)
+				return
+			}
+			comb.Update(p)
+		})
+		if perr != nil {
+			cfg.Logger.Warn("undecodable partial", "err", perr)
+		}
+		// Fresh log ends: a partition whose partial is behind them holds
+		// the watermark.
+		ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, []string{topics.Signals, topics.RoutingEvents})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			cfg.Logger.Warn("listing input ends", "err", err)
+			continue
+		}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil {
+				comb.SetEnd(o.Topic, o.Partition, o.Offset)
+			}
+		})
+		comb.SetClock(time.Now())
+		fired := comb.Fire()
+		if len(fired) == 0 {
+			continue
+		}
+		var recs []*kgo.Record
+		for _, f := range fired {
+			for _, e := range f.Estimates {
+				v, err := estimate.Marshal(e)
+				if err != nil {
+					return err
+				}
+				recs = append(recs, &kgo.Record{Topic: topics.Estimates, Key: []byte(estimate.Key(e)), Value: v, Timestamp: time.UnixMilli(f.End), Headers: hdrs})
+			}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("publishing estimates: %w", err)
+		}
+		w, n := comb.Clock()
+		v, _ := json.Marshal(Checkpoint{Version: 1, Watermark: w, Next: n})
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: CheckpointTopic(cfg.TopicPrefix), Key: []byte(key), Value: v,
+			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)}).FirstErr(); err != nil {
+			return fmt.Errorf("writing combiner checkpoint: %w", err)
+		}
+	}
+}
+
+// CombinerClientOpts are the options of RunCombiner's client.
+func CombinerClientOpts(cfg Config) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.ConsumeTopics(PartialsTopic(cfg.TopicPrefix)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+	}
+}
+
+// ensurePartitionedTopics creates the inputs and outputs (EnsureTopics)
+// and the compacted checkpoint and partials topics when missing.
+func ensurePartitionedTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
+	if err := streams.EnsureTopics(ctx, cl, streams.TopicsFor(cfg.TopicPrefix), cfg.Partitions); err != nil {
+		return err
+	}
+	compact := "compact"
+	for _, t := range []string{CheckpointTopic(cfg.TopicPrefix), PartialsTopic(cfg.TopicPrefix)} {
+		resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, t)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating %s: %w", t, err)
+		}
+	}
+	return nil
+}

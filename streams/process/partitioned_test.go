@@ -1,0 +1,181 @@
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// runInstance runs a partitioned-processing instance on its own client
+// until the returned stop is called.
+func runInstance(t *testing.T, kc *kfake.Cluster, cfg Config) (*Instance, func()) {
+	t.Helper()
+	in, err := NewInstance(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := testenv.Client(t, kc, in.ClientOpts()...)
+	return in, runUntilStopped(t, func(ctx context.Context) error { return in.Run(ctx, cl) }, cl.Close)
+}
+
+func runUntilStopped(t *testing.T, run func(context.Context) error, closeClient func()) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		err := run(ctx)
+		closeClient()
+		errc <- err
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// produceParts writes recs to their own partitions under topics.
+func produceParts(t *testing.T, cl *kgo.Client, recs []*kgo.Record) {
+	t.Helper()
+	var out []*kgo.Record
+	for _, r := range recs {
+		out = append(out, &kgo.Record{Topic: r.Topic, Partition: r.Partition, Value: r.Value, Timestamp: r.Timestamp})
+	}
+	if err := cl.ProduceSync(context.Background(), out...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInstancesMatchOneProcessor: the same input (three partitions per
+// topic, routing events of every cluster in every partition) processed
+// by one processor, and by partitioned instances whose membership
+// changes mid-run (two start, a third joins, one stops) with a combiner,
+// gives exactly the estimates one Core computes: none missing, none
+// extra, byte for byte.
+func TestInstancesMatchOneProcessor(t *testing.T) {
+	kc := testenv.Kafka(t)
+	mk := func(prefix string) Config {
+		cfg := config(prefix)
+		cfg.AllowedLateness = 3 * time.Second // above the input's spread across partitions
+		return cfg
+	}
+	// The estimates one Core computes, as "key@end".
+	ref := workloadRecords(streams.TopicsFor("ref"), 3)
+	core, err := NewCore(streams.TopicsFor("ref"), mk("ref").Spec(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ref {
+		core.Handle(r)
+	}
+	want := map[string][]byte{}
+	for _, f := range core.Fire() {
+		for _, e := range f.Estimates {
+			b, err := estimate.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[fmt.Sprintf("%s@%d", estimate.Key(e), f.End)] = b
+		}
+	}
+	check := func(t *testing.T, got map[string][]byte) {
+		t.Helper()
+		n := 0
+		for k, b := range want {
+			if g, ok := got[k]; !ok || string(g) != string(b) {
+				n++
+				if n <= 3 {
+					t.Errorf("%s: present %v, identical %v", k, ok, string(g) == string(b))
+				}
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				t.Errorf("extra estimate %s", k)
+			}
+		}
+		if n > 0 {
+			t.Fatalf("%d of %d estimates missing or different", n, len(want))
+		}
+	}
+	complete := func(c *collector) func() bool {
+		return func() bool {
+			got := map[string]bool{}
+			for _, r := range c.snapshot() {
+				e, err := estimate.DecodeEstimate(r.Value)
+				if err == nil {
+					got[fmt.Sprintf("%s@%d", r.Key, e.WindowEndUnixMs())] = true
+				}
+			}
+			for k := range want {
+				if !got[k] {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	t.Run("one processor", func(t *testing.T) {
+		topics := streams.TopicsFor("one")
+		ensure(t, kc, topics)
+		cl := testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		produceParts(t, cl, workloadRecords(topics, 3))
+		est := collect(t, kc, topics.Estimates)
+		_, stop := start(t, kc, mk("one"))
+		waitFor(20*time.Second, complete(est))
+		stop()
+		check(t, byWindow(t, est.snapshot()))
+	})
+
+	t.Run("three instances", func(t *testing.T) {
+		topics := streams.TopicsFor("three")
+		cfg := mk("three")
+		ensure(t, kc, topics)
+		cl := testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		recs := workloadRecords(topics, 3)
+		n := len(recs)
+		produceParts(t, cl, recs[:n/3])
+		est := collect(t, kc, topics.Estimates)
+		ccl := testenv.Client(t, kc, CombinerClientOpts(cfg)...)
+		runUntilStopped(t, func(ctx context.Context) error { return RunCombiner(ctx, ccl, cfg) }, ccl.Close)
+		a, stopA := runInstance(t, kc, cfg)
+		b, _ := runInstance(t, kc, cfg)
+		published := func(min int) func() bool { return func() bool { return len(est.snapshot()) >= min } }
+		testenv.Eventually(t, 20*time.Second, published(1), "first windows published by two instances")
+		c, _ := runInstance(t, kc, cfg) // joins: partitions move to it
+		testenv.Eventually(t, 20*time.Second, func() bool { return c.Owned() > 0 && a.Owned()+b.Owned()+c.Owned() == 6 }, "the third instance given partitions")
+		produceParts(t, cl, recs[n/3:2*n/3])
+		testenv.Eventually(t, 20*time.Second, published(len(want)/2), "windows published by three instances")
+		movedA := a.Owned()
+		stopA() // leaves: its partitions move
+		testenv.Eventually(t, 20*time.Second, func() bool { return b.Owned()+c.Owned() == 6 }, "the stopped instance's partitions taken over")
+		produceParts(t, cl, recs[2*n/3:])
+		t.Logf("partitions moved: %d to the instance that joined, %d from the one that left", c.Owned(), movedA)
+		waitFor(20*time.Second, complete(est))
+		check(t, byWindow(t, est.snapshot()))
+	})
+}
+
+// waitFor polls cond until it holds or d passes (the caller then reports
+// what is missing).
+func waitFor(d time.Duration, cond func() bool) {
+	for deadline := time.Now().Add(d); !cond() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
