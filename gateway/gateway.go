@@ -35,6 +35,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/engineclient"
@@ -55,6 +56,7 @@ type routing struct {
 	shed          float64
 	created       time.Time
 	fallback      bool
+	weights       *schemas.ClusterWeights // the cluster's part of the snapshot
 }
 
 // Stats is a summary for status lines.
@@ -222,6 +224,10 @@ func (g *Gateway) registerGauges(reg prometheus.Registerer) error {
 // apply validates snap and swaps it in.
 func (g *Gateway) apply(snap *schemas.WeightSnapshot) error {
 	err := g.applyErr(snap)
+	if errors.Is(err, errSnapshotRepeated) {
+		g.log.Debug("snapshot repeated", "version", snap.GetVersion())
+		return nil
+	}
 	if err != nil {
 		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
 		return err
@@ -235,10 +241,15 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	if err != nil {
 		return err
 	}
+	if old := g.cur.Load(); old != nil && !old.fallback && snap.GetVersion() == old.version && proto.Equal(cw, old.weights) {
+		// The version held, again (an optimizer restarted, or a replica
+		// wrote the same plan): nothing to apply and nothing wrong.
+		return errSnapshotRepeated
+	}
 	if old := g.cur.Load(); old != nil && !old.fallback && snap.GetVersion() <= old.version {
 		return fmt.Errorf("%w: got %d, hold %d", ErrSnapshotStale, snap.GetVersion(), old.version)
 	}
-	rt := &routing{version: snap.GetVersion(), shed: cw.GetShedFraction(), created: time.UnixMilli(snap.GetCreatedUnixMs()),
+	rt := &routing{version: snap.GetVersion(), shed: cw.GetShedFraction(), created: time.UnixMilli(snap.GetCreatedUnixMs()), weights: cw,
 		versionHeader: []string{strconv.FormatUint(snap.GetVersion(), 10)}}
 	if snap.GetCreatedUnixMs() <= 0 {
 		rt.created = g.cfg.now()

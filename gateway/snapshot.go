@@ -27,6 +27,9 @@ var (
 	ErrSnapshotInvalid = errors.New("snapshot invalid")
 	ErrSnapshotCluster = errors.New("snapshot has no weights for this cluster")
 	ErrSnapshotStale   = errors.New("snapshot version not newer than the one held")
+	// errSnapshotRepeated: the version held, with the same weights for
+	// the cluster; applying it is a no-op, not a rejection.
+	errSnapshotRepeated = errors.New("snapshot repeats the one held")
 	// ErrSnapshotUnsigned: keys are configured and the snapshot carries
 	// no signature.
 	ErrSnapshotUnsigned = errors.New("snapshot not signed")

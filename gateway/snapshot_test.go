@@ -108,7 +108,8 @@ func TestApplyKeepsLastGoodAndVersionsIncrease(t *testing.T) {
 		hold uint64
 	}{
 		{enc(mk(5, 1)), true, 5},
-		{enc(mk(5, 1)), false, 5},      // same version
+		{enc(mk(5, 1)), true, 5},       // the same snapshot again: a no-op
+		{enc(mk(5, 0.5)), false, 5},    // same version, other weights
 		{enc(mk(4, 1)), false, 5},      // older
 		{[]byte{0xff, 0x01}, false, 5}, // garbage
 		{enc(mk(6, 0.5)), true, 6},
