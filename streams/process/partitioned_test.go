@@ -4,15 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/optimizer/plan"
+	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/control"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
@@ -131,6 +136,7 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		}
 	}
 
+	ok := map[string]bool{}
 	t.Run("one processor", func(t *testing.T) {
 		topics := streams.TopicsFor("one")
 		ensure(t, kc, topics)
@@ -141,6 +147,7 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		waitFor(20*time.Second, complete(est))
 		stop()
 		check(t, byWindow(t, est.snapshot()))
+		ok["one"] = !t.Failed()
 	})
 
 	t.Run("three instances", func(t *testing.T) {
@@ -169,6 +176,43 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		t.Logf("partitions moved: %d to the instance that joined, %d from the one that left", c.Owned(), movedA)
 		waitFor(20*time.Second, complete(est))
 		check(t, byWindow(t, est.snapshot()))
+		ok["three"] = !t.Failed()
+	})
+
+	// The optimizer's control loop over each run's estimates topic
+	// publishes the same snapshots.
+	t.Run("same snapshots", func(t *testing.T) {
+		if !ok["one"] || !ok["three"] {
+			t.Skip("a run above failed")
+		}
+		ends := map[string]bool{}
+		for k := range want {
+			ends[k[strings.LastIndexByte(k, '@'):]] = true
+		}
+		plans := map[string][][]byte{}
+		for _, prefix := range []string{"one", "three"} {
+			ocfg := control.Config{TopicPrefix: prefix, Settle: 50 * time.Millisecond, Settings: plan.Settings{Clusters: []string{"ap", "eu", "us"}}}
+			st := &memStore{}
+			o, err := control.New(testenv.Client(t, kc, control.ClientOpts(ocfg)...), st, ocfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := runUntilStopped(t, o.Run, func() {})
+			testenv.Eventually(t, 20*time.Second, func() bool { return st.count() >= len(ends) }, "a snapshot per window of "+prefix)
+			stop()
+			plans[prefix] = st.all()
+		}
+		one, three := plans["one"], plans["three"]
+		n := len(ends)
+		if len(one) != n || len(three) != n {
+			t.Fatalf("%d and %d snapshots, want one per window (%d)", len(one), len(three), n)
+		}
+		for i := range n {
+			if string(one[i]) != string(three[i]) {
+				t.Fatalf("snapshot %d of %d differs", i, n)
+			}
+		}
+		t.Logf("%d snapshots identical", n)
 	})
 }
 
@@ -178,4 +222,37 @@ func waitFor(d time.Duration, cond func() bool) {
 	for deadline := time.Now().Add(d); !cond() && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// memStore is a control.Store in memory that keeps every snapshot.
+type memStore struct {
+	mu    sync.Mutex
+	snaps [][]byte
+}
+
+func (m *memStore) Get(context.Context, string) (*schemas.WeightSnapshot, error) {
+	return nil, errors.New("no snapshot")
+}
+
+func (m *memStore) Publish(_ context.Context, snap *schemas.WeightSnapshot) error {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snaps = append(m.snaps, b)
+	return nil
+}
+
+func (m *memStore) count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.snaps)
+}
+
+func (m *memStore) all() [][]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([][]byte(nil), m.snaps...)
 }
