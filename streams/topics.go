@@ -73,31 +73,84 @@ func (t Topics) Config(name string) map[string]*string {
 	return map[string]*string{"cleanup.policy": str("delete"), "retention.ms": ms(EventRetention)}
 }
 
+// Replication is how topics are replicated when they are created.
+// The zero value leaves both to the brokers' defaults
+// (default.replication.factor and min.insync.replicas), which is what the
+// embedded single broker needs.
+type Replication struct {
+	// Factor is the replication factor of new topics; 0 means the
+	// broker default.
+	Factor int16
+	// MinInsync is min.insync.replicas of new topics: with acks=all (every
+	// Switchyard producer) a write fails rather than being acknowledged by
+	// fewer replicas. 0 means the broker default.
+	MinInsync int
+}
+
+// Validate rejects negative settings and a MinInsync above Factor.
+func (r Replication) Validate() error {
+	if r.Factor < 0 || r.MinInsync < 0 {
+		return fmt.Errorf("replication factor %d and min.insync.replicas %d must not be negative", r.Factor, r.MinInsync)
+	}
+	if r.Factor > 0 && r.MinInsync > int(r.Factor) {
+		return fmt.Errorf("min.insync.replicas %d exceeds the replication factor %d: no write could succeed", r.MinInsync, r.Factor)
+	}
+	return nil
+}
+
+// CreateTopic creates topic name with partitions partitions, configs cfg
+// and r's replication; an existing topic is not an error (and is left as
+// it is).
+func CreateTopic(ctx context.Context, cl *kgo.Client, name string, partitions int32, cfg map[string]*string, r Replication) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("creating topic %q: %w", name, err)
+	}
+	factor := int16(-1)
+	if r.Factor > 0 {
+		factor = r.Factor
+	}
+	if r.MinInsync > 0 {
+		merged := make(map[string]*string, len(cfg)+1)
+		for k, v := range cfg {
+			merged[k] = v
+		}
+		isr := strconv.Itoa(r.MinInsync)
+		merged["min.insync.replicas"] = &isr
+		cfg = merged
+	}
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, factor, cfg, name)
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating topic %q: %w", name, err)
+	}
+	if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating topic %q: %w", name, resp.Err)
+	}
+	return nil
+}
+
 // EnsureTopics creates the topics that do not exist yet, with partitions
-// partitions (default 3), replication factor -1 (the broker default) and
-// Config's retention and cleanup policy.
+// partitions (default 3), the replication of repl (none given: the broker
+// defaults) and Config's retention and cleanup policy.
 // The estimates topic is compacted and has one partition: the processor
 // publishes each window's estimates in one burst and the optimizer plans a
 // window when the next one starts, which needs them in order (estimates
 // are a few records per engine per slide, far below one partition's
 // capacity).
-func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics, partitions int32) error {
+func EnsureTopics(ctx context.Context, cl *kgo.Client, t Topics, partitions int32, repl ...Replication) error {
 	if partitions <= 0 {
 		partitions = 3
 	}
-	adm := kadm.NewClient(cl)
+	var r Replication
+	if len(repl) > 0 {
+		r = repl[0]
+	}
 	for _, name := range t.All() {
-		cfg := t.Config(name)
 		n := partitions
 		if name == t.Estimates {
 			n = 1
 		}
-		resp, err := adm.CreateTopic(ctx, n, -1, cfg, name)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating topic %q: %w", name, err)
-		}
-		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating topic %q: %w", name, resp.Err)
+		if err := CreateTopic(ctx, cl, name, n, t.Config(name), r); err != nil {
+			return err
 		}
 	}
 	return nil

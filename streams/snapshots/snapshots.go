@@ -65,6 +65,7 @@ type cfg struct {
 	verifier     *trust.Verifier
 	now          func() time.Time
 	maxSkew      time.Duration
+	replicas     int
 }
 
 // Signer makes the store sign every snapshot it publishes with s, and
@@ -87,6 +88,12 @@ func Bucket(name string) Opt { return opt(func(c *cfg) { c.bucket = name }) }
 // History is how many values the bucket keeps per key. Default
 // DefaultHistory; 0 means the default.
 func History(n uint8) Opt { return opt(func(c *cfg) { c.history = n }) }
+
+// Replicas is how many JetStream servers keep the bucket and the audit
+// stream (3 on a three-node NATS cluster). Default 0: a bucket or stream
+// being created gets 1, an existing one keeps its count (so a console
+// opening the store never scales down what the optimizer set).
+func Replicas(n int) Opt { return opt(func(c *cfg) { c.replicas = n }) }
 
 // AuditStream and AuditSubject name the stream holding every whole
 // snapshot. Defaults DefaultAuditStream and DefaultAuditSubject; ""
@@ -115,6 +122,9 @@ func (c *cfg) validate() error {
 	if c.maxSkew <= 0 {
 		c.maxSkew = trust.DefaultMaxSkew
 	}
+	if c.replicas < 0 {
+		return fmt.Errorf("snapshot store replicas %d: must not be negative", c.replicas)
+	}
 	if c.signer != nil {
 		c.verifier = trust.NewVerifier(c.signer.Public())
 	}
@@ -134,13 +144,24 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Opt) (*Store, err
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	if err := cfg.validate(); err != nil {
+	err := cfg.validate()
+	if err != nil {
 		return nil, err
+	}
+	kvReplicas, auditReplicas := cfg.replicas, cfg.replicas
+	if cfg.replicas == 0 {
+		if kvReplicas, err = existingReplicas(ctx, js, "KV_"+cfg.bucket); err != nil {
+			return nil, fmt.Errorf("opening snapshot bucket %q: %w", cfg.bucket, err)
+		}
+		if auditReplicas, err = existingReplicas(ctx, js, cfg.auditStream); err != nil {
+			return nil, fmt.Errorf("opening audit stream %q: %w", cfg.auditStream, err)
+		}
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.bucket,
 		Description: "Switchyard weight snapshots, one key per CPU cluster",
 		History:     cfg.history,
+		Replicas:    kvReplicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("opening snapshot bucket %q: %w", cfg.bucket, err)
@@ -151,10 +172,57 @@ func Open(ctx context.Context, js jetstream.JetStream, opts ...Opt) (*Store, err
 		Subjects:    []string{cfg.auditSubject},
 		MaxAge:      30 * 24 * time.Hour,
 		MaxBytes:    512 << 20,
+		Replicas:    auditReplicas,
 	}); err != nil {
 		return nil, fmt.Errorf("opening audit stream %q: %w", cfg.auditStream, err)
 	}
 	return &Store{js: js, kv: kv, cfg: cfg}, nil
+}
+
+// existingReplicas is the replica count of stream name, or 1 when it
+// does not exist yet.
+func existingReplicas(ctx context.Context, js jetstream.JetStream, name string) (int, error) {
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return max(info.Config.Replicas, 1), nil
+}
+
+// ErrTooLarge: a snapshot message exceeds the NATS server's max_payload
+// (1 MB by default; a snapshot of ~10,000 engines or more, or the audit
+// message of many clusters, needs a larger one: docs/deploy.md).
+var ErrTooLarge = errors.New("snapshot exceeds the NATS server's max_payload")
+
+// checkSize fails with ErrTooLarge, naming the limit, when a message of
+// n bytes (plus headers) exceeds the connected server's max_payload.
+func (s *Store) checkSize(what string, n int, hdr nats.Header) error {
+	nc := s.js.Conn()
+	if nc == nil {
+		return nil
+	}
+	limit := nc.MaxPayload()
+	if limit <= 0 {
+		return nil
+	}
+	size := int64(n)
+	for k, vs := range hdr {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4) // "k: v\r\n"
+		}
+	}
+	if size > limit {
+		return fmt.Errorf("%w: %s is %d bytes, the server's max_payload is %d bytes; raise max_payload in the NATS server configuration",
+			ErrTooLarge, what, size, limit)
+	}
+	return nil
 }
 
 // Publish stores snap: the whole snapshot on the audit stream, then, for
@@ -174,6 +242,9 @@ func (s *Store) Publish(ctx context.Context, snap *schemas.WeightSnapshot) error
 	msg := &nats.Msg{Subject: s.cfg.auditSubject, Data: whole, Header: nats.Header{
 		schemas.HeaderContentType: {schemas.ContentTypeProtobuf}, schemas.HeaderMessage: {schemas.MessageName(snap)},
 		jetstream.MsgIDHeader: {fmt.Sprintf("snapshot-%d", snap.GetVersion())}}}
+	if err := s.checkSize(fmt.Sprintf("snapshot %d (audit message)", snap.GetVersion()), len(whole), msg.Header); err != nil {
+		return err
+	}
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publishing snapshot %d to audit stream: %w", snap.GetVersion(), err)
 	}
@@ -233,6 +304,9 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 	b, err := s.encode(snap)
 	if err != nil {
 		return fmt.Errorf("encoding snapshot for %q: %w", cluster, err)
+	}
+	if err := s.checkSize(fmt.Sprintf("snapshot %d of cluster %q", snap.GetVersion(), cluster), len(b), nil); err != nil {
+		return err
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		e, err := s.kv.Get(ctx, cluster)
