@@ -32,6 +32,9 @@ type Config struct {
 	Interval time.Duration
 	// TopicPrefix names the topics (streams.TopicsFor). Default "switchyard".
 	TopicPrefix string
+	// Replication of the topics the agent creates. Default: the brokers'
+	// defaults.
+	Replication streams.Replication
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the agent's metrics; nil registers nothing.
@@ -148,7 +151,7 @@ func (s *Service) Stats() Stats {
 // what is buffered (at most 5s) and returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	cl := s.cl
-	if err := streams.EnsureTopics(ctx, cl, s.topics, 0); err != nil {
+	if err := streams.EnsureTopics(ctx, cl, s.topics, 0, s.cfg.Replication); err != nil {
 		// Not fatal: the topics may be managed elsewhere and exist.
 		s.log.Warn("ensuring topics", "err", err)
 	}

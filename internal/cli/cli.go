@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/connect"
+	"github.com/switchyard-llm/switchyard/streams"
 )
 
 // Command is one `switchyard <name>` subcommand. Run parses args itself
@@ -120,6 +122,41 @@ type Connection struct {
 	// NATS and Kafka are the security settings of each broker.
 	NATS  connect.NATS
 	Kafka connect.Kafka
+	// Replication is how the topics, the snapshot bucket and the audit
+	// stream are replicated when a command creates them (RegisterReplication).
+	Replication Replication
+}
+
+// Replication holds the replication flags of the commands that create
+// topics or the snapshot store. Zero values keep the brokers' defaults,
+// right for one broker (docs/deploy.md#clustered-brokers).
+type Replication struct {
+	KafkaFactor    int // --kafka-replication-factor
+	KafkaMinInsync int // --kafka-min-insync-replicas
+	NATSReplicas   int // --nats-replicas
+}
+
+// Kafka returns the topic replication of the flags.
+func (r Replication) Kafka() (streams.Replication, error) {
+	if r.KafkaFactor > math.MaxInt16 {
+		return streams.Replication{}, fmt.Errorf("%w: --kafka-replication-factor %d is too large", ErrUsage, r.KafkaFactor)
+	}
+	out := streams.Replication{Factor: int16(r.KafkaFactor), MinInsync: r.KafkaMinInsync}
+	if err := out.Validate(); err != nil {
+		return streams.Replication{}, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return out, nil
+}
+
+// RegisterReplication adds --kafka-replication-factor and
+// --kafka-min-insync-replicas (topics the command creates), and with nats
+// --nats-replicas (the snapshot bucket and audit stream), to fs.
+func (c *Connection) RegisterReplication(fs *flag.FlagSet, nats bool) {
+	fs.IntVar(&c.Replication.KafkaFactor, "kafka-replication-factor", 0, "replication factor of the Kafka topics this command creates (0: the brokers' default.replication.factor)")
+	fs.IntVar(&c.Replication.KafkaMinInsync, "kafka-min-insync-replicas", 0, "min.insync.replicas of the Kafka topics this command creates (0: the brokers' default)")
+	if nats {
+		fs.IntVar(&c.Replication.NATSReplicas, "nats-replicas", 0, "JetStream replicas of the snapshot bucket and audit stream (0: 1 when creating them, an existing count kept)")
+	}
 }
 
 // DefaultKafkaBrokers and DefaultNATSURL match `switchyard brokers` defaults.

@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	var conn cli.Connection
 	conn.RegisterKafka(fs)
+	conn.RegisterReplication(fs, false)
 	var engines engineList
 	list := fs.String("engines", "", `engines to scrape, ";"-separated: `+agent.TargetSyntax)
 	fs.Var(&engines, "engine", "one engine, "+agent.TargetSyntax+" (repeatable)")
@@ -61,6 +62,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	cfg.Engines = targets
 	cfg.TopicPrefix = conn.TopicPrefix
+	repl, err := conn.Replication.Kafka()
+	if err != nil {
+		return err
+	}
+	cfg.Replication = repl
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg

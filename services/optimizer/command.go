@@ -33,6 +33,7 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("optimizer", flag.ContinueOnError)
 	var conn cli.Connection
 	conn.Register(fs)
+	conn.RegisterReplication(fs, true)
 	var signing cli.Signing
 	signing.Register(fs)
 	settle := fs.Duration("settle", 500*time.Millisecond, "plan a window once its estimates have been quiet this long")
@@ -73,10 +74,14 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if conn.NATSURL == "" {
 		return fmt.Errorf("%w: optimizer: no NATS URL", cli.ErrUsage)
 	}
+	repl, err := conn.Replication.Kafka()
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg := control.Config{
-		TopicPrefix: conn.TopicPrefix, Settle: *settle,
+		TopicPrefix: conn.TopicPrefix, Replication: repl, Settle: *settle,
 		Settings: plan.Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, ChurnRelative: *churnRel, EstimateTTL: *ttl,
 			NetworkTTL: *netTTL, ProbeShare: *probe, Clusters: cl,
 			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
@@ -109,7 +114,7 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	store, ok := openStore(ctx, js, logger, storeOpts...)
+	store, ok := openStore(ctx, js, logger, append(storeOpts, snapshots.Replicas(conn.Replication.NATSReplicas))...)
 	if !ok {
 		return nil // stopped before NATS was ready
 	}

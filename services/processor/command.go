@@ -32,6 +32,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("processor", flag.ContinueOnError)
 	var conn cli.Connection
 	conn.RegisterKafka(fs)
+	conn.RegisterReplication(fs, false)
 	var cfg process.Config
 	fs.StringVar(&cfg.Group, "group", "switchyard-processor", "consumer group (and checkpoint key)")
 	fs.DurationVar(&cfg.Window, "window", 30*time.Second, "window size")
@@ -47,6 +48,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
+	repl, err := conn.Replication.Kafka()
+	if err != nil {
+		return err
+	}
+	cfg.Replication = repl
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg

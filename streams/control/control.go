@@ -41,6 +41,9 @@ type Config struct {
 	// TopicPrefix names the topics (streams.TopicsFor). Default
 	// "switchyard".
 	TopicPrefix string
+	// Replication of the topics the optimizer creates. Default: the
+	// brokers' defaults.
+	Replication streams.Replication
 	// Settle is how long the estimates of a window may be quiet before the
 	// window is planned without waiting for the next one (default 500ms).
 	// The processor publishes a window's estimates in one burst.
@@ -134,7 +137,7 @@ func (o *Optimizer) Stats() Stats {
 // Run consumes estimates and publishes a snapshot per completed window
 // until ctx is done, then returns nil. Run may be called once.
 func (o *Optimizer) Run(ctx context.Context) error {
-	if err := streams.EnsureTopics(ctx, o.cl, o.topics, 0); err != nil {
+	if err := streams.EnsureTopics(ctx, o.cl, o.topics, 0, o.cfg.Replication); err != nil {
 		o.log.Warn("creating topics", "err", err)
 	}
 	o.recordSettings(ctx)

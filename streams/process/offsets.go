@@ -32,15 +32,11 @@ func (p *Processor) ensureTopics(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := streams.EnsureTopics(ctx, cl, p.topics, p.cfg.Partitions); err != nil {
+	if err := streams.EnsureTopics(ctx, cl, p.topics, p.cfg.Partitions, p.cfg.Replication); err != nil {
 		return err
 	}
 	compact := "compact"
-	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, CheckpointTopic(p.cfg.TopicPrefix))
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+	if err := streams.CreateTopic(ctx, cl, CheckpointTopic(p.cfg.TopicPrefix), 1, map[string]*string{"cleanup.policy": &compact}, p.cfg.Replication); err != nil {
 		return fmt.Errorf("creating checkpoint topic: %w", err)
 	}
 	return nil

@@ -38,6 +38,9 @@ import (
 type Config struct {
 	// TopicPrefix names the topics (streams.TopicsFor). Default "switchyard".
 	TopicPrefix string
+	// Replication of the topics the processor creates. Default: the
+	// brokers' defaults.
+	Replication streams.Replication
 	// Group is the consumer group and the checkpoint key. Default
 	// "switchyard-processor".
 	Group string
