@@ -36,6 +36,9 @@ type Config struct {
 	// KafkaPartitions is the default partition count of auto-created
 	// topics. Default 3.
 	KafkaPartitions int
+	// NATSMaxPayload is the largest message NATS accepts, in bytes.
+	// Default DefaultNATSMaxPayload; 0 means the default.
+	NATSMaxPayload int32
 	// Security makes both brokers require TLS and credentials. The zero
 	// value leaves them open (plain TCP, no authentication): only for
 	// loopback.
@@ -92,7 +95,7 @@ func Start(ctx context.Context, cfg Config) (*Brokers, error) {
 		}
 		store, tmp = d, d
 	}
-	ns, err := startNATS(ctx, cfg.NATSListen, store, cfg.Security)
+	ns, err := startNATS(ctx, cfg.NATSListen, store, cfg.NATSMaxPayload, cfg.Security)
 	if err != nil {
 		if tmp != "" {
 			_ = os.RemoveAll(tmp)
@@ -151,15 +154,28 @@ func splitHostPort(addr, def string) (string, int, error) {
 	return host, p, nil
 }
 
+// DefaultNATSMaxPayload is the embedded NATS server's max_payload: 16
+// MiB, against NATS's own 1 MiB, because a snapshot of 20,000 engines is
+// about 2 MB and the audit message of 100 clusters of 20,000 engines about
+// 12 MB (docs/deploy.md#clustered-brokers). The compose and Kubernetes
+// NATS configurations set the same.
+const DefaultNATSMaxPayload = 16 << 20
+
 // StartNATS starts a NATS server with JetStream on listen (host:port; port
-// 0 picks a free one). storeDir empty keeps JetStream in a temporary
-// directory of the server's choosing, shared between runs: Start gives
-// each run its own.
+// 0 picks a free one) and DefaultNATSMaxPayload. storeDir empty keeps
+// JetStream in a temporary directory of the server's choosing, shared
+// between runs: Start gives each run its own.
 func StartNATS(ctx context.Context, listen, storeDir string) (*server.Server, error) {
-	return startNATS(ctx, listen, storeDir, Security{})
+	return startNATS(ctx, listen, storeDir, 0, Security{})
 }
 
-func startNATS(ctx context.Context, listen, storeDir string, sec Security) (*server.Server, error) {
+func startNATS(ctx context.Context, listen, storeDir string, maxPayload int32, sec Security) (*server.Server, error) {
+	if maxPayload < 0 {
+		return nil, fmt.Errorf("nats max payload %d: must not be negative", maxPayload)
+	}
+	if maxPayload == 0 {
+		maxPayload = DefaultNATSMaxPayload
+	}
 	host, port, err := splitHostPort(listen, "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -177,6 +193,9 @@ func startNATS(ctx context.Context, listen, storeDir string, sec Security) (*ser
 		// One-process dev server: keep JetStream's reservations small.
 		JetStreamMaxMemory: 256 << 20,
 		JetStreamMaxStore:  1 << 30,
+		MaxPayload:         maxPayload,
+		// A client may have a whole snapshot pending, and then some.
+		MaxPending: max(int64(maxPayload)*4, server.MAX_PENDING_SIZE),
 	}
 	natsSecurity(opts, sec)
 	ns, err := server.NewServer(opts)

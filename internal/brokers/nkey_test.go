@@ -37,7 +37,7 @@ func TestNATSTokenAndNKey(t *testing.T) {
 			map[string]string{"SWITCHYARD_NATS_NKEY_SEED": seedFile}, map[string]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns, err := startNATS(ctx, "127.0.0.1:0", t.TempDir(), tc.sec)
+			ns, err := startNATS(ctx, "127.0.0.1:0", t.TempDir(), 0, tc.sec)
 			if err != nil {
 				t.Fatal(err)
 			}
