@@ -139,6 +139,9 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
+			if m := mf.GetMetric()[0]; m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
