@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -190,4 +191,39 @@ func outsideClients(t *testing.T, ctx context.Context, kafka, gateway string) {
 		t.Fatalf("kcat read no engine signals from %s: %v\n%s", kafka, err, got)
 	}
 	t.Logf("kcat read %d signal keys from the demo's Kafka", strings.Count(string(got), "\n"))
+}
+
+// TestRestartOnDataDir: a demo restarted on the data dir of a run that
+// published snapshots routes its first requests (and every other) to
+// live engines: the snapshot kept from the previous run names engines at
+// the addresses they listen on again, so no request fails.
+func TestRestartOnDataDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two demo runs skipped in -short mode")
+	}
+	dir := t.TempDir()
+	run := func(d time.Duration) *Summary {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sum, err := Run(ctx, Config{
+			Duration: d, KafkaListen: "127.0.0.1:0", NATSListen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0",
+			DataDir: dir, Rate: 20, Seed: 1, StatusInterval: time.Minute, MaxPromptTokens: 1024, MaxOutputTokens: 32,
+			Logger: slog.New(slog.DiscardHandler), Stdout: io.Discard,
+		})
+		if err != nil {
+			t.Fatalf("demo: %v", err)
+		}
+		return sum
+	}
+	first := run(7 * time.Second)
+	if first.SnapshotsPublished == 0 {
+		t.Fatalf("the first run published no snapshot, so the restart proves nothing: %+v", first)
+	}
+	second := run(3 * time.Second)
+	if second.Requests < 20 || second.Failed != 0 {
+		t.Errorf("restarted demo: %d requests, %d failed (errors %v)", second.Requests, second.Failed, second.Errors)
+	}
+	t.Logf("first run: %d snapshots (latest %d); second: %d requests, %d failed, gateways %+v",
+		first.SnapshotsPublished, first.LatestVersion, second.Requests, second.Failed, second.Gateways)
 }
