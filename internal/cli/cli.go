@@ -169,7 +169,7 @@ const (
 // credential flags of both brokers to fs.
 func (c *Connection) Register(fs *flag.FlagSet) {
 	c.RegisterKafka(fs)
-	fs.StringVar(&c.NATSURL, "nats-url", DefaultNATSURL, "NATS server URL (JetStream enabled)")
+	fs.StringVar(&c.NATSURL, "nats-url", DefaultNATSURL, "NATS server URL (JetStream enabled), or a comma-separated list of a cluster's servers")
 	RegisterTLS(fs, "nats", &c.NATS.TLS)
 	fs.StringVar(&c.NATS.User, "nats-user", "", "NATS user (with --nats-password)")
 	fs.StringVar(&c.NATS.Password, "nats-password", "", "NATS password (prefer the environment variable)")

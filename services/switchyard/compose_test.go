@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,13 @@ type composeService struct {
 	Healthcheck *struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
-	Volumes []string `yaml:"volumes"`
+	Volumes  []string `yaml:"volumes"`
+	Profiles []string `yaml:"profiles"`
+}
+
+// inProfile reports whether s runs only with profile p.
+func (s composeService) inProfile(p string) bool {
+	return slices.Contains(s.Profiles, p)
 }
 
 type promConfig struct {
@@ -165,6 +172,9 @@ func TestComposeMatchesBinary(t *testing.T) {
 			}
 			listening[name][port] = true
 		}
+		if s.inProfile("cluster") || c.Name == "enginesim" {
+			continue // on the clustered brokers (TestComposeCluster), or none
+		}
 		if v, ok := values["kafka-brokers"]; ok {
 			for _, br := range strings.Split(v, ",") {
 				host, port, err := net.SplitHostPort(br)
@@ -209,7 +219,9 @@ func TestComposeMatchesBinary(t *testing.T) {
 }
 
 // TestComposeBrokers: Kafka and NATS have healthchecks and every service
-// built from our Dockerfile waits for them to be healthy; Kafka advertises
+// built from our Dockerfile waits for the brokers it uses (its
+// SWITCHYARD_KAFKA_BROKERS and SWITCHYARD_NATS_URL) to be healthy; the
+// simulated engines use none. Kafka advertises
 // a listener that host clients reach on a published port (as the README's
 // kcat -b 127.0.0.1:9092 needs) besides kafka:9092 for the services; its
 // log directory is on the mounted volume.
@@ -231,12 +243,22 @@ func TestComposeBrokers(t *testing.T) {
 		if s.Build == nil {
 			continue
 		}
-		deps, ok := s.DependsOn.(map[string]any)
-		if !ok {
-			t.Errorf("service %s: depends_on %v, want kafka and nats with condition service_healthy", name, s.DependsOn)
+		uses := brokerHosts(t, s)
+		if len(uses) == 0 {
+			if len(s.Command) > 0 && s.Command[0] != "enginesim" {
+				t.Errorf("service %s (%s) uses no broker", name, s.Command[0])
+			}
 			continue
 		}
-		for _, infra := range []string{"kafka", "nats"} {
+		deps, ok := s.DependsOn.(map[string]any)
+		if !ok {
+			t.Errorf("service %s: depends_on %v, want %v with condition service_healthy", name, s.DependsOn, uses)
+			continue
+		}
+		for _, infra := range uses {
+			if _, ok := cf.Services[infra]; !ok {
+				t.Errorf("service %s uses broker %s, which is no service", name, infra)
+			}
 			d, _ := deps[infra].(map[string]any)
 			if d["condition"] != "service_healthy" {
 				t.Errorf("service %s: depends_on %s %v, want condition service_healthy", name, infra, deps[infra])
@@ -284,4 +306,48 @@ func TestComposeBrokers(t *testing.T) {
 	if !mounted {
 		t.Errorf("KAFKA_LOG_DIRS %q is not on a mounted volume %v", dir, k.Volumes)
 	}
+}
+
+// brokerHosts returns the hosts of s's SWITCHYARD_KAFKA_BROKERS and
+// SWITCHYARD_NATS_URL (and --kafka-brokers, --nats-url arguments).
+func brokerHosts(t *testing.T, s composeService) []string {
+	t.Helper()
+	kafka, nats := s.Environment["SWITCHYARD_KAFKA_BROKERS"], s.Environment["SWITCHYARD_NATS_URL"]
+	for _, arg := range s.Command {
+		if v, ok := strings.CutPrefix(arg, "--kafka-brokers="); ok {
+			kafka = v
+		}
+		if v, ok := strings.CutPrefix(arg, "--nats-url="); ok {
+			nats = v
+		}
+	}
+	var hosts []string
+	for _, br := range splitList(kafka) {
+		h, _, err := net.SplitHostPort(br)
+		if err != nil {
+			t.Errorf("kafka broker %q: %v", br, err)
+			continue
+		}
+		hosts = append(hosts, h)
+	}
+	for _, u := range splitList(nats) {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Errorf("nats url %q: %v", u, err)
+			continue
+		}
+		hosts = append(hosts, pu.Hostname())
+	}
+	return hosts
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
