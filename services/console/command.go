@@ -89,7 +89,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func openStore(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) (*snapshots.Store, error) {
 	for {
 		openCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		store, err := snapshots.Open(openCtx, js, snapshots.Bucket(bucket))
+		store, err := snapshots.Lookup(openCtx, js, snapshots.Bucket(bucket)) // read-only: creates nothing
 		cancel()
 		if err == nil {
 			return store, nil

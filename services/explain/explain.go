@@ -104,7 +104,7 @@ func readNATS(ctx context.Context, conn cli.Connection, bucket, cluster string) 
 	if err != nil {
 		return nil, fmt.Errorf("opening JetStream: %w", err)
 	}
-	store, err := snapshots.Open(ctx, js, snapshots.Bucket(bucket))
+	store, err := snapshots.Lookup(ctx, js, snapshots.Bucket(bucket)) // read-only: creates nothing
 	if err != nil {
 		return nil, err
 	}
