@@ -126,7 +126,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:8080", "host:port of the first gateway; the others take the following ports (port 0: free ports)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9100", "host:port serving every component's Prometheus metrics at /metrics (empty: off)")
 	fs.StringVar(&cfg.ConsoleListen, "console-listen", "127.0.0.1:9190", "host:port of the web console (empty: off)")
-	fs.StringVar(&cfg.DataDir, "data-dir", "", "persist Kafka and JetStream data under this directory")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "persist Kafka and JetStream data, and the engines' addresses, under this directory")
 	fs.Float64Var(&cfg.Rate, "rate", 12, "offered load of the built-in workload, requests/s over all regions")
 	fs.StringVar(&cfg.Trace, "trace", "", "replay this Mooncake JSONL or Azure CSV trace instead of the built-in workload")
 	fs.Float64Var(&cfg.TraceSpeed, "trace-speed", 1, "replay the trace this many times faster than real time")
