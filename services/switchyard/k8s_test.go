@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -29,6 +30,7 @@ import (
 // Kubernetes API type.
 type rendered struct {
 	deployments map[string]*appsv1.Deployment
+	stateful    map[string]*appsv1.StatefulSet
 	services    map[string]*corev1.Service
 	configMaps  map[string]*corev1.ConfigMap
 	secrets     map[string]*corev1.Secret
@@ -48,6 +50,7 @@ func render(t *testing.T, dir string) rendered {
 	}
 	r := rendered{
 		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
+		stateful:   map[string]*appsv1.StatefulSet{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		namespaces: map[string]*corev1.Namespace{},
@@ -65,6 +68,8 @@ func render(t *testing.T, dir string) rendered {
 		switch res.GetApiVersion() + " " + res.GetKind() {
 		case "apps/v1 Deployment":
 			name, derr = decodeInto(b, r.deployments)
+		case "apps/v1 StatefulSet":
+			name, derr = decodeInto(b, r.stateful)
 		case "v1 Service":
 			name, derr = decodeInto(b, r.services)
 		case "v1 ConfigMap":
@@ -199,12 +204,20 @@ func TestKustomize(t *testing.T) {
 		dir      string
 		regions  []string
 		gateways int
+		brokers  bool // Kafka and NATS clustered in the namespace
 	}{
-		{"one-region", []string{"region-a"}, 1},
-		{"three-region", []string{"region-a", "region-b", "region-c"}, 3},
+		{"one-region", []string{"region-a"}, 1, false},
+		{"three-region", []string{"region-a", "region-b", "region-c"}, 3, false},
+		{"three-region-ha", []string{"region-a", "region-b", "region-c"}, 3, true},
 	} {
 		t.Run(overlay.dir, func(t *testing.T) {
 			r := render(t, filepath.Join("../../deploy/k8s/overlays", overlay.dir))
+			valuesOf := map[string]map[string]string{} // Deployment -> flag values
+			if overlay.brokers {
+				defer func() { checkClusteredBrokers(t, r, valuesOf) }()
+			} else if len(r.stateful) > 0 {
+				t.Errorf("StatefulSets %v: brokers are external in this overlay", slices.Collect(maps.Keys(r.stateful)))
+			}
 			if len(r.namespaces) != 1 {
 				t.Errorf("%d namespaces, want 1", len(r.namespaces))
 			}
@@ -267,7 +280,9 @@ func TestKustomize(t *testing.T) {
 					}
 					values[k] = v
 				}
-				// Kafka and NATS are external Services.
+				values[""] = cmd.Name
+				valuesOf[name] = values
+				// Kafka and NATS are cluster Services.
 				for _, br := range strings.Split(values["kafka-brokers"], ",") {
 					if _, ok := flags["kafka-brokers"]; ok && !strings.Contains(br, ".svc:") {
 						t.Errorf("%s: --kafka-brokers=%q is not a cluster Service", where, values["kafka-brokers"])
@@ -391,14 +406,21 @@ func TestKustomize(t *testing.T) {
 					t.Errorf("%s: %d PodDisruptionBudgets, want 1", name, n)
 				}
 			}
+			templates := map[string]corev1.PodTemplateSpec{}
+			for name, d := range r.deployments {
+				templates[name] = d.Spec.Template
+			}
+			for name, ss := range r.stateful {
+				templates[name] = ss.Spec.Template
+			}
 			for name, s := range r.services {
 				found := false
-				for _, d := range r.deployments {
-					if labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+				for dname, tmpl := range templates {
+					if labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(tmpl.Labels)) {
 						found = true
 						for _, p := range s.Spec.Ports {
-							if _, ok := portOf(d.Spec.Template.Spec.Containers[0], p.TargetPort); !ok {
-								t.Errorf("Service %s: target port %s is no port of %s", name, p.TargetPort.String(), d.Name)
+							if _, ok := portOf(tmpl.Spec.Containers[0], p.TargetPort); !ok {
+								t.Errorf("Service %s: target port %s is no port of %s", name, p.TargetPort.String(), dname)
 							}
 						}
 					}
