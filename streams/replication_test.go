@@ -2,6 +2,11 @@ package streams_test
 
 import (
 	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,3 +72,51 @@ func TestEnsureTopicsReplicated(t *testing.T) {
 		t.Error("min.insync.replicas 3 over factor 2: no error")
 	}
 }
+
+// TestProducersAckAllIdempotent: no franz-go client in the module turns
+// off what docs/topics.md promises of every producer: acks=all (kgo's
+// default RequiredAcks(AllISRAcks())) with idempotent writes (kgo's
+// default; DisableIdempotentWrite turns it off). With min.insync.replicas
+// 2 on three brokers, an acknowledged record is on two brokers, and a
+// retried batch is not written twice.
+func TestProducersAckAllIdempotent(t *testing.T) {
+	root := filepath.Join("..")
+	checked := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != root {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		src := string(b)
+		if !strings.Contains(src, "franz-go/pkg/kgo") {
+			return nil
+		}
+		checked++
+		if strings.Contains(src, "DisableIdempotentWrite") {
+			t.Errorf("%s turns off idempotent writes", path)
+		}
+		for _, m := range requiredAcks.FindAllStringSubmatch(src, -1) {
+			if m[1] != "kgo.AllISRAcks()" {
+				t.Errorf("%s: RequiredAcks(%s), want kgo.AllISRAcks() (acks=all)", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 5 {
+		t.Fatalf("found %d files using kgo: the walk missed the module", checked)
+	}
+}
+
+var requiredAcks = regexp.MustCompile(`RequiredAcks\(([^()]*(?:\(\))?)\)`)
