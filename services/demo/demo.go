@@ -241,7 +241,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stopComponents()
 	g, gctx := errgroup.WithContext(compCtx)
 
-	fleet, err := startEngines(gctx, g, cfg, log)
+	fleet, err := startEngines(gctx, g, cfg, reg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,8 @@ func TestDemoEndToEnd(t *testing.T) {
 			out.WriteString(line + "\n")
 			f := strings.Fields(line)
 			switch {
+			case len(f) >= 2 && f[0] == "metrics:":
+				found["metrics"] = f[1]
 			case len(f) >= 2 && f[0] == "kafka:":
 				found["kafka"] = f[1]
 			case len(f) >= 3 && f[0] == "gateway:" && found["gateway"] == "":
@@ -71,6 +73,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("demo ended before printing its addresses: %v\n%s\n%s", err, out.String(), stderr.String())
 	}
 	outsideClients(t, ctx, a["kafka"], a["gateway"])
+	everyComponentsMetrics(t, ctx, a["metrics"])
 	err := <-runErr
 	<-scanned
 	if err != nil {
@@ -226,4 +229,46 @@ func TestRestartOnDataDir(t *testing.T) {
 	}
 	t.Logf("first run: %d snapshots (latest %d); second: %d requests, %d failed, gateways %+v",
 		first.SnapshotsPublished, first.LatestVersion, second.Requests, second.Failed, second.Gateways)
+}
+
+// everyComponentsMetrics: the demo's one /metrics serves the series of
+// every component (gateway, engine, agent, processor, optimizer), polled
+// until each has appeared or the demo's deadline passes.
+func everyComponentsMetrics(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	want := []string{
+		"switchyard_gateway_requests_total{",
+		"vllm:num_requests_running{",
+		"switchyard_enginesim_max_num_seqs{",
+		"switchyard_agent_scrapes_total{",
+		"switchyard_processor_records_total{",
+		"switchyard_optimizer_snapshots_published_total",
+		"switchyard_emitter_records_total{",
+	}
+	var missing []string
+	for ctx.Err() == nil {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing = missing[:0]
+		for _, w := range want {
+			if !bytes.Contains(body, []byte("\n"+w)) {
+				missing = append(missing, w)
+			}
+		}
+		if len(missing) == 0 {
+			if !bytes.Contains(body, []byte(`vllm:num_requests_running{engine="`)) {
+				t.Errorf("engine series without an engine label")
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond): // poll interval
+		}
+	}
+	t.Errorf("the demo's /metrics never served %v", missing)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/simulator/engineserver"
@@ -34,7 +35,7 @@ const enginePortsFile = "demo-engines.json"
 // id and URL, still point at the same engines: a restarted demo never
 // routes to an address the previous run's engine left. The addresses are
 // saved once every engine listens.
-func startEngines(ctx context.Context, g *errgroup.Group, cfg Config, log *slog.Logger) ([]*engineProc, error) {
+func startEngines(ctx context.Context, g *errgroup.Group, cfg Config, reg prometheus.Registerer, log *slog.Logger) ([]*engineProc, error) {
 	prev, err := loadEnginePorts(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -55,6 +56,7 @@ func startEngines(ctx context.Context, g *errgroup.Group, cfg Config, log *slog.
 			ID: spec.ID, Listen: listen, GPUClass: spec.GPUClass, Model: cfg.Model,
 			LatencyMultiplier: spec.LatencyMultiplier,
 			Seed:              int64(cfg.Seed) + int64(i), Logger: log.With("engine", spec.ID),
+			Registerer: reg, // the demo's /metrics: every engine's series with an engine label
 		})
 		if err != nil {
 			return nil, fmt.Errorf("engine %s: %w", spec.ID, err)

@@ -23,7 +23,7 @@ func TestEngineLatencyMultiplier(t *testing.T) {
 		g, gctx := errgroup.WithContext(ctx)
 		cfg := Config{Topology: Topology{Engines: []EngineSpec{{ID: "e", Region: "r", GPUClass: "h100", LatencyMultiplier: tc.mult}}},
 			Model: "m", Logger: slog.New(slog.DiscardHandler)}
-		_, err := startEngines(gctx, g, cfg, cfg.Logger)
+		_, err := startEngines(gctx, g, cfg, nil, cfg.Logger)
 		cancel()
 		if werr := g.Wait(); werr != nil {
 			t.Fatalf("multiplier %v: engine: %v", tc.mult, werr)
