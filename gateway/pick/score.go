@@ -383,8 +383,10 @@ func (t *Table) cached(r *Request, c []scored) {
 		return
 	}
 	now := stampOf(r.NowMs)
-	var ids [maxCandidates + 1]uint32
-	var sts [maxCandidates + 1]*State
+	// Overflow scores up to overflowScan candidates, PickRequest up to
+	// maxCandidates+1.
+	var ids [overflowScan]uint32
+	var sts [overflowScan]*State
 	for k := range c {
 		sts[k] = t.engines[c[k].i].State
 		ids[k] = sts[k].idx + 1
