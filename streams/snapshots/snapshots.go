@@ -197,8 +197,8 @@ func existingReplicas(ctx context.Context, js jetstream.JetStream, name string) 
 }
 
 // ErrTooLarge: a snapshot message exceeds the NATS server's max_payload
-// (1 MB by default; a snapshot of ~10,000 engines or more, or the audit
-// message of many clusters, needs a larger one: docs/deploy.md).
+// (1 MB by default, below a 20,000-engine snapshot; the deployments set
+// 16 MB: docs/deploy.md#clustered-brokers).
 var ErrTooLarge = errors.New("snapshot exceeds the NATS server's max_payload")
 
 // checkSize fails with ErrTooLarge, naming the limit, when a message of
