@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 
 	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
@@ -384,6 +385,11 @@ func positiveInt(v json.RawMessage, param string) *badRequest {
 	}
 	if neg || zero {
 		return &badRequest{400, "invalid_value", param, fmt.Sprintf("invalid value for '%s': must be at least 1", param)}
+	}
+	if _, err := strconv.ParseInt(string(digits), 10, 64); err != nil {
+		// Engines parse it into a 64-bit integer: refuse here what they
+		// would answer with a parser error.
+		return &badRequest{400, "invalid_value", param, fmt.Sprintf("invalid value for '%s': must be at most %d", param, int64(1<<63-1))}
 	}
 	return nil
 }

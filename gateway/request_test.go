@@ -202,6 +202,8 @@ var validateCases = []struct {
 	{"n 1.0", pathChat, `{"model":"m","n":1.0,"messages":[{"role":"user","content":"x"}]}`, "invalid_type", "n"},
 	{"max_tokens 0", pathChat, `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "max_tokens"},
 	{"max_tokens negative", pathChat, `{"model":"m","max_tokens":-5,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "max_tokens"},
+	{"max_tokens over int64", pathChat, `{"model":"m","max_tokens":99999999999999999999,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "max_tokens"},
+	{"max_tokens int64 max", pathChat, `{"model":"m","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"x"}]}`, "", ""},
 	{"max_tokens a string", pathChat, `{"model":"m","max_tokens":"5","messages":[{"role":"user","content":"x"}]}`, "invalid_type", "max_tokens"},
 	{"max_completion_tokens fraction", pathChat, `{"model":"m","max_completion_tokens":2.5,"messages":[{"role":"user","content":"x"}]}`, "invalid_type", "max_completion_tokens"},
 	{"prompt", pathCompletions, `{"model":"m","prompt":["a","b"],"max_tokens":3}`, "", ""},
