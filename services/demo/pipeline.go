@@ -101,7 +101,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 		rg, err := newRegionGateway(region, natsURL, kafka, reg,
 			gateway.Listen(listen), gateway.Engines(fallback...),
 			gateway.Transport(&networkTransport{base: base, from: region, rtt: top.RTTms, region: regionOf}),
-			gateway.Logger(log.With("component", "gateway", "cluster", region)), gateway.TracerProvider(cfg.tracerProvider))
+			gateway.Logger(log), gateway.TracerProvider(cfg.tracerProvider))
 		if err != nil {
 			return nil, fmt.Errorf("gateway %s: %w", region, err)
 		}
