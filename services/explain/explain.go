@@ -139,8 +139,14 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 		fmt.Fprintf(tw, "inputs digest\t%s\n", d)
 	}
 	if st := snap.GetStats(); st != nil {
-		fmt.Fprintf(tw, "solver\t%s: objective %.3f ms, duality gap %.3g, %d iterations, %.3f ms, %.3f rps shed in total\n",
-			st.GetSolver(), st.GetObjectiveMs(), st.GetDualityGap(), st.GetIterations(), st.GetSolveMs(), st.GetTotalShedRps())
+		// The optimizer leaves solve_ms 0 so that a snapshot's bytes
+		// depend only on its inputs: print a time only when there is one.
+		took := ""
+		if ms := st.GetSolveMs(); ms > 0 {
+			took = fmt.Sprintf(" in %.3f ms", ms)
+		}
+		fmt.Fprintf(tw, "solver\t%s: objective %.3f ms, duality gap %.3g, %d iterations%s, %.3f rps shed in total\n",
+			st.GetSolver(), st.GetObjectiveMs(), st.GetDualityGap(), st.GetIterations(), took, st.GetTotalShedRps())
 	}
 	fmt.Fprintf(tw, "cluster\t%s: demand %.3f rps, shed %.2f%%, expected latency %.2f ms\n\n",
 		cw.GetCluster(), cw.GetDemandRps(), 100*cw.GetShedFraction(), cw.GetExpectedLatencyMs())

@@ -134,3 +134,29 @@ func TestExplainNATS(t *testing.T) {
 		t.Fatalf("unknown cluster: %v", err)
 	}
 }
+
+// TestExplainSolveTime: the optimizer publishes solve_ms 0 (snapshot
+// bytes depend only on inputs), so no "0.000 ms" solve time is printed;
+// a snapshot that carries a time shows it.
+func TestExplainSolveTime(t *testing.T) {
+	for _, tc := range []struct {
+		ms         float64
+		want, lack string
+	}{{0, "iterations, ", "0.000 ms, "}, {2.5, "iterations in 2.500 ms, ", "0.000 ms, "}} {
+		snap := seedSnapshot(t)
+		snap.Stats.SolveMs = tc.ms
+		b, err := protojson.Marshal(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := runExplain(t, "--cluster", "region-b", "--snapshot-file", writeFile(t, string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := out[strings.Index(out, "solver"):]
+		line = line[:strings.IndexByte(line, '\n')]
+		if !strings.Contains(line, tc.want) || strings.Contains(line, tc.lack) {
+			t.Errorf("solve_ms %v: %q, want %q and no %q", tc.ms, line, tc.want, tc.lack)
+		}
+	}
+}
