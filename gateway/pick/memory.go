@@ -70,7 +70,12 @@ func (m *memory) lastEngine(key uint64, now uint64) (uint32, uint64) {
 
 func (m *memory) rememberKey(key uint64, now uint64, eng uint32) {
 	h := mix(key ^ 0x6a09e667f3bcc908)
-	m.keys[h&m.kmask].Store(pack(h, now, eng))
+	x := pack(h, now, eng)
+	// A store is a locked instruction on amd64; most picks find the
+	// entry they would write (the key's engine, this second) already there.
+	if k := &m.keys[h&m.kmask]; k.Load() != x {
+		k.Store(x)
+	}
 }
 
 // holders returns the (up to two) engines remembered for block b.
@@ -89,6 +94,9 @@ func (m *memory) rememberBlock(b uint64, now uint64, eng uint32) {
 	i := (h & m.bmask) * 2
 	x := pack(h, now, eng)
 	old := m.blocks[i].Load()
+	if old == x {
+		return // already the newest holder, this stamp: nothing would change
+	}
 	if e, _ := m.unpack(old, h, now); e != eng {
 		m.blocks[i+1].Store(old)
 	}

@@ -34,13 +34,20 @@ type Ticket struct {
 // maxCandidates bounds Options.Candidates.
 const maxCandidates = 4
 
-// scored is one candidate of PickRequest.
+// scored is one candidate of PickRequest (64 bytes).
 type scored struct {
 	i        int32
 	uncached int64
 	work     float64
 	score    float64
-	m        params
+	m        cand
+}
+
+// cand is a candidate's engine model as score reads it: a and p are set
+// only when known, d only when knownD (score fills in the others).
+type cand struct {
+	a, p, d       float64
+	known, knownD bool
 }
 
 // PickRequest chooses an engine for r, skipping exclude, and counts the
@@ -104,24 +111,25 @@ func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
 		return i, why, t.ticket(i, r)
 	}
 	var buf [maxCandidates + 1]scored
-	c, sticky := t.collect(r, exclude, buf[:0])
+	c, sticky, own := t.collect(r, exclude, buf[:0])
 	if len(c) == 0 {
 		return t.overflow(r, exclude)
 	}
-	t.score(r, c)
+	best := t.score(r, c)
 	for len(c) > 0 {
-		k := choose(c, t.opt.ScoreSlack, t.opt.ScoreSlackMs)
+		k := chooseBest(c, best, t.opt.ScoreSlack, t.opt.ScoreSlackMs)
 		e := &t.engines[c[k].i]
 		if e.State.tryAcquire() {
-			e.State.prefill.Add(c[k].uncached)
+			addPrefill(e.State, c[k].uncached)
 			t.remember(r, e.State)
 			why := Weighted
-			if k == 0 && (sticky || c[0].i == t.slots[t.slotOf(r.Key)]) {
+			if k == 0 && (sticky || c[0].i == own) {
 				why = Affinity
 			}
 			return int(c[k].i), why, Ticket{Uncached: c[k].uncached, Work: c[k].work, Score: c[k].score, AtMs: r.NowMs}
 		}
 		c = append(c[:k], c[k+1:]...)
+		best = minScore(c)
 	}
 	i, why := t.fallback(r.Key, exclude)
 	return i, why, t.ticket(i, r)
@@ -175,7 +183,7 @@ func (t *Table) overflow(r *Request, exclude []int32) (int, Reason, Ticket) {
 			k := choose(c, 0, 0)
 			e := &t.engines[c[k].i]
 			if e.State.tryAcquire() {
-				e.State.prefill.Add(c[k].uncached)
+				addPrefill(e.State, c[k].uncached)
 				t.remember(r, e.State)
 				return int(c[k].i), Overflow, Ticket{Uncached: c[k].uncached, Work: c[k].work, Score: c[k].score, AtMs: r.NowMs}
 			}
@@ -205,14 +213,18 @@ func (t *Table) ticket(i int, r *Request) Ticket {
 	}
 	s := t.engines[i].State
 	u := int64(max(r.PromptTokens, 0))
-	w := float64(s.prefill.Add(u))
+	w := float64(addPrefill(s, u))
 	t.remember(r, s)
 	return Ticket{Uncached: u, Work: w, AtMs: r.NowMs}
 }
 
-func (t *Table) slotOf(key uint64) uint64 {
-	pos, _ := bits.Mul64(mix(key), uint64(len(t.slots)))
-	return pos
+// addPrefill adds n tokens to s's prefill queue and returns the new
+// total, skipping the locked add when n is 0 (a fully cached prompt).
+func addPrefill(s *State, n int64) int64 {
+	if n == 0 {
+		return s.prefill.Load()
+	}
+	return s.prefill.Add(n)
 }
 
 // acceptable applies Pick's per-engine checks, except the hard limit
@@ -237,8 +249,9 @@ func (t *Table) acceptable(i int32, h uint64, tot, grow float64, exclude []int32
 
 // collect appends the candidates: the key's last engine when it is in
 // the table and acceptable, then the walk's first distinct acceptable
-// engines.
-func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool) {
+// engines. It also returns whether the first is the key's last engine
+// and the engine of the key's own slot.
+func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool, int32) {
 	h := mix(r.Key)
 	tot := float64(t.total.Load()) + 1
 	grow := 1 + t.opt.Slack
@@ -252,18 +265,36 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 		}
 	}
 	m := uint64(len(t.slots))
-	pos := t.slotOf(r.Key)
-	for p := 0; p < t.opt.MaxProbes && len(c) < t.opt.Candidates; p++ {
+	pos, _ := bits.Mul64(h, m)
+	own := t.slots[pos]
+	floor := t.opt.Floor
+	for p, probes, want := 0, t.opt.MaxProbes, t.opt.Candidates; p < probes && len(c) < want; p++ {
 		i := t.slots[pos]
 		if pos++; pos == m {
 			pos = 0
 		}
-		if has(c, i) || !t.acceptable(i, h, tot, grow, exclude) {
+		// acceptable, written out: this loop is most of collect's time.
+		if has(c, i) || excluded(i, exclude) {
+			continue
+		}
+		e := &t.engines[i]
+		s := e.State
+		if s.flags.Load() != 0 { // !s.Available()
+			continue
+		}
+		if rej := s.reject.Load(); rej > 0 && uint32(mix(h^e.salt)>>48) < rej {
+			continue
+		}
+		n := s.inflight.Load()
+		if l := s.limit.Load(); l > 0 && n >= l {
+			continue
+		}
+		if !(float64(n)+1 <= e.Share*tot*grow+floor) {
 			continue
 		}
 		c = add(c, i)
 	}
-	return c, sticky
+	return c, sticky, own
 }
 
 // affinityGrow is the bounded-load factor of the key's last engine i:
@@ -298,23 +329,32 @@ func has(c []scored, i int32) bool {
 	return false
 }
 
-// score fills each candidate's uncached tokens, work ahead and score.
-func (t *Table) score(r *Request, c []scored) {
+// score fills each candidate's uncached tokens, work ahead and score,
+// and returns the best (least) score, as minScore(c).
+func (t *Table) score(r *Request, c []scored) float64 {
 	prompt := int64(max(r.PromptTokens, 0))
 	t.cached(r, c)
 	look := float64(t.opt.LookaheadTokens)
 	// Engines with nothing learned take the mean of those with something.
 	var sa, sp, sd float64
 	var na, nd int
+	var held int64 // the most tokens any candidate holds
+	now := r.NowMs
 	for k := range c {
 		m := &c[k].m
-		t.engines[c[k].i].State.model.load(r.NowMs, m)
+		md := &t.engines[c[k].i].State.model
+		// As model.load, reading only what is used below.
+		m.known = md.known.Load() && now-md.lastMs.Load() <= modelStaleMs
 		if m.known {
+			m.a, m.p = math.Float64frombits(md.a.Load()), math.Float64frombits(md.p.Load())
 			sa, sp, na = sa+m.a, sp+m.p, na+1
 		}
+		m.knownD = md.knownD.Load() && now-md.lastDMs.Load() <= modelStaleMs
 		if m.knownD {
+			m.d = math.Float64frombits(md.d.Load())
 			sd, nd = sd+m.d, nd+1
 		}
+		held = max(held, min(c[k].uncached, prompt))
 	}
 	da, dp, dd := 0.0, defaultMsPerToken, 0.0
 	if na > 0 {
@@ -323,10 +363,7 @@ func (t *Table) score(r *Request, c []scored) {
 	if nd > 0 {
 		dd = sd / float64(nd)
 	}
-	var held int64 // the most tokens any candidate holds
-	for k := range c {
-		held = max(held, min(c[k].uncached, prompt))
-	}
+	best := math.Inf(1)
 	for k := range c {
 		e := &t.engines[c[k].i]
 		m := &c[k].m
@@ -343,8 +380,14 @@ func (t *Table) score(r *Request, c []scored) {
 		// Prefilling again what another candidate holds costs the fleet
 		// that prefill's time as well as this request: it is counted twice.
 		redo := float64(max(held-cached, 0))
-		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + slotWait(e, m.e2e)
+		var wait float64
+		if e.Slots > 0 {
+			wait = slotWait(e, math.Float64frombits(e.State.model.e2e.Load()))
+		}
+		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait
+		best = min(best, c[k].score)
 	}
+	return best
 }
 
 // slotWait is how long a request sent to e now waits for a batch slot:
@@ -407,10 +450,21 @@ func (t *Table) cached(r *Request, c []scored) {
 // choose returns the index of the first candidate whose score is within
 // the tolerance of the best.
 func choose(c []scored, slack, slackMs float64) int {
+	return chooseBest(c, minScore(c), slack, slackMs)
+}
+
+// minScore returns the least score of c (+Inf when empty, NaN when any
+// is NaN).
+func minScore(c []scored) float64 {
 	best := math.Inf(1)
 	for k := range c {
 		best = min(best, c[k].score)
 	}
+	return best
+}
+
+// chooseBest is choose with best = minScore(c) given.
+func chooseBest(c []scored, best, slack, slackMs float64) int {
 	lim := best + slack*best + slackMs
 	for k := range c {
 		if c[k].score <= lim {
@@ -440,7 +494,7 @@ func (t *Table) remember(r *Request, s *State) {
 // the engine's queue and the engine's model learns from it.
 func (t *Table) FirstToken(i int, tk Ticket, engineTTFTms float64) {
 	s := t.engines[i].State
-	s.prefill.Add(-tk.Uncached)
+	addPrefill(s, -tk.Uncached)
 	s.model.observeFirstToken(tk.Work, engineTTFTms, tk.AtMs)
 }
 
@@ -455,7 +509,7 @@ func (t *Table) Finished(i int, tk Ticket, firstToken bool, tbotMs, e2eMs float6
 		s.model.observeE2E(e2eMs)
 	}
 	if !firstToken {
-		s.prefill.Add(-tk.Uncached)
+		addPrefill(s, -tk.Uncached)
 	}
 	if tbotMs > 0 {
 		s.model.observeTBOT(tbotMs, tk.AtMs)
