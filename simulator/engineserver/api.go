@@ -3,7 +3,9 @@ package engineserver
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 )
@@ -116,6 +118,11 @@ func parseRequest(body []byte, chat bool, lim limits) (parsed, *apiError) {
 	var req requestBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
+		// A well-formed value of the wrong type or range: name the field,
+		// not the Go type it did not fit.
+		if ute := (*json.UnmarshalTypeError)(nil); errors.As(err, &ute) && ute.Field != "" {
+			return parsed{}, badRequest(ute.Field, "invalid type or value for '%s': %s", ute.Field, ute.Value)
+		}
 		return parsed{}, badRequest("", "invalid JSON body: %v", err)
 	}
 	if dec.More() {
@@ -199,8 +206,12 @@ func parseRequest(body []byte, chat bool, lim limits) (parsed, *apiError) {
 }
 
 func contextTooLong(maxLen, prompt, output int) *apiError {
+	total := prompt + output
+	if output > math.MaxInt-prompt {
+		total = math.MaxInt // the sum would wrap around to a negative count
+	}
 	e := badRequest("messages", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-		maxLen, prompt+output, prompt, output)
+		maxLen, total, prompt, output)
 	e.code = "context_length_exceeded"
 	return e
 }
@@ -221,7 +232,8 @@ func messageText(raw json.RawMessage) (string, error) {
 	}
 	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("content must be a string or an array of parts: %w", err)
+		// err names Go types (engineserver.contentPart): not for clients.
+		return "", errors.New("content must be a string or an array of content part objects")
 	}
 	var b strings.Builder
 	for _, p := range parts {

@@ -559,3 +559,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
 }
+
+// TestBadInputMessagesForClients: errors name the field and the value,
+// never a Go type, and a max_tokens near the int range does not wrap the
+// requested total to a negative count.
+func TestBadInputMessagesForClients(t *testing.T) {
+	_, base := start(t, Config{GPUClass: "l4"})
+	tests := []struct {
+		name, body, param, want string
+	}{
+		{"max_tokens over int64", `{"model":"switchyard-sim-8b","messages":[{"role":"user","content":"a"}],"max_tokens":99999999999999999999}`, "max_tokens", "number 99999999999999999999"},
+		{"max_tokens max int64", `{"model":"switchyard-sim-8b","messages":[{"role":"user","content":"a"}],"max_tokens":9223372036854775807}`, "messages", "requested 9223372036854775807 tokens"},
+		{"content parts not objects", `{"model":"switchyard-sim-8b","messages":[{"role":"user","content":[1,2]}]}`, "messages[0].content", "array of content part objects"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e struct {
+				Error struct {
+					Message string  `json:"message"`
+					Param   *string `json:"param"`
+				} `json:"error"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+				t.Fatal(err)
+			}
+			msg := e.Error.Message
+			if resp.StatusCode != 400 || e.Error.Param == nil || *e.Error.Param != tc.param || !strings.Contains(msg, tc.want) ||
+				strings.Contains(msg, "Go ") || strings.Contains(msg, "engineserver.") || strings.Contains(msg, "-9223372036854775808") {
+				t.Fatalf("%d param %v %q, want 400 param %s containing %q", resp.StatusCode, e.Error.Param, msg, tc.param, tc.want)
+			}
+		})
+	}
+}
