@@ -15,11 +15,13 @@ import (
 // gateways, a restart on other hardware) within tens of requests. Reads
 // are lock-free; updates take the engine's mutex.
 type model struct {
-	// Read by every pick: first, next to State's other hot fields.
-	a, p, d atomic.Uint64 // float64 bits: intercept ms, ms per token, TBOT ms
+	// Read by every pick: first, next to State's other hot fields, in the
+	// order score reads them (known, lastMs, a, p share State's first
+	// cache line).
 	known   atomic.Bool   // at least modelMinSamples first tokens seen
 	knownD  atomic.Bool   // at least one TBOT seen
 	lastMs  atomic.Int64  // when the last first token was observed (request start)
+	a, p, d atomic.Uint64 // float64 bits: intercept ms, ms per token, TBOT ms
 	lastDMs atomic.Int64  // when the last TBOT was observed (request start)
 	e2e     atomic.Uint64 // float64 bits: EWMA of engine-side request time, ms
 
@@ -29,6 +31,9 @@ type model struct {
 	nD, mD              float64 // low envelope of mean TBOT, ms
 	nE, mE              float64 // EWMA of engine-side request time, ms
 }
+
+// modelSize is model's size in bytes (TestStateLayout checks it).
+const modelSize = 8 + 8 + 5*8 + 8 + 9*8
 
 // params is a model as read by a pick.
 type params struct {

@@ -16,19 +16,33 @@ const (
 // an optional hard in-flight limit, availability flags and a penalty. A
 // Pool hands out one State per engine id, so the state survives table
 // swaps. All methods are safe for concurrent use.
+//
+// The fields a pick reads come first: flags to prefill (32 bytes) and the
+// model's first 32 bytes fill the first cache line, and the padding makes
+// a State 256 bytes, a size class whose objects are 64-byte aligned, so
+// PickRequest's checks and score of a candidate touch one line of it
+// (two when the engine has a decode model or a batch limit).
 type State struct {
-	id       string
-	inflight atomic.Int64
-	limit    atomic.Int64  // 0: no limit
 	flags    atomic.Uint32 // flagEjected | flagDown
 	reject   atomic.Uint32 // penalty: share of keys turned away, in 1/65536
-	total    *atomic.Int64 // the pool's in-flight total
+	inflight atomic.Int64
+	limit    atomic.Int64 // 0: no limit
+	prefill  atomic.Int64 // this gateway's queued prefill tokens (requests with no first token yet)
+	model    model
 
-	idx     uint32       // position in the pool, for the affinity memory
-	prefill atomic.Int64 // this gateway's queued prefill tokens (requests with no first token yet)
-	forgot  atomic.Int64 // stamp+1 of the last Forget, 0: never
-	model   model
+	forgot atomic.Int64  // stamp+1 of the last Forget, 0: never
+	total  *atomic.Int64 // the pool's in-flight total
+	idx    uint32        // position in the pool, for the affinity memory
+	id     string
+	_      [stateSize - stateUsed]byte
 }
+
+// stateSize is State's size: a size class of the Go allocator whose
+// objects are 64-byte aligned (TestStateLayout checks it).
+const (
+	stateSize = 256
+	stateUsed = 32 + modelSize + 8 + 8 + 8 + 16 // idx is padded to 8
+)
 
 // Prefill returns the prompt tokens of this gateway's requests on the
 // engine that have no first token yet (uncached part, as estimated).
