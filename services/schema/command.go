@@ -28,7 +28,7 @@ func run(_ context.Context, args []string, stdout, _ io.Writer) error {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			return &cli.HelpError{Text: "usage: switchyard schema export --out FILE\n"}
 		}
-		return fmt.Errorf("%w: usage: switchyard schema export --out FILE", cli.ErrUsage)
+		return fmt.Errorf("%w: switchyard schema export --out FILE", cli.ErrUsage)
 	}
 	fs := flag.NewFlagSet("schema export", flag.ContinueOnError)
 	out := fs.String("out", "", "file to write the FileDescriptorSet to (binary protobuf); - for stdout (required)")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
@@ -20,8 +21,11 @@ func TestExport(t *testing.T) {
 		t.Fatal("--out - wrote something else than the descriptor set")
 	}
 	for _, args := range [][]string{{}, {"import"}, {"export"}, {"export", "--out", "f", "x"}} {
-		if err := run(context.Background(), args, io.Discard, io.Discard); !errors.Is(err, cli.ErrUsage) {
+		err := run(context.Background(), args, io.Discard, io.Discard)
+		if !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%q: %v, want a usage error", args, err)
+		} else if strings.Contains(err.Error(), "usage: usage") {
+			t.Errorf("%q: %q says usage twice", args, err)
 		}
 	}
 }
