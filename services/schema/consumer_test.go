@@ -227,8 +227,10 @@ func TestNodeConsumerDecodesEveryMessage(t *testing.T) {
 		t.Fatalf("node decoded %d records, want %d:\n%s", len(byKey), len(rs), out)
 	}
 	checks := map[string]func(map[string]any) bool{
-		"e1":            func(v map[string]any) bool { return v["engine_id"] == "e1" && v["kv_cache_usage"] == 0.5 },
-		"r1":            func(v map[string]any) bool { return v["tenant"] == "acme" && v["affinity_key_hash"] == "18364758544493064720" && v["priority"] == "PRIORITY_HIGH" && len(v["tried"].([]any)) == 2 },
+		"e1": func(v map[string]any) bool { return v["engine_id"] == "e1" && v["kv_cache_usage"] == 0.5 },
+		"r1": func(v map[string]any) bool {
+			return v["tenant"] == "acme" && v["affinity_key_hash"] == "18364758544493064720" && v["priority"] == "PRIORITY_HIGH" && len(v["tried"].([]any)) == 2
+		},
 		"engine/e1":     func(v map[string]any) bool { return v["engine"].(map[string]any)["capacity_rps"] == 12.5 },
 		"demand/eu":     func(v map[string]any) bool { return v["demand"].(map[string]any)["demand_rps"] == 3.0 },
 		"network/eu/e1": func(v map[string]any) bool { return v["network"].(map[string]any)["rtt_ms"] == 2.0 },
