@@ -113,7 +113,11 @@ func readCheckpoint(ctx context.Context, cl *kgo.Client, topic, group string) (C
 			}
 			var c Checkpoint
 			if err := json.Unmarshal(rec.Value, &c); err != nil {
-				return cp, false, fmt.Errorf("decoding checkpoint at offset %d: %w", rec.Offset, err)
+				// Not one of ours (anyone who can produce to the topic
+				// can write it): failing here would keep the processor
+				// from starting until the record is compacted away, so
+				// the latest checkpoint that decodes is used instead.
+				continue
 			}
 			cp, found = c, true
 		}

@@ -50,3 +50,39 @@ func TestReadCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestReadCheckpointSkipsGarbage: a record under the group's key that is
+// not a checkpoint (written by anyone with produce rights) neither fails
+// the read nor hides the checkpoints around it.
+func TestReadCheckpointSkipsGarbage(t *testing.T) {
+	kc := testenv.Kafka(t)
+	ctx := context.Background()
+	s, _ := newProcessor(t, kc, Config{TopicPrefix: "ckptg"})
+	cl := testenv.Client(t, kc)
+	if err := s.ensureTopics(ctx); err != nil {
+		t.Fatal(err)
+	}
+	topic := CheckpointTopic("ckptg")
+	put := func(group, value string) {
+		t.Helper()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(group), Value: []byte(value)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a", `{"version":1,"watermark_unix_ms":5}`)
+	put("a", `{not json`)
+	put("b", "\xff\x00garbage")
+	put("c", `{"version":1,"watermark_unix_ms":7}`)
+	put("c", "")
+	put("c", `{"version":1,"watermark_unix_ms":9}`)
+	for _, tc := range []struct {
+		group string
+		found bool
+		wm    int64
+	}{{"a", true, 5}, {"b", false, 0}, {"c", true, 9}} {
+		cp, found, err := readCheckpoint(ctx, cl, topic, tc.group)
+		if err != nil || found != tc.found || cp.Watermark != tc.wm {
+			t.Errorf("group %s: watermark %d found %v err %v; want %d %v", tc.group, cp.Watermark, found, err, tc.wm, tc.found)
+		}
+	}
+}
