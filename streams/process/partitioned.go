@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,9 @@ type Instance struct {
 	cl     *kgo.Client
 	shards map[tp]*instShard
 	err    error // from a callback
+	// killed (a test hook) makes the instance stop as if killed: no
+	// hand-over, no leaving the group.
+	killed bool
 }
 
 type instShard struct {
@@ -123,9 +127,23 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 	for t := range parts {
 		topics = append(topics, t)
 	}
-	offs, err := listInputs(ctx, cl, in.cfg.Group, topics...)
+	// Not the group's committed offsets: fetching them from inside the
+	// group's own rebalance waits for it (13 s in tests); they equal the
+	// checkpoints' resume offsets.
+	adm := kadm.NewClient(cl)
+	starts, err := listOffsets(ctx, cl, adm.ListStartOffsets, topics)
 	if err != nil {
 		in.fail(fmt.Errorf("listing assigned partitions: %w", err))
+		return
+	}
+	ends, err := listOffsets(ctx, cl, adm.ListEndOffsets, topics)
+	if err != nil {
+		in.fail(fmt.Errorf("listing assigned partitions: %w", err))
+		return
+	}
+	cps, err := readCheckpoints(ctx, cl, CheckpointTopic(in.cfg.TopicPrefix), in.cfg.Group+"/")
+	if err != nil {
+		in.fail(fmt.Errorf("reading the partitions' checkpoints: %w", err))
 		return
 	}
 	var recs []*kgo.Record
@@ -137,24 +155,20 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 				in.fail(err)
 				return
 			}
-			cp, found, err := readCheckpoint(ctx, cl, CheckpointTopic(in.cfg.TopicPrefix), ckptKey(in.cfg.Group, k))
-			if err != nil {
-				in.fail(fmt.Errorf("reading the checkpoint of %s/%d: %w", topic, part, err))
-				return
-			}
+			cp, found := cps[ckptKey(in.cfg.Group, k)]
 			if found {
 				s.Restore(cp)
 			}
-			// Where reading starts (the group's committed offset, which
-			// is the checkpoint's resume offset) and where the log ends.
+			// Where reading starts (the checkpoint's resume offset, which
+			// the group has committed) and where the log ends.
 			start, end := int64(0), int64(0)
-			if o, ok := offs.starts.Lookup(topic, part); ok && o.Err == nil {
+			if o, ok := starts.Lookup(topic, part); ok && o.Err == nil {
 				start = o.Offset
 			}
-			if o, ok := offs.committed.Lookup(topic, part); ok && o.Err == nil && o.At >= 0 {
-				start = max(start, o.At)
+			for _, m := range cp.Partitions {
+				start = max(start, m.Resume)
 			}
-			if o, ok := offs.ends.Lookup(topic, part); ok && o.Err == nil {
+			if o, ok := ends.Lookup(topic, part); ok && o.Err == nil {
 				end = o.Offset
 			}
 			s.Track(start, end)
@@ -196,6 +210,9 @@ func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[strin
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
+	if in.killed {
+		return
+	}
 	var recs []*kgo.Record
 	for topic, ps := range parts {
 		for _, part := range ps {
@@ -257,6 +274,12 @@ func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
 	in.cl = cl
 	in.mu.Unlock()
 	defer func() {
+		in.mu.Lock()
+		killed := in.killed
+		in.mu.Unlock()
+		if killed {
+			return
+		}
 		lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 		defer cancel()
 		_ = cl.LeaveGroupContext(lctx)
@@ -348,7 +371,11 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 			offs[m.Topic][m.Partition] = kgo.EpochOffset{Epoch: -1, Offset: m.Resume}
 		}
 	}
-	cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+	// Not waited for: during a rebalance, which waits for this poll to
+	// end, a synchronous commit would wait for the rebalance. The
+	// checkpoints hold the offsets; a new owner consuming from an older
+	// committed offset only re-reads records it then treats as replayed.
+	cl.CommitOffsets(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			in.log.Warn("committing group offsets", "err", err) // the checkpoints hold them
 		}
@@ -473,4 +500,37 @@ func ensurePartitionedTopics(ctx context.Context, cl *kgo.Client, cfg Config) er
 		}
 	}
 	return nil
+}
+
+// readCheckpoints returns the latest checkpoint of every key with the
+// prefix, in one pass over the checkpoint topic (see readCheckpoint).
+func readCheckpoints(ctx context.Context, cl *kgo.Client, topic, prefix string) (map[string]Checkpoint, error) {
+	out := map[string]Checkpoint{}
+	lg, err := checkpointLog(ctx, cl, topic)
+	if err != nil || lg.end <= 0 {
+		return out, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for off := lg.start; off < lg.end; {
+		recs, err := lg.fetch(rctx, cl, off)
+		if err != nil {
+			return nil, err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, rec := range recs {
+			off = rec.Offset + 1
+			if rec.Offset >= lg.end || !strings.HasPrefix(string(rec.Key), prefix) {
+				continue
+			}
+			var c Checkpoint
+			if err := json.Unmarshal(rec.Value, &c); err != nil {
+				return nil, fmt.Errorf("decoding checkpoint at offset %d: %w", rec.Offset, err)
+			}
+			out[string(rec.Key)] = c
+		}
+	}
+	return out, nil
 }

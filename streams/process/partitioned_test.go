@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -66,19 +67,24 @@ func produceParts(t *testing.T, cl *kgo.Client, recs []*kgo.Record) {
 	}
 }
 
-// TestInstancesMatchOneProcessor: the same input (three partitions per
-// topic, routing events of every cluster in every partition) processed
-// by one processor, and by partitioned instances whose membership
-// changes mid-run (two start, a third joins, one stops) with a combiner,
-// gives exactly the estimates one Core computes: none missing, none
-// extra, byte for byte.
-func TestInstancesMatchOneProcessor(t *testing.T) {
-	kc := testenv.Kafka(t)
-	mk := func(prefix string) Config {
-		cfg := config(prefix)
-		cfg.AllowedLateness = 3 * time.Second // above the input's spread across partitions
-		return cfg
-	}
+// expected is the estimates one Core computes over workloadRecords, by
+// "key@end", with the checks of a run against them.
+type expected struct {
+	want     map[string][]byte
+	check    func(t *testing.T, got map[string][]byte)
+	complete func(c *collector) func() bool
+}
+
+// partitionedConfig is the test configuration of prefix.
+func partitionedConfig(prefix string) Config {
+	cfg := config(prefix)
+	cfg.AllowedLateness = 3 * time.Second // above the input's spread across partitions
+	return cfg
+}
+
+func expectedEstimates(t *testing.T) expected {
+	t.Helper()
+	mk := partitionedConfig
 	// The estimates one Core computes, as "key@end".
 	ref := workloadRecords(streams.TopicsFor("ref"), 3)
 	core, err := NewCore(streams.TopicsFor("ref"), mk("ref").Spec(), nil)
@@ -136,6 +142,20 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		}
 	}
 
+	return expected{want: want, check: check, complete: complete}
+}
+
+// TestInstancesMatchOneProcessor: the same input (three partitions per
+// topic, routing events of every cluster in every partition) processed
+// by one processor, and by partitioned instances whose membership
+// changes mid-run (two start, a third joins, one stops) with a combiner,
+// gives exactly the estimates one Core computes: none missing, none
+// extra, byte for byte.
+func TestInstancesMatchOneProcessor(t *testing.T) {
+	kc := testenv.Kafka(t)
+	mk := partitionedConfig
+	exp := expectedEstimates(t)
+	want, check, complete := exp.want, exp.check, exp.complete
 	ok := map[string]bool{}
 	t.Run("one processor", func(t *testing.T) {
 		topics := streams.TopicsFor("one")
@@ -255,4 +275,48 @@ func (m *memStore) all() [][]byte {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([][]byte(nil), m.snaps...)
+}
+
+// TestInstanceKilledLosesNothing: an instance killed mid-run (static
+// members: it neither hands its partitions over nor leaves; the group
+// gives them to the survivor after the session timeout) loses and
+// doubles nothing: the survivor re-reads them from their checkpoints
+// and the combiner waits for it, so the estimates are exactly one Core's.
+//
+// It waits out a session timeout (6 s, kfake's least) and takes 15-26 s,
+// over CI's budget per test: it runs with SWITCHYARD_LONG_TESTS=1.
+func TestInstanceKilledLosesNothing(t *testing.T) {
+	if os.Getenv("SWITCHYARD_LONG_TESTS") == "" {
+		t.Skip("waits out a session timeout; set SWITCHYARD_LONG_TESTS=1")
+	}
+	kc := testenv.Kafka(t)
+	exp := expectedEstimates(t)
+	cfg := partitionedConfig("killed")
+	cfg.SessionTimeout = 6 * time.Second // kfake's least
+	topics := streams.TopicsFor("killed")
+	ensure(t, kc, topics)
+	cl := testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	recs := workloadRecords(topics, 3)
+	n := len(recs)
+	produceParts(t, cl, recs[:n/2])
+	est := collect(t, kc, topics.Estimates)
+	ccl := testenv.Client(t, kc, CombinerClientOpts(cfg)...)
+	runUntilStopped(t, func(ctx context.Context) error { return RunCombiner(ctx, ccl, cfg) }, ccl.Close)
+	acfg, bcfg := cfg, cfg
+	acfg.InstanceID, bcfg.InstanceID = "killed-a", "killed-b"
+	a, stopA := runInstance(t, kc, acfg)
+	b, _ := runInstance(t, kc, bcfg)
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		return a.Owned() > 0 && b.Owned() > 0 && len(est.snapshot()) > 0
+	}, "both instances processing")
+	a.mu.Lock()
+	a.killed = true
+	owned := len(a.shards)
+	a.mu.Unlock()
+	stopA()
+	produceParts(t, cl, recs[n/2:])
+	testenv.Eventually(t, 20*time.Second, func() bool { return b.Owned() == 6 }, "the killed instance's partitions taken over")
+	waitFor(20*time.Second, exp.complete(est))
+	exp.check(t, byWindow(t, est.snapshot()))
+	t.Logf("%d partitions taken from the killed instance", owned)
 }

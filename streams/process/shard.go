@@ -2,6 +2,7 @@ package process
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -188,8 +189,16 @@ func (c *Combiner) Update(p Partial) {
 	for st, pane := range c.parts[k].Panes {
 		panes[st] = pane
 	}
+	starts := make([]int64, 0, len(p.Panes))
 	for st, pane := range p.Panes {
 		panes[st] = pane
+		starts = append(starts, st)
+	}
+	// In time order, as a single processor meets them: the first pane
+	// the clock sees sets the first window, and an earlier pane after it
+	// would count as late.
+	slices.Sort(starts)
+	for _, st := range starts {
 		c.clock.Pane(st) // opens the pane's windows, unless they have fired
 	}
 	p.Panes = panes
