@@ -2,6 +2,8 @@ package estimate
 
 import (
 	"math"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +164,13 @@ func TestValidateSignal(t *testing.T) {
 		{"zero_time", func(s *schemas.EngineSignal) { s.EventTimeUnixMs = 0 }, ReasonInvalidTime},
 		{"hist_shape", func(s *schemas.EngineSignal) { s.TtftSeconds.Counts = []uint64{1} }, ReasonInvalidValue},
 		{"hist_bounds", func(s *schemas.EngineSignal) { s.TtftSeconds.Bounds = []float64{math.NaN()} }, ReasonInvalidValue},
+		{"engine_id_crlf", func(s *schemas.EngineSignal) { s.EngineId = "x\r\nSet-Cookie: a=1" }, ReasonInvalidValue},
+		{"engine_id_long", func(s *schemas.EngineSignal) { s.EngineId = strings.Repeat("e", 257) }, ReasonInvalidValue},
+		{"endpoint_ftp", func(s *schemas.EngineSignal) { s.EndpointUrl = "ftp://user:pw@x/?q=1" }, ReasonInvalidValue},
+		{"endpoint_user", func(s *schemas.EngineSignal) { s.EndpointUrl = "http://user:pw@x:8000" }, ReasonInvalidValue},
+		{"endpoint_query", func(s *schemas.EngineSignal) { s.EndpointUrl = "http://x:8000/v1?a=b" }, ReasonInvalidValue},
+		{"endpoint_ipv6", func(s *schemas.EngineSignal) { s.EndpointUrl = "https://[::1]:8443/base" }, ""},
+		{"endpoint_empty", func(s *schemas.EngineSignal) { s.EndpointUrl = "" }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := validSignal()
@@ -286,5 +295,31 @@ func TestWorkPerRequest(t *testing.T) {
 				t.Fatalf("work %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestValidEndpointImpliesGatewayCheck: every endpoint a signal may carry
+// passes the gateways' snapshot check (url.Parse, absolute http(s), no
+// user info, query or fragment), so it cannot invalidate a snapshot.
+func TestValidEndpointImpliesGatewayCheck(t *testing.T) {
+	gatewayOK := func(s string) bool {
+		u, err := url.Parse(s)
+		return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+			u.RawQuery == "" && u.Fragment == "" && u.User == nil
+	}
+	for _, s := range []string{
+		"http://127.0.0.1:8000", "https://eng-0.svc.cluster.local", "http://e:8000/v1/", "https://[fe80::1]:443",
+		"http://[::1]", "http://x:", "http://a_b:1/p~q",
+		"http://", "http:///x", "http://[::1", "http://[zz]:1", "http://[::1]x", "http://x:8a", "http://x y", "http://x/%zz",
+		"http://x/#f", "HTTP://x", "unix:///sock", "http://x:123456", "http://x\r\n",
+	} {
+		if validEndpoint(s) && !gatewayOK(s) {
+			t.Errorf("%q accepted here, refused by the gateway", s)
+		}
+	}
+	for _, s := range []string{"http://127.0.0.1:8000", "https://[fe80::1]:443/x", "http://e/v1"} {
+		if !validEndpoint(s) {
+			t.Errorf("%q refused", s)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -138,6 +139,13 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 	}
 	if s.GetEngineId() == "" {
 		return invalid(ReasonMissingField, "engine_id")
+	}
+	if !validEngineID(s.GetEngineId()) {
+		return invalid(ReasonInvalidValue, "engine_id %q: want printable ASCII of at most %d bytes", s.GetEngineId(), maxEngineIDBytes)
+	}
+	if u := s.GetEndpointUrl(); u != "" && !validEndpoint(u) {
+		// Not echoed: it may carry credentials.
+		return invalid(ReasonInvalidValue, "endpoint_url: want http(s)://host[:port][/path] without user info, query or fragment")
 	}
 	if err := checkTime(s.GetEventTimeUnixMs(), recordTime); err != nil {
 		return err
@@ -297,4 +305,77 @@ func checkProfile(name string, p *schemas.LatencyProfile) error {
 		}
 	}
 	return nil
+}
+
+// maxEngineIDBytes bounds an engine id (it becomes a response header
+// value and a metric label).
+const maxEngineIDBytes = 256
+
+// validEngineID: printable ASCII (no control characters, so never a
+// header line break), at most maxEngineIDBytes.
+func validEngineID(id string) bool {
+	if len(id) > maxEngineIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validEndpoint accepts http(s)://host[:port][/path] with a DNS name or
+// IPv4 host, or a bracketed IPv6 one, and a path of unreserved characters:
+// a subset of what the gateways' snapshot check (url.Parse, absolute
+// http(s), no user info, query or fragment) accepts, so one engine's bad
+// endpoint cannot make every snapshot invalid. It allocates nothing.
+func validEndpoint(u string) bool {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(u, "https://"); !ok {
+			return false
+		}
+	}
+	if len(u) > 2048 {
+		return false
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	port := ""
+	if strings.HasPrefix(host, "[") {
+		end := strings.IndexByte(host, ']')
+		if end < 2 || !allBytes(host[1:end], ipv6Byte) {
+			return false
+		}
+		if after := host[end+1:]; after != "" {
+			if port, ok = strings.CutPrefix(after, ":"); !ok {
+				return false
+			}
+		}
+	} else {
+		var name string
+		name, port, _ = strings.Cut(host, ":")
+		if name == "" || !allBytes(name, func(c byte) bool { return alnum(c) || c == '.' || c == '-' || c == '_' }) {
+			return false
+		}
+	}
+	return len(port) <= 5 && allBytes(port, digit) &&
+		allBytes(path, func(c byte) bool { return alnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '/' })
+}
+
+func digit(c byte) bool { return c >= '0' && c <= '9' }
+
+func alnum(c byte) bool { return digit(c) || (c|0x20 >= 'a' && c|0x20 <= 'z') }
+
+func ipv6Byte(c byte) bool {
+	return digit(c) || (c|0x20 >= 'a' && c|0x20 <= 'f') || c == ':' || c == '.'
+}
+
+func allBytes(s string, ok func(byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return true
 }
