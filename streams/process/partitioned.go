@@ -123,6 +123,9 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.log.Info("partitions assigned", "partitions", fmt.Sprint(parts))
+	if len(parts) == 0 {
+		return // a cooperative round that moves nothing here
+	}
 	topics := make([]string, 0, len(parts))
 	for t := range parts {
 		topics = append(topics, t)
