@@ -276,15 +276,25 @@ func ValidateSnapshot(snap *schemas.WeightSnapshot, cluster string) (*schemas.Cl
 func checkEndpoint(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("endpoint %q: %w", s, err)
+		return fmt.Errorf("endpoint is not a URL: %w", redactURLError(err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("endpoint %q is not an absolute http(s) URL", s)
+		return fmt.Errorf("endpoint %q is not an absolute http(s) URL", u.Redacted())
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return fmt.Errorf("endpoint %q has a query, fragment or user info", s)
+		return fmt.Errorf("endpoint %q has a query, fragment or user info", u.Redacted())
 	}
 	return nil
+}
+
+// redactURLError drops the URL from a url.Parse error: it may hold a
+// password, and the error is logged.
+func redactURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // rejectReason is the metric label of a snapshot error.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -170,4 +171,20 @@ func FuzzSnapshot(f *testing.F) {
 			t.Fatal("no pick from a valid table")
 		}
 	})
+}
+
+// TestSnapshotErrorsHideCredentials: a rejected endpoint's password never
+// reaches the error (which is logged).
+func TestSnapshotErrorsHideCredentials(t *testing.T) {
+	for _, ep := range []string{"ftp://user:s3cret@x/?q=1", "http://user:s3cret@x/", "http://user:s3cret@x/%zz"} {
+		snap := &schemas.WeightSnapshot{SchemaVersion: 1, Version: 1, Clusters: []*schemas.ClusterWeights{{Cluster: "c",
+			Weights: []*schemas.EngineWeight{{EngineId: "e", EndpointUrl: ep, Weight: 1}}}}}
+		_, err := ValidateSnapshot(snap, "c")
+		if err == nil {
+			t.Fatalf("%s: accepted", ep)
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: error shows the password: %v", ep, err)
+		}
+	}
 }
