@@ -12,11 +12,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
+)
+
+// The values of --mode.
+const (
+	ModeSingle      = "single"
+	ModePartitioned = "partitioned"
 )
 
 // Command is `switchyard processor`.
@@ -43,8 +50,12 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group membership: a processor restarted with the same id takes its partitions back at once (empty: dynamic)")
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
+	mode := fs.String("mode", ModeSingle, "single: the only active member of its group (others are hot standbys); partitioned: one of several instances sharing the input partitions, publishing partition states for `switchyard combiner`")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	if *mode != ModeSingle && *mode != ModePartitioned {
+		return fmt.Errorf("%w: --mode %q: want %s or %s", cli.ErrUsage, *mode, ModeSingle, ModePartitioned)
 	}
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
@@ -69,14 +80,33 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if len(brokers) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
 	}
-	cl, err := conn.NewKafka(process.ClientOpts(cfg)...)
+	var runner func(context.Context, *kgo.Client) error
+	var opts []kgo.Opt
+	if *mode == ModePartitioned {
+		inst, err := process.NewInstance(cfg)
+		if err != nil {
+			return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+		}
+		m, err := PartitionedMetrics(reg, cfg.TopicPrefix, inst.Owned)
+		if err != nil {
+			return err
+		}
+		opts = append(inst.ClientOpts(), kgo.WithHooks(m))
+		runner = inst.Run
+	} else {
+		opts = process.ClientOpts(cfg)
+	}
+	cl, err := conn.NewKafka(opts...)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
 	defer cl.Close()
-	p, err := process.New(cl, cfg)
-	if err != nil {
-		return err
+	if runner == nil {
+		p, err := process.New(cl, cfg)
+		if err != nil {
+			return err
+		}
+		runner = func(ctx context.Context, _ *kgo.Client) error { return p.Run(ctx) }
 	}
 	lag, err := streams.NewGroupLag(cl, reg, cfg.Group) // switchyard_consumer_lag_records (docs/topics.md)
 	if err != nil {
@@ -93,5 +123,5 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		defer stop()
 	}
-	return p.Run(ctx)
+	return runner(ctx, cl)
 }

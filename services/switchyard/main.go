@@ -15,6 +15,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/services/agent"
 	"github.com/switchyard-llm/switchyard/services/brokers"
+	"github.com/switchyard-llm/switchyard/services/combiner"
 	"github.com/switchyard-llm/switchyard/services/console"
 	"github.com/switchyard-llm/switchyard/services/demo"
 	"github.com/switchyard-llm/switchyard/services/enginesim"
@@ -38,6 +39,7 @@ func commands() []cli.Command {
 		enginesim.Command(),
 		agent.Command(),
 		processor.Command(),
+		combiner.Command(),
 		optimizer.Command(),
 		gateway.Command(),
 		solve.Command(),

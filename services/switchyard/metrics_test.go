@@ -18,6 +18,8 @@ import (
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/services/combiner"
+	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/control"
@@ -214,7 +216,16 @@ func registeredSeries(t *testing.T) map[string]series {
 	if _, err := streams.NewGroupLag(client(), rec, pcfg.Group); err != nil { // the processor command's
 		t.Fatalf("consumer lag: %v", err)
 	}
+	if _, err := processor.PartitionedMetrics(rec, "", func() int { return 0 }); err != nil { // --mode partitioned
+		t.Fatalf("partitioned processor: %v", err)
+	}
 	rec.families(t, "processor", out)
+
+	rec = &recorder{reg: prometheus.NewRegistry()}
+	if _, err := combiner.Metrics(rec, ""); err != nil {
+		t.Fatalf("combiner: %v", err)
+	}
+	rec.families(t, "combiner", out)
 
 	rec = &recorder{reg: prometheus.NewRegistry()}
 	ocfg := control.Config{Logger: quiet, Registerer: rec}
