@@ -22,7 +22,8 @@ import (
 //
 // A returned message is valid until the next call. Routing events come
 // back without request_id, decision_reason and model (checked, not kept:
-// no estimate uses them). A Decoder is not safe for concurrent use; the
+// no estimate uses them), and their attempts (tried) with only engine_id,
+// status and failure_reason. A Decoder is not safe for concurrent use; the
 // zero value is ready to use.
 type Decoder struct {
 	sig        schemas.EngineSignal
@@ -31,6 +32,8 @@ type Decoder struct {
 	bounds [2][]float64
 	counts [2][]uint64
 	ev     schemas.RoutingEvent
+	// Reused attempts of ev.Tried; grown to the most a record had.
+	tried  []*schemas.Attempt
 	strs   map[string]string
 	recent [1 << recentBits]string
 }
@@ -339,7 +342,8 @@ func scanHist(h *schemas.Histogram, bb *[]float64, cb *[]uint64, b []byte) bool 
 // RoutingEvent decodes and validates a RoutingEvent (see
 // DecodeRoutingEvent; request_id, decision_reason, model and the billing
 // fields no estimate uses (tenant, finish_reason, engine_region,
-// engine_gpu_class, tried) are checked but not kept).
+// engine_gpu_class, and each attempt's http_status and duration_ms) are
+// checked but not kept).
 func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.RoutingEvent, error) {
 	if !d.scanRoutingEvent(b) {
 		ev, err := DecodeRoutingEvent(b, recordTime)
@@ -358,15 +362,31 @@ func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.Routing
 // dropUnkept clears the fields of ev the Decoder checks but does not keep.
 func dropUnkept(ev *schemas.RoutingEvent) {
 	ev.RequestId, ev.DecisionReason, ev.Model = "", "", ""
-	ev.Tenant, ev.FinishReason, ev.EngineRegion, ev.EngineGpuClass, ev.Tried = "", "", "", "", nil
+	ev.Tenant, ev.FinishReason, ev.EngineRegion, ev.EngineGpuClass = "", "", "", ""
+	for _, a := range ev.Tried {
+		a.HttpStatus, a.DurationMs = 0, 0
+	}
 }
 
-// validAttempt reports whether b is a plainly encoded Attempt (fields 1
-// string, 2-4 varint, 5 fixed64): then proto.Unmarshal accepts it too.
-// Anything else (an unknown field, another wire type, bad UTF-8,
-// truncation) is false, and the caller leaves the record to
+// attempt returns the next reused attempt for ev.Tried, reset.
+func (d *Decoder) attempt() *schemas.Attempt {
+	n := len(d.ev.Tried)
+	if n == len(d.tried) {
+		d.tried = append(d.tried, &schemas.Attempt{})
+	}
+	a := d.tried[n]
+	*a = schemas.Attempt{}
+	d.ev.Tried = d.tried[:n+1]
+	return a
+}
+
+// scanAttempt scans b into a (engine_id, status and failure_reason; the
+// rest checked, not kept) and reports whether b is a plainly encoded
+// Attempt (fields 1 string, 2-4 varint, 5 fixed64): then proto.Unmarshal
+// accepts it too. Anything else (an unknown field, another wire type, bad
+// UTF-8, truncation) is false, and the caller leaves the record to
 // proto.Unmarshal.
-func validAttempt(b []byte) bool {
+func (d *Decoder) scanAttempt(b []byte, a *schemas.Attempt) bool {
 	for i := 0; i < len(b); {
 		tag, j := uvarint(b, i)
 		if j < 0 {
@@ -376,13 +396,24 @@ func validAttempt(b []byte) bool {
 		switch num, typ := tag>>3, protowire.Type(tag&7); {
 		case num == 1 && typ == protowire.BytesType:
 			n, j := uvarint(b, i)
-			if j < 0 || n > uint64(len(b)-j) || !utf8.Valid(b[j:j+int(n)]) {
+			if j < 0 || n > uint64(len(b)-j) {
+				return false
+			}
+			var ok bool
+			if a.EngineId, ok = d.str(b[j : j+int(n)]); !ok {
 				return false
 			}
 			i = j + int(n)
 		case num >= 2 && num <= 4 && typ == protowire.VarintType:
-			if _, i = uvarint(b, i); i < 0 {
+			var v uint64
+			if v, i = uvarint(b, i); i < 0 {
 				return false
+			}
+			switch num {
+			case 2:
+				a.Status = schemas.RequestStatus(int32(v))
+			case 3:
+				a.FailureReason = schemas.FailureReason(int32(v))
 			}
 		case num == 5 && typ == protowire.Fixed64Type:
 			if len(b)-i < 8 {
@@ -500,8 +531,8 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.EngineId, ok = d.str(v)
 			case 2, 6, 15, 21, 24, 25, 26: // not kept
 				ok = utf8.Valid(v)
-			case 28: // tried: checked, not kept
-				ok = validAttempt(v)
+			case 28: // tried: engine, status and failure kept
+				ok = d.scanAttempt(v, d.attempt())
 			}
 			if !ok {
 				return false

@@ -260,8 +260,16 @@ func (e *Engine) batchLimit(p Prior) (uint32, string) {
 	return limit(p.MaxBatch, SourcePrior)
 }
 
-// Estimate turns the window's accumulated state into an EngineEstimate.
+// Estimate turns the window's accumulated state into an EngineEstimate,
+// with the health from the signals alone.
 func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.EngineEstimate {
+	return e.estimate(id, start, end, fit, Tries{})
+}
+
+// estimate is Estimate with the window's attempts on the engine: an
+// engine failing the gateways' attempts is unhealthy or degraded whatever
+// its signals say (see Tries.health).
+func (e *Engine) estimate(id string, start, end int64, fit Fitter, t Tries) *schemas.EngineEstimate {
 	p := priorFor(e.gpuClass)
 	n := float64(e.signals)
 	out := &schemas.EngineEstimate{
@@ -272,6 +280,7 @@ func (e *Engine) Estimate(id string, start, end int64, fit Fitter) *schemas.Engi
 	if out.Health == schemas.Health_HEALTH_HEALTHY && e.unhealthy > 0 {
 		out.Health = schemas.Health_HEALTH_DEGRADED
 	}
+	out.Health = t.health(out.Health)
 	if n > 0 {
 		out.KvCacheUsage = e.kv / n
 		out.Utilization = e.util / n

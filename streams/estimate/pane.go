@@ -18,6 +18,9 @@ type Pane struct {
 	engines  map[string]*Engine
 	clusters map[string]*clusterPane
 	networks int // network accumulators in clusters
+	// Attempts and engine-fault failures by engine id (RoutingEvent
+	// tried), for the engines' health.
+	tries map[string]*Tries
 	// The last cluster used (records come in runs per cluster).
 	lastCluster string
 	last        *clusterPane
@@ -33,7 +36,7 @@ type clusterPane struct {
 
 // NewPane returns an empty pane.
 func NewPane() *Pane {
-	return &Pane{engines: map[string]*Engine{}, clusters: map[string]*clusterPane{}}
+	return &Pane{engines: map[string]*Engine{}, clusters: map[string]*clusterPane{}, tries: map[string]*Tries{}}
 }
 
 // AddSignal folds in a validated signal.
@@ -57,6 +60,20 @@ func (p *Pane) AddRoutingEvent(ev *schemas.RoutingEvent) {
 		p.lastCluster, p.last = ev.GetCluster(), c
 	}
 	c.demand.Add(ev)
+	for _, a := range ev.GetTried() {
+		if !counts(a) {
+			continue
+		}
+		t := p.tries[a.GetEngineId()]
+		if t == nil {
+			t = &Tries{}
+			p.tries[a.GetEngineId()] = t
+		}
+		t.attempts++
+		if engineFault(a) {
+			t.failures++
+		}
+	}
 	if ev.GetEngineId() == "" {
 		return
 	}
@@ -70,7 +87,7 @@ func (p *Pane) AddRoutingEvent(ev *schemas.RoutingEvent) {
 }
 
 // Entities is the number of accumulators the pane holds.
-func (p *Pane) Entities() int { return len(p.engines) + len(p.clusters) + p.networks }
+func (p *Pane) Entities() int { return len(p.engines) + len(p.clusters) + p.networks + len(p.tries) }
 
 // Window describes the window being computed: its bounds (Unix ms), the
 // slide (pane length, ms), and its panes with their start times, in order.
@@ -99,6 +116,7 @@ type Merged struct {
 	engines           map[string]*Engine
 	network           map[pair]*Network
 	demand            map[string][]*Demand
+	tries             map[string]Tries
 }
 
 // Merge merges the window's panes (the cheap part of Compute).
@@ -111,6 +129,7 @@ func Merge(w Window) *Merged {
 	engines := make(map[string]*Engine, ne)
 	network := make(map[pair]*Network, nn)
 	demand := map[string][]*Demand{}
+	tries := map[string]Tries{}
 	engineSlab, networkSlab := make([]Engine, 0, ne), make([]Network, 0, nn)
 	np := int((w.End - w.Start) / max(w.Slide, 1))
 	for i, p := range w.Panes {
@@ -141,6 +160,11 @@ func Merge(w Window) *Merged {
 				m.merge(n)
 			}
 		}
+		for id, t := range p.tries {
+			m := tries[id]
+			m.merge(t)
+			tries[id] = m
+		}
 		idx := 0
 		if i < len(w.PaneStarts) && w.Slide > 0 {
 			idx = int((w.PaneStarts[i] - w.Start) / w.Slide)
@@ -158,7 +182,7 @@ func Merge(w Window) *Merged {
 			s[idx] = &dc
 		}
 	}
-	return &Merged{start: w.Start, end: w.End, slide: w.Slide, engines: engines, network: network, demand: demand}
+	return &Merged{start: w.Start, end: w.End, slide: w.Slide, engines: engines, network: network, demand: demand, tries: tries}
 }
 
 // Estimates computes the merged window's estimates (see Compute), with
@@ -174,7 +198,7 @@ func (m *Merged) Estimates(fit Fitter, workers int) []*schemas.Estimate {
 	envs := make([]schemas.Estimate, n)
 	engineKinds := make([]schemas.Estimate_Engine, len(ids))
 	one := func(i int) {
-		engineKinds[i].Engine = engines[ids[i]].Estimate(ids[i], w.Start, w.End, fit)
+		engineKinds[i].Engine = engines[ids[i]].estimate(ids[i], w.Start, w.End, fit, m.tries[ids[i]])
 		envs[i].Kind = &engineKinds[i]
 		out[i] = &envs[i]
 	}

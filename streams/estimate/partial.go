@@ -9,7 +9,7 @@ package estimate
 // the topics' keys: an engine's signals are keyed by engine id, so an
 // engine is in one partition's pane and is copied; per-cluster demand
 // sums counts and integer token counts (exact in float64 below 2^53)
-// and network sums are fixed point. An engine found in two partial panes
+// and network sums are fixed point; attempt counts (Tries) are integers. An engine found in two partial panes
 // (signals produced with another key) is merged with Engine.Merge in the
 // order of the calls, which is deterministic but may differ from a
 // single reader's in the last bits.
@@ -42,6 +42,14 @@ func (p *Pane) Absorb(o *Pane) {
 			}
 			m.merge(n)
 		}
+	}
+	for id, t := range o.tries {
+		m := p.tries[id]
+		if m == nil {
+			m = &Tries{}
+			p.tries[id] = m
+		}
+		m.merge(t)
 	}
 	p.last, p.lastCluster = nil, ""
 }

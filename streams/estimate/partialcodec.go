@@ -10,8 +10,14 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-// paneCodecVersion is the first byte of an encoded pane.
-const paneCodecVersion = 1
+// paneCodecVersion is the first byte of an encoded pane. Version 2
+// added the attempt counts (Tries) at the end; DecodePane still reads
+// version 1 (a pane without attempts), so partials written before an
+// upgrade are not lost.
+const (
+	paneCodecVersion   = 2
+	paneCodecVersionV1 = 1
+)
 
 // ErrPaneEncoding is returned by DecodePane for bytes that are not an
 // encoded pane.
@@ -52,6 +58,13 @@ func AppendPane(buf []byte, p *Pane) []byte {
 				buf = binary.AppendUvarint(buf, uint64(v))
 			}
 		}
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(p.tries)))
+	for _, id := range sortedKeys(p.tries) {
+		t := p.tries[id]
+		buf = appendPaneString(buf, id)
+		buf = binary.AppendUvarint(buf, uint64(t.attempts))
+		buf = binary.AppendUvarint(buf, uint64(t.failures))
 	}
 	return buf
 }
@@ -161,7 +174,7 @@ func (r *paneReader) count(what string, minBytes int) int {
 
 // DecodePane decodes a pane encoded by AppendPane.
 func DecodePane(b []byte) (*Pane, error) {
-	if len(b) == 0 || b[0] != paneCodecVersion {
+	if len(b) == 0 || b[0] != paneCodecVersion && b[0] != paneCodecVersionV1 {
 		return nil, fmt.Errorf("%w: unknown version", ErrPaneEncoding)
 	}
 	r := &paneReader{b: b[1:]}
@@ -218,6 +231,19 @@ func DecodePane(b []byte) (*Pane, error) {
 			return nil, fmt.Errorf("%w: cluster %q twice", ErrPaneEncoding, name)
 		}
 		p.clusters[name] = c
+	}
+	if b[0] >= 2 {
+		for range r.count("tries count", 3) {
+			id := r.str("tries engine")
+			t := &Tries{attempts: r.u32("tries"), failures: r.u32("tries")}
+			if r.err != nil {
+				return nil, r.err
+			}
+			if _, dup := p.tries[id]; dup {
+				return nil, fmt.Errorf("%w: tries %q twice", ErrPaneEncoding, id)
+			}
+			p.tries[id] = t
+		}
 	}
 	if r.err != nil {
 		return nil, r.err

@@ -14,7 +14,7 @@ func TestPaneCodecCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Engine{}, 32}, {Demand{}, 5}, {Network{}, 7}, {clusterPane{}, 2}} {
+	}{{Engine{}, 32}, {Demand{}, 5}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the pane codec carries %d: update partialcodec.go and this test", c.v, n, c.want)
 		}
@@ -32,7 +32,11 @@ func FuzzDecodePane(f *testing.F) {
 	p.clusters["us"] = &clusterPane{demand: Demand{requests: 3, tokened: 2, outputSum: 200},
 		network: map[string]*Network{"e1": {rttSum: 1 << 22, rttN: 2, unsized: 1}}}
 	p.networks = 1
+	p.tries["e1"] = &Tries{attempts: 7, failures: 4}
 	f.Add(AppendPane(nil, p))
+	v1 := AppendPane(nil, NewPane())
+	v1[0] = paneCodecVersionV1
+	f.Add(v1[:len(v1)-1])
 	f.Add([]byte{paneCodecVersion, 1, 2, 'e', '1'})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		q, err := DecodePane(b)
