@@ -23,6 +23,7 @@ func TestCommandUsage(t *testing.T) {
 		{"--no-such-flag"},
 		{"--nats-url", "nats://127.0.0.1:4222"}, // the processor uses no NATS
 		{"--kafka-brokers", " "},
+		{"--mode", "sharded"},
 	} {
 		err := Command().Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		if !errors.Is(err, cli.ErrUsage) {
