@@ -22,10 +22,18 @@ func TestMain(m *testing.M) {
 		ctx, stop := signalContext()
 		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
+		// The command has shut down. Under -race the runtime's own
+		// teardown (racefini) can take seconds more on a loaded machine;
+		// the marker lets tests time the service, not the race runtime.
+		fmt.Fprintln(os.Stderr, returnedMarker)
 		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
+
+// returnedMarker is the stderr line a command run by TestMain prints
+// once it has returned.
+const returnedMarker = "switchyard-test: command returned"
 
 func freePort(t *testing.T) string {
 	t.Helper()

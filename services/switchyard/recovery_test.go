@@ -16,16 +16,18 @@ import (
 
 // proc is a switchyard process the test stops itself.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	mu   sync.Mutex
-	logs strings.Builder
+	name     string
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited
+	returned chan struct{} // closed when its command returned (returnedMarker) or it exited
+	mu       sync.Mutex
+	logs     strings.Builder
 }
 
 func spawn(t *testing.T, ctx context.Context, env []string, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.CommandContext(ctx, os.Args[0], args...), done: make(chan struct{})}
+	p := &proc{name: name, cmd: exec.CommandContext(ctx, os.Args[0], args...), done: make(chan struct{}), returned: make(chan struct{})}
+	var returned sync.Once
 	p.cmd.Env = env
 	p.cmd.Stdout = io.Discard
 	out, err := p.cmd.StderrPipe()
@@ -38,11 +40,16 @@ func spawn(t *testing.T, ctx context.Context, env []string, name string, args ..
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			if sc.Text() == returnedMarker {
+				returned.Do(func() { close(p.returned) })
+				continue
+			}
 			p.mu.Lock()
 			p.logs.WriteString(sc.Text() + "\n")
 			p.mu.Unlock()
 		}
 		_ = p.cmd.Wait()
+		returned.Do(func() { close(p.returned) })
 		close(p.done)
 	}()
 	t.Cleanup(func() {
@@ -57,8 +64,8 @@ func spawn(t *testing.T, ctx context.Context, env []string, name string, args ..
 	return p
 }
 
-// interrupt sends SIGINT and returns how long the process took to exit
-// (failing the test after limit).
+// interrupt sends SIGINT and returns how long the process's command took
+// to return (failing the test after limit).
 func (p *proc) interrupt(t *testing.T, limit time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -66,7 +73,7 @@ func (p *proc) interrupt(t *testing.T, limit time.Duration) time.Duration {
 		t.Fatalf("interrupting %s: %v", p.name, err)
 	}
 	select {
-	case <-p.done:
+	case <-p.returned:
 		return time.Since(start)
 	case <-time.After(limit):
 		t.Fatalf("%s still running %v after SIGINT", p.name, limit)
@@ -129,7 +136,7 @@ func TestRecoveryWithBrokersGone(t *testing.T) {
 	}
 	for _, p := range services {
 		select {
-		case <-p.done:
+		case <-p.returned:
 			t.Logf("%s exited within %v of SIGINT with the brokers gone", p.name, time.Since(stopped).Round(time.Millisecond))
 		case <-time.After(time.Until(stopped.Add(10 * time.Second))):
 			t.Fatalf("%s still running 10s after SIGINT with the brokers gone", p.name)
