@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,10 +36,10 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	conn.RegisterReplication(fs, false)
 	var cfg process.Config
 	// The window flags must equal the instances'.
-	fs.StringVar(&cfg.Group, "group", "switchyard-processor", "the partitioned instances' consumer group (key of the combiner's checkpoint)")
-	fs.DurationVar(&cfg.Window, "window", 30*time.Second, "window size (as the instances')")
-	fs.DurationVar(&cfg.Slide, "slide", 10*time.Second, "window slide (as the instances')")
-	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5*time.Second, "allowed lateness (as the instances')")
+	fs.StringVar(&cfg.Group, "group", process.DefaultGroup, "the partitioned instances' consumer group (key of the combiner's checkpoint)")
+	fs.DurationVar(&cfg.Window, "window", process.DefaultWindow, "window size (as the instances')")
+	fs.DurationVar(&cfg.Slide, "slide", process.DefaultSlide, "window slide (as the instances')")
+	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", process.DefaultAllowedLateness, "allowed lateness (as the instances')")
 	partitions := fs.Int("partitions", 3, "partitions of topics the combiner creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9106", "address of the /metrics endpoint (empty: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {

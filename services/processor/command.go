@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -41,10 +40,10 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	conn.RegisterKafka(fs)
 	conn.RegisterReplication(fs, false)
 	var cfg process.Config
-	fs.StringVar(&cfg.Group, "group", "switchyard-processor", "consumer group (and checkpoint key)")
-	fs.DurationVar(&cfg.Window, "window", 30*time.Second, "window size")
-	fs.DurationVar(&cfg.Slide, "slide", 10*time.Second, "window slide (window must be a multiple of it)")
-	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", 5*time.Second, "how far out of event-time order a record may arrive and still count")
+	fs.StringVar(&cfg.Group, "group", process.DefaultGroup, "consumer group (and checkpoint key)")
+	fs.DurationVar(&cfg.Window, "window", process.DefaultWindow, "window size")
+	fs.DurationVar(&cfg.Slide, "slide", process.DefaultSlide, "window slide (window must be a multiple of it)")
+	fs.DurationVar(&cfg.AllowedLateness, "allowed-lateness", process.DefaultAllowedLateness, "how far out of event-time order a record may arrive and still count")
 	fs.DurationVar(&cfg.MaxClockSkew, "max-clock-skew", process.DefaultMaxClockSkew, "records dated further ahead of this clock are dead-lettered (negative: no limit)")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", process.DefaultSessionTimeout, "consumer group session timeout: how long a processor killed without leaving holds its partitions")
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group membership: a processor restarted with the same id takes its partitions back at once (empty: dynamic)")
