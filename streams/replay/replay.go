@@ -213,28 +213,13 @@ func partitionsOf(assign map[string]map[int32]kgo.Offset) map[string][]int32 {
 func (r *replayer) read(ctx context.Context, cl *kgo.Client, ends map[tp]int64, remaining int) error {
 	done := map[tp]bool{}
 	for len(done) < remaining {
-		// A partition whose last offsets before the end hold no records
-		// (compaction, transaction markers) never reports its end: give
-		// up on it after a quiet poll.
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		fs := cl.PollRecords(pctx, 10000)
-		quiet := pctx.Err() != nil && fs.NumRecords() == 0
-		cancel()
-		if err := ctx.Err(); err != nil {
+		fs, quiet, err := poll(ctx, cl)
+		if err != nil {
 			return err
 		}
 		if quiet {
 			r.cfg.Logger.Warn("replay: partitions ended before their end offset", "done", len(done), "of", remaining)
 			return nil
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				ferr = fmt.Errorf("reading %s/%d: %w", t, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
 		}
 		fs.EachRecord(func(rec *kgo.Record) { r.handle(rec, ends, done) })
 		if err := r.emit(r.core.Fire()); err != nil {

@@ -162,24 +162,12 @@ func readRange(ctx context.Context, cl *kgo.Client, starts, ends map[tp]int64, f
 	cl.AddConsumePartitions(assign)
 	defer cl.RemoveConsumePartitions(partitionsOf(assign))
 	for len(left) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		fs := cl.PollRecords(pctx, 10000)
-		quiet := pctx.Err() != nil && fs.NumRecords() == 0
-		cancel()
-		if err := ctx.Err(); err != nil {
+		fs, quiet, err := poll(ctx, cl)
+		if err != nil {
 			return err
 		}
 		if quiet {
 			return nil // the last offsets hold no records (compaction, transaction markers)
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				ferr = fmt.Errorf("reading %s/%d: %w", t, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
 		}
 		fs.EachRecord(func(rec *kgo.Record) {
 			k := tp{rec.Topic, rec.Partition}
@@ -194,4 +182,31 @@ func readRange(ctx context.Context, cl *kgo.Client, starts, ends map[tp]int64, f
 		})
 	}
 	return nil
+}
+
+// quietPoll is how long a poll may return nothing before the partitions
+// still open count as ended: their last offsets before the end hold no
+// records (compaction, transaction markers), so they never report it.
+const quietPoll = 5 * time.Second
+
+// poll fetches the next records from cl. quiet is true when nothing came
+// for quietPoll (fetch errors then do not matter); err is ctx's error or
+// the first fetch error of a poll that was not quiet.
+func poll(ctx context.Context, cl *kgo.Client) (fs kgo.Fetches, quiet bool, err error) {
+	pctx, cancel := context.WithTimeout(ctx, quietPoll)
+	fs = cl.PollRecords(pctx, 10000)
+	quiet = pctx.Err() != nil && fs.NumRecords() == 0
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return fs, false, err
+	}
+	if quiet {
+		return fs, true, nil
+	}
+	fs.EachError(func(t string, p int32, ferr error) {
+		if err == nil && !errors.Is(ferr, context.DeadlineExceeded) {
+			err = fmt.Errorf("reading %s/%d: %w", t, p, ferr)
+		}
+	})
+	return fs, quiet, err
 }
