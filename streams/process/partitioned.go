@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -464,13 +463,25 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 				recs = append(recs, &kgo.Record{Topic: topics.Estimates, Key: []byte(estimate.Key(e)), Value: v, Timestamp: time.UnixMilli(f.End), Headers: hdrs})
 			}
 		}
+		// The checkpoint follows the estimates it covers: a combiner
+		// stopped between the two fires those windows again after its
+		// restart, with the same bytes (docs/processor.md).
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped: the restart publishes them again
+			}
 			return fmt.Errorf("publishing estimates: %w", err)
 		}
 		w, n := comb.Clock()
-		v, _ := json.Marshal(Checkpoint{Version: 1, Watermark: w, Next: n})
+		v, err := json.Marshal(Checkpoint{Version: 1, Watermark: w, Next: n})
+		if err != nil {
+			return fmt.Errorf("encoding combiner checkpoint: %w", err)
+		}
 		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: CheckpointTopic(cfg.TopicPrefix), Key: []byte(key), Value: v,
 			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)}).FirstErr(); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return fmt.Errorf("writing combiner checkpoint: %w", err)
 		}
 	}
@@ -487,19 +498,16 @@ func CombinerClientOpts(cfg Config) []kgo.Opt {
 }
 
 // ensurePartitionedTopics creates the inputs and outputs (EnsureTopics)
-// and the compacted checkpoint and partials topics when missing.
+// and the compacted checkpoint and partials topics when missing, all with
+// cfg.Replication.
 func ensurePartitionedTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
-	if err := streams.EnsureTopics(ctx, cl, streams.TopicsFor(cfg.TopicPrefix), cfg.Partitions); err != nil {
+	if err := streams.EnsureTopics(ctx, cl, streams.TopicsFor(cfg.TopicPrefix), cfg.Partitions, cfg.Replication); err != nil {
 		return err
 	}
 	compact := "compact"
 	for _, t := range []string{CheckpointTopic(cfg.TopicPrefix), PartialsTopic(cfg.TopicPrefix)} {
-		resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, t)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating %s: %w", t, err)
+		if err := streams.CreateTopic(ctx, cl, t, 1, map[string]*string{"cleanup.policy": &compact}, cfg.Replication); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -319,4 +320,80 @@ func TestInstanceKilledLosesNothing(t *testing.T) {
 	waitFor(20*time.Second, exp.complete(est))
 	exp.check(t, byWindow(t, est.snapshot()))
 	t.Logf("%d partitions taken from the killed instance", owned)
+}
+
+// TestCombinerRestart: a combiner stopped in the middle of publishing a
+// batch of windows (its context cancelled once a third of the estimates
+// are acknowledged, after it checkpointed an earlier batch; as when its
+// pod is killed) and a new one started in its place publish together
+// exactly the estimates one Core computes: no window missed; the new one
+// starts from the checkpoint, and the windows published after it, which
+// it publishes again, repeat byte for byte (byWindow fails on a repeat
+// that differs). The input topics have four partitions, the records fill
+// three: the idle fourth holds no window back.
+func TestCombinerRestart(t *testing.T) {
+	kc := testenv.Kafka(t)
+	exp := expectedEstimates(t)
+	cfg := partitionedConfig("restart")
+	topics := streams.TopicsFor("restart")
+	cl := testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := streams.EnsureTopics(context.Background(), cl, topics, 4); err != nil {
+		t.Fatal(err)
+	}
+	recs := workloadRecords(topics, 3)
+	n := len(recs)
+	produceParts(t, cl, recs[:n/4])
+	est := collect(t, kc, topics.Estimates)
+	ctx, kill := context.WithCancel(context.Background())
+	defer kill()
+	hook := &killAfter{topic: topics.Estimates, at: int64(len(exp.want) / 3), kill: kill}
+	ccl := testenv.Client(t, kc, append(CombinerClientOpts(cfg), kgo.WithHooks(hook))...)
+	done := make(chan error, 1)
+	go func() {
+		done <- RunCombiner(ctx, ccl, cfg)
+		ccl.Close()
+	}()
+	acfg, bcfg := cfg, cfg
+	acfg.InstanceID, bcfg.InstanceID = "restart-a", "restart-b"
+	runInstance(t, kc, acfg)
+	runInstance(t, kc, bcfg)
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(est.snapshot()) > 0 }, "a first batch of windows published")
+	produceParts(t, cl, recs[n/4:n/2])
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the killed combiner returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the combiner was not killed: %d estimates acknowledged", hook.n.Load())
+	}
+	acked := hook.n.Load()
+	produceParts(t, cl, recs[n/2:3*n/4])
+	ccl2 := testenv.Client(t, kc, CombinerClientOpts(cfg)...)
+	runUntilStopped(t, func(ctx context.Context) error { return RunCombiner(ctx, ccl2, cfg) }, ccl2.Close)
+	produceParts(t, cl, recs[3*n/4:])
+	waitFor(20*time.Second, exp.complete(est))
+	all := est.snapshot()
+	got := byWindow(t, all)
+	exp.check(t, got)
+	again := int64(len(all) - len(got))
+	if again == 0 || again >= acked {
+		t.Errorf("%d estimates published again of %d acknowledged before the kill: want some (the batch cut by the kill) but not all (the checkpoint before it counts)", again, acked)
+	}
+	t.Logf("%d estimates; %d acknowledged before the kill, %d of them published again after the restart, identical", len(got), acked, again)
+}
+
+// killAfter cancels a combiner's context (kill) once at estimates on
+// topic have been acknowledged.
+type killAfter struct {
+	topic string
+	at    int64
+	n     atomic.Int64
+	kill  context.CancelFunc
+}
+
+func (k *killAfter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err == nil && r.Topic == k.topic && k.n.Add(1) == k.at {
+		k.kill()
+	}
 }
