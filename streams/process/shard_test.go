@@ -326,3 +326,108 @@ func overTheWire(t *testing.T, p Partial) Partial {
 	}
 	return p
 }
+
+// TestCombinerIdlePartitions: partitions without records hold no window
+// back, as a single processor's caught-up partitions do not: one
+// partition per topic never receives a record, and one stops receiving
+// records for 90 s of event time (its producer stopped) while the others
+// go on. The combiner fires each window at the same report as one Core
+// reading everything, with the same bytes; when the stopped partition's
+// records come back, those dated in windows already fired are late and
+// dropped, exactly as the Core drops them, and the rest count.
+func TestCombinerIdlePartitions(t *testing.T) {
+	topics := streams.TopicsFor("idle")
+	from := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	stopped := tp{topics.Signals, 2}
+	silent := func(at time.Time) bool { d := at.Sub(from); return d >= time.Minute && d < 150*time.Second }
+	var recs []*kgo.Record
+	offs := map[tp]int64{}
+	add := func(r *kgo.Record) {
+		k := tp{r.Topic, r.Partition}
+		recs = append(recs, &kgo.Record{Topic: r.Topic, Partition: r.Partition, Offset: offs[k], Value: r.Value, Timestamp: r.Timestamp})
+		offs[k]++
+	}
+	resumed := false
+	for _, r := range workloadRecords(topics, 3) {
+		if (tp{r.Topic, r.Partition}) == stopped {
+			if silent(r.Timestamp) {
+				continue
+			}
+			if !resumed && r.Timestamp.Sub(from) >= 150*time.Second {
+				// The producer comes back with two records it held,
+				// dated in windows the others completed long ago.
+				resumed = true
+				for _, late := range []time.Duration{70 * time.Second, 100 * time.Second} {
+					at := from.Add(late)
+					add(&kgo.Record{Topic: stopped.Topic, Partition: stopped.Partition, Timestamp: at,
+						Value: mustMarshal(signal("e02", "l4", at, 40, 13))})
+				}
+			}
+		}
+		add(r)
+	}
+	core, err := NewCore(topics, specForBench(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comb, err := NewCombiner(specForBench(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := map[tp]*Shard{}
+	for _, topic := range []string{topics.Signals, topics.RoutingEvents} {
+		for p := range int32(4) { // partition 3 of each never gets a record
+			comb.Expect(topic, p)
+			if shards[tp{topic, p}], err = NewShard(topics, specForBench(), topic, p); err != nil {
+				t.Fatal(err)
+			}
+			shards[tp{topic, p}].Track(0, 0)
+		}
+	}
+	want, got := estimateSet{}, estimateSet{}
+	var late, firedWhileSilent int
+	read := map[tp]int64{}
+	report := func(at time.Time) {
+		wf := core.Fire()
+		for k, s := range shards {
+			comb.SetEnd(k.Topic, k.Partition, read[k]) // the log end: everything produced is read
+			comb.Update(overTheWire(t, s.Partial()))
+		}
+		gf := comb.Fire()
+		if len(wf) != len(gf) {
+			t.Fatalf("at %v: the core fired %d windows, the combiner %d", at.Sub(from), len(wf), len(gf))
+		}
+		for i := range wf {
+			if wf[i].End != gf[i].End {
+				t.Fatalf("at %v: the core fired the window ending %d, the combiner %d", at.Sub(from), wf[i].End, gf[i].End)
+			}
+		}
+		if silent(at) {
+			firedWhileSilent += len(gf)
+		}
+		want.add(t, wf)
+		got.add(t, gf)
+	}
+	for i, r := range recs {
+		if out, _ := core.Handle(r); out == Late {
+			late++
+		}
+		if _, _, err := shards[tp{r.Topic, r.Partition}].Handle(r); err != nil {
+			t.Fatal(err)
+		}
+		read[tp{r.Topic, r.Partition}] = r.Offset + 1
+		if i%50 == 49 {
+			report(r.Timestamp)
+		}
+	}
+	report(recs[len(recs)-1].Timestamp)
+	got.diff(t, want)
+	if late != 2 {
+		t.Errorf("the core counted %d late records, want the 2 the stopped producer held", late)
+	}
+	// 90 s of silence at a 5 s slide: about 18 windows.
+	if firedWhileSilent < 15 {
+		t.Errorf("%d windows fired while a partition was silent", firedWhileSilent)
+	}
+	t.Logf("%d estimates; %d windows fired while %s/%d was silent", len(got), firedWhileSilent, stopped.Topic, stopped.Partition)
+}
