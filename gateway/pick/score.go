@@ -34,12 +34,13 @@ type Ticket struct {
 // maxCandidates bounds Options.Candidates.
 const maxCandidates = 4
 
-// scored is one candidate of PickRequest (64 bytes).
+// scored is one candidate of PickRequest (72 bytes).
 type scored struct {
 	i        int32
 	uncached int64
 	work     float64
 	score    float64
+	wait     float64 // the slot wait in score
 	m        cand
 }
 
@@ -70,8 +71,10 @@ type cand struct {
 //
 // where RTT is the snapshot's network latency to the engine, queued the
 // prefill tokens of this gateway's requests on the engine that have no
-// first token yet, uncached the part of this prompt beyond the deepest
-// prefix block the engine was recently sent (see cached), redo the
+// first token yet plus those other gateways last reported queued there
+// (State.SetForeignPrefill), uncached the part of this prompt beyond the
+// deepest prefix block the engine was sent within its cache residency
+// (see cached and State.SetCacheResidency), redo the
 // tokens another candidate holds and this one does not (prefilling them
 // again costs the fleet that time on top of this request's wait, so a
 // move away from the cache is counted twice), a and p the intercept and slope of
@@ -86,7 +89,13 @@ type cand struct {
 // candidate in that order whose score is within the tolerance
 // (Options.ScoreSlack·best + Options.ScoreSlackMs, 20% + 30 ms) of the
 // best wins, so the plan's shares and affinity hold unless a queue, a
-// slower engine or a cache miss costs more than the tolerance.
+// slower engine or a cache miss costs more than the tolerance. A
+// candidate with a slot wait gets no tolerance (it wins only with the
+// best score): the tolerance keeps the plan's order among engines that
+// would start the request at once, but the requests this gateway sees
+// beyond an engine's batch limit are a lower bound on the queue there
+// (other gateways' requests wait in it too), so a full engine is not
+// taken for the plan's sake.
 //
 // # Deviation from the weights
 //
@@ -316,7 +325,7 @@ func (t *Table) affinityGrow(i int32, grow float64) float64 {
 func add(c []scored, i int32) []scored {
 	n := len(c)
 	c = c[:n+1]
-	c[n].i, c[n].uncached = i, 0
+	c[n].i, c[n].uncached, c[n].wait = i, 0, 0
 	return c
 }
 
@@ -376,7 +385,7 @@ func (t *Table) score(r *Request, c []scored) float64 {
 		cached := min(c[k].uncached, prompt) // c[k].uncached holds the cached tokens here
 		u := max(prompt-cached, 0)
 		c[k].uncached = u
-		c[k].work = float64(max(e.State.prefill.Load(), 0) + u)
+		c[k].work = float64(max(e.State.prefill.Load(), 0) + e.State.foreign.Load() + u)
 		// Prefilling again what another candidate holds costs the fleet
 		// that prefill's time as well as this request: it is counted twice.
 		redo := float64(max(held-cached, 0))
@@ -385,6 +394,7 @@ func (t *Table) score(r *Request, c []scored) float64 {
 			wait = slotWait(e, math.Float64frombits(e.State.model.e2e.Load()))
 		}
 		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait
+		c[k].wait = wait
 		best = min(best, c[k].score)
 	}
 	return best
@@ -440,7 +450,7 @@ func (t *Table) cached(r *Request, c []scored) {
 			break
 		}
 		for k := range c {
-			if (e0 == ids[k] && sts[k].fresh(s0)) || (e1 == ids[k] && sts[k].fresh(s1)) {
+			if (e0 == ids[k] && sts[k].holds(s0, now)) || (e1 == ids[k] && sts[k].holds(s1, now)) {
 				c[k].uncached = int64((b + 1) * r.BlockTokens)
 			}
 		}
@@ -463,11 +473,12 @@ func minScore(c []scored) float64 {
 	return best
 }
 
-// chooseBest is choose with best = minScore(c) given.
+// chooseBest is choose with best = minScore(c) given. A candidate with
+// a slot wait is chosen only with the best score.
 func chooseBest(c []scored, best, slack, slackMs float64) int {
 	lim := best + slack*best + slackMs
 	for k := range c {
-		if c[k].score <= lim {
+		if c[k].score <= lim && (c[k].wait == 0 || c[k].score <= best) {
 			return k
 		}
 	}

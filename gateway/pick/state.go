@@ -30,23 +30,55 @@ type State struct {
 	prefill  atomic.Int64 // this gateway's queued prefill tokens (requests with no first token yet)
 	model    model
 
-	forgot atomic.Int64  // stamp+1 of the last Forget, 0: never
-	total  *atomic.Int64 // the pool's in-flight total
-	idx    uint32        // position in the pool, for the affinity memory
-	id     string
-	_      [stateSize - stateUsed]byte
+	forgot atomic.Int64 // stamp+1 of the last Forget, 0: never
+	// foreign is the prefill tokens other gateways report queued on the
+	// engine (SetForeignPrefill); residency how long, in seconds, a
+	// prefix stays in the engine's cache (SetCacheResidency; 0: unknown).
+	foreign   atomic.Int64
+	residency atomic.Int64
+	total     *atomic.Int64 // the pool's in-flight total
+	idx       uint32        // position in the pool, for the affinity memory
+	id        string
+	_         [stateSize - stateUsed]byte
 }
 
 // stateSize is State's size: a size class of the Go allocator whose
 // objects are 64-byte aligned (TestStateLayout checks it).
 const (
 	stateSize = 256
-	stateUsed = 32 + modelSize + 8 + 8 + 8 + 16 // idx is padded to 8
+	stateUsed = 32 + modelSize + 8 + 8 + 8 + 8 + 8 + 16 // idx is padded to 8
 )
 
 // Prefill returns the prompt tokens of this gateway's requests on the
 // engine that have no first token yet (uncached part, as estimated).
 func (s *State) Prefill() int64 { return s.prefill.Load() }
+
+// SetForeignPrefill sets the prompt tokens other gateways have queued on
+// the engine with no first token yet, as they last reported them
+// (gateway/peers). PickRequest counts them ahead of a request as it counts
+// this gateway's own. Negative values count as 0.
+func (s *State) SetForeignPrefill(n int64) { s.foreign.Store(max(n, 0)) }
+
+// ForeignPrefill returns what SetForeignPrefill set.
+func (s *State) ForeignPrefill() int64 { return s.foreign.Load() }
+
+// SetCacheResidency sets how long a prefix stays in the engine's prefix
+// cache after it was last sent there, as the control plane estimates it
+// from the engine's free KV capacity and the rate at which new tokens
+// enter it (the snapshot's Explanation.cache_residency_s). PickRequest
+// credits an engine only with blocks sent to it within that time. 0 or
+// less (unknown): the memory's TTL alone bounds it.
+func (s *State) SetCacheResidency(seconds float64) {
+	if !(seconds > 0) || math.IsInf(seconds, 1) {
+		s.residency.Store(0)
+		return
+	}
+	s.residency.Store(int64(math.Ceil(min(seconds, 1<<20))))
+}
+
+// CacheResidency returns what SetCacheResidency set, in whole seconds
+// (0: unknown).
+func (s *State) CacheResidency() int64 { return s.residency.Load() }
 
 // Forget drops what the gateway remembers and has learned about the
 // engine: which keys and prefix blocks it holds (an engine that went down
@@ -155,4 +187,15 @@ func (s *State) tryAcquire() bool {
 	}
 	s.total.Add(1)
 	return true
+}
+
+// holds reports whether a memory entry stamped st (now being the current
+// stamp) still counts as cached on the engine: made after its last
+// Forget and, when the cache residency is known, no older than it.
+func (s *State) holds(st, now uint64) bool {
+	if !s.fresh(st) {
+		return false
+	}
+	r := s.residency.Load()
+	return r <= 0 || int64((now-st)&(1<<stampBits-1)) <= r
 }
