@@ -68,16 +68,74 @@ func testEngines(n int) []Engine {
 	return engines
 }
 
-// TestMaglevMatchesDivision: the incremental probe sequence fills the
-// table exactly as the textbook modulo formula does.
+// skewedEngines returns n engines whose shares span three orders of
+// magnitude, so that most engines run out of quota long before the last
+// slots are filled.
+func skewedEngines(n int) []Engine {
+	engines := make([]Engine, n)
+	var sum float64
+	for i := range engines {
+		w := math.Pow(1000, float64(i%17)/16)
+		engines[i] = Engine{ID: fmt.Sprintf("skew-%d", i), Share: w}
+		sum += w
+	}
+	for i := range engines {
+		engines[i].Share /= sum
+	}
+	return engines
+}
+
+// TestMaglevMatchesDivision: maglev (bitmap, four probes a step, the
+// last free slots found by arithmetic) fills the table exactly as the
+// textbook modulo formula does, for equal-ish and skewed weights.
 func TestMaglevMatchesDivision(t *testing.T) {
-	for _, n := range []int{1, 2, 7, 64, 1000} {
+	for _, n := range []int{1, 2, 7, 64, 257, 1000, 5000} {
 		for _, per := range []int{1, 16, 64} {
-			engines := testEngines(n)
-			if got, want := maglev(engines, per), maglevByDivision(engines, per); !slices.Equal(got, want) {
-				t.Fatalf("%d engines, %d slots each: tables differ", n, per)
+			for name, engines := range map[string][]Engine{"even": testEngines(n), "skewed": skewedEngines(n)} {
+				if got, want := maglev(engines, per), maglevByDivision(engines, per); !slices.Equal(got, want) {
+					t.Fatalf("%s, %d engines, %d slots each: tables differ", name, n, per)
+				}
 			}
 		}
+	}
+}
+
+// TestMaglevReuse: a pool reuses its latest table exactly when the
+// engines (ids in order) and their slot counts are unchanged, and a
+// reused table equals the one a fresh pool builds.
+func TestMaglevReuse(t *testing.T) {
+	base := specs(300, func(i int) float64 { return 1 + float64(i%5) })
+	moved := slices.Clone(base)
+	moved[0].Weight, moved[1].Weight = moved[1].Weight, moved[0].Weight
+	tiny := slices.Clone(base) // slot counts unchanged
+	tiny[7].Weight *= 1 + 1e-9
+	reordered := slices.Clone(base)
+	reordered[3], reordered[4] = reordered[4], reordered[3]
+	p := NewPool()
+	first := mustBuild(t, p, base, Options{})
+	for _, c := range []struct {
+		name   string
+		specs  []Spec
+		reused bool
+	}{
+		{"same", base, true},
+		{"weights moved by less than a slot", tiny, true},
+		{"weights moved", moved, false},
+		{"back", base, false},
+		{"same again", base, true},
+		{"reordered", reordered, false},
+	} {
+		prev := p.last.slots
+		tb := mustBuild(t, p, c.specs, Options{})
+		if got := &tb.slots[0] == &prev[0]; got != c.reused {
+			t.Errorf("%s: reused %v, want %v", c.name, got, c.reused)
+		}
+		if fresh := mustBuild(t, NewPool(), c.specs, Options{}); !slices.Equal(tb.slots, fresh.slots) {
+			t.Errorf("%s: table differs from a fresh pool's", c.name)
+		}
+	}
+	if again := mustBuild(t, p, base, Options{}); !slices.Equal(again.slots, first.slots) {
+		t.Error("the same specs built a different table")
 	}
 }
 

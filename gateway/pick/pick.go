@@ -48,6 +48,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -199,6 +200,29 @@ type Pool struct {
 	states map[string]*State
 	total  atomic.Int64
 	mem    *memory
+	last   maglevTable // the latest table Build filled (under mu)
+}
+
+// maglevTable is a filled Maglev table and what it is a function of:
+// its size, the engines' ids in order and their quotas.
+type maglevTable struct {
+	ids   []string
+	quota []int
+	slots []int32
+}
+
+// same reports whether t was filled from exactly these engines and
+// quotas (so the table would come out the same).
+func (t *maglevTable) same(engines []Engine, quota []int) bool {
+	if len(t.slots) == 0 || len(t.ids) != len(engines) || !slices.Equal(t.quota, quota) {
+		return false
+	}
+	for i := range engines {
+		if t.ids[i] != engines[i].ID {
+			return false
+		}
+	}
+	return true
 }
 
 // Memory sizes of a pool: 2^16 affinity keys and 2^18 two-way buckets of
@@ -302,9 +326,35 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 		t.byPool[t.engines[i].State.idx] = int32(i)
 	}
 	if !opt.LeastLoaded {
-		t.slots = maglev(t.engines, opt.SlotsPerEngine)
+		t.slots = p.maglev(t.engines, opt.SlotsPerEngine)
 	}
 	return t, nil
+}
+
+// maglev returns the Maglev table of engines: the pool's latest one when
+// it was filled from the same engines (ids in the same order) with the
+// same quotas, since the fill is a function of those alone; else a new
+// one, which becomes the latest. Snapshots that leave every engine's
+// slot count as it was (the same plan published again, or weights that
+// moved by less than a slot) so cost no fill.
+func (p *Pool) maglev(engines []Engine, per int) []int32 {
+	m := maglevSize(len(engines), per)
+	quota := maglevQuotas(engines, m)
+	p.mu.Lock()
+	last := p.last
+	p.mu.Unlock()
+	if last.same(engines, quota) {
+		return last.slots
+	}
+	next := maglevTable{ids: make([]string, len(engines)), quota: slices.Clone(quota)}
+	for i := range engines {
+		next.ids[i] = engines[i].ID
+	}
+	next.slots = maglevFill(engines, m, quota)
+	p.mu.Lock()
+	p.last = next
+	p.mu.Unlock()
+	return next.slots
 }
 
 // Len returns the number of engines.
@@ -442,41 +492,97 @@ func excluded(i int32, ex []int32) bool {
 
 // maglev fills a weighted Maglev table.
 func maglev(engines []Engine, per int) []int32 {
+	m := maglevSize(len(engines), per)
+	return maglevFill(engines, m, maglevQuotas(engines, m))
+}
+
+// maglevSize is the number of slots of a table of n engines: the first
+// prime at least per·n and 4093.
+func maglevSize(n, per int) int {
+	return nextPrime(max(per*n, 4093))
+}
+
+// maglevProbe is an engine's walk over the slots: its next probe and its
+// step (mod m).
+type maglevProbe struct{ pos, skip uint64 }
+
+// maglevFill fills m slots, engine i taking quota[i] of them (quota sums
+// to m), in Maglev's order: rounds over the engines with quota left, each
+// taking the first free slot of its permutation offset, offset+skip,
+// offset+2·skip, … (mod m).
+//
+// The result is the textbook population's (maglevByDivision in the
+// tests); two things make it cheaper. Occupancy is a bitmap (m/8 bytes,
+// in the first-level cache at 64,000 slots) rather than the slot array.
+// And the last free slots, which a walk finds only after m/free probes
+// each, are found by arithmetic instead: the free slot s that engine i
+// reaches first is the one of fewest steps (s-pos)·skip⁻¹ mod m from its
+// next probe pos, since every slot it walked past is taken and stays
+// taken; with at most maglevTail(m) free slots, scanning them costs less
+// than walking.
+func maglevFill(engines []Engine, m int, quota []int) []int32 {
 	n := len(engines)
-	m := nextPrime(max(per*n, 4093))
-	quota := maglevQuotas(engines, m)
-	// Engine i probes offset, offset+skip, offset+2·skip, … (mod m); pos
-	// is its next probe, advanced by one addition and a conditional
-	// subtraction instead of a division per probe (same sequence).
-	pos := make([]uint64, n)
-	skip := make([]uint64, n)
+	mm := uint64(m)
+	probe := make([]maglevProbe, n)
 	for i := range engines {
-		pos[i] = hashString(engines[i].ID, 0x243f6a8885a308d3) % uint64(m)
-		skip[i] = hashString(engines[i].ID, 0x13198a2e03707344)%uint64(m-1) + 1
+		probe[i] = maglevProbe{
+			pos:  hashString(engines[i].ID, 0x243f6a8885a308d3) % mm,
+			skip: hashString(engines[i].ID, 0x13198a2e03707344)%(mm-1) + 1,
+		}
 	}
 	slots := make([]int32, m)
-	for i := range slots {
-		slots[i] = -1
+	taken := make([]uint64, (m+63)/64)
+	active := make([]int, n)
+	for i := range active {
+		active[i] = i
 	}
-	active := make([]int, 0, n)
-	for i := range engines {
-		active = append(active, i)
-	}
+	tail := maglevTail(m)
+	var (
+		free []uint32 // the free slots once at most tail are left
+		inv  []uint64 // skip⁻¹ mod m, 0: not computed yet
+		red  = newBarrett(mm)
+	)
 	filled := 0
 	for filled < m {
 		w := 0
 		for _, i := range active {
-			for {
-				c := pos[i]
-				pos[i] += skip[i]
-				if pos[i] >= uint64(m) {
-					pos[i] -= uint64(m)
+			var c uint64
+			if left := m - filled; left > tail {
+				c = probe[i].next(taken, mm)
+			} else {
+				if free == nil {
+					free = make([]uint32, 0, left)
+					for s := range uint64(m) {
+						if taken[s>>6]&(1<<(s&63)) == 0 {
+							free = append(free, uint32(s))
+						}
+					}
+					inv = make([]uint64, n)
 				}
-				if slots[c] < 0 {
-					slots[c] = int32(i)
-					break
+				if inv[i] == 0 {
+					inv[i] = modInverse(probe[i].skip, mm)
 				}
+				p, k := probe[i], 0
+				best := mm
+				for j, s := range free {
+					d := uint64(s) + mm - p.pos
+					if d >= mm {
+						d -= mm
+					}
+					if steps := red.mod(d * inv[i]); steps < best {
+						best, k = steps, j
+					}
+				}
+				c = uint64(free[k])
+				free[k] = free[len(free)-1]
+				free = free[:len(free)-1]
+				if p.pos = c + p.skip; p.pos >= mm {
+					p.pos -= mm
+				}
+				probe[i] = p
 			}
+			taken[c>>6] |= 1 << (c & 63)
+			slots[c] = int32(i)
 			filled++
 			quota[i]--
 			if quota[i] > 0 {
@@ -490,6 +596,74 @@ func maglev(engines []Engine, per int) []int32 {
 		active = active[:w]
 	}
 	return slots
+}
+
+// next returns the first free slot of p's walk and moves p past it. It
+// tests four probes per step, so that the step's branch is mispredicted
+// about once per slot rather than once per probe.
+func (p *maglevProbe) next(taken []uint64, m uint64) uint64 {
+	pos, skip := p.pos, p.skip
+	var c [4]uint64
+	for {
+		c[0] = pos
+		c[1] = addMod(c[0], skip, m)
+		c[2] = addMod(c[1], skip, m)
+		c[3] = addMod(c[2], skip, m)
+		free := (^taken[c[0]>>6]>>(c[0]&63))&1 |
+			(^taken[c[1]>>6]>>(c[1]&63))&1<<1 |
+			(^taken[c[2]>>6]>>(c[2]&63))&1<<2 |
+			(^taken[c[3]>>6]>>(c[3]&63))&1<<3
+		if free != 0 {
+			s := c[bits.TrailingZeros64(free)&3]
+			p.pos = addMod(s, skip, m)
+			return s
+		}
+		pos = addMod(c[3], skip, m)
+	}
+}
+
+// addMod returns a+b mod m for a, b < m.
+func addMod(a, b, m uint64) uint64 {
+	if a += b; a >= m {
+		a -= m
+	}
+	return a
+}
+
+// maglevTail is the number of free slots below which maglevFill finds
+// them by arithmetic: a walk costs about m/free cheap probes per slot, a
+// scan free multiplications.
+func maglevTail(m int) int {
+	return int(math.Sqrt(float64(m) / 4))
+}
+
+// barrett reduces x < 2^64 mod d without a division.
+type barrett struct{ d, r uint64 }
+
+func newBarrett(d uint64) barrett { return barrett{d: d, r: math.MaxUint64 / d} }
+
+func (b barrett) mod(x uint64) uint64 {
+	q, _ := bits.Mul64(x, b.r)
+	x -= q * b.d
+	if x >= b.d {
+		x -= b.d
+	}
+	return x
+}
+
+// modInverse returns a⁻¹ mod m for 0 < a < m, gcd(a, m) = 1.
+func modInverse(a, m uint64) uint64 {
+	t, nt := int64(0), int64(1)
+	r, nr := int64(m), int64(a)
+	for nr != 0 {
+		q := r / nr
+		t, nt = nt, t-q*nt
+		r, nr = nr, r-q*nr
+	}
+	if t < 0 {
+		t += int64(m)
+	}
+	return uint64(t)
 }
 
 // maglevQuotas gives each engine its slots of m by largest remainder of
