@@ -524,8 +524,12 @@ type EngineSignal struct {
 	// a non-zero max_batch from an agent that does not say is taken as
 	// read from the engine).
 	MaxBatchSource string `protobuf:"bytes,22,opt,name=max_batch_source,json=maxBatchSource,proto3" json:"max_batch_source,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// KV-cache size in tokens, summed over the ready replicas (vLLM's
+	// cache_config_info num_gpu_blocks x block_size, SGLang's
+	// max_total_num_tokens, or the agent's engine list); 0 unknown.
+	KvCapacityTokens float64 `protobuf:"fixed64,23,opt,name=kv_capacity_tokens,json=kvCapacityTokens,proto3" json:"kv_capacity_tokens,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *EngineSignal) Reset() {
@@ -710,6 +714,13 @@ func (x *EngineSignal) GetMaxBatchSource() string {
 		return x.MaxBatchSource
 	}
 	return ""
+}
+
+func (x *EngineSignal) GetKvCapacityTokens() float64 {
+	if x != nil {
+		return x.KvCapacityTokens
+	}
+	return 0
 }
 
 // Attempt is one try of a request on one engine.
@@ -1290,8 +1301,17 @@ type EngineEstimate struct {
 	// count at which requests waited in this window) or "prior" (the GPU
 	// class's default).
 	CapacitySource string `protobuf:"bytes,20,opt,name=capacity_source,json=capacitySource,proto3" json:"capacity_source,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// KV-cache size in tokens over the ready replicas, from the window's
+	// newest signal; 0 unknown.
+	KvCapacityTokens float64 `protobuf:"fixed64,21,opt,name=kv_capacity_tokens,json=kvCapacityTokens,proto3" json:"kv_capacity_tokens,omitempty"`
+	// How long a prefix block stays in the engine's prefix cache, in
+	// seconds: kv_capacity_tokens x (1 - kv_cache_usage) over the rate of
+	// tokens entering the cache (prompt tokens not served from the prefix
+	// cache plus generated tokens) in the window, at most 86400; 0 unknown
+	// (docs/processor.md).
+	CacheResidencyS float64 `protobuf:"fixed64,22,opt,name=cache_residency_s,json=cacheResidencyS,proto3" json:"cache_residency_s,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EngineEstimate) Reset() {
@@ -1462,6 +1482,20 @@ func (x *EngineEstimate) GetCapacitySource() string {
 		return x.CapacitySource
 	}
 	return ""
+}
+
+func (x *EngineEstimate) GetKvCapacityTokens() float64 {
+	if x != nil {
+		return x.KvCapacityTokens
+	}
+	return 0
+}
+
+func (x *EngineEstimate) GetCacheResidencyS() float64 {
+	if x != nil {
+		return x.CacheResidencyS
+	}
+	return 0
 }
 
 // DemandEstimate is the processor's view of one cluster's demand.
@@ -1789,8 +1823,12 @@ type Explanation struct {
 	// prior or unknown). Gateways count requests beyond it as waiting for a
 	// slot.
 	MaxConcurrency uint32 `protobuf:"varint,7,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The engine's prefix-cache residency in its latest estimate
+	// (EngineEstimate.cache_residency_s), in seconds; 0 unknown. Gateways
+	// credit no prefix they sent the engine longer ago than this.
+	CacheResidencyS float64 `protobuf:"fixed64,8,opt,name=cache_residency_s,json=cacheResidencyS,proto3" json:"cache_residency_s,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Explanation) Reset() {
@@ -1868,6 +1906,13 @@ func (x *Explanation) GetCapacitySource() string {
 func (x *Explanation) GetMaxConcurrency() uint32 {
 	if x != nil {
 		return x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *Explanation) GetCacheResidencyS() float64 {
+	if x != nil {
+		return x.CacheResidencyS
 	}
 	return 0
 }
@@ -2242,7 +2287,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06bounds\x18\x01 \x03(\x01R\x06bounds\x12\x16\n" +
 	"\x06counts\x18\x02 \x03(\x04R\x06counts\x12\x10\n" +
 	"\x03sum\x18\x03 \x01(\x01R\x03sum\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\x88\a\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\xb6\a\n" +
 	"\fEngineSignal\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -2266,7 +2311,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x11generation_tokens\x18\x13 \x01(\x01R\x10generationTokens\x12\x14\n" +
 	"\x05model\x18\x14 \x01(\tR\x05model\x12\x1b\n" +
 	"\tmax_batch\x18\x15 \x01(\rR\bmaxBatch\x12(\n" +
-	"\x10max_batch_source\x18\x16 \x01(\tR\x0emaxBatchSource\"\xe3\x01\n" +
+	"\x10max_batch_source\x18\x16 \x01(\tR\x0emaxBatchSource\x12,\n" +
+	"\x12kv_capacity_tokens\x18\x17 \x01(\x01R\x10kvCapacityTokens\"\xe3\x01\n" +
 	"\aAttempt\x12\x1b\n" +
 	"\tengine_id\x18\x01 \x01(\tR\bengineId\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.switchyard.v1.RequestStatusR\x06status\x12C\n" +
@@ -2319,7 +2365,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06points\x18\x01 \x03(\v2\x1b.switchyard.v1.ProfilePointR\x06points\x12\x18\n" +
 	"\asamples\x18\x02 \x01(\rR\asamples\x12\x1e\n" +
 	"\vfit_rmse_ms\x18\x03 \x01(\x01R\tfitRmseMs\x12\x14\n" +
-	"\x05prior\x18\x04 \x01(\bR\x05prior\"\xb6\x06\n" +
+	"\x05prior\x18\x04 \x01(\bR\x05prior\"\x90\a\n" +
 	"\x0eEngineEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -2341,7 +2387,9 @@ const file_switchyard_proto_rawDesc = "" +
 	"\ftbot_profile\x18\x11 \x01(\v2\x1d.switchyard.v1.LatencyProfileR\vtbotProfile\x12!\n" +
 	"\fsignal_count\x18\x12 \x01(\rR\vsignalCount\x12\x1b\n" +
 	"\tmax_batch\x18\x13 \x01(\rR\bmaxBatch\x12'\n" +
-	"\x0fcapacity_source\x18\x14 \x01(\tR\x0ecapacitySource\"\xf2\x02\n" +
+	"\x0fcapacity_source\x18\x14 \x01(\tR\x0ecapacitySource\x12,\n" +
+	"\x12kv_capacity_tokens\x18\x15 \x01(\x01R\x10kvCapacityTokens\x12*\n" +
+	"\x11cache_residency_s\x18\x16 \x01(\x01R\x0fcacheResidencyS\"\xf2\x02\n" +
 	"\x0eDemandEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12/\n" +
@@ -2364,7 +2412,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06engine\x18\x01 \x01(\v2\x1d.switchyard.v1.EngineEstimateH\x00R\x06engine\x127\n" +
 	"\x06demand\x18\x02 \x01(\v2\x1d.switchyard.v1.DemandEstimateH\x00R\x06demand\x12:\n" +
 	"\anetwork\x18\x03 \x01(\v2\x1e.switchyard.v1.NetworkEstimateH\x00R\anetworkB\x06\n" +
-	"\x04kind\"\xf3\x01\n" +
+	"\x04kind\"\x9f\x02\n" +
 	"\vExplanation\x12\x1d\n" +
 	"\n" +
 	"network_ms\x18\x01 \x01(\x01R\tnetworkMs\x12\x1b\n" +
@@ -2374,7 +2422,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\abinding\x18\x04 \x03(\tR\abinding\x12\x1b\n" +
 	"\tmax_batch\x18\x05 \x01(\rR\bmaxBatch\x12'\n" +
 	"\x0fcapacity_source\x18\x06 \x01(\tR\x0ecapacitySource\x12'\n" +
-	"\x0fmax_concurrency\x18\a \x01(\rR\x0emaxConcurrency\"\xd5\x01\n" +
+	"\x0fmax_concurrency\x18\a \x01(\rR\x0emaxConcurrency\x12*\n" +
+	"\x11cache_residency_s\x18\b \x01(\x01R\x0fcacheResidencyS\"\xd5\x01\n" +
 	"\fEngineWeight\x12\x1b\n" +
 	"\tengine_id\x18\x01 \x01(\tR\bengineId\x12!\n" +
 	"\fendpoint_url\x18\x02 \x01(\tR\vendpointUrl\x12\x16\n" +
