@@ -2278,6 +2278,161 @@ func (x *WeightSnapshot) GetSigningKeyId() string {
 	return ""
 }
 
+// GatewayLoad is one gateway's report of the prefill work it has queued
+// on each engine, published on core NATS (not JetStream: it is
+// ephemeral) to <prefix>.gateway.load.<cluster> every
+// --peer-load-interval (100 ms) by gateway/peers. Every gateway
+// subscribes to <prefix>.gateway.load.> and counts what its live peers
+// report as queued ahead of its own requests (docs/gateway.md, "Peer load
+// sharing"). A report replaces the sender's previous one; a sender
+// silent for the staleness bound (1 s) counts as gone.
+type GatewayLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// The sending gateway's instance id (--gateway-id), unique among the
+	// gateways sharing engines.
+	GatewayId string `protobuf:"bytes,2,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	// The sender's cluster (the subject's last token, unescaped).
+	Cluster string `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Send time, Unix ms, by the sender's clock (informational: receivers
+	// age reports by their own clock).
+	SentAtUnixMs int64 `protobuf:"varint,4,opt,name=sent_at_unix_ms,json=sentAtUnixMs,proto3" json:"sent_at_unix_ms,omitempty"`
+	// The engines on which the sender has something queued or in flight;
+	// empty in a heartbeat.
+	Engines       []*EngineLoad `protobuf:"bytes,5,rep,name=engines,proto3" json:"engines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GatewayLoad) Reset() {
+	*x = GatewayLoad{}
+	mi := &file_switchyard_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GatewayLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GatewayLoad) ProtoMessage() {}
+
+func (x *GatewayLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GatewayLoad.ProtoReflect.Descriptor instead.
+func (*GatewayLoad) Descriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GatewayLoad) GetSchemaVersion() uint32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *GatewayLoad) GetGatewayId() string {
+	if x != nil {
+		return x.GatewayId
+	}
+	return ""
+}
+
+func (x *GatewayLoad) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *GatewayLoad) GetSentAtUnixMs() int64 {
+	if x != nil {
+		return x.SentAtUnixMs
+	}
+	return 0
+}
+
+func (x *GatewayLoad) GetEngines() []*EngineLoad {
+	if x != nil {
+		return x.Engines
+	}
+	return nil
+}
+
+// EngineLoad is one engine's part of a GatewayLoad.
+type EngineLoad struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	EngineId string                 `protobuf:"bytes,1,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// Prompt tokens (uncached part, as estimated) of the sender's requests
+	// on the engine that have no first token yet.
+	QueuedPrefillTokens int64 `protobuf:"varint,2,opt,name=queued_prefill_tokens,json=queuedPrefillTokens,proto3" json:"queued_prefill_tokens,omitempty"`
+	// The sender's requests in flight on the engine.
+	InFlight      int64 `protobuf:"varint,3,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EngineLoad) Reset() {
+	*x = EngineLoad{}
+	mi := &file_switchyard_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EngineLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EngineLoad) ProtoMessage() {}
+
+func (x *EngineLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EngineLoad.ProtoReflect.Descriptor instead.
+func (*EngineLoad) Descriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *EngineLoad) GetEngineId() string {
+	if x != nil {
+		return x.EngineId
+	}
+	return ""
+}
+
+func (x *EngineLoad) GetQueuedPrefillTokens() int64 {
+	if x != nil {
+		return x.QueuedPrefillTokens
+	}
+	return 0
+}
+
+func (x *EngineLoad) GetInFlight() int64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
 var File_switchyard_proto protoreflect.FileDescriptor
 
 const file_switchyard_proto_rawDesc = "" +
@@ -2456,7 +2611,19 @@ const file_switchyard_proto_rawDesc = "" +
 	"\rinputs_digest\x18\x05 \x01(\tR\finputsDigest\x12/\n" +
 	"\x05stats\x18\x06 \x01(\v2\x19.switchyard.v1.SolveStatsR\x05stats\x12\x1c\n" +
 	"\tsignature\x18\x0f \x01(\fR\tsignature\x12$\n" +
-	"\x0esigning_key_id\x18\x10 \x01(\tR\fsigningKeyId*_\n" +
+	"\x0esigning_key_id\x18\x10 \x01(\tR\fsigningKeyId\"\xc9\x01\n" +
+	"\vGatewayLoad\x12%\n" +
+	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
+	"\n" +
+	"gateway_id\x18\x02 \x01(\tR\tgatewayId\x12\x18\n" +
+	"\acluster\x18\x03 \x01(\tR\acluster\x12%\n" +
+	"\x0fsent_at_unix_ms\x18\x04 \x01(\x03R\fsentAtUnixMs\x123\n" +
+	"\aengines\x18\x05 \x03(\v2\x19.switchyard.v1.EngineLoadR\aengines\"z\n" +
+	"\n" +
+	"EngineLoad\x12\x1b\n" +
+	"\tengine_id\x18\x01 \x01(\tR\bengineId\x122\n" +
+	"\x15queued_prefill_tokens\x18\x02 \x01(\x03R\x13queuedPrefillTokens\x12\x1b\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight*_\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x13\n" +
@@ -2516,7 +2683,7 @@ func file_switchyard_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_switchyard_proto_goTypes = []any{
 	(Health)(0),             // 0: switchyard.v1.Health
 	(RequestStatus)(0),      // 1: switchyard.v1.RequestStatus
@@ -2538,6 +2705,8 @@ var file_switchyard_proto_goTypes = []any{
 	(*ClusterWeights)(nil),  // 17: switchyard.v1.ClusterWeights
 	(*SolveStats)(nil),      // 18: switchyard.v1.SolveStats
 	(*WeightSnapshot)(nil),  // 19: switchyard.v1.WeightSnapshot
+	(*GatewayLoad)(nil),     // 20: switchyard.v1.GatewayLoad
+	(*EngineLoad)(nil),      // 21: switchyard.v1.EngineLoad
 }
 var file_switchyard_proto_depIdxs = []int32{
 	0,  // 0: switchyard.v1.EngineSignal.health:type_name -> switchyard.v1.Health
@@ -2561,11 +2730,12 @@ var file_switchyard_proto_depIdxs = []int32{
 	16, // 18: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
 	17, // 19: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
 	18, // 20: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	21, // 21: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_proto_init() }
@@ -2584,7 +2754,7 @@ func file_switchyard_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_proto_rawDesc), len(file_switchyard_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
