@@ -12,6 +12,7 @@
 //
 //	go run ./bench/fanout                                 # 200 gateways, 1000 and 20000 engines
 //	go run ./bench/fanout -gateways 50 -engines 1000 -snapshots 50
+//	go run ./bench/fanout -weights vary                   # every snapshot a new plan
 //
 // Each snapshot is published once every gateway has applied the previous
 // one and -interval has passed, so latencies are not queueing behind
@@ -56,6 +57,7 @@ func main() {
 	cluster := flag.String("cluster", "fanout", "cluster key (watchers)")
 	apply := flag.String("apply", "gateway", "what a watcher does with a value: gateway (gateway.ApplySnapshot), decode (proto.Unmarshal only) or none")
 	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
+	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes) or vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -63,7 +65,7 @@ func main() {
 	if *role == "watchers" {
 		err = watchers(ctx, *url, *cluster, *gateways, *apply)
 	} else {
-		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload)
+		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fanout:", err)
@@ -253,13 +255,25 @@ func (c *child) waitAll(ctx context.Context, v uint64, n int, timeout time.Durat
 	return at, nil
 }
 
-func snapshot(cluster string, version uint64, engines int) *schemas.WeightSnapshot {
+// snapshot is version of cluster's plan over engines: equal weights, or
+// with vary weights between 1 and 1.5 (before normalizing) that differ
+// from one version to the next.
+func snapshot(cluster string, version uint64, engines int, vary bool) *schemas.WeightSnapshot {
 	cw := &schemas.ClusterWeights{Cluster: cluster, DemandRps: 1000, ExpectedLatencyMs: 250}
+	w := make([]float64, engines)
+	sum := 0.0
+	for j := range w {
+		w[j] = 1
+		if vary {
+			w[j] += float64((uint64(j)*7919+version*104729)%101) / 200
+		}
+		sum += w[j]
+	}
 	for j := range engines {
 		cw.Weights = append(cw.Weights, &schemas.EngineWeight{
 			EngineId:           fmt.Sprintf("e-%05d", j),
 			EndpointUrl:        fmt.Sprintf("http://e-%05d.engines.example.net:8000", j),
-			Weight:             1 / float64(engines),
+			Weight:             w[j] / sum,
 			Explanation:        &schemas.Explanation{NetworkMs: 2 + float64(j%150), EngineMs: 200, MarginalMs: 400},
 			PlannedUtilization: 0.7,
 		})
@@ -268,7 +282,10 @@ func snapshot(cluster string, version uint64, engines int) *schemas.WeightSnapsh
 		Clusters: []*schemas.ClusterWeights{cw}}
 }
 
-func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int) error {
+func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights string) error {
+	if weights != "same" && weights != "vary" {
+		return fmt.Errorf("-weights %q: want same or vary", weights)
+	}
 	dir, err := os.MkdirTemp("", "switchyard-fanout-")
 	if err != nil {
 		return err
@@ -299,8 +316,8 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, %d snapshots per size, max_payload %d, %d CPUs\n",
-		gateways, mode, n, maxPayload, numCPU())
+	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, weights %s, %d snapshots per size, max_payload %d, %d CPUs\n",
+		gateways, mode, weights, n, maxPayload, numCPU())
 	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms")
 	version := uint64(0)
 	for _, s := range strings.Split(sizes, ",") {
@@ -309,7 +326,7 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 			return fmt.Errorf("engines %q: %w", s, err)
 		}
 		cluster := fmt.Sprintf("fanout-%d", engines)
-		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, &version); err != nil {
+		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights == "vary", &version); err != nil {
 			return fmt.Errorf("%d engines: %w", engines, err)
 		}
 	}
@@ -324,7 +341,7 @@ func numCPU() int {
 	return n
 }
 
-func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, version *uint64) error {
+func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, vary bool, version *uint64) error {
 	c, err := startChild(ctx, url, cluster, gateways, mode)
 	if err != nil {
 		return err
@@ -333,7 +350,7 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	// Warm up until every gateway watches the key and has applied a value.
 	for try := 0; ; try++ {
 		*version++
-		if err := store.Publish(ctx, snapshot(cluster, *version, engines)); err != nil {
+		if err := store.Publish(ctx, snapshot(cluster, *version, engines, vary)); err != nil {
 			return err
 		}
 		if _, err := c.waitAll(ctx, *version, gateways, 60*time.Second); err == nil {
@@ -351,7 +368,7 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	}
 	for range n {
 		*version++
-		snap := snapshot(cluster, *version, engines)
+		snap := snapshot(cluster, *version, engines, vary)
 		size = len(mustMarshal(snap))
 		t0 := time.Now()
 		if err := store.Publish(ctx, snap); err != nil {
