@@ -87,6 +87,7 @@ func checkClusteredBrokers(t *testing.T, r rendered, valuesOf map[string]map[str
 	var kafka, nats *appsv1.StatefulSet
 	for _, ss := range r.stateful {
 		switch img := ss.Spec.Template.Spec.Containers[0].Image; {
+		case strings.HasPrefix(img, switchyardImage): // TestKustomize checks it
 		case strings.HasPrefix(img, "apache/kafka:"):
 			kafka = ss
 		case strings.HasPrefix(img, "nats:"):
@@ -243,7 +244,7 @@ func checkClusteredBrokers(t *testing.T, r rendered, valuesOf map[string]map[str
 	for name, values := range valuesOf {
 		if _, ok := values["kafka-brokers"]; ok {
 			if got := splitList(values["kafka-brokers"]); !slices.Equal(got, wantBrokers) {
-				t.Errorf("Deployment %s: --kafka-brokers %v, want the three brokers %v", name, got, wantBrokers)
+				t.Errorf("%s: --kafka-brokers %v, want the three brokers %v", name, got, wantBrokers)
 			}
 		}
 		if u, ok := values["nats-url"]; ok && values[""] != "agent" && values[""] != "processor" {
@@ -258,21 +259,21 @@ func checkClusteredBrokers(t *testing.T, r rendered, valuesOf map[string]map[str
 				}
 			}
 			if !found {
-				t.Errorf("Deployment %s: --nats-url %q is no Service of the NATS pods' client port", name, u)
+				t.Errorf("%s: --nats-url %q is no Service of the NATS pods' client port", name, u)
 			}
 		}
 		if _, ok := values["kafka-replication-factor"]; ok {
 			creators++
 			if values["kafka-replication-factor"] != env["KAFKA_DEFAULT_REPLICATION_FACTOR"] || values["kafka-min-insync-replicas"] != env["KAFKA_MIN_INSYNC_REPLICAS"] {
-				t.Errorf("Deployment %s creates topics with factor %s, min.insync.replicas %s; the brokers say %s and %s", name,
+				t.Errorf("%s creates topics with factor %s, min.insync.replicas %s; the brokers say %s and %s", name,
 					values["kafka-replication-factor"], values["kafka-min-insync-replicas"], env["KAFKA_DEFAULT_REPLICATION_FACTOR"], env["KAFKA_MIN_INSYNC_REPLICAS"])
 			}
 		}
 		if _, ok := values["nats-replicas"]; ok && values["nats-replicas"] != strconv.Itoa(int(*nats.Spec.Replicas)) {
-			t.Errorf("Deployment %s: --nats-replicas %s, want %d", name, values["nats-replicas"], *nats.Spec.Replicas)
+			t.Errorf("%s: --nats-replicas %s, want %d", name, values["nats-replicas"], *nats.Spec.Replicas)
 		}
 	}
-	if creators != 5 { // three agents, the processor, the optimizer
-		t.Errorf("%d Deployments create topics, want 5", creators)
+	if creators != 6 { // three agents, the processor instances, the combiner, the optimizer
+		t.Errorf("%d workloads create topics, want 6", creators)
 	}
 }

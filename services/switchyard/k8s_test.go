@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -156,6 +155,10 @@ func (r rendered) envOf(t *testing.T, where string, c corev1.Container) map[stri
 				t.Errorf("%s: env %s: ConfigMap %s has no key %s", where, e.Name, ref.Name, ref.Key)
 			}
 			env[e.Name] = v
+		case e.ValueFrom.FieldRef != nil:
+			// The downward API: the value is the pod's field, written
+			// {path} here.
+			env[e.Name] = "{" + e.ValueFrom.FieldRef.FieldPath + "}"
 		case e.ValueFrom.SecretKeyRef != nil:
 			ref := e.ValueFrom.SecretKeyRef
 			var v string
@@ -185,6 +188,60 @@ func portOf(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 	return 0, false
 }
 
+// workload is a Deployment or a StatefulSet that runs Switchyard.
+type workload struct {
+	kind, name, namespace string
+	replicas              *int32
+	selector              *metav1.LabelSelector
+	template              corev1.PodTemplateSpec
+	// strategy is a Deployment's.
+	strategy appsv1.DeploymentStrategyType
+}
+
+func (w workload) String() string { return w.kind + " " + w.name }
+
+// count is the workload's replicas, "unset" when not given.
+func (w workload) count() string {
+	if w.replicas == nil {
+		return "unset"
+	}
+	return strconv.Itoa(int(*w.replicas))
+}
+
+// switchyardImage is the image every Switchyard workload runs.
+const switchyardImage = "ghcr.io/switchyard-llm/switchyard:"
+
+// workloads are every Deployment and the StatefulSets that run
+// Switchyard (not the brokers' ones), by name.
+func (r rendered) workloads(t *testing.T) map[string]workload {
+	t.Helper()
+	out := map[string]workload{}
+	for name, d := range r.deployments {
+		out[name] = workload{kind: "Deployment", name: name, namespace: d.Namespace, replicas: d.Spec.Replicas,
+			selector: d.Spec.Selector, template: d.Spec.Template, strategy: d.Spec.Strategy.Type}
+	}
+	for name, ss := range r.stateful {
+		if cs := ss.Spec.Template.Spec.Containers; len(cs) == 0 || !strings.HasPrefix(cs[0].Image, switchyardImage) {
+			continue
+		}
+		if _, dup := out[name]; dup {
+			t.Errorf("a Deployment and a StatefulSet are both named %s", name)
+		}
+		out[name] = workload{kind: "StatefulSet", name: name, namespace: ss.Namespace, replicas: ss.Spec.Replicas,
+			selector: ss.Spec.Selector, template: ss.Spec.Template}
+	}
+	return out
+}
+
+// expandArg expands $(VAR) references to env as Kubernetes expands them
+// in a container's arguments.
+func expandArg(arg string, env map[string]string) string {
+	for k, v := range env {
+		arg = strings.ReplaceAll(arg, "$("+k+")", v)
+	}
+	return arg
+}
+
 // TestKustomize renders every overlay of deploy/k8s with kustomize,
 // decodes each object strictly into its k8s.io/api type, and checks that
 // each container runs a real command with real flags (arguments and
@@ -193,7 +250,10 @@ func portOf(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 // rest), that selectors, Services, HPAs and PDBs find their pods, that the
 // optimizer runs as a pair, the processor as one pod never doubled, the
 // gateways scale with an HPA, and that Kafka and NATS are external
-// Services.
+// Services. The three-region-ha overlay processes partitioned: a
+// StatefulSet of three `processor --mode partitioned` instances, each a
+// static member named after its pod, and one combiner never doubled,
+// with the instances' window settings and group (checkPartitioned).
 func TestKustomize(t *testing.T) {
 	cmds := map[string]cli.Command{}
 	for _, c := range commands() {
@@ -205,37 +265,44 @@ func TestKustomize(t *testing.T) {
 		regions  []string
 		gateways int
 		brokers  bool // Kafka and NATS clustered in the namespace
+		// partitioned: processor instances and a combiner instead of the
+		// single processor.
+		partitioned bool
 	}{
-		{"one-region", []string{"region-a"}, 1, false},
-		{"three-region", []string{"region-a", "region-b", "region-c"}, 3, false},
-		{"three-region-ha", []string{"region-a", "region-b", "region-c"}, 3, true},
+		{"one-region", []string{"region-a"}, 1, false, false},
+		{"three-region", []string{"region-a", "region-b", "region-c"}, 3, false, false},
+		{"three-region-ha", []string{"region-a", "region-b", "region-c"}, 3, true, true},
 	} {
 		t.Run(overlay.dir, func(t *testing.T) {
 			r := render(t, filepath.Join("../../deploy/k8s/overlays", overlay.dir))
 			valuesOf := map[string]map[string]string{} // Deployment -> flag values
 			if overlay.brokers {
 				defer func() { checkClusteredBrokers(t, r, valuesOf) }()
-			} else if len(r.stateful) > 0 {
-				t.Errorf("StatefulSets %v: brokers are external in this overlay", slices.Collect(maps.Keys(r.stateful)))
+			}
+			all := r.workloads(t)
+			for name := range r.stateful {
+				if _, ok := all[name]; !ok && !overlay.brokers {
+					t.Errorf("StatefulSet %s: brokers are external in this overlay", name)
+				}
 			}
 			if len(r.namespaces) != 1 {
 				t.Errorf("%d namespaces, want 1", len(r.namespaces))
 			}
-			byComponent := map[string][]*appsv1.Deployment{}
-			for name, d := range r.deployments {
-				where := "Deployment " + name
-				if d.Namespace != "switchyard" {
-					t.Errorf("%s: namespace %q", where, d.Namespace)
+			byComponent := map[string][]workload{}
+			for name, d := range all {
+				where := d.String()
+				if d.namespace != "switchyard" {
+					t.Errorf("%s: namespace %q", where, d.namespace)
 				}
-				sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-				if err != nil || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-					t.Errorf("%s: selector %v does not select its pods %v", where, d.Spec.Selector, d.Spec.Template.Labels)
+				sel, err := metav1.LabelSelectorAsSelector(d.selector)
+				if err != nil || !sel.Matches(labels.Set(d.template.Labels)) {
+					t.Errorf("%s: selector %v does not select its pods %v", where, d.selector, d.template.Labels)
 				}
-				if len(d.Spec.Template.Spec.Containers) != 1 {
-					t.Fatalf("%s: %d containers", where, len(d.Spec.Template.Spec.Containers))
+				if len(d.template.Spec.Containers) != 1 {
+					t.Fatalf("%s: %d containers", where, len(d.template.Spec.Containers))
 				}
-				c := d.Spec.Template.Spec.Containers[0]
-				if !strings.HasPrefix(c.Image, "ghcr.io/switchyard-llm/switchyard:") {
+				c := d.template.Spec.Containers[0]
+				if !strings.HasPrefix(c.Image, switchyardImage) {
 					t.Errorf("%s: image %q", where, c.Image)
 				}
 				if len(c.Args) == 0 {
@@ -259,6 +326,13 @@ func TestKustomize(t *testing.T) {
 					if strings.HasPrefix(k, "OTEL_") {
 						continue
 					}
+					if !strings.HasPrefix(k, "SWITCHYARD_") {
+						// A variable the arguments refer to ($(POD_NAME)).
+						if !slices.ContainsFunc(c.Args, func(a string) bool { return strings.Contains(a, "$("+k+")") }) {
+							t.Errorf("%s: variable %s is no flag of %s and no argument refers to it", where, k, cmd.Name)
+						}
+						continue
+					}
 					found := false
 					for f := range flags {
 						if cli.EnvName(f) == k {
@@ -270,6 +344,10 @@ func TestKustomize(t *testing.T) {
 					}
 				}
 				for _, arg := range c.Args[1:] {
+					arg = expandArg(arg, env)
+					if strings.Contains(arg, "$(") {
+						t.Errorf("%s: argument %q refers to a variable the container does not have", where, arg)
+					}
 					k, v, ok := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
 					if !strings.HasPrefix(arg, "--") || !ok {
 						t.Errorf("%s: argument %q is not --flag=value", where, arg)
@@ -336,24 +414,32 @@ func TestKustomize(t *testing.T) {
 					}
 				}
 			}
-			for comp, n := range map[string]int{"gateway": overlay.gateways, "agent": len(overlay.regions), "processor": 1, "optimizer": 1} {
+			combiners := 0
+			if overlay.partitioned {
+				combiners = 1
+			}
+			for comp, n := range map[string]int{"gateway": overlay.gateways, "agent": len(overlay.regions), "processor": 1, "optimizer": 1, "combiner": combiners} {
 				if len(byComponent[comp]) != n {
-					t.Errorf("%d %s Deployments, want %d", len(byComponent[comp]), comp, n)
+					t.Errorf("%d %s workloads, want %d", len(byComponent[comp]), comp, n)
 				}
 			}
 			for _, d := range byComponent["optimizer"] {
-				if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-					t.Errorf("%s: replicas %v, want an active/standby pair of 2", d.Name, d.Spec.Replicas)
+				if d.replicas == nil || *d.replicas != 2 {
+					t.Errorf("%s: replicas %s, want an active/standby pair of 2", d, d.count())
 				}
 			}
-			// One processor, never two at once (see processor.yaml).
-			for _, d := range byComponent["processor"] {
-				if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-					t.Errorf("%s: replicas %v, strategy %s; want 1 replica, Recreate", d.Name, d.Spec.Replicas, d.Spec.Strategy.Type)
+			if overlay.partitioned {
+				checkPartitioned(t, byComponent, valuesOf)
+			} else {
+				// One processor, never two at once (see processor.yaml).
+				for _, d := range byComponent["processor"] {
+					if d.kind != "Deployment" || d.replicas == nil || *d.replicas != 1 || d.strategy != appsv1.RecreateDeploymentStrategyType || valuesOf[d.name]["mode"] != "single" {
+						t.Errorf("%s: replicas %s, strategy %s, --mode=%s; want a Deployment of 1 replica, Recreate, single", d, d.count(), d.strategy, valuesOf[d.name]["mode"])
+					}
 				}
 			}
 			if o := byComponent["optimizer"]; len(o) == 1 {
-				env := r.envOf(t, o[0].Name, o[0].Spec.Template.Spec.Containers[0])
+				env := r.envOf(t, o[0].name, o[0].template.Spec.Containers[0])
 				if got := strings.Split(env["SWITCHYARD_CLUSTERS"], ","); !slices.Equal(got, overlay.regions) {
 					t.Errorf("optimizer plans for %v, want %v", got, overlay.regions)
 				}
@@ -379,12 +465,12 @@ func TestKustomize(t *testing.T) {
 				}
 			}
 			for _, d := range byComponent["gateway"] {
-				if !scaled[d.Name] {
-					t.Errorf("gateway %s has no HPA", d.Name)
+				if !scaled[d.name] {
+					t.Errorf("gateway %s has no HPA", d.name)
 				}
 			}
-			for name, d := range r.deployments {
-				if (d.Spec.Replicas == nil || *d.Spec.Replicas < 2) && !scaled[name] {
+			for name, d := range all {
+				if (d.replicas == nil || *d.replicas < 2) && !scaled[name] {
 					continue
 				}
 				n := 0
@@ -393,10 +479,10 @@ func TestKustomize(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					if sel.Matches(labels.Set(d.template.Labels)) {
 						n++
-						for other, od := range r.deployments {
-							if other != name && sel.Matches(labels.Set(od.Spec.Template.Labels)) {
+						for other, od := range all {
+							if other != name && sel.Matches(labels.Set(od.template.Labels)) {
 								t.Errorf("PDB %s selects the pods of %s and %s", p.Name, name, other)
 							}
 						}
@@ -430,5 +516,38 @@ func TestKustomize(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkPartitioned checks partitioned processing: the processor a
+// StatefulSet of three `--mode partitioned` instances, each with its pod's
+// name as --instance-id (static membership: a replaced pod takes its
+// partitions back at once), and one combiner (a Deployment of 1 replica,
+// Recreate: two would each publish every window), the combiner reading
+// the instances' group with the same window settings.
+func checkPartitioned(t *testing.T, byComponent map[string][]workload, valuesOf map[string]map[string]string) {
+	t.Helper()
+	procs, combs := byComponent["processor"], byComponent["combiner"]
+	if len(procs) != 1 || len(combs) != 1 {
+		t.Fatalf("processors %v, combiners %v: want one of each", procs, combs)
+	}
+	p, c := procs[0], combs[0]
+	pv, cv := valuesOf[p.name], valuesOf[c.name]
+	if p.kind != "StatefulSet" || p.replicas == nil || *p.replicas != 3 {
+		t.Errorf("%s: replicas %s, want a StatefulSet of 3 instances", p, p.count())
+	}
+	if pv["mode"] != "partitioned" {
+		t.Errorf("%s: --mode=%s, want partitioned", p, pv["mode"])
+	}
+	if pv["instance-id"] != "{metadata.name}" {
+		t.Errorf("%s: --instance-id=%q, want the pod's name ($(POD_NAME) from metadata.name)", p, pv["instance-id"])
+	}
+	if c.kind != "Deployment" || c.replicas == nil || *c.replicas != 1 || c.strategy != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("%s: replicas %s, strategy %s; want a Deployment of 1 replica, Recreate", c, c.count(), c.strategy)
+	}
+	for _, f := range []string{"group", "window", "slide", "allowed-lateness", "topic-prefix", "kafka-brokers"} {
+		if pv[f] != cv[f] {
+			t.Errorf("--%s: the instances say %q, the combiner %q; they must agree", f, pv[f], cv[f])
+		}
 	}
 }
