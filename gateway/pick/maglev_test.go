@@ -11,7 +11,7 @@ import (
 // per probe) that maglev computes incrementally.
 func maglevByDivision(engines []Engine, per int) []int32 {
 	n := len(engines)
-	m := nextPrime(max(per*n, 4093))
+	m := maglevSize(n, per)
 	quota := maglevQuotas(engines, m)
 	offset := make([]uint64, n)
 	skip := make([]uint64, n)
@@ -100,6 +100,22 @@ func TestMaglevMatchesDivision(t *testing.T) {
 	}
 }
 
+// TestMaglevSize: up to 256 engines a table has the first prime at least
+// 64 slots an engine (and 4093), as it always had, so those tables are
+// unchanged; beyond, at least 16 an engine and never fewer than at 256.
+func TestMaglevSize(t *testing.T) {
+	for n := 1; n <= 256; n++ {
+		if got, want := maglevSize(n, 64), nextPrime(max(64*n, 4093)); got != want {
+			t.Fatalf("%d engines: %d slots, want %d", n, got, want)
+		}
+	}
+	for _, c := range []struct{ n, want int }{{257, 16411}, {1000, 16411}, {1024, 16411}, {1025, 16411}, {1100, 17609}, {20000, 320009}} {
+		if got := maglevSize(c.n, 64); got != c.want {
+			t.Errorf("%d engines: %d slots, want %d", c.n, got, c.want)
+		}
+	}
+}
+
 // TestMaglevReuse: a pool reuses its latest table exactly when the
 // engines (ids in order) and their slot counts are unchanged, and a
 // reused table equals the one a fresh pool builds.
@@ -143,6 +159,16 @@ func TestMaglevReuse(t *testing.T) {
 // the larger part of applying one in a gateway.
 func BenchmarkMaglevBuild(b *testing.B) {
 	engines := testEngines(1000)
+	b.ReportAllocs()
+	for b.Loop() {
+		maglev(engines, 64)
+	}
+}
+
+// BenchmarkMaglevBuild20000: the table of a 20,000-engine snapshot
+// (320,009 slots).
+func BenchmarkMaglevBuild20000(b *testing.B) {
+	engines := testEngines(20000)
 	b.ReportAllocs()
 	for b.Loop() {
 		maglev(engines, 64)

@@ -4,7 +4,7 @@
 // # Algorithm
 //
 // A Table is a weighted Maglev lookup table: M slots (M prime, at least
-// 64 per engine) are filled from each engine's own permutation of the slot
+// 64 per engine up to 256 engines, 16 per engine beyond) are filled from each engine's own permutation of the slot
 // numbers, each engine taking a number of slots proportional to its
 // weight. A request's affinity key hashes to one slot; the engine there is
 // its first choice, so requests sharing a prefix key land on the engine
@@ -128,8 +128,10 @@ type Options struct {
 	// LeastLoaded ignores weights: fewest in flight wins (the fallback
 	// when there is no snapshot).
 	LeastLoaded bool
-	// SlotsPerEngine sizes the table (M >= SlotsPerEngine·engines, prime,
-	// at least 4093). Default 64.
+	// SlotsPerEngine sizes the table: M is the first prime at least
+	// SlotsPerEngine·engines and 4093 up to 256 engines, and grows by
+	// SlotsPerEngine/4 an engine beyond (filling the table costs about
+	// M·ln M). Default 64.
 	SlotsPerEngine int
 	// Candidates is the number of distinct engines of the weighted walk
 	// PickRequest scores (besides the key's last engine). Default 3, at
@@ -496,10 +498,19 @@ func maglev(engines []Engine, per int) []int32 {
 	return maglevFill(engines, m, maglevQuotas(engines, m))
 }
 
+// maglevFleet is the number of engines up to which a table has per
+// slots for each engine; beyond it, the table grows by per/4 slots an
+// engine.
+const maglevFleet = 256
+
 // maglevSize is the number of slots of a table of n engines: the first
-// prime at least per·n and 4093.
+// prime at least per·min(n, maglevFleet), per/4·n and 4093. Filling a
+// table costs about m·ln m probes, so past maglevFleet engines it grows
+// four times slower than the fleet; an engine's share of the slots
+// stays within 1/m of its weight (under 1/16,384 up to 1,024 engines at the
+// default 64, 1/(16·n) beyond).
 func maglevSize(n, per int) int {
-	return nextPrime(max(per*n, 4093))
+	return nextPrime(max(per*min(n, maglevFleet), per/4*n, 4093))
 }
 
 // maglevProbe is an engine's walk over the slots: its next probe and its
@@ -622,19 +633,19 @@ func (p *maglevProbe) next(taken []uint64, m uint64) uint64 {
 	}
 }
 
-// addMod returns a+b mod m for a, b < m.
+// addMod returns a+b mod m for a, b < m < 2^63, without a branch: the
+// wrap happens for a share b/m of an engine's probes, at random, which
+// a branch predictor cannot learn.
 func addMod(a, b, m uint64) uint64 {
-	if a += b; a >= m {
-		a -= m
-	}
-	return a
+	d := a + b - m
+	return d + m&uint64(int64(d)>>63)
 }
 
 // maglevTail is the number of free slots below which maglevFill finds
 // them by arithmetic: a walk costs about m/free cheap probes per slot, a
 // scan free multiplications.
 func maglevTail(m int) int {
-	return int(math.Sqrt(float64(m) / 4))
+	return int(math.Sqrt(float64(m)))
 }
 
 // barrett reduces x < 2^64 mod d without a division.
