@@ -233,6 +233,8 @@ func (d *Decoder) scanSignal(b []byte) bool {
 				s.PromptTokens = v
 			case 19:
 				s.GenerationTokens = v
+			case 23:
+				s.KvCapacityTokens = v
 			default:
 				return false
 			}

@@ -20,7 +20,7 @@ func fullSignal() *schemas.EngineSignal {
 	s := validSignal()
 	s.EndpointUrl, s.Region, s.Model = "http://e:8000", "us", "m"
 	s.WaitingRequests, s.PrefixCacheHits, s.PrefixCacheQueries, s.PromptTokens = 2, 3, 9, 400
-	s.MaxBatch, s.MaxBatchSource = 16, "configured"
+	s.MaxBatch, s.MaxBatchSource, s.KvCapacityTokens = 16, "configured", 16*1<<10
 	s.TbotSeconds = &schemas.Histogram{Bounds: []float64{0.01, 0.1}, Counts: []uint64{3, 2, 1}, Sum: 0.2, Count: 6}
 	return s
 }
@@ -109,18 +109,20 @@ func decoderSeeds(t testing.TB) (signals, events [][]byte) {
 	unpacked = protowire.AppendVarint(tag(unpacked, 2, protowire.VarintType), 1)
 	signals = [][]byte{
 		s, m(validSignal()), m(noHist), m(emptyHist), m(nan), m(badBounds), nil, {0xff, 0x01},
-		protowire.AppendVarint(tag(bytes.Clone(s), 99, protowire.VarintType), 1),            // unknown field
-		protowire.AppendString(tag(bytes.Clone(s), 2, protowire.BytesType), "e2"),           // repeated id
-		protowire.AppendFixed64(tag(bytes.Clone(s), 2, protowire.Fixed64Type), 1),           // other wire type
-		protowire.AppendBytes(tag(bytes.Clone(s), 14, protowire.BytesType), []byte{0x18}),   // histogram in parts, truncated
-		protowire.AppendBytes(tag(bytes.Clone(s), 14, protowire.BytesType), unpacked),       // histogram in parts
-		protowire.AppendBytes(tag(m(noHist), 14, protowire.BytesType), unpacked),            // unpacked histogram
-		protowire.AppendBytes(tag(nil, 2, protowire.BytesType), []byte{0xc3, 0x28}),         // bad UTF-8
-		protowire.AppendVarint(tag(bytes.Clone(s), 8, protowire.VarintType), 1<<40),         // odd enum
-		protowire.AppendVarint(tag(bytes.Clone(s), 1, protowire.VarintType), 1<<32|1),       // truncated uint32
-		protowire.AppendVarint(tag(bytes.Clone(s), 6, protowire.VarintType), ^uint64(0)>>1), // far future
-		protowire.AppendString(tag(bytes.Clone(s), 22, protowire.BytesType), "\xff"),        // bad UTF-8 source
-		protowire.AppendVarint(tag(bytes.Clone(s), 22, protowire.VarintType), 1),            // source, other wire type
+		protowire.AppendVarint(tag(bytes.Clone(s), 99, protowire.VarintType), 1),                      // unknown field
+		protowire.AppendString(tag(bytes.Clone(s), 2, protowire.BytesType), "e2"),                     // repeated id
+		protowire.AppendFixed64(tag(bytes.Clone(s), 2, protowire.Fixed64Type), 1),                     // other wire type
+		protowire.AppendBytes(tag(bytes.Clone(s), 14, protowire.BytesType), []byte{0x18}),             // histogram in parts, truncated
+		protowire.AppendBytes(tag(bytes.Clone(s), 14, protowire.BytesType), unpacked),                 // histogram in parts
+		protowire.AppendBytes(tag(m(noHist), 14, protowire.BytesType), unpacked),                      // unpacked histogram
+		protowire.AppendBytes(tag(nil, 2, protowire.BytesType), []byte{0xc3, 0x28}),                   // bad UTF-8
+		protowire.AppendVarint(tag(bytes.Clone(s), 8, protowire.VarintType), 1<<40),                   // odd enum
+		protowire.AppendVarint(tag(bytes.Clone(s), 1, protowire.VarintType), 1<<32|1),                 // truncated uint32
+		protowire.AppendVarint(tag(bytes.Clone(s), 6, protowire.VarintType), ^uint64(0)>>1),           // far future
+		protowire.AppendString(tag(bytes.Clone(s), 22, protowire.BytesType), "\xff"),                  // bad UTF-8 source
+		protowire.AppendVarint(tag(bytes.Clone(s), 22, protowire.VarintType), 1),                      // source, other wire type
+		protowire.AppendFixed64(tag(bytes.Clone(s), 23, protowire.Fixed64Type), math.Float64bits(-1)), // negative KV capacity
+		protowire.AppendVarint(tag(bytes.Clone(s), 23, protowire.VarintType), 1),                      // KV capacity, other wire type
 	}
 	events = [][]byte{
 		ev, m(&schemas.RoutingEvent{}), nil, []byte("\x08\x01"), []byte("not a protobuf"),

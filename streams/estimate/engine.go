@@ -58,6 +58,7 @@ type Engine struct {
 	health                            schemas.Health
 	maxBatch                          uint32
 	maxBatchSource                    string
+	kvCap                             float64 // KV-cache tokens, newest non-zero
 	signals, unhealthy                uint32
 	interval, finished, prompt, gen   float64
 	running, waiting, kv, util        float64
@@ -104,6 +105,9 @@ func (e *Engine) Add(s *schemas.EngineSignal) {
 		if s.GetMaxBatch() > 0 {
 			e.maxBatch, e.maxBatchSource = s.GetMaxBatch(), s.GetMaxBatchSource()
 		}
+		if s.GetKvCapacityTokens() > 0 {
+			e.kvCap = s.GetKvCapacityTokens()
+		}
 	}
 	e.signals++
 	r := s.GetRunningRequests() / float64(max(s.GetReadyReplicas(), 1))
@@ -148,6 +152,9 @@ func (e *Engine) Merge(o *Engine) {
 		e.ready, e.health = o.ready, o.health
 		if o.maxBatch > 0 {
 			e.maxBatch, e.maxBatchSource = o.maxBatch, o.maxBatchSource
+		}
+		if o.kvCap > 0 {
+			e.kvCap = o.kvCap
 		}
 	}
 	e.signals += o.signals
@@ -198,6 +205,40 @@ func (e *Engine) promptPerRequest() float64 {
 		return r
 	}
 	return 0
+}
+
+// Bounds of a known cache_residency_s: at most a day (an idle engine's
+// blocks stay cached for as long as nothing new arrives), at least a
+// millisecond (a full cache keeps nothing, which is not "unknown").
+const (
+	maxResidencyS = 86400
+	minResidencyS = 0.001
+)
+
+// cacheResidency is how long a prefix block survives in the engine's
+// prefix cache, in seconds: the free KV capacity, kvCap × (1 − kv) with
+// kv the window's mean KV-cache usage, over the rate at which new tokens
+// enter the cache (prompt tokens not served from the prefix cache plus
+// generated tokens, per second of the signals' intervals). 0 (unknown)
+// without a capacity or without new tokens; else within
+// [minResidencyS, maxResidencyS]. Each
+// product is rounded on its own (explicit conversions), so the result is
+// the same bits with or without fused multiply-add.
+func (e *Engine) cacheResidency(kv float64) float64 {
+	if !(e.kvCap > 0) || !(e.interval > 0) {
+		return 0
+	}
+	entering := math.Max(0, e.prompt-e.hits) + e.gen
+	rate := entering / e.interval
+	if !(rate > 0) || !finite(rate) {
+		return 0
+	}
+	free := float64(e.kvCap * math.Max(0, 1-kv))
+	r := free / rate
+	if !finite(r) || r > maxResidencyS {
+		return maxResidencyS
+	}
+	return math.Max(r, minResidencyS)
 }
 
 // Sources of an engine estimate's batch limit (capacity_source).
@@ -329,6 +370,8 @@ func (e *Engine) estimate(id string, start, end int64, fit Fitter, t Tries) *sch
 	}.capacity()
 	out.CapacityRps = capRPS
 	out.CapacityTokensPerS = capRPS * tokPerReq
+	out.KvCapacityTokens = e.kvCap
+	out.CacheResidencyS = e.cacheResidency(out.KvCacheUsage)
 	if fit == nil {
 		fit = ConvexFit
 	}

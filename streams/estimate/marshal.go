@@ -185,7 +185,12 @@ func appendEngine(b []byte, m engineMsg) ([]byte, bool) {
 	}
 	b = appendUint(b, 18, uint64(m.SignalCount))
 	b = appendUint(b, 19, uint64(m.MaxBatch))
-	return appendString(b, 20, m.CapacitySource)
+	b, ok = appendString(b, 20, m.CapacitySource)
+	if !ok {
+		return b, false
+	}
+	b = appendDouble(b, 21, m.KvCapacityTokens)
+	return appendDouble(b, 22, m.CacheResidencyS), true
 }
 
 func appendProfile(b []byte, m profileMsg) ([]byte, bool) {

@@ -11,11 +11,12 @@ import (
 )
 
 // paneCodecVersion is the first byte of an encoded pane. Version 2
-// added the attempt counts (Tries) at the end; DecodePane still reads
-// version 1 (a pane without attempts), so partials written before an
-// upgrade are not lost.
+// added the attempt counts (Tries) at the end, version 3 each engine's
+// KV-cache capacity after its sums; DecodePane still reads versions 1 (a
+// pane without attempts) and 2, so partials written before an upgrade
+// are not lost.
 const (
-	paneCodecVersion   = 2
+	paneCodecVersion   = 3
 	paneCodecVersionV1 = 1
 )
 
@@ -78,7 +79,8 @@ func appendPaneEngine(buf []byte, e *Engine) []byte {
 		buf = binary.AppendUvarint(buf, uint64(v))
 	}
 	buf = appendPaneFloats(buf, e.interval, e.finished, e.prompt, e.gen, e.running, e.waiting, e.kv, e.util,
-		e.hits, e.queries, e.ttftCount, e.ttftSumMs, e.tbotCount, e.tbotSumMs, e.runSum, e.runMax, e.waitRun, e.waitRunMx)
+		e.hits, e.queries, e.ttftCount, e.ttftSumMs, e.tbotCount, e.tbotSumMs, e.runSum, e.runMax, e.waitRun, e.waitRunMx,
+		e.kvCap)
 	for _, b := range []*bins{&e.ttft, &e.tbot} {
 		for _, x := range b {
 			buf = appendPaneFloats(buf, x.w, x.wu, x.wl)
@@ -174,7 +176,7 @@ func (r *paneReader) count(what string, minBytes int) int {
 
 // DecodePane decodes a pane encoded by AppendPane.
 func DecodePane(b []byte) (*Pane, error) {
-	if len(b) == 0 || b[0] != paneCodecVersion && b[0] != paneCodecVersionV1 {
+	if len(b) == 0 || b[0] < paneCodecVersionV1 || b[0] > paneCodecVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrPaneEncoding)
 	}
 	r := &paneReader{b: b[1:]}
@@ -193,6 +195,9 @@ func DecodePane(b []byte) (*Pane, error) {
 		e.health = schemas.Health(health)
 		r.floats("engine sums", &e.interval, &e.finished, &e.prompt, &e.gen, &e.running, &e.waiting, &e.kv, &e.util,
 			&e.hits, &e.queries, &e.ttftCount, &e.ttftSumMs, &e.tbotCount, &e.tbotSumMs, &e.runSum, &e.runMax, &e.waitRun, &e.waitRunMx)
+		if b[0] >= 3 {
+			r.floats("engine KV capacity", &e.kvCap)
+		}
 		for _, bs := range []*bins{&e.ttft, &e.tbot} {
 			for i := range bs {
 				r.floats("engine profile", &bs[i].w, &bs[i].wu, &bs[i].wl)

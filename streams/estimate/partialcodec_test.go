@@ -2,7 +2,9 @@ package estimate
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -14,7 +16,7 @@ func TestPaneCodecCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Engine{}, 32}, {Demand{}, 5}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
+	}{{Engine{}, 33}, {Demand{}, 5}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the pane codec carries %d: update partialcodec.go and this test", c.v, n, c.want)
 		}
@@ -58,4 +60,31 @@ func FuzzDecodePane(f *testing.F) {
 			t.Fatalf("%d entities after a round trip, want %d", r.Entities(), q.Entities())
 		}
 	})
+}
+
+// TestDecodePaneV2: a pane written by version 2 of the codec (before
+// engines carried their KV capacity) decodes to the same pane with no
+// capacity.
+func TestDecodePaneV2(t *testing.T) {
+	p := NewPane()
+	p.engines["e1"] = &Engine{lastMs: 5, gpuClass: "h100", signals: 2, running: 3.5, kvCap: 12345.5}
+	p.tries["e1"] = &Tries{attempts: 7, failures: 4}
+	v3 := AppendPane(nil, p)
+	capBytes := binary.LittleEndian.AppendUint64(nil, math.Float64bits(12345.5))
+	at := bytes.Index(v3, capBytes)
+	if at < 0 || bytes.Count(v3, capBytes) != 1 {
+		t.Fatal("capacity not found once in the encoding")
+	}
+	v2 := append(append([]byte{2}, v3[1:at]...), v3[at+8:]...)
+	q, err := DecodePane(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.engines["e1"].kvCap = 0
+	if !bytes.Equal(AppendPane(nil, q), AppendPane(nil, p)) {
+		t.Fatal("version 2 pane decodes to another pane")
+	}
+	if _, err := DecodePane(append([]byte{4}, v3[1:]...)); !errors.Is(err, ErrPaneEncoding) {
+		t.Fatalf("version 4: %v, want ErrPaneEncoding", err)
+	}
 }

@@ -207,3 +207,96 @@ func TestDemandPromptTokens(t *testing.T) {
 		})
 	}
 }
+
+// residencySignals: ten 1-second scrapes of one engine with the given KV
+// capacity (per signal), KV usage, and per-scrape prompt, prefix-hit and
+// generated tokens.
+func residencySignals(kvCap func(i int) float64, kv, prompt, hits, gen float64) []*schemas.EngineSignal {
+	var out []*schemas.EngineSignal
+	for i := range 10 {
+		out = append(out, &schemas.EngineSignal{
+			SchemaVersion: schemas.Version, EngineId: "e", GpuClass: "h100", EventTimeUnixMs: 1_700_000_000_000 + int64(i)*1000,
+			ReadyReplicas: 1, Health: schemas.Health_HEALTH_HEALTHY, RunningRequests: 4, KvCacheUsage: kv,
+			IntervalSeconds: 1, RequestsFinished: 10, PromptTokens: prompt, PrefixCacheHits: hits, PrefixCacheQueries: prompt,
+			GenerationTokens: gen, KvCapacityTokens: kvCap(i), TtftSeconds: &schemas.Histogram{Sum: 10 * 0.2, Count: 10},
+		})
+	}
+	return out
+}
+
+// TestCacheResidency: cache_residency_s is the free KV capacity over the
+// rate of tokens entering the cache (prompt tokens not served from the
+// prefix cache plus generated tokens); 0 when the capacity is unknown or
+// nothing enters; at most a day, at least a millisecond when known; the
+// capacity is the newest signal's that carries one.
+func TestCacheResidency(t *testing.T) {
+	constant := func(v float64) func(int) float64 { return func(int) float64 { return v } }
+	for _, tc := range []struct {
+		name          string
+		sigs          []*schemas.EngineSignal
+		wantCap, want float64
+	}{
+		// 60,000 free tokens, 3,000 + 800 new tokens a second.
+		{"free over entering", residencySignals(constant(100_000), 0.4, 4000, 1000, 800), 100_000, 60_000.0 / 3800},
+		{"unknown capacity", residencySignals(constant(0), 0.4, 4000, 1000, 800), 0, 0},
+		{"nothing enters", residencySignals(constant(100_000), 0.4, 0, 0, 0), 100_000, 0},
+		{"all prompt tokens hit: generated tokens only", residencySignals(constant(100_000), 0.5, 4000, 4000, 500), 100_000, 100},
+		{"hits above prompt count as all hit", residencySignals(constant(100_000), 0.5, 4000, 5000, 500), 100_000, 100},
+		{"nearly idle: a day", residencySignals(constant(1e9), 0, 0, 0, 1), 1e9, 86400},
+		{"full cache: a millisecond, not unknown", residencySignals(constant(100_000), 1, 4000, 0, 0), 100_000, 0.001},
+		{"newest capacity", residencySignals(func(i int) float64 { return float64(1000 * (i + 1)) }, 0, 1000, 0, 0), 10_000, 10},
+		{"newest non-zero capacity", residencySignals(func(i int) float64 { return float64(5000 * (1 - i/9)) }, 0, 1000, 0, 0), 5000, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			en := engineOf(t, computeAll(t, tc.sigs, nil), "e")
+			if en.GetKvCapacityTokens() != tc.wantCap {
+				t.Fatalf("kv_capacity_tokens %v, want %v", en.GetKvCapacityTokens(), tc.wantCap)
+			}
+			if got := en.GetCacheResidencyS(); math.Abs(got-tc.want) > 1e-9*tc.want || (tc.want == 0) != (got == 0) {
+				t.Fatalf("cache_residency_s %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCacheResidencyAcrossPanes: a window of two panes gives the KV
+// capacity of one pane holding every signal and its residency (up to
+// the order of the sums), and panes that went through the pane codec
+// give the same bits as the panes themselves.
+func TestCacheResidencyAcrossPanes(t *testing.T) {
+	sigs := residencySignals(func(i int) float64 { return float64(7000 * (1 + i%4)) }, 0.37, 4100, 1300, 710)
+	one, a, b := NewPane(), NewPane(), NewPane()
+	for i, s := range sigs {
+		one.AddSignal(s)
+		if i%2 == 0 {
+			a.AddSignal(s)
+		} else {
+			b.AddSignal(s)
+		}
+	}
+	ra, err := DecodePane(AppendPane(nil, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := DecodePane(AppendPane(nil, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := func(a, b *Pane) *schemas.EngineEstimate {
+		return engineOf(t, Compute(Window{End: 10_000, Slide: 5_000, PaneStarts: []int64{0, 5_000}, Panes: []*Pane{a, b}}, nil), "e")
+	}
+	e1 := engineOf(t, Compute(Window{End: 10_000, Slide: 10_000, PaneStarts: []int64{0}, Panes: []*Pane{one}}, nil), "e")
+	e2, e3 := two(a, b), two(ra, rb)
+	if e1.GetKvCapacityTokens() != 7000*(1+9%4) || !(e1.GetCacheResidencyS() > 0) {
+		t.Fatalf("one pane: kv_capacity_tokens %v, cache_residency_s %v", e1.GetKvCapacityTokens(), e1.GetCacheResidencyS())
+	}
+	if e2.GetKvCapacityTokens() != e1.GetKvCapacityTokens() || math.Abs(e2.GetCacheResidencyS()-e1.GetCacheResidencyS()) > 1e-12*e1.GetCacheResidencyS() {
+		t.Fatalf("two panes: %v tokens, %v s; one pane: %v tokens, %v s",
+			e2.GetKvCapacityTokens(), e2.GetCacheResidencyS(), e1.GetKvCapacityTokens(), e1.GetCacheResidencyS())
+	}
+	if math.Float64bits(e3.GetKvCapacityTokens()) != math.Float64bits(e2.GetKvCapacityTokens()) ||
+		math.Float64bits(e3.GetCacheResidencyS()) != math.Float64bits(e2.GetCacheResidencyS()) {
+		t.Fatalf("decoded panes: %v tokens, %v s; panes: %v tokens, %v s",
+			e3.GetKvCapacityTokens(), e3.GetCacheResidencyS(), e2.GetKvCapacityTokens(), e2.GetCacheResidencyS())
+	}
+}

@@ -152,7 +152,8 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 	}
 	if plain(s.GetRunningRequests()) && plain(s.GetWaitingRequests()) && plain(s.GetKvCacheUsage()) && s.GetKvCacheUsage() <= 1 &&
 		plain(s.GetPrefixCacheHits()) && plain(s.GetPrefixCacheQueries()) && plain(s.GetIntervalSeconds()) &&
-		plain(s.GetRequestsFinished()) && plain(s.GetPromptTokens()) && plain(s.GetGenerationTokens()) {
+		plain(s.GetRequestsFinished()) && plain(s.GetPromptTokens()) && plain(s.GetGenerationTokens()) &&
+		plain(s.GetKvCapacityTokens()) {
 		return validHists(s)
 	}
 	for _, f := range []struct {
@@ -168,6 +169,7 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 		{"requests_finished", s.GetRequestsFinished(), 0},
 		{"prompt_tokens", s.GetPromptTokens(), 0},
 		{"generation_tokens", s.GetGenerationTokens(), 0},
+		{"kv_capacity_tokens", s.GetKvCapacityTokens(), 0},
 	} {
 		if err := checkNum(f.name, f.v, f.max); err != nil {
 			return err
@@ -247,6 +249,7 @@ func ValidateEstimate(e *schemas.Estimate) error {
 			{"capacity_rps", en.GetCapacityRps()}, {"capacity_tokens_per_s", en.GetCapacityTokensPerS()},
 			{"kv_cache_usage", en.GetKvCacheUsage()}, {"prefix_hit_rate", en.GetPrefixHitRate()},
 			{"observed_rps", en.GetObservedRps()}, {"utilization", en.GetUtilization()},
+			{"kv_capacity_tokens", en.GetKvCapacityTokens()}, {"cache_residency_s", en.GetCacheResidencyS()},
 		} {
 			if err := checkNum(f.name, f.v, 0); err != nil {
 				return err

@@ -79,7 +79,7 @@ func goldenRecords(topics streams.Topics) []*kgo.Record {
 				Health: schemas.Health_HEALTH_HEALTHY, RunningRequests: running, WaitingRequests: math.Max(0, math.Round((load-0.8)*40)),
 				KvCacheUsage: math.Min(1, float64(load*0.9)+float64(rng.Float64()*0.1)), PrefixCacheHits: math.Round(rng.Float64() * 50), PrefixCacheQueries: 50 + math.Round(rng.Float64()*50),
 				IntervalSeconds: every.Seconds(), RequestsFinished: fin, PromptTokens: fin * 400, GenerationTokens: fin * (80 + float64(e)),
-				MaxBatch: mb,
+				MaxBatch: mb, KvCapacityTokens: float64(mb) * 1024 * float64(e%3), // e%3 == 0: unknown
 			}
 			if e%7 == 3 {
 				s.MaxBatch = 0
