@@ -1,17 +1,29 @@
 package plan
 
-import "github.com/switchyard-llm/switchyard/schemas"
+import (
+	"math"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
 
 // explainCapacity copies each engine's batch limit and where it came from
 // (EngineEstimate.max_batch, capacity_source) from its latest estimate
 // into the snapshot's explanations, for `switchyard explain`, and the
 // engine's concurrency limit when a batch limit rests on evidence (the
 // remembered one, capacityState.batch; the gateways' pickers count
-// requests beyond it as waiting for a slot).
+// requests beyond it as waiting for a slot), and its prefix-cache
+// residency (EngineEstimate.cache_residency_s; the pickers credit no
+// prefix sent to the engine longer ago).
 func explainCapacity(engines map[string]*schemas.EngineEstimate, capacity map[string]*capacityState, clusters []*schemas.ClusterWeights) {
 	for _, cw := range clusters {
 		for _, w := range cw.GetWeights() {
 			e := engines[w.GetEngineId()]
+			if r := e.GetCacheResidencyS(); r > 0 && !math.IsInf(r, 1) {
+				if w.Explanation == nil {
+					w.Explanation = &schemas.Explanation{}
+				}
+				w.Explanation.CacheResidencyS = r
+			}
 			if e.GetMaxBatch() == 0 && e.GetCapacitySource() == "" {
 				continue
 			}

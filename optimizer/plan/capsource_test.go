@@ -37,3 +37,26 @@ func TestMaxConcurrencyFromRememberedEvidence(t *testing.T) {
 		t.Fatalf("after a restart: concurrency %d, want 0", got)
 	}
 }
+
+// TestCacheResidencyExplained: each engine's explanation carries the
+// cache residency of its latest estimate, also when its batch limit is
+// unknown; an engine without one (0: unknown) gets none.
+func TestCacheResidencyExplained(t *testing.T) {
+	s := NewState()
+	for _, e := range []*schemas.EngineEstimate{
+		{EngineId: "a", WindowEndUnixMs: 1000, CacheResidencyS: 300, CapacityRps: 10},
+		{EngineId: "a", WindowEndUnixMs: 2000, CacheResidencyS: 42.5, KvCapacityTokens: 1 << 20, CapacityRps: 10},
+		{EngineId: "b", WindowEndUnixMs: 2000, MaxBatch: 16, CapacitySource: "configured", CapacityRps: 10},
+	} {
+		s.Apply(&schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: e}})
+	}
+	cws := []*schemas.ClusterWeights{{Cluster: "c", Weights: []*schemas.EngineWeight{{EngineId: "a", Weight: 0.5}, {EngineId: "b", Weight: 0.5}}}}
+	explainCapacity(s.engines, s.capacity, cws)
+	a, b := cws[0].GetWeights()[0].GetExplanation(), cws[0].GetWeights()[1].GetExplanation()
+	if a.GetCacheResidencyS() != 42.5 || a.GetMaxBatch() != 0 {
+		t.Fatalf("engine a: residency %v s, max batch %d; want 42.5 s, 0", a.GetCacheResidencyS(), a.GetMaxBatch())
+	}
+	if b.GetCacheResidencyS() != 0 || b.GetMaxBatch() != 16 {
+		t.Fatalf("engine b: residency %v s, max batch %d; want 0 s, 16", b.GetCacheResidencyS(), b.GetMaxBatch())
+	}
+}
