@@ -273,6 +273,18 @@ func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
 	case err != nil:
 		return fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
 	default:
+		// Each engine's prefix-cache residency (how long the picker credits
+		// prefixes sent to it); the table keeps the weights' order.
+		ws := cw.GetWeights()
+		for i, j := 0, 0; i < t.Len(); i++ {
+			e := t.Engine(i)
+			for j < len(ws) && ws[j].GetEngineId() != e.ID {
+				j++
+			}
+			if j < len(ws) {
+				e.State.SetCacheResidency(ws[j].GetExplanation().GetCacheResidencyS())
+			}
+		}
 		g.setLimits(t)
 		rt.table = t
 		g.outlier.SetClusterSize(t.Len())
