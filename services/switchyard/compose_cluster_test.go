@@ -81,7 +81,9 @@ func natsConfig(t *testing.T, name string, s composeService) (*server.Options, s
 // NATS nodes whose configuration (parsed by nats-server) routes to all
 // three, with JetStream on a volume and a max_payload that fits the 12 MB
 // audit snapshot; and the -ha services reaching exactly those brokers, the
-// optimizer creating the store with 3 replicas. The default services
+// optimizer creating the store with 3 replicas, and stream processing
+// partitioned over three processor instances and one combiner
+// (checkComposePartitioned). The default services
 // depend on no service of the profile, so `docker compose up` is as
 // before.
 func TestComposeCluster(t *testing.T) {
@@ -272,6 +274,7 @@ func TestComposeCluster(t *testing.T) {
 		cmds[c.Name] = c
 	}
 	creators := map[string]bool{}
+	valuesOf := map[string]map[string]string{} // service -> flag values
 	for name, s := range cf.Services {
 		if s.Build == nil || !s.inProfile("cluster") || len(s.Command) == 0 {
 			continue
@@ -298,6 +301,8 @@ func TestComposeCluster(t *testing.T) {
 				values[k] = v
 			}
 		}
+		values[""] = c.Name
+		valuesOf[name] = values
 		if _, ok := flags["kafka-brokers"]; ok {
 			got := splitList(values["kafka-brokers"])
 			slices.Sort(got)
@@ -325,9 +330,56 @@ func TestComposeCluster(t *testing.T) {
 			}
 		}
 	}
-	for _, c := range []string{"agent", "processor", "optimizer"} {
+	for _, c := range []string{"agent", "processor", "combiner", "optimizer"} {
 		if !creators[c] {
 			t.Errorf("profile cluster runs no %s that creates topics", c)
+		}
+	}
+	checkComposePartitioned(t, cf, valuesOf)
+}
+
+// checkComposePartitioned checks the "cluster" profile's stream
+// processing: three `processor --mode partitioned` services, each one
+// container with its own --instance-id (a static member: two containers
+// under one id would fence each other), and one combiner container, all
+// with the same group and window settings.
+func checkComposePartitioned(t *testing.T, cf composeFile, valuesOf map[string]map[string]string) {
+	t.Helper()
+	var procs, combs []string
+	for name, v := range valuesOf {
+		switch v[""] {
+		case "processor":
+			procs = append(procs, name)
+		case "combiner":
+			combs = append(combs, name)
+		}
+	}
+	slices.Sort(procs)
+	if len(procs) != 3 || len(combs) != 1 {
+		t.Fatalf("profile cluster runs processors %v and combiners %v, want three processors and one combiner", procs, combs)
+	}
+	comb := valuesOf[combs[0]]
+	if n := cf.Services[combs[0]].replicas(); n != 1 {
+		t.Errorf("service %s: %d replicas, want one combiner (two would each publish every window)", combs[0], n)
+	}
+	ids := map[string]string{}
+	for _, name := range procs {
+		v := valuesOf[name]
+		if v["mode"] != "partitioned" {
+			t.Errorf("service %s: --mode=%s, want partitioned", name, v["mode"])
+		}
+		if n := cf.Services[name].replicas(); n != 1 {
+			t.Errorf("service %s: %d replicas under one --instance-id", name, n)
+		}
+		id := v["instance-id"]
+		if other, dup := ids[id]; id == "" || dup {
+			t.Errorf("service %s: --instance-id=%q, empty or also %s's", name, id, other)
+		}
+		ids[id] = name
+		for _, f := range []string{"group", "window", "slide", "allowed-lateness", "topic-prefix"} {
+			if v[f] != comb[f] {
+				t.Errorf("service %s: --%s=%q, the combiner %s has %q; they must agree", name, f, v[f], combs[0], comb[f])
+			}
 		}
 	}
 }

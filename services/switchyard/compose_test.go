@@ -33,6 +33,17 @@ type composeService struct {
 	} `yaml:"healthcheck"`
 	Volumes  []string `yaml:"volumes"`
 	Profiles []string `yaml:"profiles"`
+	Deploy   *struct {
+		Replicas *int `yaml:"replicas"`
+	} `yaml:"deploy"`
+}
+
+// replicas is the service's container count (deploy.replicas, default 1).
+func (s composeService) replicas() int {
+	if s.Deploy == nil || s.Deploy.Replicas == nil {
+		return 1
+	}
+	return *s.Deploy.Replicas
 }
 
 // inProfile reports whether s runs only with profile p.
