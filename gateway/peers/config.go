@@ -1,0 +1,119 @@
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults and hard limits of a Sharer (docs/gateway.md, "Peer load
+// sharing").
+const (
+	// DefaultPrefix is the subject prefix: reports go to
+	// <prefix>.gateway.load.<cluster>.
+	DefaultPrefix = "switchyard"
+	// DefaultInterval is how often a gateway publishes its load.
+	DefaultInterval = 100 * time.Millisecond
+	// Heartbeat is the longest a gateway stays silent: with nothing
+	// queued or in flight it publishes an empty report this often.
+	Heartbeat = time.Second
+	// DefaultMaxPeers bounds the peer gateways tracked at once; reports
+	// of more are dropped until one goes silent.
+	DefaultMaxPeers = 4096
+	// DefaultMaxEngines bounds the engines of one report; a report with
+	// more is dropped.
+	DefaultMaxEngines = 1 << 16
+	// DefaultMaxMessageBytes bounds one report on the wire, both ways
+	// (NATS's default max_payload); bigger ones are dropped, and a
+	// gateway with more to say sends its most loaded engines only.
+	DefaultMaxMessageBytes = 1 << 20
+	// MaxPrefillTokens clamps the queued prefill one peer reports on one
+	// engine (2^24 tokens: over a hundred 128k-token prompts).
+	MaxPrefillTokens = 1 << 24
+	// MaxInFlight clamps the in-flight count one report gives an engine.
+	MaxInFlight = 1 << 20
+	// maxIDBytes bounds gateway, cluster and engine ids in a report.
+	maxIDBytes = 1024
+	// queueLen bounds the reports received and not yet applied.
+	queueLen = 1024
+)
+
+// Config configures a Sharer. Zero fields take their defaults.
+type Config struct {
+	// Cluster is this gateway's cluster (required): the last token of
+	// the subject it publishes to.
+	Cluster string
+	// ID is this gateway's instance id (required), unique among the
+	// gateways that share engines; reports carrying it are its own and
+	// ignored.
+	ID string
+	// Prefix is the subject prefix. Default DefaultPrefix.
+	Prefix string
+	// Interval is how often the gateway publishes its load and expires
+	// stale peers. Default DefaultInterval.
+	Interval time.Duration
+	// Staleness is how long a peer's report counts after it arrived (by
+	// this gateway's clock): a peer that stops publishing stops counting
+	// after it. Default 10·Interval, at least 1 s. A peer with nothing
+	// to report is still tracked (the peers gauge) for 3 heartbeats.
+	Staleness time.Duration
+	// MaxPeers, MaxEngines and MaxMessageBytes bound what is tracked and
+	// accepted. Defaults DefaultMaxPeers, DefaultMaxEngines and
+	// DefaultMaxMessageBytes.
+	MaxPeers, MaxEngines, MaxMessageBytes int
+	// Logger; default discards.
+	Logger *slog.Logger
+	// Registerer takes the metrics; default a private registry.
+	Registerer prometheus.Registerer
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// ErrConfig marks an invalid Config.
+var ErrConfig = errors.New("peers: invalid config")
+
+// withDefaults returns c with its zero fields set to their defaults, or
+// an error wrapping ErrConfig.
+func (c Config) withDefaults() (Config, error) {
+	if c.Cluster == "" {
+		return c, fmt.Errorf("%w: no cluster", ErrConfig)
+	}
+	if c.ID == "" || len(c.ID) > maxIDBytes {
+		return c, fmt.Errorf("%w: gateway id %q: want 1 to %d bytes", ErrConfig, c.ID, maxIDBytes)
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Staleness == 0 {
+		c.Staleness = max(10*c.Interval, time.Second)
+	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = DefaultMaxPeers
+	}
+	if c.MaxEngines == 0 {
+		c.MaxEngines = DefaultMaxEngines
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.Interval < time.Millisecond || c.Staleness < c.Interval || c.MaxPeers < 0 || c.MaxEngines < 0 || c.MaxMessageBytes < 0 {
+		return c, fmt.Errorf("%w: interval %v, staleness %v (interval at least 1ms, staleness at least the interval), max peers %d, engines %d, message bytes %d (not negative)",
+			ErrConfig, c.Interval, c.Staleness, c.MaxPeers, c.MaxEngines, c.MaxMessageBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}

@@ -1,0 +1,336 @@
+// Package peers shares, between the gateways that route to the same
+// engines, the prefill work each has queued on each engine. A gateway
+// sees only its own requests; with several gateways (of several clusters,
+// or replicas of one) a short prompt can land behind another gateway's
+// long prefill. A Sharer publishes this gateway's per-engine queued
+// prefill tokens (and requests in flight, for operators) as one
+// GatewayLoad on core NATS every interval, keeps the latest report of
+// every peer gateway, and sets each engine's pick.State.SetForeignPrefill
+// to the sum its live peers report, which PickRequest counts ahead of a
+// request as it counts the gateway's own queue (docs/gateway.md, "Peer
+// load sharing").
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// Conn is the part of a NATS connection a Sharer uses: core publish and
+// subscribe (a *nats.Conn). Publish must copy data before it returns. A
+// Conn that also has IsConnected() bool is not published to while it
+// reports false (nothing stale is buffered for after a reconnect); one
+// that has MaxPayload() int64 bounds the reports sent (when positive).
+type Conn interface {
+	Publish(subject string, data []byte) error
+	Subscribe(subject string, h nats.MsgHandler) (*nats.Subscription, error)
+}
+
+// Engines lists the engine states whose load is shared and set: it
+// appends every state to dst, each at a position that never changes (a
+// *pick.Pool).
+type Engines interface {
+	States(dst []*pick.State) []*pick.State
+}
+
+var _ Engines = (*pick.Pool)(nil)
+
+// Sharer publishes this gateway's load and applies its peers'. Build it
+// with New; Run does the work.
+type Sharer struct {
+	cfg      Config
+	nc       Conn
+	engines  Engines
+	m        *metrics
+	subject  string
+	wildcard string
+	forget   time.Duration // a silent peer is forgotten after it
+	in       chan []byte   // received reports, not yet applied
+	live     atomic.Int64  // peers tracked
+
+	// Owned by Run's goroutine.
+	states   []*pick.State
+	index    map[string]int32 // engine id -> position in states
+	sums     []int64          // foreign prefill by position
+	peers    map[string]*peer
+	touched  []int32
+	elems    []*schemas.EngineLoad
+	buf      []byte
+	lastSent time.Time
+	sentLoad bool // the last report sent had engines
+	lastWarn time.Time
+}
+
+// peer is the latest report of one peer gateway.
+type peer struct {
+	last  time.Time // arrival, by this gateway's clock
+	loads []load    // its queued prefill on engines of ours, by position
+}
+
+type load struct {
+	idx     int32
+	prefill int64
+}
+
+// New returns a Sharer publishing and subscribing on nc for the engines
+// of engines. It registers its metrics; nothing else happens until Run.
+func New(nc Conn, engines Engines, cfg Config) (*Sharer, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if nc == nil || engines == nil {
+		return nil, fmt.Errorf("%w: no connection or engines", ErrConfig)
+	}
+	m, err := newMetrics(cfg.Registerer, cfg.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	return &Sharer{
+		cfg:      cfg,
+		nc:       nc,
+		engines:  engines,
+		m:        m,
+		subject:  Subject(cfg.Prefix, cfg.Cluster),
+		wildcard: Wildcard(cfg.Prefix),
+		forget:   max(cfg.Staleness, 3*Heartbeat),
+		in:       make(chan []byte, queueLen),
+		index:    map[string]int32{},
+		peers:    map[string]*peer{},
+	}, nil
+}
+
+// Peers returns the number of peer gateways tracked now.
+func (s *Sharer) Peers() int { return int(s.live.Load()) }
+
+// Run subscribes to every gateway's reports and publishes this one's
+// every Interval until ctx is done; then it returns nil, having set every
+// engine's foreign prefill back to 0. It fails only when it cannot
+// subscribe. Run once.
+func (s *Sharer) Run(ctx context.Context) error {
+	sub, err := s.nc.Subscribe(s.wildcard, s.receive)
+	if err != nil {
+		return fmt.Errorf("subscribing to %s: %w", s.wildcard, err)
+	}
+	defer s.reset()
+	defer func() { _ = sub.Unsubscribe() }()
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	s.tick()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			s.tick()
+		case b := <-s.in:
+			s.apply(b)
+		}
+	}
+}
+
+// receive queues one message for Run (NATS's delivery goroutine).
+func (s *Sharer) receive(msg *nats.Msg) {
+	if len(msg.Data) > s.cfg.MaxMessageBytes {
+		s.m.dropped[reasonOversized].Inc()
+		return
+	}
+	select {
+	case s.in <- msg.Data:
+	default:
+		s.m.dropped[reasonOverflow].Inc()
+	}
+}
+
+// tick publishes this gateway's load and drops stale peers.
+func (s *Sharer) tick() {
+	now := s.cfg.Now()
+	s.refresh()
+	s.publish(now)
+	s.expire(now)
+}
+
+// refresh picks up the engines the pool gained since the last tick.
+func (s *Sharer) refresh() {
+	s.states = s.engines.States(s.states[:0])
+	for i := len(s.sums); i < len(s.states); i++ {
+		s.index[s.states[i].ID()] = int32(i)
+	}
+	if n := len(s.states); n > len(s.sums) {
+		s.sums = append(s.sums, make([]int64, n-len(s.sums))...)
+	}
+}
+
+// publish sends the engines with something queued or in flight; with
+// none, an empty report once after the last non-empty one and then once
+// per Heartbeat.
+func (s *Sharer) publish(now time.Time) {
+	if c, ok := s.nc.(interface{ IsConnected() bool }); ok && !c.IsConnected() {
+		return
+	}
+	msg := &schemas.GatewayLoad{SchemaVersion: schemas.Version, GatewayId: s.cfg.ID, Cluster: s.cfg.Cluster, SentAtUnixMs: now.UnixMilli()}
+	n := 0
+	for _, st := range s.states {
+		p, f := max(st.Prefill(), 0), max(st.InFlight(), 0)
+		if p == 0 && f == 0 {
+			continue
+		}
+		if n == len(s.elems) {
+			s.elems = append(s.elems, &schemas.EngineLoad{})
+		}
+		e := s.elems[n]
+		e.EngineId, e.QueuedPrefillTokens, e.InFlight = st.ID(), p, f
+		n++
+	}
+	if n == 0 && !s.sentLoad && !s.lastSent.IsZero() && now.Sub(s.lastSent) < Heartbeat {
+		return
+	}
+	msg.Engines = s.elems[:n]
+	limit := s.cfg.MaxMessageBytes
+	if c, ok := s.nc.(interface{ MaxPayload() int64 }); ok {
+		if mp := c.MaxPayload(); mp > 0 && mp < int64(limit) {
+			limit = int(mp)
+		}
+	}
+	b, left, err := encode(s.buf[:0], msg, limit)
+	s.buf = b
+	if err == nil {
+		err = s.nc.Publish(s.subject, b)
+	}
+	if err != nil {
+		s.m.sendFailed.Inc()
+		s.warn(now, "peer load report not sent", "err", err)
+		return
+	}
+	if left > 0 {
+		s.warn(now, "peer load report truncated to the most loaded engines", "engines_left_out", left, "limit_bytes", limit)
+	}
+	s.m.sent.Inc()
+	s.lastSent, s.sentLoad = now, n > 0
+}
+
+// warn logs at most once a minute.
+func (s *Sharer) warn(now time.Time, msg string, args ...any) {
+	if now.Sub(s.lastWarn) < time.Minute && !s.lastWarn.IsZero() {
+		return
+	}
+	s.lastWarn = now
+	s.cfg.Logger.Warn(msg, args...)
+}
+
+// apply takes one received report: it replaces the sender's previous
+// one and sets the foreign prefill of every engine either names.
+func (s *Sharer) apply(b []byte) {
+	m, err := decode(b, s.cfg.MaxMessageBytes, s.cfg.MaxEngines)
+	if err != nil {
+		reason := reasonMalformed
+		if errors.Is(err, ErrOversized) {
+			reason = reasonOversized
+		}
+		s.m.dropped[reason].Inc()
+		s.cfg.Logger.Debug("peer load report dropped", "err", err)
+		return
+	}
+	id := m.GetGatewayId()
+	if id == s.cfg.ID {
+		return // our own
+	}
+	p, ok := s.peers[id]
+	if !ok {
+		if len(s.peers) >= s.cfg.MaxPeers {
+			s.m.dropped[reasonTooMany].Inc()
+			return
+		}
+		p = &peer{}
+		s.peers[id] = p
+		s.setLive()
+	}
+	s.touched = s.touched[:0]
+	s.unload(p)
+	for _, e := range m.GetEngines() {
+		i, ok := s.index[e.GetEngineId()]
+		if !ok || e.GetQueuedPrefillTokens() == 0 {
+			continue // not an engine of ours, or nothing queued
+		}
+		p.loads = append(p.loads, load{idx: i, prefill: e.GetQueuedPrefillTokens()})
+	}
+	p.loads = merge(p.loads)
+	for _, l := range p.loads {
+		s.sums[l.idx] += l.prefill
+		s.touched = append(s.touched, l.idx)
+	}
+	p.last = s.cfg.Now()
+	s.set()
+	s.m.received.Inc()
+}
+
+// merge sorts loads by engine and sums an engine's repeats (clamped).
+func merge(loads []load) []load {
+	slices.SortFunc(loads, func(a, b load) int { return int(a.idx) - int(b.idx) })
+	out := loads[:0]
+	for _, l := range loads {
+		if k := len(out) - 1; k >= 0 && out[k].idx == l.idx {
+			out[k].prefill = min(out[k].prefill+l.prefill, MaxPrefillTokens)
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// unload takes p's loads out of the sums, marking their engines touched.
+func (s *Sharer) unload(p *peer) {
+	for _, l := range p.loads {
+		s.sums[l.idx] -= l.prefill
+		s.touched = append(s.touched, l.idx)
+	}
+	p.loads = p.loads[:0]
+}
+
+// set stores the sums of the touched engines in their states.
+func (s *Sharer) set() {
+	for _, i := range s.touched {
+		s.states[i].SetForeignPrefill(s.sums[i])
+	}
+}
+
+// expire drops the loads of peers silent for Staleness and forgets peers
+// silent for 3 heartbeats.
+func (s *Sharer) expire(now time.Time) {
+	s.touched = s.touched[:0]
+	for id, p := range s.peers {
+		age := now.Sub(p.last)
+		if age > s.cfg.Staleness {
+			s.unload(p)
+		}
+		if age > s.forget {
+			delete(s.peers, id)
+		}
+	}
+	s.set()
+	s.setLive()
+}
+
+func (s *Sharer) setLive() {
+	s.live.Store(int64(len(s.peers)))
+	s.m.peers.Set(float64(len(s.peers)))
+}
+
+// reset forgets every peer and sets every engine's foreign prefill to 0.
+func (s *Sharer) reset() {
+	clear(s.peers)
+	clear(s.sums)
+	for _, st := range s.states {
+		st.SetForeignPrefill(0)
+	}
+	s.setLive()
+}

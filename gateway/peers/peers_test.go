@@ -1,0 +1,434 @@
+package peers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start"),
+	)
+}
+
+// pool returns a pool routing to engines x and y, with weights 1.
+func pool(t *testing.T) (*pick.Pool, *pick.Table) {
+	t.Helper()
+	p := pick.NewPool()
+	tb, err := p.Build([]pick.Spec{{ID: "x", URL: "http://x", Weight: 1}, {ID: "y", URL: "http://y", Weight: 1}}, pick.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, tb
+}
+
+// queue places a request of prompt tokens on engine id of tb and
+// returns the ticket and the engine's index.
+func queue(t *testing.T, tb *pick.Table, id string, prompt int) (int, pick.Ticket) {
+	t.Helper()
+	i := tb.Index(id)
+	other := int32(1 - i)
+	j, _, tk := tb.PickRequest(&pick.Request{Key: 7, PromptTokens: prompt}, []int32{other})
+	if j != i {
+		t.Fatalf("placed on %d, want %d", j, i)
+	}
+	return i, tk
+}
+
+func connect(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func eventually(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	testenv.Eventually(t, 5*time.Second, cond, msg)
+}
+
+// TestSharersOverNATS: two gateways' Sharers on a real NATS server. B's
+// state of engine x gets the prefill A has queued there within a few
+// intervals, goes back to 0 when A's request has its first token, and
+// drops A's report after the staleness bound once A stops publishing.
+func TestSharersOverNATS(t *testing.T) {
+	srv := testenv.NATS(t)
+	const interval, staleness = 20 * time.Millisecond, 300 * time.Millisecond
+	poolA, tableA := pool(t)
+	poolB, _ := pool(t)
+	cfg := func(id string) Config {
+		return Config{Cluster: "eu.west", ID: id, Interval: interval, Staleness: staleness}
+	}
+	a, err := New(connect(t, srv.ClientURL()), poolA, cfg("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(connect(t, srv.ClientURL()), poolB, cfg("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	run := func(s *Sharer, ctx context.Context) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		return done
+	}
+	actx, stopA := context.WithCancel(ctx)
+	doneA, doneB := run(a, actx), run(b, ctx)
+	xB, _ := poolB.Lookup("x")
+	yB, _ := poolB.Lookup("y")
+	xA, _ := poolA.Lookup("x")
+
+	i, tk := queue(t, tableA, "x", 100_000)
+	start := time.Now()
+	eventually(t, func() bool { return xB.ForeignPrefill() == 100_000 }, "B sees A's 100,000 queued tokens on x")
+	t.Logf("B saw A's queue after %v (interval %v)", time.Since(start), interval)
+	if yB.ForeignPrefill() != 0 || xA.ForeignPrefill() != 0 {
+		t.Fatalf("foreign prefill y at B %d, x at A %d; want 0 (A queued only on x, and ignores itself)", yB.ForeignPrefill(), xA.ForeignPrefill())
+	}
+	eventually(t, func() bool { return a.Peers() == 1 && b.Peers() == 1 }, "each tracks the other")
+
+	tableA.FirstToken(i, tk, 50)
+	eventually(t, func() bool { return xB.ForeignPrefill() == 0 }, "B sees A's queue drained")
+
+	queue(t, tableA, "x", 30_000)
+	eventually(t, func() bool { return xB.ForeignPrefill() == 30_000 }, "B sees A's new queue")
+	stopA()
+	if err := <-doneA; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	stopped := time.Now()
+	if xA.ForeignPrefill() != 0 {
+		t.Fatal("A left foreign prefill set after it stopped")
+	}
+	eventually(t, func() bool { return xB.ForeignPrefill() == 0 }, "B drops A's report after the staleness bound")
+	t.Logf("B dropped A's report %v after A stopped (staleness %v)", time.Since(stopped), staleness)
+	if got := value(b.m.received); got < 3 {
+		t.Fatalf("B received %v reports, want at least 3", got)
+	}
+	cancel()
+	if err := <-doneB; err != nil {
+		t.Fatalf("B: %v", err)
+	}
+}
+
+// sharer builds a Sharer for direct calls (no Run) on engines x and y
+// with a clock the test sets.
+func sharer(t *testing.T, cfg Config) (*Sharer, *pick.Pool, *time.Time) {
+	t.Helper()
+	p, _ := pool(t)
+	now := time.Unix(1_000, 0)
+	if cfg.Cluster == "" {
+		cfg.Cluster = "eu"
+	}
+	if cfg.ID == "" {
+		cfg.ID = "me"
+	}
+	cfg.Now = func() time.Time { return now }
+	s, err := New(&recorder{}, p, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.refresh()
+	return s, p, &now
+}
+
+// recorder is a Conn that keeps what is published.
+type recorder struct{ msgs []*schemas.GatewayLoad }
+
+func (r *recorder) Publish(_ string, b []byte) error {
+	var m schemas.GatewayLoad
+	if err := proto.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	r.msgs = append(r.msgs, &m)
+	return nil
+}
+
+func (r *recorder) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error) {
+	return nil, nil
+}
+
+func report(id string, loads ...any) []byte {
+	m := &schemas.GatewayLoad{SchemaVersion: 1, GatewayId: id, Cluster: "c"}
+	for k := 0; k+1 < len(loads); k += 2 {
+		m.Engines = append(m.Engines, &schemas.EngineLoad{EngineId: loads[k].(string), QueuedPrefillTokens: int64(loads[k+1].(int))})
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// value reads a counter or gauge.
+func value(m prometheus.Metric) float64 {
+	var pb dto.Metric
+	if err := m.Write(&pb); err != nil {
+		panic(err)
+	}
+	if pb.Counter != nil {
+		return pb.Counter.GetValue()
+	}
+	return pb.Gauge.GetValue()
+}
+
+func foreign(p *pick.Pool, id string) int64 {
+	s, _ := p.Lookup(id)
+	return s.ForeignPrefill()
+}
+
+// TestStaleness: a peer's report counts for exactly Staleness after it
+// arrived (by the receiver's clock, whatever sent_at says), a newer report
+// replaces it, and a silent peer is forgotten after 3 heartbeats.
+func TestStaleness(t *testing.T) {
+	s, p, now := sharer(t, Config{Interval: 100 * time.Millisecond})
+	if s.cfg.Staleness != time.Second {
+		t.Fatalf("default staleness %v, want 1s", s.cfg.Staleness)
+	}
+	s.apply(report("a", "x", 500, "y", 20))
+	s.apply(report("b", "x", 1000))
+	if got := foreign(p, "x"); got != 1500 {
+		t.Fatalf("x: %d, want 1500 (sum over peers)", got)
+	}
+	*now = now.Add(400 * time.Millisecond)
+	s.apply(report("a", "y", 7)) // replaces a's report: x no longer listed
+	if x, y := foreign(p, "x"), foreign(p, "y"); x != 1000 || y != 7 {
+		t.Fatalf("after a's new report x %d y %d, want 1000 7", x, y)
+	}
+	*now = now.Add(600 * time.Millisecond) // b's report is exactly 1 s old
+	s.expire(*now)
+	if got := foreign(p, "x"); got != 1000 {
+		t.Fatalf("x at the staleness bound: %d, want 1000", got)
+	}
+	*now = now.Add(time.Millisecond)
+	s.expire(*now)
+	if x, y := foreign(p, "x"), foreign(p, "y"); x != 0 || y != 7 {
+		t.Fatalf("after b went stale x %d y %d, want 0 7", x, y)
+	}
+	if s.Peers() != 2 {
+		t.Fatalf("peers %d, want 2 (a silent peer is tracked for 3 heartbeats)", s.Peers())
+	}
+	*now = now.Add(3 * Heartbeat)
+	s.expire(*now)
+	if foreign(p, "y") != 0 || s.Peers() != 0 || value(s.m.peers) != 0 {
+		t.Fatalf("after 3 heartbeats: y %d, peers %d; want 0 0", foreign(p, "y"), s.Peers())
+	}
+}
+
+// TestMalformedReportsDropped: bytes that are no valid report are counted
+// by reason and change nothing; a valid report after them applies.
+func TestMalformedReportsDropped(t *testing.T) {
+	s, p, _ := sharer(t, Config{MaxEngines: 3, MaxMessageBytes: 4096})
+	long := strings.Repeat("e", maxIDBytes+1)
+	cases := []struct {
+		name   string
+		b      []byte
+		reason string
+	}{
+		{"garbage", []byte{0xff, 0xff, 0xff, 0xff}, reasonMalformed},
+		{"truncated", func() []byte { b := report("a", "x", 5); return b[:len(b)-1] }(), reasonMalformed},
+		{"no gateway id", report("", "x", 5), reasonMalformed},
+		{"empty engine id", report("a", "", 5), reasonMalformed},
+		{"long engine id", report("a", long, 5), reasonMalformed},
+		{"long gateway id", report(long, "x", 5), reasonMalformed},
+		{"too many engines", report("a", "x", 1, "y", 1, "z", 1, "w", 1), reasonOversized},
+		{"too many bytes", append(report("a", "x", 1), make([]byte, 4096)...), reasonOversized},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := value(s.m.dropped[c.reason])
+			s.apply(c.b)
+			if got := value(s.m.dropped[c.reason]); got != before+1 {
+				t.Fatalf("dropped{%s} went %v -> %v, want +1", c.reason, before, got)
+			}
+			if foreign(p, "x") != 0 || s.Peers() != 0 || value(s.m.received) != 0 {
+				t.Fatal("a dropped report changed the state")
+			}
+		})
+	}
+	s.apply(report("a", "x", 5))
+	if foreign(p, "x") != 5 {
+		t.Fatalf("valid report after the bad ones: x %d, want 5", foreign(p, "x"))
+	}
+	s.receive(&nats.Msg{Data: make([]byte, 4097)})
+	if got := value(s.m.dropped[reasonOversized]); got != 3 {
+		t.Fatalf("oversized at receipt: dropped %v, want 3", got)
+	}
+}
+
+// TestBounds: peers beyond MaxPeers are dropped until one is forgotten;
+// huge, negative and repeated values are clamped; engines not in the
+// pool take no memory; the receive queue drops what overflows it.
+func TestBounds(t *testing.T) {
+	s, p, now := sharer(t, Config{MaxPeers: 2})
+	s.apply(report("a", "x", 1))
+	s.apply(report("b", "x", 2))
+	s.apply(report("c", "x", 4))
+	if got := value(s.m.dropped[reasonTooMany]); got != 1 || s.Peers() != 2 || foreign(p, "x") != 3 {
+		t.Fatalf("third peer: dropped %v, peers %d, x %d; want 1 2 3", got, s.Peers(), foreign(p, "x"))
+	}
+	*now = now.Add(3*Heartbeat + time.Millisecond)
+	s.expire(*now)
+	s.apply(report("c", "x", 4))
+	if s.Peers() != 1 || foreign(p, "x") != 4 {
+		t.Fatalf("after the others were forgotten: peers %d, x %d; want 1 4", s.Peers(), foreign(p, "x"))
+	}
+
+	m := &schemas.GatewayLoad{GatewayId: "d", Engines: []*schemas.EngineLoad{
+		{EngineId: "x", QueuedPrefillTokens: 1 << 62, InFlight: 1 << 62},
+		{EngineId: "x", QueuedPrefillTokens: 1 << 40},
+		{EngineId: "y", QueuedPrefillTokens: -5},
+		{EngineId: "not-ours", QueuedPrefillTokens: 9},
+	}}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.apply(b)
+	if x, y := foreign(p, "x"), foreign(p, "y"); x != 4+MaxPrefillTokens || y != 0 {
+		t.Fatalf("clamped: x %d y %d, want %d 0", x, y, 4+MaxPrefillTokens)
+	}
+	if got := len(s.peers["d"].loads); got != 1 {
+		t.Fatalf("d holds %d loads, want 1 (repeats merged, unknown and empty engines not kept)", got)
+	}
+
+	for range queueLen + 5 {
+		s.receive(&nats.Msg{Data: b})
+	}
+	if got := value(s.m.dropped[reasonOverflow]); got != 5 {
+		t.Fatalf("overflow: dropped %v, want 5", got)
+	}
+}
+
+// TestPublish: a gateway publishes its queued engines every tick, one
+// empty report when they drain, then an empty heartbeat once a second;
+// a report over the size limit keeps the most loaded engines.
+func TestPublish(t *testing.T) {
+	s, p, now := sharer(t, Config{})
+	rec := s.nc.(*recorder)
+	tb, err := p.Build([]pick.Spec{{ID: "x", URL: "http://x", Weight: 1}, {ID: "y", URL: "http://y", Weight: 1}}, pick.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.tick() // first: an empty report at once
+	i, tk := queue(t, tb, "x", 1234)
+	step := func() { *now = now.Add(100 * time.Millisecond); s.tick() }
+	step()
+	step()
+	tb.FirstToken(i, tk, 10)
+	tb.Done(i)
+	step() // drained: one empty report
+	for range 9 {
+		step() // nothing until a second after the last report
+	}
+	step()
+	var got []int
+	for _, m := range rec.msgs {
+		if m.GetGatewayId() != "me" || m.GetCluster() != "eu" || m.GetSchemaVersion() != schemas.Version {
+			t.Fatalf("report %v", m)
+		}
+		got = append(got, len(m.GetEngines()))
+	}
+	if want := []int{0, 1, 1, 0, 0}; !equal(got, want) {
+		t.Fatalf("engines per report %v, want %v", got, want)
+	}
+	if e := rec.msgs[1].GetEngines()[0]; e.GetEngineId() != "x" || e.GetQueuedPrefillTokens() != 1234 || e.GetInFlight() != 1 {
+		t.Fatalf("report of x: %v", e)
+	}
+
+	big := &schemas.GatewayLoad{GatewayId: "me"}
+	for k := range 100 {
+		big.Engines = append(big.Engines, &schemas.EngineLoad{EngineId: strings.Repeat("e", 20) + string(rune('A'+k%26)) + string(rune('A'+k/26)), QueuedPrefillTokens: int64(k)})
+	}
+	b, left, err := encode(nil, big, 500)
+	if err != nil || len(b) > 500 || left == 0 {
+		t.Fatalf("encode: %d bytes, %d left out, %v", len(b), left, err)
+	}
+	var m schemas.GatewayLoad
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.GetEngines()); n+left != 100 || m.GetEngines()[0].GetQueuedPrefillTokens() != 99 || m.GetEngines()[n-1].GetQueuedPrefillTokens() != int64(100-n) {
+		t.Fatalf("kept %d engines from %d down to %d, want the most loaded", n, m.GetEngines()[0].GetQueuedPrefillTokens(), m.GetEngines()[n-1].GetQueuedPrefillTokens())
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSubject(t *testing.T) {
+	for _, c := range []struct{ prefix, cluster, want string }{
+		{"", "eu-west", "switchyard.gateway.load.eu-west"},
+		{"acme", "us.east *>", "acme.gateway.load.us_east___"},
+		{"", "", "switchyard.gateway.load._"},
+	} {
+		if got := Subject(c.prefix, c.cluster); got != c.want {
+			t.Errorf("Subject(%q, %q) = %q, want %q", c.prefix, c.cluster, got, c.want)
+		}
+	}
+	if got := Wildcard(""); got != "switchyard.gateway.load.>" {
+		t.Errorf("Wildcard = %q", got)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, c := range []Config{
+		{ID: "a"},
+		{Cluster: "c"},
+		{Cluster: "c", ID: "a", Interval: -time.Second},
+		{Cluster: "c", ID: "a", Interval: time.Second, Staleness: time.Millisecond},
+		{Cluster: "c", ID: "a", MaxPeers: -1},
+	} {
+		if _, err := New(&recorder{}, pick.NewPool(), c); err == nil {
+			t.Errorf("New accepted %+v", c)
+		}
+	}
+}
+
+// FuzzDecode: decode never panics, and what it accepts is within the
+// bounds.
+func FuzzDecode(f *testing.F) {
+	f.Add(report("a", "x", 5, "y", 1<<30))
+	f.Add([]byte{0x12, 0x01, 0x61, 0x2a, 0x03, 0x10, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decode(b, 1<<16, 64)
+		if err != nil {
+			return
+		}
+		if m.GetGatewayId() == "" || len(m.GetEngines()) > 64 {
+			t.Fatalf("accepted %v", m)
+		}
+		for _, e := range m.GetEngines() {
+			if q := e.GetQueuedPrefillTokens(); q < 0 || q > MaxPrefillTokens || e.GetEngineId() == "" {
+				t.Fatalf("accepted engine %v", e)
+			}
+		}
+	})
+}
