@@ -326,6 +326,11 @@ func (g *Gateway) ApplySnapshot(b []byte) error {
 // then no events are produced and guardrails do not tick).
 func (g *Gateway) Handler() http.Handler { return g.handler }
 
+// Pool returns the engine states the gateway routes with, for what runs
+// beside it on the same states (gateway/peers shares their queued prefill
+// with other gateways and sets what those report).
+func (g *Gateway) Pool() *pick.Pool { return g.pool }
+
 // Addr returns the listen address once Run listens, else "".
 func (g *Gateway) Addr() string {
 	if a := g.addr.Load(); a != nil {
