@@ -274,6 +274,9 @@ func ValidateSnapshot(snap *schemas.WeightSnapshot, cluster string) (*schemas.Cl
 }
 
 func checkEndpoint(s string) error {
+	if endpointPlain(s) { // endpoint.go
+		return nil
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return fmt.Errorf("endpoint is not a URL: %w", redactURLError(err))

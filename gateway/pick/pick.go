@@ -44,12 +44,12 @@
 package pick
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 )
@@ -698,11 +698,11 @@ func maglevQuotas(engines []Engine, m int) []int {
 		used += q
 		rems[i] = rem{i, x - math.Floor(x)}
 	}
-	sort.Slice(rems, func(a, b int) bool {
-		if rems[a].f != rems[b].f {
-			return rems[a].f > rems[b].f
+	slices.SortFunc(rems, func(a, b rem) int {
+		if c := cmp.Compare(b.f, a.f); c != 0 {
+			return c
 		}
-		return rems[a].i < rems[b].i
+		return a.i - b.i
 	})
 	for k := 0; used < m; k = (k + 1) % n {
 		quota[rems[k].i]++
