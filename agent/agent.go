@@ -223,7 +223,8 @@ func (s *Service) scrapeOnce(ctx context.Context, e *engineLoop) (*schemas.Engin
 		if !e.answered {
 			e.answered = true
 			e.failures.log.Info("engine answered", "model", sig.GetModel(), "health", sig.GetHealth().String(),
-				"ready_replicas", sig.GetReadyReplicas(), "max_batch", sig.GetMaxBatch(), "max_batch_source", sig.GetMaxBatchSource())
+				"ready_replicas", sig.GetReadyReplicas(), "max_batch", sig.GetMaxBatch(), "max_batch_source", sig.GetMaxBatchSource(),
+				"kv_capacity_tokens", sig.GetKvCapacityTokens())
 		}
 	}
 	return sig, true

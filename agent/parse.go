@@ -66,6 +66,13 @@ func names(q string) []string {
 // vllm:cache_config_info or vllm:scheduler_config_info).
 var maxBatchLabels = [...]string{"max_num_seqs", "max_running_requests", "max_batch_size"}
 
+// kvCapacityGauges state the KV-cache size in tokens as a gauge (SGLang).
+var kvCapacityGauges = [...]string{"sglang:max_total_num_tokens"}
+
+// maxKVCapacityTokens bounds a KV capacity read or configured (10^15
+// tokens, far above any engine; larger values are mistakes).
+const maxKVCapacityTokens = 1e15
+
 // hist is a cumulative histogram: cum[i] observations at or below
 // bounds[i], count in total.
 type hist struct {
@@ -84,6 +91,9 @@ type reading struct {
 	// infoMaxBatch is the concurrent-request limit stated by an info
 	// metric's label (summed over its series), zero if none.
 	infoMaxBatch float64
+	// kvCapacity is the KV-cache size in tokens the metrics state over
+	// all of the engine's processes (see kvCapacity), zero if none.
+	kvCapacity float64
 }
 
 // parse reads Prometheus text exposition format.
@@ -166,7 +176,70 @@ func parse(r io.Reader) (*reading, error) {
 		}
 	}
 	out.infoMaxBatch = infoMaxBatch(fams)
+	out.kvCapacity = kvCapacity(fams)
 	return out, nil
+}
+
+// kvCapacity returns the KV-cache size in tokens that the metrics state,
+// summed over the engine's processes, or zero: SGLang's
+// max_total_num_tokens gauge (one series per data-parallel rank; a series
+// of a tensor- or pipeline-parallel rank other than 0 describes the same
+// token pool as rank 0 and is skipped), else num_gpu_blocks × block_size
+// from the labels of vLLM's cache_config_info (one series per engine
+// core; a series whose labels are not numbers, such as "None" before the
+// cache is sized, counts nothing).
+func kvCapacity(fams map[string]*dto.MetricFamily) float64 {
+	for _, n := range kvCapacityGauges {
+		f := fams[n]
+		if f == nil {
+			continue
+		}
+		var sum float64
+		for _, m := range f.GetMetric() {
+			if !firstRank(m) {
+				continue
+			}
+			if v := value(m); finite(v) && v >= 1 {
+				sum += math.Round(v)
+			}
+		}
+		if sum > 0 && sum <= maxKVCapacityTokens {
+			return sum
+		}
+	}
+	fnames := make([]string, 0, 2)
+	for n := range fams {
+		if strings.HasSuffix(n, "cache_config_info") {
+			fnames = append(fnames, n)
+		}
+	}
+	sort.Strings(fnames) // the same answer whatever the map order
+	for _, n := range fnames {
+		var sum float64
+		for _, m := range fams[n].GetMetric() {
+			blocks, err1 := strconv.ParseFloat(label(m, "num_gpu_blocks"), 64)
+			size, err2 := strconv.ParseFloat(label(m, "block_size"), 64)
+			if err1 != nil || err2 != nil || !finite(blocks) || !finite(size) || blocks < 1 || size < 1 {
+				continue
+			}
+			sum += float64(math.Round(blocks) * math.Round(size))
+		}
+		if sum > 0 && sum <= maxKVCapacityTokens {
+			return sum
+		}
+	}
+	return 0
+}
+
+// firstRank reports whether m is not a series of a tensor- or
+// pipeline-parallel rank other than 0.
+func firstRank(m *dto.Metric) bool {
+	for _, l := range []string{"tp_rank", "pp_rank"} {
+		if r := label(m, l); r != "" && r != "0" {
+			return false
+		}
+	}
+	return true
 }
 
 // infoMaxBatch sums the concurrent-request limit that info metrics state

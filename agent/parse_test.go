@@ -182,6 +182,57 @@ func TestMaxBatch(t *testing.T) {
 	}
 }
 
+// TestKVCapacity checks where the published KV-cache size comes from:
+// the engine list (per replica, times the replicas) first, then vLLM's
+// cache_config_info labels (num_gpu_blocks x block_size, summed over
+// engine cores) or SGLang's max_total_num_tokens gauge (rank 0 of each
+// data-parallel rank), else none. The fixtures are the engines' own
+// /metrics text.
+func TestKVCapacity(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	vllm1, vllm0, sglang := read("vllm-v1.txt"), read("vllm-v0.txt"), read("sglang.txt")
+	const dp2 = "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n" +
+		`vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",num_gpu_blocks="27186"} 1.0` + "\n" +
+		`vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="1",num_gpu_blocks="27000"} 1.0` + "\n"
+	const sglangTP = "# TYPE sglang:max_total_num_tokens gauge\n" +
+		`sglang:max_total_num_tokens{dp_rank="0",pp_rank="0",tp_rank="0"} 77000` + "\n" +
+		`sglang:max_total_num_tokens{dp_rank="0",pp_rank="0",tp_rank="1"} 77000` + "\n" +
+		`sglang:max_total_num_tokens{dp_rank="1",pp_rank="0",tp_rank="0"} 76000` + "\n"
+	const enginesim = "# TYPE vllm:cache_config_info gauge\n" +
+		`vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",gpu_memory_utilization="0.9",num_gpu_blocks="4096"} 1` + "\n"
+	for _, tc := range []struct {
+		name       string
+		configured uint64
+		body       string
+		want       float64
+	}{
+		{"vllm_v1", 0, vllm1, 27186 * 16},
+		{"vllm_v0", 0, vllm0, 13000 * 16},
+		{"vllm_data_parallel", 0, dp2, (27186 + 27000) * 16},
+		{"sglang", 0, sglang, 77000},
+		{"sglang_tensor_parallel", 0, sglangTP, 77000 + 76000},
+		{"enginesim_vllm", 0, enginesim, 4096 * 16},
+		{"configured_over_engine", 100_000, vllm1, 100_000},
+		{"configured_times_replicas", 100_000, "# TYPE switchyard_enginesim_replicas gauge\nswitchyard_enginesim_replicas 3\n", 300_000},
+		{"blocks_not_a_number", 0, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n", 0},
+		{"no_block_size", 0, "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{num_gpu_blocks=\"100\"} 1\n", 0},
+		{"none", 0, read("tgi.txt"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sig := scrapeFromZero(t, Target{ID: "e", KVCapacityTokens: tc.configured}, tc.body)
+			if sig.GetKvCapacityTokens() != tc.want {
+				t.Errorf("kv_capacity_tokens %v, want %v", sig.GetKvCapacityTokens(), tc.want)
+			}
+		})
+	}
+}
+
 // TestPrefixCacheNeedsPromptTokens: a cached-token counter or a hit-rate
 // gauge alone says nothing about how many tokens were looked up, so the
 // signal then carries no prefix-cache values rather than a made-up rate.

@@ -70,6 +70,17 @@ func setMaxBatch(sig *schemas.EngineSignal, configured uint32, cur *reading, rep
 	}
 }
 
+// setKVCapacity sets the KV-cache size in tokens over the engine's
+// replicas: the configured per-replica size times the replicas, else what
+// the engine's metrics state (already over all its processes), else none.
+func setKVCapacity(sig *schemas.EngineSignal, configured uint64, cur *reading, replicas float64) {
+	if configured > 0 {
+		sig.KvCapacityTokens = math.Min(float64(float64(configured)*replicas), maxKVCapacityTokens)
+		return
+	}
+	sig.KvCapacityTokens = cur.kvCapacity
+}
+
 // fill sets sig's values from reading cur, with deltas against st's
 // previous reading (which it then replaces) and st's configured batch
 // limit. Every value it writes is finite and non-negative.
@@ -87,6 +98,7 @@ func fill(sig *schemas.EngineSignal, health schemas.Health, cur *reading, st *Sc
 		sig.ReadyReplicas = uint32(replicas)
 	}
 	setMaxBatch(sig, st.target.MaxBatch, cur, replicas)
+	setKVCapacity(sig, st.target.KVCapacityTokens, cur, replicas)
 	hasPrev := st.prev != nil
 	var prev *reading
 	if hasPrev {

@@ -20,10 +20,15 @@ type Target struct {
 	// started with (vLLM's --max-num-seqs). Zero: read it from the
 	// engine's metrics where they state one, else publish none.
 	MaxBatch uint32
+	// KVCapacityTokens is the per-replica KV-cache size in tokens (what
+	// vLLM logs as "GPU KV cache size: N tokens"). Zero: read it from the
+	// engine's metrics where they state one, else publish none. It wins
+	// over the metrics.
+	KVCapacityTokens uint64
 }
 
 // TargetSyntax describes one engine spec as ParseTargets reads it.
-const TargetSyntax = "id=url[,region=R][,gpu=CLASS][,max_batch=N]"
+const TargetSyntax = "id=url[,region=R][,gpu=CLASS][,max_batch=N][,kv_capacity_tokens=N]"
 
 // ParseTargets parses engine specs (TargetSyntax); region and gpuClass are
 // the defaults for specs that do not name them.
@@ -64,6 +69,12 @@ func parseTarget(spec, region, gpuClass string) (Target, error) {
 				return Target{}, fmt.Errorf("engine %q: max_batch %q is not a positive integer", spec, v)
 			}
 			t.MaxBatch = uint32(n)
+		case k == "kv_capacity_tokens" || k == "kv-capacity-tokens":
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n == 0 || n > maxKVCapacityTokens {
+				return Target{}, fmt.Errorf("engine %q: kv_capacity_tokens %q is not an integer in [1, %d]", spec, v, uint64(maxKVCapacityTokens))
+			}
+			t.KVCapacityTokens = n
 		default:
 			return Target{}, fmt.Errorf("engine %q: unknown option %q", spec, k)
 		}
