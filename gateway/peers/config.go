@@ -1,9 +1,12 @@
 package peers
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -116,4 +119,18 @@ func (c Config) withDefaults() (Config, error) {
 		c.Now = time.Now
 	}
 	return c, nil
+}
+
+// DefaultID returns an instance id for a gateway that was given none:
+// its host name, process id and 4 random bytes, so that two processes
+// never share one (a restarted gateway is a new peer; its old id goes
+// stale).
+func DefaultID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "gateway"
+	}
+	var r [4]byte
+	_, _ = rand.Read(r[:]) // crypto/rand.Read never fails
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(r[:]))
 }

@@ -432,3 +432,10 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestDefaultID(t *testing.T) {
+	a, b := DefaultID(), DefaultID()
+	if a == b || a == "" || len(a) > maxIDBytes {
+		t.Fatalf("DefaultID %q, %q: want distinct, non-empty ids", a, b)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,6 +22,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
+	"github.com/switchyard-llm/switchyard/gateway/peers"
 	"github.com/switchyard-llm/switchyard/gateway/tenant"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
@@ -64,6 +66,8 @@ type Flags struct {
 	PriorityHeader       bool
 	AdminListen          string
 	ArrivalRecordAfter   time.Duration
+	PeerLoadInterval     time.Duration // 0: no peer load sharing
+	GatewayID            string
 	LogLevel             string
 	NATSURL              string
 	KafkaBrokers         []string
@@ -104,6 +108,8 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.DurationVar(&f.BodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "longest wait for a request body after its head (408 after; negative: none)")
 	fs.Int64Var(&f.MinBodyRate, "min-body-rate", gateway.DefaultMinBodyRate, "least average request body rate in bytes/s after the first 5s (408 below; negative: none)")
 	fs.BoolVar(&f.RawSyscalls, "raw-syscalls", false, "read and write sockets with raw recvfrom/sendto system calls (Linux; a few percent less CPU)")
+	fs.DurationVar(&f.PeerLoadInterval, "peer-load-interval", peers.DefaultInterval, "share this gateway's queued prefill per engine with the other gateways on NATS this often, and count theirs ahead of its requests (0: off; docs/gateway.md)")
+	fs.StringVar(&f.GatewayID, "gateway-id", "", "this gateway's instance id among the gateways sharing load (empty: host name, process id and a random suffix)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	conn.Register(fs)
 	f.Trust.Register(fs)
@@ -115,6 +121,12 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	}
 	if f.Cluster == "" {
 		return f, fmt.Errorf("%w: --cluster is required", cli.ErrUsage)
+	}
+	if f.PeerLoadInterval < 0 || (f.PeerLoadInterval > 0 && f.PeerLoadInterval < time.Millisecond) {
+		return f, fmt.Errorf("%w: --peer-load-interval %v: want 0 (off) or at least 1ms", cli.ErrUsage, f.PeerLoadInterval)
+	}
+	if f.GatewayID == "" {
+		f.GatewayID = peers.DefaultID()
 	}
 	if f.HTTPServer != gateway.ServerFast && f.HTTPServer != gateway.ServerStd {
 		return f, fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, f.HTTPServer)
@@ -230,6 +242,14 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		defer stop()
 	}
 	eg, ectx := errgroup.WithContext(ctx)
+	if f.NATSURL != "" && f.PeerLoadInterval > 0 {
+		nc, sharer, err := startPeers(f, g, log, reg)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		eg.Go(func() error { return sharer.Run(ectx) })
+	}
 	if w != nil {
 		eg.Go(func() error { return w.Run(ectx) })
 	}
@@ -238,6 +258,25 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	eg.Go(func() error { return g.Run(ectx) })
 	return eg.Wait()
+}
+
+// startPeers connects to NATS for peer load sharing (its own connection:
+// the snapshot watcher's is its own too, redialled on failure) and builds
+// the Sharer of g's engines.
+func startPeers(f Flags, g *gateway.Gateway, log *slog.Logger, reg prometheus.Registerer) (*nats.Conn, *peers.Sharer, error) {
+	nc, err := f.Conn.ConnectNATS(nats.Name("switchyard-gateway-peers-"+f.Cluster),
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to nats %s for peer load: %w", f.NATSURL, err)
+	}
+	sharer, err := peers.New(nc, g.Pool(), peers.Config{Cluster: f.Cluster, ID: f.GatewayID, Prefix: f.TopicPrefix,
+		Interval: f.PeerLoadInterval, Logger: log.With("component", "peers"), Registerer: reg})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	log.Info("sharing load with peer gateways", "gateway_id", f.GatewayID, "subject", peers.Subject(f.TopicPrefix, f.Cluster), "interval", f.PeerLoadInterval)
+	return nc, sharer, nil
 }
 
 func readSnapshotFile(path string) (*schemas.WeightSnapshot, error) {

@@ -36,8 +36,17 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
 		t.Errorf("SWITCHYARD_HTTP_SERVER=std: %q %v", cfg.HTTPServer, err)
 	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(string) string { return "" }); err != nil || cfg.PeerLoadInterval != 100*time.Millisecond || cfg.GatewayID == "" {
+		t.Errorf("peer load defaults: interval %v, id %q, %v", cfg.PeerLoadInterval, cfg.GatewayID, err)
+	}
+	peerEnv := map[string]string{"SWITCHYARD_PEER_LOAD_INTERVAL": "0", "SWITCHYARD_GATEWAY_ID": "gw-1"}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return peerEnv[k] }); err != nil || cfg.PeerLoadInterval != 0 || cfg.GatewayID != "gw-1" {
+		t.Errorf("SWITCHYARD_PEER_LOAD_INTERVAL=0 SWITCHYARD_GATEWAY_ID=gw-1: interval %v, id %q, %v", cfg.PeerLoadInterval, cfg.GatewayID, err)
+	}
 	for _, args := range [][]string{
 		{},
+		{"--cluster", "eu", "--peer-load-interval", "-1s"},
+		{"--cluster", "eu", "--peer-load-interval", "1us"},
 		{"--cluster", "eu", "--engines", "nourl"},
 		{"--cluster", "eu", "--engines", "a=ftp://x"},
 		{"--cluster", "eu", "extra"},
