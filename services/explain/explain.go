@@ -157,25 +157,37 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 		}
 		return ws[a].GetEngineId() < ws[b].GetEngineId()
 	})
-	fmt.Fprintln(tw, "ENGINE\tWEIGHT\tNETWORK MS\tENGINE MS\tMARGINAL MS\tPLANNED UTIL\tBINDING\tMAX BATCH\tENDPOINT")
+	fmt.Fprintln(tw, "ENGINE\tWEIGHT\tNETWORK MS\tENGINE MS\tMARGINAL MS\tPLANNED UTIL\tBINDING\tMAX BATCH\tCACHE S\tENDPOINT")
 	for _, ew := range ws {
 		ex := ew.GetExplanation()
 		binding := strings.Join(ex.GetBinding(), ",")
 		if binding == "" {
 			binding = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%s\t%s\n", ew.GetEngineId(), ew.GetWeight(),
-			ex.GetNetworkMs(), ex.GetEngineMs(), ex.GetMarginalMs(), ew.GetPlannedUtilization(), binding, batchLimit(ex), ew.GetEndpointUrl())
+		fmt.Fprintf(tw, "%s\t%.4f\t%.2f\t%.2f\t%.2f\t%.3f\t%s\t%s\t%s\t%s\n", ew.GetEngineId(), ew.GetWeight(),
+			ex.GetNetworkMs(), ex.GetEngineMs(), ex.GetMarginalMs(), ew.GetPlannedUtilization(), binding, batchLimit(ex),
+			residency(ex), ew.GetEndpointUrl())
 	}
 	if cw.GetShedFraction() > 0 {
-		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\n", cw.GetShedFraction(), "demand above capacity*max_utilization")
+		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\t\n", cw.GetShedFraction(), "demand above capacity*max_utilization")
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "marginal ms is the end-to-end latency of one more request from this cluster on that engine")
 	fmt.Fprintln(tw, "(the dual price); engines with traffic share the cluster's lowest marginal ms.")
 	fmt.Fprintln(tw, "max batch is the per-replica batch limit the capacity estimate used and where it came from:")
 	fmt.Fprintln(tw, "configured (agent), engine_metrics (the engine's), inferred (running while requests waited), prior.")
+	fmt.Fprintln(tw, "cache s is how long a prefix stays in the engine's prefix cache (free KV capacity over the rate")
+	fmt.Fprintln(tw, "of new tokens); gateways credit no prefix sent to the engine longer ago.")
 	return tw.Flush()
+}
+
+// residency is the CACHE S cell: the engine's prefix-cache residency in
+// seconds, "-" when unknown.
+func residency(ex *schemas.Explanation) string {
+	if r := ex.GetCacheResidencyS(); r > 0 {
+		return fmt.Sprintf("%.1f", r)
+	}
+	return "-"
 }
 
 // batchLimit is the MAX BATCH cell: "16 (inferred)", "-" when unknown.

@@ -46,6 +46,7 @@ func seedSnapshot(t *testing.T) *schemas.WeightSnapshot {
 		for _, w := range cw.GetWeights() {
 			if w.GetEngineId() == "b-0" && w.GetExplanation() != nil {
 				w.Explanation.MaxBatch, w.Explanation.CapacitySource = 16, "inferred"
+				w.Explanation.CacheResidencyS = 42.5
 			}
 		}
 	}
@@ -62,7 +63,7 @@ func runExplain(t *testing.T, args ...string) (string, error) {
 func checkTable(t *testing.T, out string) {
 	t.Helper()
 	for _, want := range []string{"version 7", "region-b", "b-0", "c-0", "capacity", "MARGINAL MS", "http://b-0:8000", "(shed)", optimizer.SolverName,
-		"MAX BATCH", "16 (inferred)"} {
+		"MAX BATCH", "16 (inferred)", "CACHE S", "42.5"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
