@@ -48,7 +48,7 @@ func TestPages(t *testing.T) {
 			"TTFT profile", "TBOT profile", "fitted profile", "observed (40 signals", "<circle", "region-a", "region-b",
 		}},
 		{"explain a cluster", "/explain?cluster=region-b", 200, []string{
-			"b-l4-0", "capacity", "marginal ms", "16 (configured)", "(shed) 0.1500", "newton",
+			"b-l4-0", "capacity", "marginal ms", "16 (configured)", "cache s", `<td class="num">37.5</td>`, "(shed) 0.1500", "newton",
 		}},
 		{"explain an engine everywhere", "/explain?engine=a-h100-0", 200, []string{"Engine <b>a-h100-0</b> in every cluster", "region-a", "region-b", "40.00", "130.00"}},
 		{"explain highlights an engine", "/explain?cluster=region-a&engine=a-a100-1", 200, []string{`class="highlight"`}},

@@ -176,7 +176,7 @@ func fixtureSnapshot(v uint64, i int) *schemas.WeightSnapshot {
 	h := 0.5 + 0.08*float64(i)
 	shed := math.Max(0, 0.05*float64(i-2))
 	explain := func(netMs, engMs float64, bind ...string) *schemas.Explanation {
-		return &schemas.Explanation{NetworkMs: netMs, EngineMs: engMs, MarginalMs: netMs + engMs + 20, Binding: bind, MaxBatch: 16, CapacitySource: "configured"}
+		return &schemas.Explanation{NetworkMs: netMs, EngineMs: engMs, MarginalMs: netMs + engMs + 20, Binding: bind, MaxBatch: 16, CapacitySource: "configured", CacheResidencyS: 37.5}
 	}
 	return &schemas.WeightSnapshot{
 		SchemaVersion: schemas.Version, Version: v, CreatedUnixMs: int64(v) + 40, InputsDigest: fmt.Sprintf("%064x", v),

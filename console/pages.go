@@ -203,6 +203,7 @@ type weightRow struct {
 	Weight, PlannedUtil                 float64
 	NetworkMs, EngineMs, MarginalMs     float64
 	Binding, MaxBatch, Endpoint, Source string
+	CacheS                              string // prefix-cache residency, s; "-" unknown
 	Highlight                           bool
 }
 
@@ -626,6 +627,10 @@ func toRow(ew *schemas.EngineWeight, color string) weightRow {
 			src = "unknown"
 		}
 		row.MaxBatch = fmt.Sprintf("%d (%s)", ex.GetMaxBatch(), src)
+	}
+	row.CacheS = "-"
+	if r := ex.GetCacheResidencyS(); r > 0 {
+		row.CacheS = fmt.Sprintf("%.1f", r)
 	}
 	return row
 }
