@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -245,6 +246,9 @@ func everyComponentsMetrics(t *testing.T, ctx context.Context, url string) {
 		"switchyard_optimizer_snapshots_published_total",
 		"switchyard_emitter_records_total{",
 	}
+	// Each gateway hears the others' load reports (gateway/peers).
+	regions := DefaultTopology().Regions
+	want = append(want, fmt.Sprintf("switchyard_gateway_peers{cluster=%q} %d", regions[0], len(regions)-1))
 	var missing []string
 	for ctx.Err() == nil {
 		resp, err := http.Get(url)

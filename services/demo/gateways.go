@@ -5,24 +5,30 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/gateway/peers"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
 // regionGateway is one region's gateway and the clients it was given:
-// a snapshot watcher, a producer of routing events and a follower of
-// engine signals.
+// a snapshot watcher, a producer of routing events, a follower of
+// engine signals, and the sharer of its engine load with the other
+// regions' gateways (they route to the same engines) on its own NATS
+// connection.
 type regionGateway struct {
 	gw       *gateway.Gateway
 	watcher  *snapshots.Watcher
 	emitter  *streams.Emitter
 	producer *kgo.Client
 	signals  *kgo.Client
+	nc       *nats.Conn
+	peers    *peers.Sharer
 }
 
 // newRegionGateway builds region's gateway on the embedded brokers. Its
@@ -59,6 +65,15 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		rg.close()
 		return nil, err
 	}
+	if rg.nc, err = nats.Connect(natsURL, nats.Name("switchyard-gateway-peers-"+region),
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)); err != nil {
+		rg.close()
+		return nil, fmt.Errorf("connecting to nats %s for peer load: %w", natsURL, err)
+	}
+	if rg.peers, err = peers.New(rg.nc, rg.gw.Pool(), peers.Config{Cluster: region, ID: "demo-" + region, Registerer: reg}); err != nil {
+		rg.close()
+		return nil, err
+	}
 	return rg, nil
 }
 
@@ -66,6 +81,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 // emitter outlives the gateway to send the events of its last requests.
 func (rg *regionGateway) run(ctx context.Context, g *errgroup.Group) {
 	g.Go(func() error { return rg.watcher.Run(ctx) })
+	g.Go(func() error { return rg.peers.Run(ctx) })
 	g.Go(func() error {
 		defer rg.close()
 		ectx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -82,6 +98,9 @@ func (rg *regionGateway) run(ctx context.Context, g *errgroup.Group) {
 }
 
 func (rg *regionGateway) close() {
+	if rg.nc != nil {
+		rg.nc.Close()
+	}
 	rg.signals.Close()
 	rg.producer.Close()
 }
