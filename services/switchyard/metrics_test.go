@@ -11,12 +11,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/gateway"
+	"github.com/switchyard-llm/switchyard/gateway/peers"
+	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/services/combiner"
 	"github.com/switchyard-llm/switchyard/services/processor"
@@ -175,6 +178,14 @@ func (nopStore) Get(context.Context, string) (*schemas.WeightSnapshot, error) {
 }
 func (nopStore) Publish(context.Context, *schemas.WeightSnapshot) error { return nil }
 
+// nopConn is a NATS connection for peers.New, which does not use it.
+type nopConn struct{}
+
+func (nopConn) Publish(string, []byte) error { return nil }
+func (nopConn) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error) {
+	return nil, errors.New("none")
+}
+
 // registeredSeries builds every component the binary runs, each on a
 // fresh recorder as its command does, and returns every metric family
 // they register (Go runtime and process collectors aside).
@@ -197,6 +208,9 @@ func registeredSeries(t *testing.T) map[string]series {
 	}
 	if _, err := streams.NewEmitter(client(), "t", "gateway", 0, rec); err != nil {
 		t.Fatalf("gateway emitter: %v", err)
+	}
+	if _, err := peers.New(nopConn{}, pick.NewPool(), peers.Config{Cluster: "c", ID: "g", Registerer: rec}); err != nil { // --peer-load-interval
+		t.Fatalf("gateway peers: %v", err)
 	}
 	rec.families(t, "gateway", out)
 
