@@ -45,6 +45,12 @@ const (
 	// capacityMemoryMs: a tracked capacity not updated for this long is
 	// forgotten (the engine starts over from its next estimate).
 	capacityMemoryMs = 5 * 60 * 1000
+	// residencyGain: how far each window moves the tracked rate at which
+	// the engine's prefix cache turns over (1 / cache_residency_s) toward
+	// the window's. A 10 s window's residency swings tenfold with whether
+	// one long prompt arrived in it, while a cached prefix lives about a
+	// minute or more: 0.05 a window (a 2 s slide) averages over about 40 s.
+	residencyGain = 0.05
 )
 
 type capacityState struct {
@@ -57,6 +63,9 @@ type capacityState struct {
 	// holds until the engine is found down or not heard of for
 	// capacityMemoryMs.
 	batch uint32
+	// turnover is 1 / cache residency (per second), tracked across
+	// windows with residencyGain; 0: unknown.
+	turnover float64
 }
 
 // observe folds e in (a window not newer than the last one is ignored).
@@ -75,6 +84,13 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 	}
 	if src := e.GetCapacitySource(); src != "" && src != "prior" && e.GetMaxBatch() > 0 {
 		s.batch = e.GetMaxBatch()
+	}
+	if r := e.GetCacheResidencyS(); r > 0 && finite(r) {
+		if x := 1 / r; s.turnover <= 0 {
+			s.turnover = x
+		} else {
+			s.turnover += float64(residencyGain * (x - s.turnover))
+		}
 	}
 	if !finite(c) || c <= 0 || !finite(x) {
 		return // nothing learned
@@ -118,4 +134,13 @@ func (s *capacityState) capacity(e *schemas.EngineEstimate) (lo, hi float64) {
 		return hi, hi
 	}
 	return unmeasuredHeadroom * hi, hi
+}
+
+// residency is the tracked prefix-cache residency of the engine in
+// seconds (0: unknown).
+func (s *capacityState) residency() float64 {
+	if s == nil || !(s.turnover > 0) || !finite(s.turnover) {
+		return 0
+	}
+	return 1 / s.turnover
 }

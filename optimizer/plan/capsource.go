@@ -12,13 +12,14 @@ import (
 // engine's concurrency limit when a batch limit rests on evidence (the
 // remembered one, capacityState.batch; the gateways' pickers count
 // requests beyond it as waiting for a slot), and its prefix-cache
-// residency (EngineEstimate.cache_residency_s; the pickers credit no
-// prefix sent to the engine longer ago).
+// residency as tracked across windows (capacityState.residency, from
+// EngineEstimate.cache_residency_s; the pickers credit no prefix sent to
+// the engine longer ago).
 func explainCapacity(engines map[string]*schemas.EngineEstimate, capacity map[string]*capacityState, clusters []*schemas.ClusterWeights) {
 	for _, cw := range clusters {
 		for _, w := range cw.GetWeights() {
 			e := engines[w.GetEngineId()]
-			if r := e.GetCacheResidencyS(); r > 0 && !math.IsInf(r, 1) {
+			if r := capacity[w.GetEngineId()].residency(); r > 0 && !math.IsInf(r, 1) {
 				if w.Explanation == nil {
 					w.Explanation = &schemas.Explanation{}
 				}

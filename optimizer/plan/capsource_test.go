@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"math"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -38,14 +39,16 @@ func TestMaxConcurrencyFromRememberedEvidence(t *testing.T) {
 	}
 }
 
-// TestCacheResidencyExplained: each engine's explanation carries the
-// cache residency of its latest estimate, also when its batch limit is
-// unknown; an engine without one (0: unknown) gets none.
+// TestCacheResidencyExplained: each engine's explanation carries its
+// cache residency as tracked across windows (the first window's, then
+// its turnover rate 1/residency moving residencyGain toward each newer
+// window's), also when its batch limit is unknown; an engine without one
+// (0: unknown) gets none, and a restart starts it over.
 func TestCacheResidencyExplained(t *testing.T) {
 	s := NewState()
 	for _, e := range []*schemas.EngineEstimate{
-		{EngineId: "a", WindowEndUnixMs: 1000, CacheResidencyS: 300, CapacityRps: 10},
-		{EngineId: "a", WindowEndUnixMs: 2000, CacheResidencyS: 42.5, KvCapacityTokens: 1 << 20, CapacityRps: 10},
+		{EngineId: "a", WindowEndUnixMs: 1000, CacheResidencyS: 300, CapacityRps: 10, ReadyReplicas: 1},
+		{EngineId: "a", WindowEndUnixMs: 2000, CacheResidencyS: 42.5, KvCapacityTokens: 1 << 20, CapacityRps: 10, ReadyReplicas: 1},
 		{EngineId: "b", WindowEndUnixMs: 2000, MaxBatch: 16, CapacitySource: "configured", CapacityRps: 10},
 	} {
 		s.Apply(&schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: e}})
@@ -53,10 +56,23 @@ func TestCacheResidencyExplained(t *testing.T) {
 	cws := []*schemas.ClusterWeights{{Cluster: "c", Weights: []*schemas.EngineWeight{{EngineId: "a", Weight: 0.5}, {EngineId: "b", Weight: 0.5}}}}
 	explainCapacity(s.engines, s.capacity, cws)
 	a, b := cws[0].GetWeights()[0].GetExplanation(), cws[0].GetWeights()[1].GetExplanation()
-	if a.GetCacheResidencyS() != 42.5 || a.GetMaxBatch() != 0 {
-		t.Fatalf("engine a: residency %v s, max batch %d; want 42.5 s, 0", a.GetCacheResidencyS(), a.GetMaxBatch())
+	want := 1 / (1.0/300 + residencyGain*(1/42.5-1.0/300)) // about 230 s
+	if r := a.GetCacheResidencyS(); math.Abs(r-want) > 1e-9*want || a.GetMaxBatch() != 0 {
+		t.Fatalf("engine a: residency %v s, max batch %d; want %v s, 0", r, a.GetMaxBatch(), want)
 	}
 	if b.GetCacheResidencyS() != 0 || b.GetMaxBatch() != 16 {
 		t.Fatalf("engine b: residency %v s, max batch %d; want 0 s, 16", b.GetCacheResidencyS(), b.GetMaxBatch())
+	}
+	// Down, then back with a cold cache: the next window's residency alone.
+	for _, e := range []*schemas.EngineEstimate{
+		{EngineId: "a", WindowEndUnixMs: 3000, CacheResidencyS: 42.5, CapacityRps: 10, Health: schemas.Health_HEALTH_UNHEALTHY},
+		{EngineId: "a", WindowEndUnixMs: 4000, CacheResidencyS: 90, CapacityRps: 10, ReadyReplicas: 1},
+	} {
+		s.Apply(&schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: e}})
+	}
+	cws = []*schemas.ClusterWeights{{Cluster: "c", Weights: []*schemas.EngineWeight{{EngineId: "a", Weight: 1}}}}
+	explainCapacity(s.engines, s.capacity, cws)
+	if r := cws[0].GetWeights()[0].GetExplanation().GetCacheResidencyS(); math.Abs(r-90) > 1e-9 {
+		t.Fatalf("after a restart: residency %v s, want 90", r)
 	}
 }

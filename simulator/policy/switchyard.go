@@ -30,8 +30,12 @@ import (
 // pick's least-loaded fallback table, as the gateway does without a
 // snapshot.
 type switchyard struct {
-	w   *des.World
-	ctl struct {
+	// peerEvery is the peer load sharing period (0: off), nextPeer the
+	// next share, peerSum its scratch.
+	peerEvery, nextPeer time.Duration
+	peerSum             []int64
+	w                   *des.World
+	ctl                 struct {
 		signal, slide, window, lateness time.Duration
 	}
 	rng *rand.Rand
@@ -109,6 +113,9 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 	p.ctl.window = p.ctl.window / p.ctl.slide * p.ctl.slide
 	p.ctl.lateness = sec(w.Control.AllowedLatenessS)
 	p.ctlp.propagation = time.Duration(w.Control.PropagationMs * float64(time.Millisecond))
+	if w.Control.PeerLoadMs > 0 {
+		p.peerEvery = time.Duration(w.Control.PeerLoadMs * float64(time.Millisecond))
+	}
 	n := len(w.Engines)
 	p.prev = make([]engine.Stats, n)
 	p.ttft = make([]acc, n)
@@ -272,6 +279,10 @@ func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus,
 }
 
 func (p *switchyard) Tick(now time.Duration) {
+	if p.peerEvery > 0 && now >= p.nextPeer {
+		p.sharePeerLoad()
+		p.nextPeer = now + p.peerEvery
+	}
 	for _, g := range p.gw {
 		for e, st := range g.states {
 			up := p.w.Healthy(e)
@@ -292,6 +303,29 @@ func (p *switchyard) Tick(now time.Duration) {
 	p.ctlp.advance(now, p.proc.core.Fire())
 	for _, s := range p.ctlp.due(now) {
 		p.installSnap(p.tables(s.snap))
+	}
+}
+
+// sharePeerLoad models gateway/peers: every gateway reports its queued
+// prefill per engine, and each sets every engine's foreign prefill to
+// the sum of the others' reports (the channel's delay, about a
+// millisecond on NATS, is within a tick).
+func (p *switchyard) sharePeerLoad() {
+	n := len(p.w.Engines)
+	if cap(p.peerSum) < n {
+		p.peerSum = make([]int64, n)
+	}
+	sum := p.peerSum[:n]
+	clear(sum)
+	for _, g := range p.gw {
+		for e, st := range g.states {
+			sum[e] += st.Prefill()
+		}
+	}
+	for _, g := range p.gw {
+		for e, st := range g.states {
+			st.SetForeignPrefill(sum[e] - st.Prefill())
+		}
 	}
 }
 
@@ -320,6 +354,7 @@ func (p *switchyard) scrape(now time.Duration) {
 			RunningRequests:    float64(st.Running),
 			WaitingRequests:    float64(st.Waiting),
 			KvCacheUsage:       st.KVUsage(),
+			KvCapacityTokens:   float64(st.KVBlocksTotal * info.Preset.BlockSize),
 			PrefixCacheHits:    float64(st.PrefixHitTokens - prev.PrefixHitTokens),
 			PrefixCacheQueries: float64(st.PrefixQueryTokens - prev.PrefixQueryTokens),
 			IntervalSeconds:    p.ctl.signal.Seconds(),
@@ -391,6 +426,11 @@ func (p *switchyard) installSnap(s snapTables) {
 				x := s.expl[c][e]
 				specs = append(specs, pick.Spec{ID: info.ID, Weight: w, RTTms: x.GetNetworkMs(), MaxConcurrency: int(x.GetMaxConcurrency())})
 			}
+		}
+		for e := range p.w.Engines {
+			// The gateway sets each engine's cache residency from the
+			// snapshot's explanation (gateway.go does the same).
+			g.states[e].SetCacheResidency(s.expl[c][e].GetCacheResidencyS())
 		}
 		g.shed = s.shed[c]
 		if len(specs) == 0 {

@@ -155,6 +155,10 @@ type Control struct {
 	// HealthCheckMs is how long gateways take to notice an engine going
 	// down or coming back (default 2000).
 	HealthCheckMs float64 `json:"health_check_ms,omitempty"`
+	// PeerLoadMs is how often each switchyard gateway shares its queued
+	// prefill per engine with the other gateways (gateway/peers; default
+	// 100, the gateway's --peer-load-interval); negative: never.
+	PeerLoadMs float64 `json:"peer_load_ms,omitempty"`
 	// MaxUtilization and ChurnWeight are the optimizer settings
 	// (defaults 0.9 and 5, the optimizer service's).
 	MaxUtilization float64 `json:"max_utilization,omitempty"`
@@ -542,6 +546,7 @@ func (c Control) Defaults() Control {
 	def(&c.OptimizerPeriodS, 5)
 	def(&c.PropagationMs, 500)
 	def(&c.HealthCheckMs, 2000)
+	def(&c.PeerLoadMs, 100)
 	def(&c.MaxUtilization, 0.9)
 	def(&c.ChurnWeight, plan.DefaultChurnWeight)
 	def(&c.LegacyPeriodS, 5)
