@@ -81,6 +81,15 @@ type Instance struct {
 	// killed (a test hook) makes the instance stop as if killed: no
 	// hand-over, no leaving the group.
 	killed bool
+	// stalledAfter: an owned partition with unread records that
+	// delivers none for this long is released (Shard.Release); the
+	// single processor's stalledAfter, shorter in tests. Polls end at
+	// least every stalledAfter/4 so that the rule applies while no
+	// partition delivers anything.
+	stalledAfter time.Duration
+	// progress is when each pending partition last delivered records
+	// (or became pending).
+	progress map[tp]time.Time
 }
 
 type instShard struct {
@@ -95,7 +104,8 @@ func NewInstance(cfg Config) (*Instance, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("processor config: %w", err)
 	}
-	return &Instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, shards: map[tp]*instShard{}}, nil
+	return &Instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, shards: map[tp]*instShard{},
+		stalledAfter: stalledAfter, progress: map[tp]time.Time{}}, nil
 }
 
 // ClientOpts are ClientOpts(cfg) plus the cooperative-sticky balancer,
@@ -291,7 +301,9 @@ func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
 	}
 	dlq := streams.NewDeadLetter(cl, in.topics.DeadLetter)
 	for {
-		fetches := cl.PollRecords(ctx, 10000)
+		pctx, cancel := context.WithTimeout(ctx, in.stalledAfter/4)
+		fetches := cl.PollRecords(pctx, 10000)
+		cancel()
 		if ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil
@@ -323,6 +335,9 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 		sh.s.SetClock(now, in.cfg.MaxClockSkew)
 		sh.s.SetEnd(fp.HighWatermark)
 		sh.published, sh.fetched = false, true
+		if len(fp.Records) > 0 {
+			in.progress[tp{fp.Topic, fp.Partition}] = now
+		}
 		for _, rec := range fp.Records {
 			out, reason, err := sh.s.Handle(rec)
 			if err == nil && out == DeadLettered {
@@ -330,6 +345,7 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 			}
 		}
 	})
+	in.releaseStalled(now)
 	if len(dead) > 0 {
 		if err := cl.ProduceSync(ctx, dead...).FirstErr(); err != nil {
 			return fmt.Errorf("dead-lettering: %w", err)
@@ -383,6 +399,36 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 		}
 	})
 	return nil
+}
+
+// releaseStalled releases the owned partitions that have had unread
+// records but delivered none for stalledAfter, as the single processor
+// does (loop.go), and marks their partials for publishing. Only the
+// owner releases a partition: one whose owner is gone holds the windows
+// until a new owner reads it.
+func (in *Instance) releaseStalled(now time.Time) {
+	for k, sh := range in.shards {
+		if !sh.s.Pending() || !sh.s.Rebuilt() {
+			delete(in.progress, k)
+			continue
+		}
+		since, ok := in.progress[k]
+		if !ok {
+			in.progress[k] = now
+			continue
+		}
+		if now.Sub(since) > in.stalledAfter {
+			in.log.Warn("partition stalled; no longer holding the watermark", "topic", k.Topic, "partition", k.Partition)
+			sh.s.Release()
+			sh.published, sh.fetched = false, true
+			delete(in.progress, k)
+		}
+	}
+	for k := range in.progress {
+		if in.shards[k] == nil {
+			delete(in.progress, k)
+		}
+	}
 }
 
 // RunCombiner consumes the partials topic through cl (a direct consumer

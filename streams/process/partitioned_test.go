@@ -397,3 +397,78 @@ func (k *killAfter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		k.kill()
 	}
 }
+
+// TestInstanceReleasesStalledPartition: a signals partition whose records
+// stop at half time and whose log ends in a transaction marker (written
+// by a transactional producer; no consumer receives it as a record) has
+// unread records forever. Its owner releases it once it has delivered
+// nothing for stalledAfter (the single processor's rule), so the combiner
+// publishes every window of the other partitions: exactly the estimates
+// one Core computes over the same records.
+func TestInstanceReleasesStalledPartition(t *testing.T) {
+	kc := testenv.Kafka(t)
+	cfg := partitionedConfig("stalled")
+	topics := streams.TopicsFor("stalled")
+	ensure(t, kc, topics)
+	stalled := tp{topics.Signals, 2}
+	all := workloadRecords(topics, 3)
+	half := all[len(all)/2].Timestamp
+	var plain, txn, used []*kgo.Record
+	for _, r := range all {
+		switch {
+		case (tp{r.Topic, r.Partition}) != stalled:
+			plain = append(plain, r)
+		case r.Timestamp.Before(half):
+			txn = append(txn, r)
+		default:
+			continue
+		}
+		used = append(used, r)
+	}
+	core, err := NewCore(topics, cfg.Spec(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range used {
+		core.Handle(r)
+	}
+	want := estimateSet{}
+	want.add(t, core.Fire())
+
+	tcl := testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID("stalled-producer"))
+	ctx := context.Background()
+	if err := tcl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produceParts(t, tcl, txn)
+	if err := tcl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+	produceParts(t, testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner())), plain)
+
+	est := collect(t, kc, topics.Estimates)
+	ccl := testenv.Client(t, kc, CombinerClientOpts(cfg)...)
+	runUntilStopped(t, func(ctx context.Context) error { return RunCombiner(ctx, ccl, cfg) }, ccl.Close)
+	for _, id := range []string{"stalled-a", "stalled-b"} {
+		icfg := cfg
+		icfg.InstanceID = id
+		in, err := NewInstance(icfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.stalledAfter = time.Second
+		cl := testenv.Client(t, kc, in.ClientOpts()...)
+		runUntilStopped(t, func(ctx context.Context) error { return in.Run(ctx, cl) }, cl.Close)
+	}
+	got := func() estimateSet {
+		out := estimateSet{}
+		for k, b := range byWindow(t, est.snapshot()) {
+			key, end, _ := strings.Cut(k, "@")
+			out[end+" "+key] = b
+		}
+		return out
+	}
+	waitFor(20*time.Second, func() bool { return len(got()) >= len(want) })
+	got().diff(t, want)
+	t.Logf("%d estimates", len(want))
+}

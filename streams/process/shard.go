@@ -22,6 +22,9 @@ import (
 type Shard struct {
 	key  tp
 	core *Core
+	// releasedTo is the log end at the latest Release: the partial
+	// reports the partition read up to it.
+	releasedTo int64
 }
 
 // NewShard returns the shard of one input partition.
@@ -51,6 +54,28 @@ func (s *Shard) SetEnd(end int64) { s.core.SetEnd(s.key.Topic, s.key.Partition, 
 
 // SetClock is Core.SetClock.
 func (s *Shard) SetClock(now time.Time, maxSkew time.Duration) { s.core.SetClock(now, maxSkew) }
+
+// Pending reports whether the partition has unread records (it holds the
+// watermark).
+func (s *Shard) Pending() bool {
+	p := s.core.parts[s.key]
+	return p != nil && p.pos < p.end
+}
+
+// Release treats the partition as read up to its log end, as the single
+// processor treats a partition that has unread records but has delivered
+// none for a while (its log ends in transaction markers, or it has no
+// leader): it stops holding the watermark, in the shard and, through the
+// partial's next offset, in the combiner, until a newer log end shows
+// more records. The owner calls it (Instance, after stalledAfter).
+func (s *Shard) Release() {
+	p := s.core.parts[s.key]
+	if p == nil || p.pos >= p.end {
+		return
+	}
+	s.releasedTo = max(s.releasedTo, p.end)
+	s.core.markCaughtUp(s.key)
+}
 
 // Checkpoint is the shard's checkpoint: its partition's resume and
 // consumed offsets and its local window clock.
@@ -101,7 +126,7 @@ func (s *Shard) Partial() Partial {
 	c := s.core
 	out := Partial{Topic: s.key.Topic, Partition: s.key.Partition, Panes: map[int64]*estimate.Pane{}}
 	if p := c.parts[s.key]; p != nil {
-		out.MaxT, out.Seen, out.Pending, out.Next = p.maxT, p.seen, p.pos < p.end, p.pos
+		out.MaxT, out.Seen, out.Pending, out.Next = p.maxT, p.seen, p.pos < p.end, max(p.pos, s.releasedTo)
 	}
 	for _, st := range c.panes.Starts() {
 		out.Panes[st] = c.panes.Get(st).est.Clone()

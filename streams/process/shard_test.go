@@ -431,3 +431,82 @@ func TestCombinerIdlePartitions(t *testing.T) {
 	}
 	t.Logf("%d estimates; %d windows fired while %s/%d was silent", len(got), firedWhileSilent, stopped.Topic, stopped.Partition)
 }
+
+// TestShardReleaseStopsHolding: a partition with unread records holds
+// the combiner's watermark at its latest event time; once its owner
+// releases it (Shard.Release: it has delivered nothing for a while) its
+// partial reports it read up to the log end and the other partitions'
+// windows fire; a newer log end makes it hold again.
+func TestShardReleaseStopsHolding(t *testing.T) {
+	topics := streams.TopicsFor("release")
+	spec := specForBench()
+	recs := workloadRecords(topics, 2)
+	stuck, other := tp{topics.Signals, 0}, tp{topics.Signals, 1}
+	comb, err := NewCombiner(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shards := map[tp]*Shard{}
+	read := map[tp]int64{}
+	var stuckT int64
+	for _, k := range []tp{stuck, other} {
+		if shards[k], err = NewShard(topics, spec, k.Topic, k.Partition); err != nil {
+			t.Fatal(err)
+		}
+		comb.Expect(k.Topic, k.Partition)
+	}
+	half := recs[len(recs)/2].Timestamp
+	for _, r := range recs {
+		k := tp{r.Topic, r.Partition}
+		if shards[k] == nil || (k == stuck && !r.Timestamp.Before(half)) {
+			continue
+		}
+		if _, _, err := shards[k].Handle(r); err != nil {
+			t.Fatal(err)
+		}
+		read[k] = r.Offset + 1
+		if k == stuck {
+			stuckT = r.Timestamp.UnixMilli()
+		}
+	}
+	logEnd := read[stuck] + 2 // two offsets the owner never receives (transaction markers)
+	shards[stuck].SetEnd(logEnd)
+	update := func() []Fired {
+		for k, s := range shards {
+			end := read[k]
+			if k == stuck {
+				end = logEnd
+			}
+			comb.SetEnd(k.Topic, k.Partition, end)
+			comb.Update(s.Partial())
+		}
+		return comb.Fire()
+	}
+	held := update()
+	if len(held) == 0 {
+		t.Fatal("no window fired before the stuck partition's latest event time")
+	}
+	for _, f := range held {
+		if f.End+spec.AllowedLateness.Milliseconds() > stuckT {
+			t.Fatalf("window ending %d fired past the stuck partition's latest event time %d", f.End, stuckT)
+		}
+	}
+	if !shards[stuck].Pending() {
+		t.Fatal("the stuck partition is not pending")
+	}
+	shards[stuck].Release()
+	if p := shards[stuck].Partial(); p.Pending || p.Next != logEnd {
+		t.Fatalf("released partial: pending %v, next %d; want read up to the log end %d", p.Pending, p.Next, logEnd)
+	}
+	freed := update()
+	if len(freed) < 10 {
+		t.Fatalf("%d windows fired once the stuck partition was released", len(freed))
+	}
+	// More records in its log: it holds again, at its latest event time.
+	logEnd += 5
+	shards[stuck].SetEnd(logEnd)
+	if p := shards[stuck].Partial(); !p.Pending && p.Next >= logEnd {
+		t.Fatal("a newer log end does not make the released partition pending")
+	}
+	t.Logf("%d windows fired while it held, %d once released", len(held), len(freed))
+}
