@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
@@ -471,4 +472,52 @@ func TestInstanceReleasesStalledPartition(t *testing.T) {
 	waitFor(20*time.Second, func() bool { return len(got()) >= len(want) })
 	got().diff(t, want)
 	t.Logf("%d estimates", len(want))
+}
+
+// TestPartitionedTopicsReplicated: the topics partitioned processing
+// creates (inputs, outputs, checkpoints, partials) get the configured
+// replication (the instances' and the combiner's
+// --kafka-replication-factor and --kafka-min-insync-replicas).
+func TestPartitionedTopicsReplicated(t *testing.T) {
+	kc := testenv.Kafka(t, kfake.NumBrokers(3))
+	cl := testenv.Client(t, kc)
+	cfg := partitionedConfig("repl")
+	cfg.Replication = streams.Replication{Factor: 3, MinInsync: 2}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ensurePartitionedTopics(ctx, cl, cfg); err != nil {
+		t.Fatal(err)
+	}
+	names := append(streams.TopicsFor("repl").All(), CheckpointTopic("repl"), PartialsTopic("repl"))
+	adm := kadm.NewClient(cl)
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isr := map[string]string{}
+	for _, rc := range configs {
+		for _, c := range rc.Configs {
+			if c.Key == "min.insync.replicas" && c.Value != nil && c.Source == 1 { // set on the topic
+				isr[rc.Name] = *c.Value
+			}
+		}
+	}
+	for _, name := range names {
+		d := details[name]
+		if d.Err != nil || len(d.Partitions) == 0 {
+			t.Fatalf("topic %s: %v, %d partitions", name, d.Err, len(d.Partitions))
+		}
+		for _, p := range d.Partitions {
+			if len(p.Replicas) != 3 {
+				t.Errorf("topic %s partition %d: replicas %v, want 3", name, p.Partition, p.Replicas)
+			}
+		}
+		if isr[name] != "2" {
+			t.Errorf("topic %s: min.insync.replicas %q, want 2", name, isr[name])
+		}
+	}
 }
