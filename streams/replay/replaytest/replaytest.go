@@ -43,7 +43,7 @@ func History(t testing.TB, kc *kfake.Cluster, topics streams.Topics, from time.T
 				add(topics.Signals, e.id, at, &schemas.EngineSignal{
 					SchemaVersion: schemas.Version, EngineId: e.id, EndpointUrl: "http://" + e.id, Region: e.region, GpuClass: e.gpu,
 					EventTimeUnixMs: at.UnixMilli(), ReadyReplicas: 1, Health: schemas.Health_HEALTH_HEALTHY,
-					RunningRequests: run, IntervalSeconds: 2, RequestsFinished: 10, GenerationTokens: 1000, MaxBatch: 64,
+					RunningRequests: run, IntervalSeconds: 2, RequestsFinished: 10, GenerationTokens: 1000, MaxBatch: 64, KvCapacityTokens: 64 * 2048,
 					TtftSeconds: &schemas.Histogram{Bounds: []float64{1}, Counts: []uint64{10, 0}, Sum: 0.6 + run/100, Count: 10},
 					TbotSeconds: &schemas.Histogram{Bounds: []float64{1}, Counts: []uint64{10, 0}, Sum: 0.2, Count: 10},
 				})
