@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,15 +58,16 @@ func main() {
 	cluster := flag.String("cluster", "fanout", "cluster key (watchers)")
 	apply := flag.String("apply", "gateway", "what a watcher does with a value: gateway (gateway.ApplySnapshot), decode (proto.Unmarshal only) or none")
 	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
+	cpuProfile := flag.String("cpuprofile", "", "write the watchers process's CPU profile to this file, suffixed with .ENGINES")
 	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes) or vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	if *role == "watchers" {
-		err = watchers(ctx, *url, *cluster, *gateways, *apply)
+		err = watchers(ctx, *url, *cluster, *gateways, *apply, *cpuProfile)
 	} else {
-		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights)
+		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights, *cpuProfile)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fanout:", err)
@@ -76,9 +78,20 @@ func main() {
 // watchers runs the gateway side: n gateways of cluster, each fed by its
 // own snapshots.Watcher. It writes "A version gateway unixnano" after
 // each apply and answers "cpu" on stdin with "CPU nanoseconds".
-func watchers(ctx context.Context, url, cluster string, n int, mode string) error {
+func watchers(ctx context.Context, url, cluster string, n int, mode, cpuProfile string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
 	emit := func(format string, args ...any) {
@@ -162,12 +175,12 @@ type applied struct {
 	at      time.Time
 }
 
-func startChild(ctx context.Context, url, cluster string, n int, mode string) (*child, error) {
+func startChild(ctx context.Context, url, cluster string, n int, mode, cpuProfile string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n), "-apply", mode)
+	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n), "-apply", mode, "-cpuprofile", cpuProfile)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -282,7 +295,7 @@ func snapshot(cluster string, version uint64, engines int, vary bool) *schemas.W
 		Clusters: []*schemas.ClusterWeights{cw}}
 }
 
-func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights string) error {
+func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights, cpuProfile string) error {
 	if weights != "same" && weights != "vary" {
 		return fmt.Errorf("-weights %q: want same or vary", weights)
 	}
@@ -326,7 +339,11 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 			return fmt.Errorf("engines %q: %w", s, err)
 		}
 		cluster := fmt.Sprintf("fanout-%d", engines)
-		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights == "vary", &version); err != nil {
+		profile := ""
+		if cpuProfile != "" {
+			profile = fmt.Sprintf("%s.%d", cpuProfile, engines)
+		}
+		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights == "vary", profile, &version); err != nil {
 			return fmt.Errorf("%d engines: %w", engines, err)
 		}
 	}
@@ -341,8 +358,8 @@ func numCPU() int {
 	return n
 }
 
-func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, vary bool, version *uint64) error {
-	c, err := startChild(ctx, url, cluster, gateways, mode)
+func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, vary bool, cpuProfile string, version *uint64) error {
+	c, err := startChild(ctx, url, cluster, gateways, mode, cpuProfile)
 	if err != nil {
 		return err
 	}
