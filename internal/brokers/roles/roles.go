@@ -25,9 +25,15 @@ const (
 	// NATSOptimizer creates the snapshot bucket and audit stream and
 	// writes both.
 	NATSOptimizer NATSRole = "optimizer"
-	// NATSGateway watches the snapshot bucket; it cannot write it.
+	// NATSGateway watches the snapshot bucket (it cannot write it), and
+	// publishes and subscribes to the gateways' load reports
+	// (PeerLoadSubjects, gateway/peers).
 	NATSGateway NATSRole = "gateway"
 )
+
+// PeerLoadSubjects is the subject of every gateway's load reports with
+// the default prefix (peers.Wildcard("")).
+const PeerLoadSubjects = "switchyard.gateway.load.>"
 
 // Permissions returns r's permissions.
 func (r NATSRole) Permissions() *server.Permissions {
@@ -52,6 +58,9 @@ func (r NATSRole) Permissions() *server.Permissions {
 			"$JS.API.STREAM.CREATE."+audit, "$JS.API.STREAM.UPDATE."+audit, "$JS.API.STREAM.INFO."+audit,
 			"$KV.switchyard_snapshots.>", "switchyard.snapshots.audit",
 		)}, Subscribe: sub}
+	case NATSGateway:
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: append(readKV, PeerLoadSubjects)},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", PeerLoadSubjects}}}
 	default:
 		return &server.Permissions{Publish: &server.SubjectPermission{Allow: readKV}, Subscribe: sub}
 	}

@@ -2,8 +2,10 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/gateway/peers"
 	"github.com/switchyard-llm/switchyard/internal/brokers"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -104,6 +107,70 @@ func TestLeastPrivilege(t *testing.T) {
 		defer pcancel()
 		if _, err := kv.Put(pctx, "eu", []byte("forged")); err == nil {
 			t.Fatal("gateway wrote a snapshot")
+		}
+	})
+
+	t.Run("peer load", func(t *testing.T) {
+		if peers.Wildcard("") != PeerLoadSubjects {
+			t.Fatalf("gateway/peers subscribes to %s, the role allows %s", peers.Wildcard(""), PeerLoadSubjects)
+		}
+		// conn connects as user; violations gets the server's permission
+		// errors, which NATS reports asynchronously.
+		conn := func(user, pass string) (*nats.Conn, <-chan error) {
+			t.Helper()
+			violations := make(chan error, 4)
+			nc, err := nats.Connect(b.NATSURL(), nats.UserInfo(user, pass), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case violations <- err:
+				default:
+				}
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			return nc, violations
+		}
+		gwA, violA := conn("gateway", "g")
+		gwB, violB := conn("gateway", "g")
+		got := make(chan *nats.Msg, 1)
+		if _, err := gwA.ChanSubscribe(PeerLoadSubjects, got); err != nil {
+			t.Fatal(err)
+		}
+		if err := gwA.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := gwB.Publish(peers.Subject("", "eu"), []byte("load")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m.Subject != "switchyard.gateway.load.eu" {
+				t.Fatalf("gateway got a report on %s", m.Subject)
+			}
+		case err := <-violA:
+			t.Fatalf("gateway subscribing to peer load: %v", err)
+		case err := <-violB:
+			t.Fatalf("gateway publishing peer load: %v", err)
+		case <-ctx.Done():
+			t.Fatal("gateway got no peer load report")
+		}
+		opt, violOpt := conn("optimizer", "o")
+		if err := opt.Publish(peers.Subject("", "eu"), []byte("forged")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := opt.SubscribeSync(PeerLoadSubjects); err != nil {
+			t.Fatal(err)
+		}
+		for _, what := range []string{"publish", "subscription"} {
+			select {
+			case err := <-violOpt:
+				if !errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+					t.Fatalf("optimizer on peer load: %v", err)
+				}
+			case <-ctx.Done():
+				t.Fatalf("optimizer's %s of peer load reports was not refused", what)
+			}
 		}
 	})
 
