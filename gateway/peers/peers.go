@@ -58,6 +58,7 @@ type Sharer struct {
 	live     atomic.Int64  // peers tracked
 
 	// Owned by Run's goroutine.
+	dec      decoder
 	states   []*pick.State
 	index    map[string]int32 // engine id -> position in states
 	sums     []int64          // foreign prefill by position
@@ -230,7 +231,7 @@ func (s *Sharer) warn(now time.Time, msg string, args ...any) {
 // apply takes one received report: it replaces the sender's previous
 // one and sets the foreign prefill of every engine either names.
 func (s *Sharer) apply(b []byte) {
-	m, err := decode(b, s.cfg.MaxMessageBytes, s.cfg.MaxEngines)
+	r, err := s.dec.decode(b, s.cfg.MaxMessageBytes, s.cfg.MaxEngines)
 	if err != nil {
 		reason := reasonMalformed
 		if errors.Is(err, ErrOversized) {
@@ -240,28 +241,27 @@ func (s *Sharer) apply(b []byte) {
 		s.cfg.Logger.Debug("peer load report dropped", "err", err)
 		return
 	}
-	id := m.GetGatewayId()
-	if id == s.cfg.ID {
+	if string(r.id) == s.cfg.ID {
 		return // our own
 	}
-	p, ok := s.peers[id]
+	p, ok := s.peers[string(r.id)]
 	if !ok {
 		if len(s.peers) >= s.cfg.MaxPeers {
 			s.m.dropped[reasonTooMany].Inc()
 			return
 		}
 		p = &peer{}
-		s.peers[id] = p
+		s.peers[string(r.id)] = p
 		s.setLive()
 	}
 	s.touched = s.touched[:0]
 	s.unload(p)
-	for _, e := range m.GetEngines() {
-		i, ok := s.index[e.GetEngineId()]
-		if !ok || e.GetQueuedPrefillTokens() == 0 {
+	for _, e := range r.engines {
+		i, ok := s.index[string(e.id)]
+		if !ok || e.prefill == 0 {
 			continue // not an engine of ours, or nothing queued
 		}
-		p.loads = append(p.loads, load{idx: i, prefill: e.GetQueuedPrefillTokens()})
+		p.loads = append(p.loads, load{idx: i, prefill: e.prefill})
 	}
 	p.loads = merge(p.loads)
 	for _, l := range p.loads {

@@ -1,7 +1,9 @@
 package peers
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
@@ -166,7 +169,8 @@ func (r *recorder) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error
 	return nil, nil
 }
 
-func report(id string, loads ...any) []byte {
+// wire encodes a report of gateway id: engine id, queued prefill, ...
+func wire(id string, loads ...any) []byte {
 	m := &schemas.GatewayLoad{SchemaVersion: 1, GatewayId: id, Cluster: "c"}
 	for k := 0; k+1 < len(loads); k += 2 {
 		m.Engines = append(m.Engines, &schemas.EngineLoad{EngineId: loads[k].(string), QueuedPrefillTokens: int64(loads[k+1].(int))})
@@ -203,13 +207,13 @@ func TestStaleness(t *testing.T) {
 	if s.cfg.Staleness != time.Second {
 		t.Fatalf("default staleness %v, want 1s", s.cfg.Staleness)
 	}
-	s.apply(report("a", "x", 500, "y", 20))
-	s.apply(report("b", "x", 1000))
+	s.apply(wire("a", "x", 500, "y", 20))
+	s.apply(wire("b", "x", 1000))
 	if got := foreign(p, "x"); got != 1500 {
 		t.Fatalf("x: %d, want 1500 (sum over peers)", got)
 	}
 	*now = now.Add(400 * time.Millisecond)
-	s.apply(report("a", "y", 7)) // replaces a's report: x no longer listed
+	s.apply(wire("a", "y", 7)) // replaces a's report: x no longer listed
 	if x, y := foreign(p, "x"), foreign(p, "y"); x != 1000 || y != 7 {
 		t.Fatalf("after a's new report x %d y %d, want 1000 7", x, y)
 	}
@@ -244,13 +248,13 @@ func TestMalformedReportsDropped(t *testing.T) {
 		reason string
 	}{
 		{"garbage", []byte{0xff, 0xff, 0xff, 0xff}, reasonMalformed},
-		{"truncated", func() []byte { b := report("a", "x", 5); return b[:len(b)-1] }(), reasonMalformed},
-		{"no gateway id", report("", "x", 5), reasonMalformed},
-		{"empty engine id", report("a", "", 5), reasonMalformed},
-		{"long engine id", report("a", long, 5), reasonMalformed},
-		{"long gateway id", report(long, "x", 5), reasonMalformed},
-		{"too many engines", report("a", "x", 1, "y", 1, "z", 1, "w", 1), reasonOversized},
-		{"too many bytes", append(report("a", "x", 1), make([]byte, 4096)...), reasonOversized},
+		{"truncated", func() []byte { b := wire("a", "x", 5); return b[:len(b)-1] }(), reasonMalformed},
+		{"no gateway id", wire("", "x", 5), reasonMalformed},
+		{"empty engine id", wire("a", "", 5), reasonMalformed},
+		{"long engine id", wire("a", long, 5), reasonMalformed},
+		{"long gateway id", wire(long, "x", 5), reasonMalformed},
+		{"too many engines", wire("a", "x", 1, "y", 1, "z", 1, "w", 1), reasonOversized},
+		{"too many bytes", append(wire("a", "x", 1), make([]byte, 4096)...), reasonOversized},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -264,7 +268,7 @@ func TestMalformedReportsDropped(t *testing.T) {
 			}
 		})
 	}
-	s.apply(report("a", "x", 5))
+	s.apply(wire("a", "x", 5))
 	if foreign(p, "x") != 5 {
 		t.Fatalf("valid report after the bad ones: x %d, want 5", foreign(p, "x"))
 	}
@@ -279,15 +283,15 @@ func TestMalformedReportsDropped(t *testing.T) {
 // pool take no memory; the receive queue drops what overflows it.
 func TestBounds(t *testing.T) {
 	s, p, now := sharer(t, Config{MaxPeers: 2})
-	s.apply(report("a", "x", 1))
-	s.apply(report("b", "x", 2))
-	s.apply(report("c", "x", 4))
+	s.apply(wire("a", "x", 1))
+	s.apply(wire("b", "x", 2))
+	s.apply(wire("c", "x", 4))
 	if got := value(s.m.dropped[reasonTooMany]); got != 1 || s.Peers() != 2 || foreign(p, "x") != 3 {
 		t.Fatalf("third peer: dropped %v, peers %d, x %d; want 1 2 3", got, s.Peers(), foreign(p, "x"))
 	}
 	*now = now.Add(3*Heartbeat + time.Millisecond)
 	s.expire(*now)
-	s.apply(report("c", "x", 4))
+	s.apply(wire("c", "x", 4))
 	if s.Peers() != 1 || foreign(p, "x") != 4 {
 		t.Fatalf("after the others were forgotten: peers %d, x %d; want 1 4", s.Peers(), foreign(p, "x"))
 	}
@@ -412,22 +416,111 @@ func TestConfig(t *testing.T) {
 	}
 }
 
-// FuzzDecode: decode never panics, and what it accepts is within the
-// bounds.
+// decodeSeeds are reports plainly encoded and not: unknown fields,
+// other wire types, bad UTF-8, truncation, repeats.
+func decodeSeeds() [][]byte {
+	ok := wire("a", "x", 5, "y", 1<<30)
+	tag := func(b []byte, num protowire.Number, typ protowire.Type) []byte {
+		return protowire.AppendTag(bytes.Clone(b), num, typ)
+	}
+	engine := func(e []byte) []byte { return protowire.AppendBytes(tag(ok, 5, protowire.BytesType), e) }
+	return [][]byte{
+		ok,
+		nil,
+		wire("a"),
+		wire("", "x", 1),
+		wire("a", "", 1),
+		append(wire("a", "x", 1), wire("b", "y", 2)...),                                            // repeats: last id wins, engines add up
+		protowire.AppendString(tag(ok, 2, protowire.BytesType), "\xff"),                            // bad UTF-8 id
+		protowire.AppendString(tag(ok, 3, protowire.BytesType), "\xff"),                            // bad UTF-8 cluster
+		protowire.AppendString(tag(ok, 3, protowire.BytesType), strings.Repeat("c", maxIDBytes+1)), // long cluster
+		protowire.AppendVarint(tag(ok, 2, protowire.VarintType), 1),                                // id, other wire type
+		protowire.AppendVarint(tag(ok, 9, protowire.VarintType), 1),                                // unknown field
+		protowire.AppendVarint(tag(ok, 4, protowire.VarintType), 1<<63),                            // sent_at negative
+		protowire.AppendVarint(tag(ok, 1, protowire.VarintType), 1<<40),                            // schema_version over uint32
+		protowire.AppendFixed32(tag(ok, 5, protowire.Fixed32Type), 1),                              // engines, other wire type
+		engine([]byte{0x0a, 0x01, 0xff}),                                                           // engine id bad UTF-8
+		engine([]byte{0x0a, 0x05, 'e'}),                                                            // engine truncated
+		engine([]byte{0x0a, 0x01, 'e', 0x78, 0x01}),                                                // engine unknown field
+		engine([]byte{0x0a, 0x01, 'e', 0x10, 0x01, 0x10, 0x02, 0x0a, 0x01, 'f'}),                   // engine repeats: last wins
+		engine(protowire.AppendVarint([]byte{0x0a, 0x01, 'e', 0x10}, 1<<63)),                       // negative prefill
+		engine([]byte{0x0a, 0x01, 'e', 0x15, 0, 0, 0, 0}),                                          // prefill, other wire type
+		engine(nil), // empty engine
+		ok[:len(ok)-1],
+	}
+}
+
+// sameDecode checks that the decoder's fast path, when it takes b,
+// agrees with proto.Unmarshal.
+func sameDecode(t *testing.T, d *decoder, b []byte) {
+	t.Helper()
+	fast := d.scan(b)
+	var m schemas.GatewayLoad
+	err := proto.Unmarshal(b, &m)
+	if !fast {
+		return
+	}
+	if err != nil {
+		t.Fatalf("scan took %x, which proto rejects: %v", b, err)
+	}
+	wantID := m.GetGatewayId()
+	if len(m.GetCluster()) > maxIDBytes {
+		wantID = ""
+	}
+	if string(d.r.id) != wantID || len(d.r.engines) != len(m.GetEngines()) {
+		t.Fatalf("scan of %x: id %q, %d engines; proto: %q, %d", b, d.r.id, len(d.r.engines), wantID, len(m.GetEngines()))
+	}
+	for k, e := range m.GetEngines() {
+		g := d.r.engines[k]
+		if string(g.id) != e.GetEngineId() || g.prefill != e.GetQueuedPrefillTokens() || g.inFlight != e.GetInFlight() {
+			t.Fatalf("scan of %x: engine %d %+v, proto %v", b, k, g, e)
+		}
+	}
+}
+
+// TestScanMatchesProto: the decoder's allocation-free scan agrees with
+// proto.Unmarshal on every input it takes, and leaves the rest to it.
+func TestScanMatchesProto(t *testing.T) {
+	var d decoder
+	plain := 0
+	for _, b := range decodeSeeds() {
+		sameDecode(t, &d, b)
+		if d.scan(b) {
+			plain++
+		}
+	}
+	if plain < 8 {
+		t.Fatalf("scan took %d of the seeds, want the plainly encoded ones", plain)
+	}
+	b := wire("a", "x", 5, "y", 6)
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := d.decode(b, 1<<20, 16); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per plain report", n)
+	}
+}
+
+// FuzzDecode: decode never panics, what it accepts is within the bounds,
+// and its scan agrees with proto.Unmarshal.
 func FuzzDecode(f *testing.F) {
-	f.Add(report("a", "x", 5, "y", 1<<30))
-	f.Add([]byte{0x12, 0x01, 0x61, 0x2a, 0x03, 0x10, 0xff, 0x01})
+	for _, b := range decodeSeeds() {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decode(b, 1<<16, 64)
+		var d decoder
+		sameDecode(t, &d, b)
+		r, err := d.decode(b, 1<<16, 64)
 		if err != nil {
 			return
 		}
-		if m.GetGatewayId() == "" || len(m.GetEngines()) > 64 {
-			t.Fatalf("accepted %v", m)
+		if len(r.id) == 0 || len(r.engines) > 64 {
+			t.Fatalf("accepted id %q, %d engines", r.id, len(r.engines))
 		}
-		for _, e := range m.GetEngines() {
-			if q := e.GetQueuedPrefillTokens(); q < 0 || q > MaxPrefillTokens || e.GetEngineId() == "" {
-				t.Fatalf("accepted engine %v", e)
+		for _, e := range r.engines {
+			if e.prefill < 0 || e.prefill > MaxPrefillTokens || e.inFlight < 0 || e.inFlight > MaxInFlight || len(e.id) == 0 {
+				t.Fatalf("accepted engine %+v", e)
 			}
 		}
 	})
@@ -438,4 +531,74 @@ func TestDefaultID(t *testing.T) {
 	if a == b || a == "" || len(a) > maxIDBytes {
 		t.Fatalf("DefaultID %q, %q: want distinct, non-empty ids", a, b)
 	}
+}
+
+// benchSharer is a Sharer over a pool of n engines "engine-%04d", each
+// with 2,000 tokens queued by this gateway.
+func benchSharer(b *testing.B, n int) (*Sharer, [][]byte) {
+	b.Helper()
+	p := pick.NewPool()
+	specs := make([]pick.Spec, n)
+	for k := range specs {
+		specs[k] = pick.Spec{ID: fmt.Sprintf("engine-%04d", k), URL: "http://e", Weight: 1}
+	}
+	tb, err := p.Build(specs, pick.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for k := range n {
+		tb.PickRequest(&pick.Request{Key: uint64(k), PromptTokens: 2000}, nil)
+	}
+	s, err := New(nopConn{}, p, Config{Cluster: "eu", ID: "me"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.refresh()
+	// Reports of 8 peers, each with every engine loaded.
+	var reports [][]byte
+	for g := range 8 {
+		m := &schemas.GatewayLoad{GatewayId: fmt.Sprintf("peer-%d", g), Cluster: "us"}
+		for k := range n {
+			m.Engines = append(m.Engines, &schemas.EngineLoad{EngineId: specs[k].ID, QueuedPrefillTokens: int64(1000 + k), InFlight: 2})
+		}
+		r, err := proto.Marshal(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reports = append(reports, r)
+	}
+	return s, reports
+}
+
+type nopConn struct{}
+
+func (nopConn) Publish(string, []byte) error { return nil }
+func (nopConn) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error) {
+	return nil, nil
+}
+
+// BenchmarkApply: receiving one peer's report of 1,000 loaded engines
+// (decode, replace the peer's previous report, set the engines' states).
+func BenchmarkApply(b *testing.B) {
+	s, reports := benchSharer(b, 1000)
+	b.SetBytes(int64(len(reports[0])))
+	b.ReportAllocs()
+	k := 0
+	for b.Loop() {
+		s.apply(reports[k%len(reports)])
+		k++
+	}
+}
+
+// BenchmarkPublish: building and encoding this gateway's report of
+// 1,000 loaded engines.
+func BenchmarkPublish(b *testing.B) {
+	s, _ := benchSharer(b, 1000)
+	now := time.Unix(1_000, 0)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(100 * time.Millisecond)
+		s.publish(now)
+	}
+	b.ReportMetric(float64(len(s.buf)), "report-bytes")
 }
