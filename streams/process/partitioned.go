@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,10 +42,7 @@ type wirePartial struct {
 }
 
 func encodePartial(p Partial) ([]byte, error) {
-	w := wirePartial{Topic: p.Topic, Partition: p.Partition, MaxT: p.MaxT, Next: p.Next, Seen: p.Seen, Pending: p.Pending, Panes: map[int64][]byte{}}
-	for st, pane := range p.Panes {
-		w.Panes[st] = estimate.AppendPane(nil, pane)
-	}
+	w := wirePartial{Topic: p.Topic, Partition: p.Partition, MaxT: p.MaxT, Next: p.Next, Seen: p.Seen, Pending: p.Pending, Panes: appendPanes(p.Panes)}
 	return json.Marshal(w)
 }
 
@@ -53,15 +51,69 @@ func decodePartial(b []byte) (Partial, error) {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return Partial{}, fmt.Errorf("decoding partial: %w", err)
 	}
-	p := Partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: map[int64]*estimate.Pane{}}
+	panes, err := decodePanes(w)
+	if err != nil {
+		return Partial{}, fmt.Errorf("decoding partial: %w", err)
+	}
+	return Partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: panes}, nil
+}
+
+// appendPanes encodes panes by start.
+func appendPanes(panes map[int64]*estimate.Pane) map[int64][]byte {
+	out := make(map[int64][]byte, len(panes))
+	for st, pane := range panes {
+		out[st] = estimate.AppendPane(nil, pane)
+	}
+	return out
+}
+
+// decodePanes decodes the panes of w.
+func decodePanes(w wirePartial) (map[int64]*estimate.Pane, error) {
+	out := make(map[int64]*estimate.Pane, len(w.Panes))
 	for st, b := range w.Panes {
 		pane, err := estimate.DecodePane(b)
 		if err != nil {
-			return Partial{}, fmt.Errorf("decoding partial of %s/%d: %w", w.Topic, w.Partition, err)
+			return nil, fmt.Errorf("pane %d of %s/%d: %w", st, w.Topic, w.Partition, err)
 		}
-		p.Panes[st] = pane
+		out[st] = pane
 	}
-	return p, nil
+	return out, nil
+}
+
+// wireCombinerState is a CombinerState as JSON: the Checkpoint fields
+// (which readCheckpoint reads too) plus the kept panes, as partials
+// holding only panes.
+type wireCombinerState struct {
+	Checkpoint
+	Kept []wirePartial `json:"kept,omitempty"`
+}
+
+func encodeCombinerState(st CombinerState) ([]byte, error) {
+	w := wireCombinerState{Checkpoint: Checkpoint{Version: 1, Watermark: st.Watermark, Next: st.Next}}
+	for _, p := range st.Kept {
+		w.Kept = append(w.Kept, wirePartial{Topic: p.Topic, Partition: p.Partition, Panes: appendPanes(p.Panes)})
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("encoding combiner state: %w", err)
+	}
+	return b, nil
+}
+
+func decodeCombinerState(b []byte) (CombinerState, error) {
+	var w wireCombinerState
+	if err := json.Unmarshal(b, &w); err != nil {
+		return CombinerState{}, fmt.Errorf("decoding combiner state: %w", err)
+	}
+	st := CombinerState{Watermark: w.Watermark, Next: w.Next}
+	for _, wp := range w.Kept {
+		panes, err := decodePanes(wp)
+		if err != nil {
+			return CombinerState{}, fmt.Errorf("decoding combiner state: %w", err)
+		}
+		st.Kept = append(st.Kept, Partial{Topic: wp.Topic, Partition: wp.Partition, Panes: panes})
+	}
+	return st, nil
 }
 
 // Instance is one member of partitioned processing: it runs the Shard of
@@ -446,13 +498,21 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		return err
 	}
 	key := cfg.Group + "/combiner"
-	cp, found, err := readCheckpoint(ctx, cl, CheckpointTopic(cfg.TopicPrefix), key)
-	if err != nil {
+	var (
+		state   CombinerState
+		written []byte // the state last written
+	)
+	if _, err := readLatest(ctx, cl, CheckpointTopic(cfg.TopicPrefix), key, func(k string, v []byte) bool {
+		st, err := decodeCombinerState(v)
+		if k != key || err != nil {
+			return false
+		}
+		state, written = st, v
+		return true
+	}); err != nil {
 		return err
 	}
-	if found {
-		comb.Restore(cp.Watermark, cp.Next)
-	}
+	comb.RestoreState(state)
 	ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, []string{topics.Signals, topics.RoutingEvents})
 	if err != nil {
 		return fmt.Errorf("listing input partitions: %w", err)
@@ -496,9 +556,6 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		})
 		comb.SetClock(time.Now())
 		fired := comb.Fire()
-		if len(fired) == 0 {
-			continue
-		}
 		var recs []*kgo.Record
 		for _, f := range fired {
 			for _, e := range f.Estimates {
@@ -512,16 +569,21 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		// The checkpoint follows the estimates it covers: a combiner
 		// stopped between the two fires those windows again after its
 		// restart, with the same bytes (docs/processor.md).
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			if ctx.Err() != nil {
-				return nil // stopped: the restart publishes them again
+		if len(recs) > 0 {
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped: the restart publishes them again
+				}
+				return fmt.Errorf("publishing estimates: %w", err)
 			}
-			return fmt.Errorf("publishing estimates: %w", err)
 		}
-		w, n := comb.Clock()
-		v, err := json.Marshal(Checkpoint{Version: 1, Watermark: w, Next: n})
+		// The state (clock and kept panes) is written when it changed.
+		v, err := encodeCombinerState(comb.State())
 		if err != nil {
-			return fmt.Errorf("encoding combiner checkpoint: %w", err)
+			return err
+		}
+		if bytes.Equal(v, written) {
+			continue
 		}
 		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: CheckpointTopic(cfg.TopicPrefix), Key: []byte(key), Value: v,
 			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)}).FirstErr(); err != nil {
@@ -530,6 +592,7 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 			}
 			return fmt.Errorf("writing combiner checkpoint: %w", err)
 		}
+		written = v
 	}
 }
 
@@ -560,9 +623,28 @@ func ensurePartitionedTopics(ctx context.Context, cl *kgo.Client, cfg Config) er
 }
 
 // readCheckpoints returns the latest checkpoint of every key with the
-// prefix, in one pass over the checkpoint topic (see readCheckpoint).
+// prefix, in one pass over the checkpoint topic (see readCheckpoint); a
+// latest value that does not decode is skipped, as readCheckpoint skips
+// it.
 func readCheckpoints(ctx context.Context, cl *kgo.Client, topic, prefix string) (map[string]Checkpoint, error) {
 	out := map[string]Checkpoint{}
+	_, err := readLatest(ctx, cl, topic, prefix, func(k string, v []byte) bool {
+		var c Checkpoint
+		if json.Unmarshal(v, &c) != nil {
+			return false
+		}
+		out[k] = c
+		return true
+	})
+	return out, err
+}
+
+// readLatest returns the latest value of every key with the prefix in
+// the checkpoint topic that valid accepts (valid nil: any), in one pass:
+// as readCheckpoint, a value that is not valid (anyone who can produce
+// to the topic can write it) leaves the key's previous value in place.
+func readLatest(ctx context.Context, cl *kgo.Client, topic, prefix string, valid func(key string, value []byte) bool) (map[string][]byte, error) {
+	out := map[string][]byte{}
 	lg, err := checkpointLog(ctx, cl, topic)
 	if err != nil || lg.end <= 0 {
 		return out, err
@@ -582,11 +664,10 @@ func readCheckpoints(ctx context.Context, cl *kgo.Client, topic, prefix string) 
 			if rec.Offset >= lg.end || !strings.HasPrefix(string(rec.Key), prefix) {
 				continue
 			}
-			var c Checkpoint
-			if json.Unmarshal(rec.Value, &c) != nil {
-				continue // as readCheckpoint: the latest that decodes counts
+			if valid != nil && !valid(string(rec.Key), rec.Value) {
+				continue
 			}
-			out[string(rec.Key)] = c
+			out[string(rec.Key)] = rec.Value
 		}
 	}
 	return out, nil

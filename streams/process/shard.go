@@ -154,6 +154,9 @@ type Combiner struct {
 	// ends are the partitions' log end offsets, as last listed.
 	ends  map[tp]int64
 	wmCap int64
+	// kept are the panes of windows not yet fired that a partition's
+	// latest partial no longer carries (see Update and State).
+	kept map[tp]map[int64]*estimate.Pane
 }
 
 // NewCombiner returns a combiner for windows of spec. fit nil means
@@ -165,7 +168,7 @@ func NewCombiner(spec window.Spec, fit estimate.Fitter) (*Combiner, error) {
 		return nil, err
 	}
 	return &Combiner{clock: clock, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
-		parts: map[tp]Partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}}, nil
+		parts: map[tp]Partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}, kept: map[tp]map[int64]*estimate.Pane{}}, nil
 }
 
 // Expect makes the combiner wait for a partial of the partition before
@@ -211,8 +214,19 @@ func (c *Combiner) Update(p Partial) {
 	k := tp{p.Topic, p.Partition}
 	delete(c.expected, k)
 	panes := make(map[int64]*estimate.Pane, len(p.Panes))
+	kept := c.kept[k]
+	if kept == nil {
+		kept = map[int64]*estimate.Pane{}
+		c.kept[k] = kept
+	}
 	for st, pane := range c.parts[k].Panes {
 		panes[st] = pane
+		if _, ok := p.Panes[st]; !ok {
+			kept[st] = pane
+		}
+	}
+	for st := range p.Panes {
+		delete(kept, st)
 	}
 	starts := make([]int64, 0, len(p.Panes))
 	for st, pane := range p.Panes {
@@ -296,8 +310,65 @@ func (c *Combiner) Fire() []Fired {
 		for st := range c.parts[k].Panes {
 			if st < next {
 				delete(c.parts[k].Panes, st)
+				delete(c.kept[k], st)
 			}
 		}
 	}
 	return out
+}
+
+// CombinerState is what a restarted combiner restores besides the
+// partials: its window clock, and the panes of windows not yet fired
+// that the partitions' latest partials no longer carry. A shard leaves a
+// pane out of its partials once its own partition has completed it;
+// the partials that had it may be gone from the compacted partials
+// topic, so the combiner saves them (docs/processor.md, "Combiner
+// restarts").
+type CombinerState struct {
+	Watermark, Next int64
+	// Kept holds, per partition, those panes (Topic, Partition and Panes
+	// set), in partition order.
+	Kept []Partial
+}
+
+// State returns the combiner's state; its panes are the combiner's own,
+// to be encoded before the next Update or Fire.
+func (c *Combiner) State() CombinerState {
+	st := CombinerState{Watermark: c.clock.Watermark(), Next: c.clock.Next()}
+	for k, panes := range c.kept {
+		if len(panes) > 0 {
+			st.Kept = append(st.Kept, Partial{Topic: k.Topic, Partition: k.Partition, Panes: panes})
+		}
+	}
+	sort.Slice(st.Kept, func(i, j int) bool {
+		a, b := st.Kept[i], st.Kept[j]
+		return a.Topic < b.Topic || (a.Topic == b.Topic && a.Partition < b.Partition)
+	})
+	return st
+}
+
+// RestoreState loads a state saved from State before any partial is
+// read: the window clock (windows before Next are not fired again) and
+// the kept panes, which the partials read next complete.
+func (c *Combiner) RestoreState(st CombinerState) {
+	c.Restore(st.Watermark, st.Next)
+	var starts []int64
+	for _, p := range st.Kept {
+		k := tp{p.Topic, p.Partition}
+		panes := make(map[int64]*estimate.Pane, len(p.Panes))
+		kept := make(map[int64]*estimate.Pane, len(p.Panes))
+		for s, pane := range p.Panes {
+			if s < st.Next {
+				continue
+			}
+			panes[s], kept[s] = pane, pane
+			starts = append(starts, s)
+		}
+		c.parts[k] = Partial{Topic: p.Topic, Partition: p.Partition, Panes: panes}
+		c.kept[k] = kept
+	}
+	slices.Sort(starts)
+	for _, s := range starts {
+		c.clock.Pane(s)
+	}
 }
