@@ -154,6 +154,12 @@ func TestSecurePipelineAsSeparateProcesses(t *testing.T) {
 		if n := evilHits.Load(); n != 0 {
 			t.Fatalf("%d requests reached the forged snapshot's listener", n)
 		}
+		// Its peer load reports go out on its own NATS connection, with the
+		// same TLS and credentials (gateway/peers).
+		const sent = `switchyard_gateway_peer_reports_sent_total{cluster="r1",result="ok"} `
+		if m := metrics(t, ctx, "http://"+gw); !strings.Contains(m, sent) || strings.Contains(m, sent+"0\n") {
+			t.Fatal("the gateway published no peer load report over TLS")
+		}
 	})
 }
 
