@@ -116,6 +116,20 @@ func decodeCombinerState(b []byte) (CombinerState, error) {
 	return st, nil
 }
 
+// sanitizeState drops the window clock of a combiner state dated beyond
+// now plus maxSkew (negative: no limit), as the single processor drops
+// such a checkpoint's (recovery.go): restored, it would fire windows
+// before their records are in.
+func sanitizeState(st CombinerState, now time.Time, maxSkew time.Duration) CombinerState {
+	if maxSkew < 0 {
+		return st
+	}
+	if lim := now.Add(maxSkew).UnixMilli(); st.Watermark > lim || st.Next > lim {
+		st.Watermark, st.Next = 0, 0
+	}
+	return st
+}
+
 // Instance is one member of partitioned processing: it runs the Shard of
 // every input partition the consumer group assigns it and publishes the
 // shards' partials and per-partition checkpoints; a Combiner (RunCombiner)
@@ -511,6 +525,11 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		return true
 	}); err != nil {
 		return err
+	}
+	if sane := sanitizeState(state, time.Now(), cfg.MaxClockSkew); sane.Next != state.Next || sane.Watermark != state.Watermark {
+		cfg.Logger.Warn("combiner checkpoint's watermark is in the future; restarting the windows from the partials",
+			"watermark_unix_ms", state.Watermark, "next_window_start_unix_ms", state.Next)
+		state = sane
 	}
 	comb.RestoreState(state)
 	ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, []string{topics.Signals, topics.RoutingEvents})

@@ -89,3 +89,35 @@ func FuzzDecodeCombinerState(f *testing.F) {
 		c.Fire()
 	})
 }
+
+// TestSanitizeState: a combiner state whose clock is beyond now plus the
+// skew loses its clock (not its kept panes); others are kept.
+func TestSanitizeState(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	kept := []Partial{{Topic: "t", Partition: 1}}
+	for _, tc := range []struct {
+		name            string
+		watermark, next int64
+		skew            time.Duration
+		wantClock       bool
+	}{
+		{"past", 900_000, 880_000, time.Minute, true},
+		{"within the skew", 1_050_000, 1_000_000, time.Minute, true},
+		{"watermark ahead", 1_070_000, 1_000_000, time.Minute, false},
+		{"next ahead", 900_000, 1_070_000, time.Minute, false},
+		{"no limit", 9_000_000, 9_000_000, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sanitizeState(CombinerState{Watermark: tc.watermark, Next: tc.next, Kept: kept}, now, tc.skew)
+			if kept := got.Watermark == tc.watermark && got.Next == tc.next; kept != tc.wantClock {
+				t.Errorf("clock kept %v (%d, %d), want %v", kept, got.Watermark, got.Next, tc.wantClock)
+			}
+			if !tc.wantClock && (got.Watermark != 0 || got.Next != 0) {
+				t.Errorf("clock %d, %d, want 0, 0", got.Watermark, got.Next)
+			}
+			if len(got.Kept) != 1 {
+				t.Error("kept panes dropped")
+			}
+		})
+	}
+}
