@@ -46,6 +46,7 @@ func TestPages(t *testing.T) {
 		}},
 		{"engine: both profiles against observations", "/engine?id=a-h100-0", 200, []string{
 			"TTFT profile", "TBOT profile", "fitted profile", "observed (40 signals", "<circle", "region-a", "region-b",
+			"prefix cache residency 37.50 s",
 		}},
 		{"explain a cluster", "/explain?cluster=region-b", 200, []string{
 			"b-l4-0", "capacity", "marginal ms", "16 (configured)", "cache s", `<td class="num">37.5</td>`, "(shed) 0.1500", "newton",

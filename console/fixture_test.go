@@ -111,7 +111,7 @@ func newFixture(t testing.TB, opts ...func(*Config)) *fixture {
 			WindowStartUnixMs: winEnd - 10_000, WindowEndUnixMs: winEnd, CapacityRps: e.capacity, Health: schemas.Health_HEALTH_HEALTHY,
 			ReadyReplicas: 2, KvCacheUsage: 0.3, PrefixHitRate: 0.4, ObservedRps: e.capacity / 2, Utilization: 0.5,
 			TtftProfile: estimate.ConvexFit(ttftObs, e.gpu, estimate.TTFT), TbotProfile: estimate.ConvexFit(tbotObs, e.gpu, estimate.TBOT),
-			SignalCount: fixtureSignals, MaxBatch: 16, CapacitySource: "configured",
+			SignalCount: fixtureSignals, MaxBatch: 16, CapacitySource: "configured", CacheResidencyS: 37.5,
 		}}})
 	}
 	for _, c := range []string{"region-a", "region-b"} {
