@@ -261,11 +261,12 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 }
 
 // startPeers connects to NATS for peer load sharing (its own connection:
-// the snapshot watcher's is its own too, redialled on failure) and builds
-// the Sharer of g's engines.
+// the snapshot watcher's is its own too, redialled on failure; without
+// echo, so the gateway's own reports do not come back) and builds the
+// Sharer of g's engines.
 func startPeers(f Flags, g *gateway.Gateway, log *slog.Logger, reg prometheus.Registerer) (*nats.Conn, *peers.Sharer, error) {
 	nc, err := f.Conn.ConnectNATS(nats.Name("switchyard-gateway-peers-"+f.Cluster),
-		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.NoEcho())
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats %s for peer load: %w", f.NATSURL, err)
 	}
