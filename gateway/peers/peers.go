@@ -64,6 +64,7 @@ type Sharer struct {
 	sums     []int64          // foreign prefill by position
 	peers    map[string]*peer
 	touched  []int32
+	scratch  []load // a report's loads being merged
 	elems    []*schemas.EngineLoad
 	buf      []byte
 	lastSent time.Time
@@ -256,14 +257,21 @@ func (s *Sharer) apply(b []byte) {
 	}
 	s.touched = s.touched[:0]
 	s.unload(p)
+	s.scratch = s.scratch[:0]
 	for _, e := range r.engines {
 		i, ok := s.index[string(e.id)]
 		if !ok || e.prefill == 0 {
 			continue // not an engine of ours, or nothing queued
 		}
-		p.loads = append(p.loads, load{idx: i, prefill: e.prefill})
+		s.scratch = append(s.scratch, load{idx: i, prefill: e.prefill})
 	}
-	p.loads = merge(p.loads)
+	s.scratch = merge(s.scratch)
+	// A peer keeps at most one entry per engine of ours it reports
+	// loaded, however many its report listed.
+	if cap(p.loads) < len(s.scratch) || cap(p.loads) > 2*len(s.scratch)+8 {
+		p.loads = make([]load, 0, len(s.scratch))
+	}
+	p.loads = append(p.loads[:0], s.scratch...)
 	for _, l := range p.loads {
 		s.sums[l.idx] += l.prefill
 		s.touched = append(s.touched, l.idx)

@@ -313,6 +313,14 @@ func TestBounds(t *testing.T) {
 	if got := len(s.peers["d"].loads); got != 1 {
 		t.Fatalf("d holds %d loads, want 1 (repeats merged, unknown and empty engines not kept)", got)
 	}
+	many := make([]any, 0, 2*DefaultMaxEngines)
+	for range DefaultMaxEngines {
+		many = append(many, "y", 1)
+	}
+	s.apply(wire("d", many...)) // replaces d's report
+	if l := s.peers["d"].loads; len(l) != 1 || cap(l) > 9 || foreign(p, "y") != DefaultMaxEngines {
+		t.Fatalf("65,536 repeats of y: %d loads (capacity %d), y %d; want 1 (at most 9), %d", len(l), cap(l), foreign(p, "y"), DefaultMaxEngines)
+	}
 
 	for range queueLen + 5 {
 		s.receive(&nats.Msg{Data: b})
