@@ -76,3 +76,42 @@ func TestCacheResidencyExplained(t *testing.T) {
 		t.Fatalf("after a restart: residency %v s, want 90", r)
 	}
 }
+
+// TestClassPeersLimitUntilOwnShows: an engine whose batch limit never
+// showed (it never had requests waiting) gets the median of its GPU class
+// peers' evidence-based limits as its concurrency limit; its own limit,
+// once shown, wins; another class's engine gets nothing.
+func TestClassPeersLimitUntilOwnShows(t *testing.T) {
+	s := NewState()
+	apply := func(id, class string, end int64, batch uint32, src string) {
+		s.Apply(&schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: &schemas.EngineEstimate{EngineId: id, GpuClass: class,
+			WindowEndUnixMs: end, MaxBatch: batch, CapacitySource: src, ReadyReplicas: 2, CapacityRps: 10, ObservedRps: 5}}})
+	}
+	limits := func() map[string]uint32 {
+		cws := []*schemas.ClusterWeights{{Cluster: "c", Weights: []*schemas.EngineWeight{
+			{EngineId: "a", Weight: 0.25}, {EngineId: "b", Weight: 0.25}, {EngineId: "c", Weight: 0.25}, {EngineId: "d", Weight: 0.25}}}}
+		explainCapacity(s.engines, s.capacity, cws)
+		out := map[string]uint32{}
+		for _, w := range cws[0].GetWeights() {
+			out[w.GetEngineId()] = w.GetExplanation().GetMaxConcurrency()
+		}
+		return out
+	}
+	apply("a", "h100", 1000, 256, "prior")
+	apply("b", "h100", 1000, 256, "prior")
+	apply("c", "h100", 1000, 256, "prior")
+	apply("d", "l4", 1000, 256, "prior")
+	if got := limits(); got["a"]+got["b"]+got["c"]+got["d"] != 0 {
+		t.Fatalf("priors only: %v, want no limits", got)
+	}
+	apply("a", "h100", 2000, 16, "inferred")
+	apply("b", "h100", 2000, 256, "prior")
+	apply("c", "h100", 2000, 256, "prior")
+	if got := limits(); got["a"] != 32 || got["b"] != 32 || got["c"] != 32 || got["d"] != 0 {
+		t.Fatalf("a inferred 16: %v, want a, b, c 32 (16 x 2 replicas), d 0", got)
+	}
+	apply("b", "h100", 3000, 24, "engine_metrics")
+	if got := limits(); got["a"] != 32 || got["b"] != 48 || got["c"] != 32 {
+		t.Fatalf("b shows 24: %v, want a 32, b 48, c the peers' median 16 x 2 = 32", got)
+	}
+}
