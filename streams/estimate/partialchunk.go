@@ -1,0 +1,134 @@
+package estimate
+
+import (
+	"fmt"
+	"sort"
+)
+
+// PaneParts encodes p as one or more AppendPane encodings of disjoint
+// parts of p, so that a pane too large for one Kafka record travels in
+// several: each part is at most about maxBytes (a part holds at least one
+// accumulator, so one larger than maxBytes gets a part of its own).
+// Accumulators are taken in key order, so equal panes give equal parts.
+// A cluster whose network accumulators do not fit in one part is split:
+// its first part carries its demand, the later ones zero demand. An empty
+// pane gives one part. Join puts the decoded parts back together into the
+// pane, exactly.
+func PaneParts(p *Pane, maxBytes int) [][]byte {
+	const overhead = 1 + 3*binaryMaxVarint // version and the three counts
+	var (
+		parts   [][]byte
+		cur     = NewPane()
+		size    = overhead
+		scratch []byte
+	)
+	flush := func() {
+		parts = append(parts, AppendPane(nil, cur))
+		cur, size = NewPane(), overhead
+	}
+	// fits makes room for n more bytes: a new part unless the current
+	// one is empty or has room.
+	fits := func(n int) {
+		if size+n > maxBytes && cur.Entities() > 0 {
+			flush()
+		}
+		size += n
+	}
+	for _, id := range sortedKeys(p.engines) {
+		e := p.engines[id]
+		scratch = appendPaneEngine(appendPaneString(scratch[:0], id), e)
+		fits(len(scratch))
+		cur.engines[id] = e
+	}
+	for _, name := range sortedKeys(p.clusters) {
+		c := p.clusters[name]
+		// The cluster's name, demand and network count.
+		head := binaryMaxVarint + len(name) + 2*binaryMaxVarint + 4*8
+		fits(head)
+		part := &clusterPane{demand: c.demand, network: map[string]*Network{}}
+		cur.clusters[name] = part
+		ids := make([]string, 0, len(c.network))
+		for id := range c.network {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			n := c.network[id]
+			need := binaryMaxVarint + len(id) + 3*binaryMaxVarint + 4*5
+			if size+need > maxBytes {
+				flush()
+				size += head
+				part = &clusterPane{network: map[string]*Network{}} // zero demand: the first part has it
+				cur.clusters[name] = part
+			}
+			size += need
+			part.network[id] = n
+			cur.networks++
+		}
+	}
+	for _, id := range sortedKeys(p.tries) {
+		fits(binaryMaxVarint + len(id) + 2*5)
+		cur.tries[id] = p.tries[id]
+	}
+	if cur.Entities() > 0 || len(parts) == 0 {
+		flush()
+	}
+	return parts
+}
+
+// binaryMaxVarint bounds a uvarint's bytes for the sizes PaneParts
+// estimates (counts and lengths below 2^35, int64 sums).
+const binaryMaxVarint = 10
+
+// Join adds o, another part of the pane p is being rebuilt from (see
+// PaneParts), to p: accumulators are moved, not merged, so the result is
+// the pane the parts were cut from, bit for bit. An engine, network
+// accumulator or attempt count in both is an error, as is a cluster in
+// both with demand in o (only a split cluster's first part has demand).
+// o must not be used afterwards.
+func (p *Pane) Join(o *Pane) error {
+	for id := range o.engines {
+		if _, dup := p.engines[id]; dup {
+			return fmt.Errorf("%w: engine %q in two parts", ErrPaneEncoding, id)
+		}
+	}
+	for name, oc := range o.clusters {
+		c := p.clusters[name]
+		if c == nil {
+			continue
+		}
+		if oc.demand != (Demand{}) {
+			return fmt.Errorf("%w: cluster %q with demand in two parts", ErrPaneEncoding, name)
+		}
+		for id := range oc.network {
+			if _, dup := c.network[id]; dup {
+				return fmt.Errorf("%w: network %q/%q in two parts", ErrPaneEncoding, name, id)
+			}
+		}
+	}
+	for id := range o.tries {
+		if _, dup := p.tries[id]; dup {
+			return fmt.Errorf("%w: tries %q in two parts", ErrPaneEncoding, id)
+		}
+	}
+	for id, e := range o.engines {
+		p.engines[id] = e
+	}
+	for name, oc := range o.clusters {
+		c := p.clusters[name]
+		if c == nil {
+			p.clusters[name] = oc
+			p.networks += len(oc.network)
+			continue
+		}
+		for id, n := range oc.network {
+			c.network[id] = n
+			p.networks++
+		}
+	}
+	for id, t := range o.tries {
+		p.tries[id] = t
+	}
+	p.last, p.lastCluster = nil, ""
+	return nil
+}
