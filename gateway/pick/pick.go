@@ -131,7 +131,7 @@ type Options struct {
 	// SlotsPerEngine sizes the table: M is the first prime at least
 	// SlotsPerEngine·engines and 4093 up to 256 engines, and grows by
 	// SlotsPerEngine/4 an engine beyond (filling the table costs about
-	// M·ln M). Default 64.
+	// M·ln M). Default 64, at most 65,536.
 	SlotsPerEngine int
 	// Candidates is the number of distinct engines of the weighted walk
 	// PickRequest scores (besides the key's last engine). Default 3, at
@@ -170,6 +170,7 @@ func (o *Options) defaults() {
 	if o.SlotsPerEngine <= 0 {
 		o.SlotsPerEngine = 64
 	}
+	o.SlotsPerEngine = min(o.SlotsPerEngine, maxSlotsPerEngine)
 	if o.Candidates <= 0 {
 		o.Candidates = 3
 	}
@@ -193,6 +194,11 @@ var (
 
 // MaxEngines bounds a table.
 const MaxEngines = 1 << 16
+
+// maxSlotsPerEngine bounds Options.SlotsPerEngine, so that a table has
+// fewer than 2^31 slots (maglevFill keeps slots in 32 bits and squares
+// their numbers in 64).
+const maxSlotsPerEngine = 1 << 16
 
 // Pool keeps one State per engine id, shared by every table it builds, so
 // in-flight counts, ejections and penalties survive snapshot swaps.
