@@ -34,14 +34,17 @@ type Ticket struct {
 // maxCandidates bounds Options.Candidates.
 const maxCandidates = 4
 
-// scored is one candidate of PickRequest (72 bytes).
+// scored is one candidate of PickRequest (80 bytes).
 type scored struct {
 	i        int32
 	uncached int64
 	work     float64
 	score    float64
 	wait     float64 // the slot wait in score
-	m        cand
+	// strict: no tolerance (a slot wait, or more than its share of this
+	// gateway's requests in flight).
+	strict bool
+	m      cand
 }
 
 // cand is a candidate's engine model as score reads it: a and p are set
@@ -89,13 +92,16 @@ type cand struct {
 // candidate in that order whose score is within the tolerance
 // (Options.ScoreSlack·best + Options.ScoreSlackMs, 20% + 30 ms) of the
 // best wins, so the plan's shares and affinity hold unless a queue, a
-// slower engine or a cache miss costs more than the tolerance. A
-// candidate with a slot wait gets no tolerance (it wins only with the
-// best score): the tolerance keeps the plan's order among engines that
-// would start the request at once, but the requests this gateway sees
-// beyond an engine's batch limit are a lower bound on the queue there
-// (other gateways' requests wait in it too), so a full engine is not
-// taken for the plan's sake.
+// slower engine or a cache miss costs more than the tolerance. Two kinds
+// of candidate get no tolerance (they win only with the best score): one
+// with a slot wait, since the tolerance keeps the plan's order among
+// engines that would start the request at once, but the requests this
+// gateway sees beyond an engine's batch limit are a lower bound on the
+// queue there (other gateways' requests wait in it too); and one with
+// more than its share·(1+Slack) of this gateway's requests in flight
+// (the key's last engine stays a candidate up to 1+AffinitySlack, but
+// past the normal slack it must win on its score), since the score sees
+// queued prefill and not a full batch whose limit is not known yet.
 //
 // # Deviation from the weights
 //
@@ -325,7 +331,7 @@ func (t *Table) affinityGrow(i int32, grow float64) float64 {
 func add(c []scored, i int32) []scored {
 	n := len(c)
 	c = c[:n+1]
-	c[n].i, c[n].uncached, c[n].wait = i, 0, 0
+	c[n].i, c[n].uncached, c[n].wait, c[n].strict = i, 0, 0, false
 	return c
 }
 
@@ -373,6 +379,7 @@ func (t *Table) score(r *Request, c []scored) float64 {
 		dd = sd / float64(nd)
 	}
 	best := math.Inf(1)
+	fair := (float64(t.total.Load()) + 1) * (1 + t.opt.Slack)
 	for k := range c {
 		e := &t.engines[c[k].i]
 		m := &c[k].m
@@ -395,6 +402,7 @@ func (t *Table) score(r *Request, c []scored) float64 {
 		}
 		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait
 		c[k].wait = wait
+		c[k].strict = wait > 0 || float64(e.State.inflight.Load())+1 > e.Share*fair
 		best = min(best, c[k].score)
 	}
 	return best
@@ -473,12 +481,12 @@ func minScore(c []scored) float64 {
 	return best
 }
 
-// chooseBest is choose with best = minScore(c) given. A candidate with
-// a slot wait is chosen only with the best score.
+// chooseBest is choose with best = minScore(c) given. A strict
+// candidate is chosen only with the best score.
 func chooseBest(c []scored, best, slack, slackMs float64) int {
 	lim := best + slack*best + slackMs
 	for k := range c {
-		if c[k].score <= lim && (c[k].wait == 0 || c[k].score <= best) {
+		if c[k].score <= lim && (!c[k].strict || c[k].score <= best) {
 			return k
 		}
 	}
