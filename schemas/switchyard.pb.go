@@ -1818,14 +1818,16 @@ type Explanation struct {
 	MaxBatch       uint32 `protobuf:"varint,5,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	CapacitySource string `protobuf:"bytes,6,opt,name=capacity_source,json=capacitySource,proto3" json:"capacity_source,omitempty"`
 	// How many requests the engine runs at once over its ready replicas
-	// (max_batch x ready replicas) when the batch limit is known from
-	// evidence (configured, engine metrics or inferred; 0 for the class
-	// prior or unknown). Gateways count requests beyond it as waiting for a
-	// slot.
+	// (batch limit x ready replicas) when the batch limit is known from
+	// evidence (configured, engine metrics or inferred) for the engine or,
+	// until it shows its own, for engines of its GPU class (their median);
+	// 0 when only the class prior is known. Gateways count requests beyond
+	// it as waiting for a slot.
 	MaxConcurrency uint32 `protobuf:"varint,7,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
-	// The engine's prefix-cache residency in its latest estimate
-	// (EngineEstimate.cache_residency_s), in seconds; 0 unknown. Gateways
-	// credit no prefix they sent the engine longer ago than this.
+	// The engine's prefix-cache residency as the planner tracks it across
+	// windows (from EngineEstimate.cache_residency_s), in seconds; 0
+	// unknown. Gateways credit no prefix they sent the engine longer ago
+	// than this.
 	CacheResidencyS float64 `protobuf:"fixed64,8,opt,name=cache_residency_s,json=cacheResidencyS,proto3" json:"cache_residency_s,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
