@@ -52,7 +52,8 @@ func TestMetricsCountWindows(t *testing.T) {
 	} {
 		m.OnProduceRecordUnbuffered(&kgo.Record{Topic: r.topic, Timestamp: r.at}, r.err)
 	}
-	m.OnFetchRecordBuffered(&kgo.Record{Topic: "m.processor.partials"})
+	m.OnFetchRecordBuffered(&kgo.Record{Topic: "m.processor.partials", Key: []byte("m.signals/0"), Value: []byte{2}})
+	m.OnFetchRecordBuffered(&kgo.Record{Topic: "m.processor.partials", Key: []byte("m.signals/0/0000000000000007/0"), Value: []byte{1}}) // a chunk
 	m.OnFetchRecordBuffered(&kgo.Record{Topic: "m.signals"})
 	for name, want := range map[string]float64{"published": 3, "windows": 2, "read": 1, "end": 1005} {
 		var got float64

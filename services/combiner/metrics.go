@@ -69,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, partials, estimates string) (*metrics
 }
 
 func (m *metrics) OnFetchRecordBuffered(r *kgo.Record) {
-	if r.Topic == m.partials {
+	if r.Topic == m.partials && process.IsPartial(r) {
 		m.read.Inc()
 	}
 }

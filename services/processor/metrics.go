@@ -67,7 +67,7 @@ func (m *instanceMetrics) OnFetchRecordBuffered(r *kgo.Record) {
 }
 
 func (m *instanceMetrics) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
-	if err == nil && r.Topic == m.partials {
+	if err == nil && r.Topic == m.partials && process.IsPartial(r) {
 		m.published.Inc()
 	}
 }

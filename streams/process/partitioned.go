@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,92 +30,6 @@ func PartialsTopic(prefix string) string {
 		prefix = streams.DefaultPrefix
 	}
 	return prefix + ".processor.partials"
-}
-
-// wirePartial is a Partial as JSON; panes are estimate.AppendPane bytes.
-type wirePartial struct {
-	Topic     string           `json:"topic"`
-	Partition int32            `json:"partition"`
-	MaxT      int64            `json:"max_t"`
-	Next      int64            `json:"next_offset"`
-	Seen      bool             `json:"seen"`
-	Pending   bool             `json:"pending"`
-	Panes     map[int64][]byte `json:"panes"`
-}
-
-func encodePartial(p Partial) ([]byte, error) {
-	w := wirePartial{Topic: p.Topic, Partition: p.Partition, MaxT: p.MaxT, Next: p.Next, Seen: p.Seen, Pending: p.Pending, Panes: appendPanes(p.Panes)}
-	return json.Marshal(w)
-}
-
-func decodePartial(b []byte) (Partial, error) {
-	var w wirePartial
-	if err := json.Unmarshal(b, &w); err != nil {
-		return Partial{}, fmt.Errorf("decoding partial: %w", err)
-	}
-	panes, err := decodePanes(w)
-	if err != nil {
-		return Partial{}, fmt.Errorf("decoding partial: %w", err)
-	}
-	return Partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: panes}, nil
-}
-
-// appendPanes encodes panes by start.
-func appendPanes(panes map[int64]*estimate.Pane) map[int64][]byte {
-	out := make(map[int64][]byte, len(panes))
-	for st, pane := range panes {
-		out[st] = estimate.AppendPane(nil, pane)
-	}
-	return out
-}
-
-// decodePanes decodes the panes of w.
-func decodePanes(w wirePartial) (map[int64]*estimate.Pane, error) {
-	out := make(map[int64]*estimate.Pane, len(w.Panes))
-	for st, b := range w.Panes {
-		pane, err := estimate.DecodePane(b)
-		if err != nil {
-			return nil, fmt.Errorf("pane %d of %s/%d: %w", st, w.Topic, w.Partition, err)
-		}
-		out[st] = pane
-	}
-	return out, nil
-}
-
-// wireCombinerState is a CombinerState as JSON: the Checkpoint fields
-// (which readCheckpoint reads too) plus the kept panes, as partials
-// holding only panes.
-type wireCombinerState struct {
-	Checkpoint
-	Kept []wirePartial `json:"kept,omitempty"`
-}
-
-func encodeCombinerState(st CombinerState) ([]byte, error) {
-	w := wireCombinerState{Checkpoint: Checkpoint{Version: 1, Watermark: st.Watermark, Next: st.Next}}
-	for _, p := range st.Kept {
-		w.Kept = append(w.Kept, wirePartial{Topic: p.Topic, Partition: p.Partition, Panes: appendPanes(p.Panes)})
-	}
-	b, err := json.Marshal(w)
-	if err != nil {
-		return nil, fmt.Errorf("encoding combiner state: %w", err)
-	}
-	return b, nil
-}
-
-func decodeCombinerState(b []byte) (CombinerState, error) {
-	var w wireCombinerState
-	if err := json.Unmarshal(b, &w); err != nil {
-		return CombinerState{}, fmt.Errorf("decoding combiner state: %w", err)
-	}
-	st := CombinerState{Watermark: w.Watermark, Next: w.Next}
-	for _, wp := range w.Kept {
-		panes, err := decodePanes(wp)
-		if err != nil {
-			return CombinerState{}, fmt.Errorf("decoding combiner state: %w", err)
-		}
-		st.Kept = append(st.Kept, Partial{Topic: wp.Topic, Partition: wp.Partition, Panes: panes})
-	}
-	return st, nil
 }
 
 // sanitizeState drops the window clock of a combiner state dated beyond
@@ -162,6 +78,31 @@ type instShard struct {
 	s         *Shard
 	fetched   bool // a fetch of the partition was handled
 	published bool // a partial was published since the last change
+	// gen and chunks name the chunks of the partition's latest partial
+	// (this instance's, or the previous owner's from the checkpoint),
+	// deleted once a newer header replaces it; gen 0: none known.
+	gen    uint64
+	chunks int
+}
+
+// shardCheckpoint is a partition's checkpoint: the shard's, and the
+// chunks of the partial it covers.
+type shardCheckpoint struct {
+	Checkpoint
+	PartialGen    string `json:"partial_gen,omitempty"`
+	PartialChunks int    `json:"partial_chunks,omitempty"`
+}
+
+// publication is one partition's partial as records: its chunks, its
+// header, and what follows the header (its checkpoint and the
+// tombstones of the chunks it replaces).
+type publication struct {
+	sh     *instShard
+	gen    uint64
+	chunks int
+	data   []*kgo.Record
+	header *kgo.Record
+	after  []*kgo.Record
 }
 
 // NewInstance returns an instance for cfg.
@@ -224,7 +165,7 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 		in.fail(fmt.Errorf("reading the partitions' checkpoints: %w", err))
 		return
 	}
-	var recs []*kgo.Record
+	var pubs []publication
 	for topic, ps := range parts {
 		for _, part := range ps {
 			k := tp{topic, part}
@@ -235,7 +176,7 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 			}
 			cp, found := cps[ckptKey(in.cfg.Group, k)]
 			if found {
-				s.Restore(cp)
+				s.Restore(cp.Checkpoint)
 			}
 			// Where reading starts (the checkpoint's resume offset, which
 			// the group has committed) and where the log ends.
@@ -251,24 +192,24 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 			}
 			s.Track(start, end)
 			sh := &instShard{s: s, fetched: true}
+			if g, err := strconv.ParseUint(cp.PartialGen, 16, 64); err == nil && cp.PartialChunks > 0 {
+				sh.gen, sh.chunks = g, cp.PartialChunks
+			}
 			in.shards[k] = sh
 			// Nothing to re-read: the partial stands for the partition
 			// now, even if no record comes.
 			if s.Rebuilt() {
-				rec, err := in.partialRecord(s.Partial())
+				pub, err := in.publication(k, sh, s.Partial(), true)
 				if err != nil {
 					in.fail(err)
 					return
 				}
-				recs = append(recs, rec)
-				sh.published = true
+				pubs = append(pubs, pub)
 			}
 		}
 	}
-	if len(recs) > 0 {
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			in.fail(fmt.Errorf("publishing partials: %w", err))
-		}
+	if err := in.publish(ctx, cl, pubs); err != nil {
+		in.fail(err)
 	}
 }
 
@@ -302,12 +243,20 @@ func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[strin
 			}
 			p := sh.s.Partial()
 			p.Pending = true
-			rec, err := in.partialRecord(p)
+			if sh.published && sh.gen != 0 {
+				// The panes are the last partial's: a header naming its
+				// chunks again hands the partition over.
+				recs = append(recs, in.headerRecord(k, appendHeader(nil, p, sh.gen, sh.chunks)))
+				continue
+			}
+			pub, err := in.publication(k, sh, p, false)
 			if err != nil {
 				in.log.Warn("handing over", "topic", topic, "partition", part, "err", err)
 				continue
 			}
-			recs = append(recs, rec)
+			if err := in.publish(ctx, cl, []publication{pub}); err != nil {
+				in.log.Warn("handing over", "topic", topic, "partition", part, "err", err)
+			}
 		}
 	}
 	if len(recs) > 0 {
@@ -330,13 +279,82 @@ func (in *Instance) lost(_ context.Context, _ *kgo.Client, parts map[string][]in
 	}
 }
 
-func (in *Instance) partialRecord(p Partial) (*kgo.Record, error) {
-	v, err := encodePartial(p)
-	if err != nil {
-		return nil, err
+// partialContentType is the content type of the partials topic's
+// values (partitioned_codec.go).
+const partialContentType = "application/x-switchyard-partial"
+
+func (in *Instance) headerRecord(k tp, v []byte) *kgo.Record {
+	return &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(partialKey(k)), Value: v,
+		Headers: streams.Headers(partialContentType, schemas.Package+".Partial")}
+}
+
+// publication encodes p, the partial of partition k, as a new
+// generation of chunks and its header; with ckpt, the shard's checkpoint
+// follows the header.
+func (in *Instance) publication(k tp, sh *instShard, p Partial, ckpt bool) (publication, error) {
+	gen := newGen()
+	hdr, chunks := encodePartial(p, gen)
+	pub := publication{sh: sh, gen: gen, chunks: len(chunks), header: in.headerRecord(k, hdr)}
+	base := partialKey(k)
+	for i, c := range chunks {
+		pub.data = append(pub.data, &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(chunkKey(base, gen, i)), Value: c,
+			Headers: streams.Headers(partialContentType, schemas.Package+".PartialChunk")})
 	}
-	return &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(p.Topic + "/" + strconv.Itoa(int(p.Partition))), Value: v,
-		Headers: streams.Headers(schemas.ContentTypeJSON, schemas.Package+".Partial")}, nil
+	if ckpt {
+		cv, err := json.Marshal(shardCheckpoint{Checkpoint: sh.s.Checkpoint(), PartialGen: fmt.Sprintf("%016x", gen), PartialChunks: len(chunks)})
+		if err != nil {
+			return publication{}, fmt.Errorf("encoding checkpoint: %w", err)
+		}
+		pub.after = append(pub.after, &kgo.Record{Topic: CheckpointTopic(in.cfg.TopicPrefix), Key: []byte(ckptKey(in.cfg.Group, k)), Value: cv,
+			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)})
+	}
+	for i := range sh.chunks {
+		if sh.gen == 0 {
+			break
+		}
+		pub.after = append(pub.after, &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(chunkKey(base, sh.gen, i))})
+	}
+	return pub, nil
+}
+
+// publish produces the publications' chunks, then, once Kafka has them,
+// their headers, then their checkpoints and the tombstones of the chunks
+// they replace; each shard then names its new chunks.
+func (in *Instance) publish(ctx context.Context, cl *kgo.Client, pubs []publication) error {
+	var data, headers, after []*kgo.Record
+	for _, p := range pubs {
+		data = append(data, p.data...)
+		headers = append(headers, p.header)
+		after = append(after, p.after...)
+	}
+	if len(data) > 0 {
+		if err := cl.ProduceSync(ctx, data...).FirstErr(); err != nil {
+			return fmt.Errorf("publishing partials: %w", err)
+		}
+	}
+	if len(headers) > 0 {
+		if err := cl.ProduceSync(ctx, headers...).FirstErr(); err != nil {
+			return fmt.Errorf("publishing partials: %w", err)
+		}
+	}
+	for _, p := range pubs {
+		p.sh.gen, p.sh.chunks, p.sh.published = p.gen, p.chunks, true
+	}
+	if len(after) > 0 {
+		if err := cl.ProduceSync(ctx, after...).FirstErr(); err != nil {
+			return fmt.Errorf("writing checkpoints: %w", err)
+		}
+	}
+	return nil
+}
+
+// newGen returns a generation for new chunks: random, never 0.
+func newGen() uint64 {
+	for {
+		if g := rand.Uint64(); g != 0 {
+			return g
+		}
+	}
 }
 
 // Owned is the number of input partitions the instance processes now.
@@ -417,37 +435,26 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 			return fmt.Errorf("dead-lettering: %w", err)
 		}
 	}
-	var partials, ckpts []*kgo.Record
-	var changed []*instShard
+	var pubs []publication
 	for k, sh := range in.shards {
 		if sh.published || !sh.fetched || !sh.s.Rebuilt() {
 			continue
 		}
-		rec, err := in.partialRecord(sh.s.Partial())
+		pub, err := in.publication(k, sh, sh.s.Partial(), true)
 		if err != nil {
 			return err
 		}
-		partials = append(partials, rec)
-		cv, err := json.Marshal(sh.s.Checkpoint())
-		if err != nil {
-			return fmt.Errorf("encoding checkpoint: %w", err)
-		}
-		ckpts = append(ckpts, &kgo.Record{Topic: CheckpointTopic(in.cfg.TopicPrefix), Key: []byte(ckptKey(in.cfg.Group, k)), Value: cv,
-			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)})
-		changed = append(changed, sh)
+		pubs = append(pubs, pub)
 	}
-	if len(partials) == 0 {
+	if len(pubs) == 0 {
 		return nil
 	}
-	if err := cl.ProduceSync(ctx, partials...).FirstErr(); err != nil {
-		return fmt.Errorf("publishing partials: %w", err)
-	}
-	if err := cl.ProduceSync(ctx, ckpts...).FirstErr(); err != nil {
-		return fmt.Errorf("writing checkpoints: %w", err)
+	if err := in.publish(ctx, cl, pubs); err != nil {
+		return err
 	}
 	offs := map[string]map[int32]kgo.EpochOffset{}
-	for _, sh := range changed {
-		sh.published = true
+	for _, pub := range pubs {
+		sh := pub.sh
 		for _, m := range sh.s.Checkpoint().Partitions {
 			if offs[m.Topic] == nil {
 				offs[m.Topic] = map[int32]kgo.EpochOffset{}
@@ -511,19 +518,9 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	if err := ensurePartitionedTopics(ctx, cl, cfg); err != nil {
 		return err
 	}
-	key := cfg.Group + "/combiner"
-	var (
-		state   CombinerState
-		written []byte // the state last written
-	)
-	if _, err := readLatest(ctx, cl, CheckpointTopic(cfg.TopicPrefix), key, func(k string, v []byte) bool {
-		st, err := decodeCombinerState(v)
-		if k != key || err != nil {
-			return false
-		}
-		state, written = st, v
-		return true
-	}); err != nil {
+	ckpt := &combinerCheckpoint{topic: CheckpointTopic(cfg.TopicPrefix), key: cfg.Group + "/combiner"}
+	state, err := ckpt.read(ctx, cl, cfg.Logger)
+	if err != nil {
 		return err
 	}
 	if sane := sanitizeState(state, time.Now(), cfg.MaxClockSkew); sane.Next != state.Next || sane.Watermark != state.Watermark {
@@ -538,6 +535,7 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	}
 	ends.Each(func(o kadm.ListedOffset) { comb.Expect(o.Topic, o.Partition) })
 	hdrs := streams.ProtoHeaders(&schemas.Estimate{})
+	partials := newPartialReader()
 	for {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fetches.IsClientClosed() {
@@ -548,12 +546,14 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 			if r.Topic != PartialsTopic(cfg.TopicPrefix) {
 				return
 			}
-			p, err := decodePartial(r.Value)
+			p, ok, err := partials.add(string(r.Key), r.Value)
 			if err != nil {
 				perr = errors.Join(perr, err)
 				return
 			}
-			comb.Update(p)
+			if ok {
+				comb.Update(p)
+			}
 		})
 		if perr != nil {
 			cfg.Logger.Warn("undecodable partial", "err", perr)
@@ -597,22 +597,117 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 			}
 		}
 		// The state (clock and kept panes) is written when it changed.
-		v, err := encodeCombinerState(comb.State())
-		if err != nil {
-			return err
-		}
-		if bytes.Equal(v, written) {
-			continue
-		}
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: CheckpointTopic(cfg.TopicPrefix), Key: []byte(key), Value: v,
-			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)}).FirstErr(); err != nil {
+		if err := ckpt.write(ctx, cl, comb.State()); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
+			return err
+		}
+	}
+}
+
+// combinerCheckpoint reads and writes the combiner's checkpoint: a JSON
+// header under key and the chunks of its kept panes under
+// key/<gen>/<i> (partitioned_codec.go), remembering what it last wrote.
+type combinerCheckpoint struct {
+	topic, key string
+	hdr        []byte   // the header last written or read
+	gen        uint64   // its chunks' generation (0: none)
+	chunks     [][]byte // and their values
+}
+
+// read returns the latest checkpoint (the zero state if none) and
+// deletes chunks no header names (a combiner stopped between writing
+// chunks and their header, or before deleting replaced ones).
+func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog.Logger) (CombinerState, error) {
+	vals, err := readLatest(ctx, cl, c.topic, c.key, func(k string, v []byte) bool {
+		if k == c.key {
+			_, _, _, err := combinerHeader(v)
+			return err == nil
+		}
+		base, _, _, ok := parseChunkKey(k)
+		return ok && base == c.key
+	})
+	if err != nil {
+		return CombinerState{}, err
+	}
+	var st CombinerState
+	if h, ok := vals[c.key]; ok {
+		_, gen, n, err := combinerHeader(h)
+		if err != nil {
+			return CombinerState{}, err
+		}
+		if st, err = decodeCombinerState(h, func(i int) ([]byte, bool) {
+			v := vals[chunkKey(c.key, gen, i)]
+			return v, len(v) > 0
+		}); err != nil {
+			return CombinerState{}, fmt.Errorf("restoring the combiner's checkpoint: %w", err)
+		}
+		c.hdr, c.gen = h, gen
+		for i := range n {
+			c.chunks = append(c.chunks, vals[chunkKey(c.key, gen, i)])
+		}
+	}
+	var stale []*kgo.Record
+	for k, v := range vals {
+		if _, gen, _, ok := parseChunkKey(k); ok && len(v) > 0 && (gen != c.gen || c.gen == 0) {
+			stale = append(stale, &kgo.Record{Topic: c.topic, Key: []byte(k)})
+		}
+	}
+	if len(stale) > 0 {
+		log.Info("deleting chunks of an unfinished combiner checkpoint", "chunks", len(stale))
+		if err := cl.ProduceSync(ctx, stale...).FirstErr(); err != nil {
+			return CombinerState{}, fmt.Errorf("deleting stale checkpoint chunks: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// write writes st if it differs from the checkpoint last written: new
+// chunks (when the kept panes changed), then, once Kafka has them, the
+// header naming them, then tombstones for the chunks they replace.
+func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st CombinerState) error {
+	chunks := encodeChunks(st.Kept, chunkBytes)
+	gen := c.gen
+	changed := !slices.EqualFunc(chunks, c.chunks, bytes.Equal)
+	if changed {
+		gen = 0
+		if len(chunks) > 0 {
+			gen = newGen()
+		}
+	}
+	hdr, err := combinerStateHeader(st, gen, len(chunks))
+	if err != nil {
+		return err
+	}
+	if !changed && bytes.Equal(hdr, c.hdr) {
+		return nil
+	}
+	if changed && len(chunks) > 0 {
+		recs := make([]*kgo.Record, len(chunks))
+		for i, v := range chunks {
+			recs[i] = &kgo.Record{Topic: c.topic, Key: []byte(chunkKey(c.key, gen, i)), Value: v,
+				Headers: streams.Headers(partialContentType, CheckpointMessage+"Chunk")}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return fmt.Errorf("writing combiner checkpoint: %w", err)
 		}
-		written = v
 	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: c.topic, Key: []byte(c.key), Value: hdr,
+		Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)}).FirstErr(); err != nil {
+		return fmt.Errorf("writing combiner checkpoint: %w", err)
+	}
+	if changed && c.gen != 0 {
+		recs := make([]*kgo.Record, len(c.chunks))
+		for i := range c.chunks {
+			recs[i] = &kgo.Record{Topic: c.topic, Key: []byte(chunkKey(c.key, c.gen, i))}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return fmt.Errorf("deleting replaced checkpoint chunks: %w", err)
+		}
+	}
+	c.hdr, c.gen, c.chunks = hdr, gen, chunks
+	return nil
 }
 
 // CombinerClientOpts are the options of RunCombiner's client.
@@ -645,10 +740,10 @@ func ensurePartitionedTopics(ctx context.Context, cl *kgo.Client, cfg Config) er
 // prefix, in one pass over the checkpoint topic (see readCheckpoint); a
 // latest value that does not decode is skipped, as readCheckpoint skips
 // it.
-func readCheckpoints(ctx context.Context, cl *kgo.Client, topic, prefix string) (map[string]Checkpoint, error) {
-	out := map[string]Checkpoint{}
+func readCheckpoints(ctx context.Context, cl *kgo.Client, topic, prefix string) (map[string]shardCheckpoint, error) {
+	out := map[string]shardCheckpoint{}
 	_, err := readLatest(ctx, cl, topic, prefix, func(k string, v []byte) bool {
-		var c Checkpoint
+		var c shardCheckpoint
 		if json.Unmarshal(v, &c) != nil {
 			return false
 		}

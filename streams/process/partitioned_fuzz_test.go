@@ -2,15 +2,21 @@ package process
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
-// fuzzSeeds are a real partial and combiner state (panes of the golden
-// input) and a few malformed values.
-func fuzzSeeds(f *testing.F) (partial, state []byte) {
+// fuzzSeeds returns a real partial and combiner state (panes of the
+// golden input) as headers and chunks, and, with add, adds them and a
+// few malformed values as (header, chunk) seeds.
+func fuzzSeeds(f *testing.F, add bool) (partial, state []byte, chunks [][]byte) {
 	f.Helper()
 	topics := streams.TopicsFor("fuzz")
 	s, err := NewShard(topics, specForBench(), topics.Signals, 0)
@@ -25,37 +31,54 @@ func fuzzSeeds(f *testing.F) (partial, state []byte) {
 		}
 	}
 	p := s.Partial()
-	if partial, err = encodePartial(p); err != nil {
+	chunks = encodeChunks([]Partial{p}, 1<<30)
+	partial = appendHeader(nil, p, 7, len(chunks))
+	if state, err = combinerStateHeader(CombinerState{Watermark: p.MaxT, Next: 5}, 7, len(chunks)); err != nil {
 		f.Fatal(err)
 	}
-	if state, err = encodeCombinerState(CombinerState{Watermark: p.MaxT, Next: 5, Kept: []Partial{p}}); err != nil {
+	legacy, err := json.Marshal(wirePartial{Topic: "t", Partition: 1, Panes: map[int64][]byte{5: estimate.AppendPane(nil, estimate.NewPane())}})
+	if err != nil {
 		f.Fatal(err)
 	}
-	for _, b := range [][]byte{partial, state, nil, []byte("{}"), []byte(`{"kept":[{"panes":{"1":"AAAA"}}]}`), []byte(`{"panes":{"x":""}}`)} {
-		f.Add(b)
+	for _, c := range [][2][]byte{
+		{partial, chunks[0]}, {state, chunks[0]}, {legacy, nil}, {nil, nil},
+		{[]byte("{}"), nil}, {[]byte(`{"kept":[{"panes":{"1":"AAAA"}}]}`), nil}, {[]byte(`{"kept_gen":"0000000000000007","kept_chunks":1}`), []byte{chunkVersion, 1}},
+		{appendHeader(nil, p, 7, 1<<40), chunks[0]}, {partial, []byte{chunkVersion, 200, 1}},
+	} {
+		if add {
+			f.Add(c[0], c[1])
+		}
 	}
-	return partial, state
+	return partial, state, chunks
 }
 
-// FuzzDecodePartial: any value decodes to a partial or an error, never a
-// panic; a decoded partial encodes to a value that decodes to the same
-// encoding.
+// one returns a chunk function serving c as the only chunk.
+func one(c []byte) func(int) ([]byte, bool) {
+	return func(i int) ([]byte, bool) { return c, i == 0 }
+}
+
+// FuzzDecodePartial: any header and chunk decode to a partial or an
+// error, never a panic; a decoded partial encodes to a header and
+// chunks that decode to the same encoding.
 func FuzzDecodePartial(f *testing.F) {
-	fuzzSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		p, err := decodePartial(b)
+	fuzzSeeds(f, true)
+	f.Fuzz(func(t *testing.T, hdr, chunk []byte) {
+		p, err := decodePartial(hdr, one(chunk))
 		if err != nil {
 			return
 		}
-		enc, err := encodePartial(p)
-		if err != nil {
-			t.Fatal(err)
+		h, cs := encodePartial(p, 9)
+		serve := func(i int) ([]byte, bool) {
+			if i < len(cs) {
+				return cs[i], true
+			}
+			return nil, false
 		}
-		q, err := decodePartial(enc)
+		q, err := decodePartial(h, serve)
 		if err != nil {
 			t.Fatalf("re-encoded partial does not decode: %v", err)
 		}
-		if enc2, _ := encodePartial(q); !bytes.Equal(enc, enc2) {
+		if h2, cs2 := encodePartial(q, 9); !bytes.Equal(h, h2) || !slices.EqualFunc(cs, cs2, bytes.Equal) {
 			t.Fatal("partial encoding is not stable")
 		}
 	})
@@ -64,21 +87,27 @@ func FuzzDecodePartial(f *testing.F) {
 // FuzzDecodeCombinerState: as FuzzDecodePartial, for the combiner's
 // checkpoint; a decoded state restores into a combiner without panic.
 func FuzzDecodeCombinerState(f *testing.F) {
-	fuzzSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := decodeCombinerState(b)
+	fuzzSeeds(f, true)
+	f.Fuzz(func(t *testing.T, hdr, chunk []byte) {
+		st, err := decodeCombinerState(hdr, one(chunk))
 		if err != nil {
 			return
 		}
-		enc, err := encodeCombinerState(st)
+		h, cs, err := encodeCombinerState(st, 9)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := decodeCombinerState(enc)
+		serve := func(i int) ([]byte, bool) {
+			if i < len(cs) {
+				return cs[i], true
+			}
+			return nil, false
+		}
+		again, err := decodeCombinerState(h, serve)
 		if err != nil {
 			t.Fatalf("re-encoded state does not decode: %v", err)
 		}
-		if enc2, _ := encodeCombinerState(again); !bytes.Equal(enc, enc2) {
+		if h2, cs2, _ := encodeCombinerState(again, 9); !bytes.Equal(h, h2) || !slices.EqualFunc(cs, cs2, bytes.Equal) {
 			t.Fatal("state encoding is not stable")
 		}
 		c, err := NewCombiner(specForBench(), nil)
@@ -88,6 +117,62 @@ func FuzzDecodeCombinerState(f *testing.F) {
 		c.RestoreState(st)
 		c.Fire()
 	})
+}
+
+// FuzzPartialReader: any records (key, value) in any order give
+// partials or errors, never a panic, and the reader holds no more
+// generations per partition than maxHeldGens.
+func FuzzPartialReader(f *testing.F) {
+	partial, _, chunks := fuzzSeeds(f, false)
+	f.Add("fuzz.engine.signals/0/0000000000000007/0", chunks[0], "fuzz.engine.signals/0", partial)
+	f.Add("a/1/0000000000000007/0", []byte(nil), "a/1", []byte{headerVersion})
+	f.Fuzz(func(t *testing.T, k1 string, v1 []byte, k2 string, v2 []byte) {
+		r := newPartialReader()
+		for _, kv := range []struct {
+			k string
+			v []byte
+		}{{k1, v1}, {k2, v2}, {k1, v1}, {k2, v2}} {
+			_, _, _ = r.add(kv.k, kv.v)
+		}
+		for base, o := range r.order {
+			if len(o) > maxHeldGens || len(r.held[base]) > maxHeldGens {
+				t.Fatalf("%s: %d generations held", base, len(r.held[base]))
+			}
+		}
+	})
+}
+
+// TestDecodeBoundedAllocation: values that claim more chunks, segments
+// or panes than they hold fail without allocating for the claim.
+func TestDecodeBoundedAllocation(t *testing.T) {
+	huge := binary.AppendUvarint([]byte{chunkVersion}, 1<<40)
+	for name, c := range map[string]struct {
+		hdr   []byte
+		chunk []byte
+	}{
+		"chunk count":                {appendHeader(nil, Partial{Topic: "t"}, 7, 1<<19), nil},
+		"chunk count over the limit": {appendHeader(nil, Partial{Topic: "t"}, 7, 1<<40), nil},
+		"segments":                   {appendHeader(nil, Partial{Topic: "t"}, 7, 1), huge},
+		"pane": {appendHeader(nil, Partial{Topic: "t"}, 7, 1),
+			append(binary.AppendUvarint([]byte{chunkVersion, 1, 1, 't', 0, 0}, 1<<40), 3)},
+		"engines": {appendHeader(nil, Partial{Topic: "t"}, 7, 1),
+			[]byte{chunkVersion, 1, 1, 't', 0, 0, 4, 3, 0xff, 0xff, 0x7f}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			chunk := c.chunk
+			_, err := decodePartial(c.hdr, func(i int) ([]byte, bool) { return chunk, chunk != nil && i == 0 })
+			runtime.ReadMemStats(&after)
+			if err == nil {
+				t.Fatal("decoded")
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+				t.Errorf("%d bytes allocated for a %d-byte value", n, len(c.hdr)+len(c.chunk))
+			}
+		})
+	}
 }
 
 // TestSanitizeState: a combiner state whose clock is beyond now plus the

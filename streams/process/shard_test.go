@@ -313,18 +313,21 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 	}
 }
 
-// overTheWire encodes and decodes a partial's panes, as instances on
-// separate machines exchange them.
+// overTheWire encodes and decodes a partial as instances on separate
+// machines exchange them, in chunks of 2 KB, so that panes span chunks.
 func overTheWire(t *testing.T, p Partial) Partial {
 	t.Helper()
-	for st, pane := range p.Panes {
-		q, err := estimate.DecodePane(estimate.AppendPane(nil, pane))
-		if err != nil {
-			t.Fatal(err)
+	hdr, chunks := encodePartialSized(p, 7, 2<<10)
+	q, err := decodePartial(hdr, func(i int) ([]byte, bool) {
+		if i < len(chunks) {
+			return chunks[i], true
 		}
-		p.Panes[st] = q
+		return nil, false
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return p
+	return q
 }
 
 // TestCombinerIdlePartitions: partitions without records hold no window
@@ -527,7 +530,7 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 	const lag = 400
 	type logged struct {
 		key string
-		val []byte
+		val []byte // nil: a tombstone
 	}
 	var (
 		log     []logged // the partials topic
@@ -557,32 +560,50 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 			shards[tp{topic, p}] = s
 		}
 	}
-	// report publishes every shard's partial and returns them.
+	// report publishes every shard's partial as an instance does (in
+	// chunks of 4 KB, then the header, then tombstones for the chunks
+	// replaced) and returns the records.
+	gens := map[tp][2]int{} // generation and chunk count of the latest
 	report := func() []logged {
 		var out []logged
 		for _, topic := range []string{topics.Signals, topics.RoutingEvents} {
 			for p := range int32(3) {
 				k := tp{topic, p}
-				b, err := encodePartial(shards[k].Partial())
-				if err != nil {
-					t.Fatal(err)
+				gen := len(log) + len(out) + 1
+				hdr, chunks := encodePartialSized(shards[k].Partial(), uint64(gen), 4<<10)
+				for i, c := range chunks {
+					out = append(out, logged{chunkKey(partialKey(k), uint64(gen), i), c})
 				}
-				out = append(out, logged{fmt.Sprintf("%s/%d", k.Topic, k.Partition), b})
+				out = append(out, logged{partialKey(k), hdr})
+				if prev, ok := gens[k]; ok {
+					for i := range prev[1] {
+						out = append(out, logged{chunkKey(partialKey(k), uint64(prev[0]), i), nil})
+					}
+				}
+				gens[k] = [2]int{gen, len(chunks)}
 			}
 		}
 		log = append(log, out...)
 		return out
 	}
+	readers := map[*Combiner]*partialReader{}
 	feed := func(c *Combiner, ps []logged) []Fired {
 		for k, end := range produce {
 			c.SetEnd(k.Topic, k.Partition, end)
 		}
+		r := readers[c]
+		if r == nil {
+			r = newPartialReader()
+			readers[c] = r
+		}
 		for _, l := range ps {
-			p, err := decodePartial(l.val)
+			p, ok, err := r.add(l.key, l.val)
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.Update(p)
+			if ok {
+				c.Update(p)
+			}
 		}
 		return c.Fire()
 	}
@@ -597,6 +618,7 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 		wantA, gotB, gotBare = estimateSet{}, estimateSet{}, estimateSet{}
 		b, bare              *Combiner
 		state                []byte
+		stateChunks          [][]byte
 		cutoff, kept         int
 		from                 int64
 	)
@@ -635,26 +657,39 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 				kept += len(p.Panes)
 			}
 			var err error
-			if state, err = encodeCombinerState(st); err != nil {
+			if state, stateChunks, err = encodeCombinerState(st, 3); err != nil {
 				t.Fatal(err)
 			}
 			cutoff, from = len(log), st.Next
 		case state != nil && b == nil:
 			// A new combiner reads the state and the partials topic,
 			// compacted before the state: each partition's latest only.
-			st, err := decodeCombinerState(state)
+			st, err := decodeCombinerState(state, func(i int) ([]byte, bool) {
+				if i < len(stateChunks) {
+					return stateChunks[i], true
+				}
+				return nil, false
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(stateChunks) == 0 {
+				t.Fatal("the state has no chunks")
+			}
+			// Compaction keeps the latest record of each key, and drops
+			// keys whose latest is a tombstone.
 			latest := map[string]int{}
 			for j, l := range log {
 				latest[l.key] = j
 			}
 			var compacted []logged
 			for j, l := range log {
-				if j >= cutoff || latest[l.key] == j {
+				if j >= cutoff || latest[l.key] == j && l.val != nil {
 					compacted = append(compacted, l)
 				}
+			}
+			if len(compacted) >= len(log) {
+				t.Fatal("compaction removed nothing")
 			}
 			b, bare = newComb(), newComb()
 			b.RestoreState(st)

@@ -1,0 +1,567 @@
+package process
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// Partials on the wire (docs/processor.md, "Partials on the wire"). A
+// partial is written as data chunks, then a header naming them:
+//
+//   - chunks, keyed "<topic>/<partition>/<gen>/<i>" (gen: 16 hex digits,
+//     new for every partial written; i from 0): [chunkVersion] then
+//     segments, each a part of one partition's pane (estimate.PaneParts):
+//     topic, partition, pane start, then the part's AppendPane bytes;
+//   - the header, keyed "<topic>/<partition>" (the key of one-record JSON
+//     partials, which still decode): [headerVersion], topic, partition,
+//     MaxT, Next, flags (Seen, Pending), gen and chunk count.
+//
+// The header is produced only once Kafka has the chunks, and the chunks
+// of the previous gen are deleted (tombstones) only once Kafka has the
+// header that replaces it: chunk keys are never reused, so under log
+// compaction a partition's latest header always finds its chunks, and a
+// writer that dies between chunks leaves the previous header in force.
+// The combiner's checkpoint uses the same chunks under
+// "GROUP/combiner/<gen>/<i>", named by its JSON header.
+const (
+	chunkVersion  byte = 1
+	headerVersion byte = 2
+	// chunkBytes is the pane bytes a chunk aims at: with a chunk's
+	// other fields, well under franz-go's and Kafka's default 1 MB
+	// record limit.
+	chunkBytes = 256 << 10
+)
+
+// errWire marks a partials-topic value that does not decode.
+var errWire = errors.New("invalid partial encoding")
+
+// partialKey is the header key of a partition's partials.
+func partialKey(k tp) string { return k.Topic + "/" + strconv.Itoa(int(k.Partition)) }
+
+// chunkKey is the key of chunk i of generation gen under base.
+func chunkKey(base string, gen uint64, i int) string {
+	return fmt.Sprintf("%s/%016x/%d", base, gen, i)
+}
+
+// parseChunkKey splits a chunk key into its base, gen and index; ok is
+// false for any other key.
+func parseChunkKey(key string) (base string, gen uint64, i int, ok bool) {
+	j := strings.LastIndexByte(key, '/')
+	if j < 0 {
+		return "", 0, 0, false
+	}
+	n, err := strconv.Atoi(key[j+1:])
+	if err != nil || n < 0 {
+		return "", 0, 0, false
+	}
+	g := strings.LastIndexByte(key[:j], '/')
+	if g < 0 || j-g-1 != 16 {
+		return "", 0, 0, false
+	}
+	gen, err = strconv.ParseUint(key[g+1:j], 16, 64)
+	if err != nil {
+		return "", 0, 0, false
+	}
+	return key[:g], gen, n, true
+}
+
+// encodeChunks cuts the panes of parts (in order, panes by start) into
+// chunk values of at most about maxBytes of pane bytes each.
+func encodeChunks(parts []Partial, maxBytes int) [][]byte {
+	var (
+		out  [][]byte
+		cur  []byte
+		segs int
+	)
+	flush := func() {
+		if segs > 0 {
+			v := binary.AppendUvarint(append(make([]byte, 0, len(cur)+1+binary.MaxVarintLen64), chunkVersion), uint64(segs))
+			out = append(out, append(v, cur...))
+		}
+		cur, segs = nil, 0
+	}
+	for _, p := range parts {
+		starts := make([]int64, 0, len(p.Panes))
+		for st := range p.Panes {
+			starts = append(starts, st)
+		}
+		slices.Sort(starts)
+		for _, st := range starts {
+			for _, b := range estimate.PaneParts(p.Panes[st], maxBytes) {
+				if len(cur)+len(b) > maxBytes && segs > 0 {
+					flush()
+				}
+				cur = appendWireString(cur, p.Topic)
+				cur = binary.AppendVarint(cur, int64(p.Partition))
+				cur = binary.AppendVarint(cur, st)
+				cur = appendWireString(cur, string(b))
+				segs++
+			}
+		}
+	}
+	flush()
+	return out
+}
+
+func appendWireString(buf []byte, s string) []byte {
+	return append(binary.AppendUvarint(buf, uint64(len(s))), s...)
+}
+
+// wireReader reads a binary value; the first error sticks.
+type wireReader struct {
+	b   []byte
+	err error
+}
+
+func (r *wireReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated or malformed %s", errWire, what)
+	}
+	r.b = nil
+}
+
+func (r *wireReader) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *wireReader) varint(what string) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *wireReader) bytes(what string) []byte {
+	n := r.uvarint(what)
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	b := r.b[:n]
+	r.b = r.b[n:]
+	return b
+}
+
+func (r *wireReader) partition(what string) int32 {
+	v := r.varint(what)
+	if v < 0 || v > 1<<31-1 {
+		r.fail(what)
+		return 0
+	}
+	return int32(v)
+}
+
+// joinChunks decodes chunk values into panes by partition and start,
+// joining the parts of each pane (estimate.Pane.Join).
+func joinChunks(chunks [][]byte) (map[tp]map[int64]*estimate.Pane, error) {
+	out := map[tp]map[int64]*estimate.Pane{}
+	for i, c := range chunks {
+		if len(c) == 0 || c[0] != chunkVersion {
+			return nil, fmt.Errorf("%w: chunk %d: unknown version", errWire, i)
+		}
+		r := &wireReader{b: c[1:]}
+		n := r.uvarint("segment count")
+		if n > uint64(len(r.b)) { // a segment takes several bytes
+			return nil, fmt.Errorf("%w: chunk %d: %d segments in %d bytes", errWire, i, n, len(r.b))
+		}
+		for range n {
+			k := tp{Topic: string(r.bytes("topic"))}
+			k.Partition = r.partition("partition")
+			st := r.varint("pane start")
+			b := r.bytes("pane")
+			if r.err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", i, r.err)
+			}
+			pane, err := estimate.DecodePane(b)
+			if err != nil {
+				return nil, fmt.Errorf("chunk %d: pane %d of %s/%d: %w", i, st, k.Topic, k.Partition, err)
+			}
+			panes := out[k]
+			if panes == nil {
+				panes = map[int64]*estimate.Pane{}
+				out[k] = panes
+			}
+			if have := panes[st]; have != nil {
+				if err := have.Join(pane); err != nil {
+					return nil, fmt.Errorf("chunk %d: pane %d of %s/%d: %w", i, st, k.Topic, k.Partition, err)
+				}
+				continue
+			}
+			panes[st] = pane
+		}
+		if len(r.b) != 0 {
+			return nil, fmt.Errorf("%w: chunk %d: %d trailing bytes", errWire, i, len(r.b))
+		}
+	}
+	return out, nil
+}
+
+// header is a partial's header: the partial without its panes, and the
+// generation and number of the chunks that hold them.
+type header struct {
+	Partial
+	gen    uint64
+	chunks int
+}
+
+const (
+	flagSeen    = 1
+	flagPending = 2
+)
+
+// encodePartial encodes p as its header and chunk values, generation
+// gen.
+func encodePartial(p Partial, gen uint64) (hdr []byte, chunks [][]byte) {
+	return encodePartialSized(p, gen, chunkBytes)
+}
+
+// encodePartialSized is encodePartial with chunks of about maxBytes.
+func encodePartialSized(p Partial, gen uint64, maxBytes int) (hdr []byte, chunks [][]byte) {
+	chunks = encodeChunks([]Partial{p}, maxBytes)
+	return appendHeader(nil, p, gen, len(chunks)), chunks
+}
+
+func appendHeader(buf []byte, p Partial, gen uint64, chunks int) []byte {
+	buf = append(buf, headerVersion)
+	buf = appendWireString(buf, p.Topic)
+	buf = binary.AppendVarint(buf, int64(p.Partition))
+	buf = binary.AppendVarint(buf, p.MaxT)
+	buf = binary.AppendVarint(buf, p.Next)
+	var flags byte
+	if p.Seen {
+		flags |= flagSeen
+	}
+	if p.Pending {
+		flags |= flagPending
+	}
+	buf = append(buf, flags)
+	buf = binary.LittleEndian.AppendUint64(buf, gen)
+	return binary.AppendUvarint(buf, uint64(chunks))
+}
+
+// decodeHeader decodes a header value. A one-record JSON partial (as
+// written before chunking) decodes with its panes and no chunks.
+func decodeHeader(b []byte) (header, error) {
+	if len(b) > 0 && b[0] == '{' {
+		p, err := decodeJSONPartial(b)
+		return header{Partial: p}, err
+	}
+	if len(b) == 0 || b[0] != headerVersion {
+		return header{}, fmt.Errorf("%w: header: unknown version", errWire)
+	}
+	r := &wireReader{b: b[1:]}
+	var h header
+	h.Topic = string(r.bytes("topic"))
+	h.Partition = r.partition("partition")
+	h.MaxT = r.varint("max time")
+	h.Next = r.varint("next offset")
+	if len(r.b) < 9 {
+		r.fail("flags and generation")
+	}
+	if r.err != nil {
+		return header{}, fmt.Errorf("header: %w", r.err)
+	}
+	flags := r.b[0]
+	if flags&^(flagSeen|flagPending) != 0 {
+		return header{}, fmt.Errorf("%w: header: unknown flags %#x", errWire, flags)
+	}
+	h.Seen, h.Pending = flags&flagSeen != 0, flags&flagPending != 0
+	h.gen = binary.LittleEndian.Uint64(r.b[1:9])
+	r.b = r.b[9:]
+	n := r.uvarint("chunk count")
+	if r.err != nil || len(r.b) != 0 || n > 1<<20 {
+		return header{}, fmt.Errorf("%w: header: malformed chunk count", errWire)
+	}
+	h.chunks = int(n)
+	return h, nil
+}
+
+// decodePartial decodes a header and its chunks (chunk(i) returns chunk
+// i, false when it is missing).
+func decodePartial(hdr []byte, chunk func(i int) ([]byte, bool)) (Partial, error) {
+	h, err := decodeHeader(hdr)
+	if err != nil {
+		return Partial{}, fmt.Errorf("decoding partial: %w", err)
+	}
+	if h.Panes != nil { // JSON
+		return h.Partial, nil
+	}
+	panes, err := chunkPanes(h.gen, h.chunks, chunk)
+	if err != nil {
+		return Partial{}, fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
+	}
+	h.Panes = map[int64]*estimate.Pane{}
+	for k, ps := range panes {
+		if k != (tp{h.Topic, h.Partition}) {
+			return Partial{}, fmt.Errorf("decoding partial %s/%d: %w: a chunk holds panes of %s/%d", h.Topic, h.Partition, errWire, k.Topic, k.Partition)
+		}
+		h.Panes = ps
+	}
+	return h.Partial, nil
+}
+
+// chunkPanes collects chunks 0..n-1 of gen and joins them.
+func chunkPanes(gen uint64, n int, chunk func(i int) ([]byte, bool)) (map[tp]map[int64]*estimate.Pane, error) {
+	var vals [][]byte
+	for i := range n {
+		v, ok := chunk(i)
+		if !ok {
+			return nil, fmt.Errorf("%w: chunk %d of %d of generation %016x missing", errWire, i, n, gen)
+		}
+		vals = append(vals, v)
+	}
+	return joinChunks(vals)
+}
+
+// wirePartial is a one-record JSON partial, as written before chunking
+// (read only); panes are estimate.AppendPane bytes.
+type wirePartial struct {
+	Topic     string           `json:"topic"`
+	Partition int32            `json:"partition"`
+	MaxT      int64            `json:"max_t"`
+	Next      int64            `json:"next_offset"`
+	Seen      bool             `json:"seen"`
+	Pending   bool             `json:"pending"`
+	Panes     map[int64][]byte `json:"panes"`
+}
+
+func decodeJSONPartial(b []byte) (Partial, error) {
+	var w wirePartial
+	if err := json.Unmarshal(b, &w); err != nil {
+		return Partial{}, fmt.Errorf("%w: %w", errWire, err)
+	}
+	panes, err := decodePanes(w)
+	if err != nil {
+		return Partial{}, err
+	}
+	return Partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: panes}, nil
+}
+
+// decodePanes decodes the panes of w.
+func decodePanes(w wirePartial) (map[int64]*estimate.Pane, error) {
+	out := make(map[int64]*estimate.Pane, len(w.Panes))
+	for st, b := range w.Panes {
+		pane, err := estimate.DecodePane(b)
+		if err != nil {
+			return nil, fmt.Errorf("pane %d of %s/%d: %w", st, w.Topic, w.Partition, err)
+		}
+		out[st] = pane
+	}
+	return out, nil
+}
+
+// wireCombinerState is the header of a CombinerState, as JSON: the
+// Checkpoint fields (which readCheckpoint reads too), then the
+// generation and count of the chunks holding the kept panes; Kept is
+// the kept panes of a checkpoint written before chunking (read only).
+type wireCombinerState struct {
+	Checkpoint
+	KeptGen    string        `json:"kept_gen,omitempty"`
+	KeptChunks int           `json:"kept_chunks,omitempty"`
+	Kept       []wirePartial `json:"kept,omitempty"`
+}
+
+// encodeCombinerState encodes st as its header and the chunks of its
+// kept panes, generation gen (unused when nothing is kept).
+func encodeCombinerState(st CombinerState, gen uint64) (hdr []byte, chunks [][]byte, err error) {
+	chunks = encodeChunks(st.Kept, chunkBytes)
+	hdr, err = combinerStateHeader(st, gen, len(chunks))
+	return hdr, chunks, err
+}
+
+// combinerStateHeader is the header of st whose kept panes are in n
+// chunks of generation gen.
+func combinerStateHeader(st CombinerState, gen uint64, n int) ([]byte, error) {
+	w := wireCombinerState{Checkpoint: Checkpoint{Version: 1, Watermark: st.Watermark, Next: st.Next}}
+	if n > 0 {
+		w.KeptGen, w.KeptChunks = fmt.Sprintf("%016x", gen), n
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("encoding combiner state: %w", err)
+	}
+	return b, nil
+}
+
+// combinerHeader decodes a combiner state's header: the state without
+// its chunked panes, and their generation and count.
+func combinerHeader(b []byte) (st CombinerState, gen uint64, chunks int, err error) {
+	var w wireCombinerState
+	if err := json.Unmarshal(b, &w); err != nil {
+		return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w", err)
+	}
+	st = CombinerState{Watermark: w.Watermark, Next: w.Next}
+	for _, wp := range w.Kept {
+		panes, err := decodePanes(wp)
+		if err != nil {
+			return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w", err)
+		}
+		st.Kept = append(st.Kept, Partial{Topic: wp.Topic, Partition: wp.Partition, Panes: panes})
+	}
+	if w.KeptChunks == 0 {
+		return st, 0, 0, nil
+	}
+	if len(st.Kept) > 0 || w.KeptChunks < 0 || w.KeptChunks > 1<<20 {
+		return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w: %d kept chunks", errWire, w.KeptChunks)
+	}
+	gen, err = strconv.ParseUint(w.KeptGen, 16, 64)
+	if err != nil || len(w.KeptGen) != 16 {
+		return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w: kept generation %q", errWire, w.KeptGen)
+	}
+	return st, gen, w.KeptChunks, nil
+}
+
+// decodeCombinerState decodes a combiner state's header and the chunks
+// it names (chunk(i) returns chunk i, false when it is missing).
+func decodeCombinerState(hdr []byte, chunk func(i int) ([]byte, bool)) (CombinerState, error) {
+	st, gen, n, err := combinerHeader(hdr)
+	if err != nil || n == 0 {
+		return st, err
+	}
+	panes, err := chunkPanes(gen, n, chunk)
+	if err != nil {
+		return CombinerState{}, fmt.Errorf("decoding combiner state: %w", err)
+	}
+	for k, ps := range panes {
+		st.Kept = append(st.Kept, Partial{Topic: k.Topic, Partition: k.Partition, Panes: ps})
+	}
+	sortPartials(st.Kept)
+	return st, nil
+}
+
+// sortPartials sorts partials by topic and partition.
+func sortPartials(ps []Partial) {
+	slices.SortFunc(ps, func(a, b Partial) int {
+		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+			return c
+		}
+		return int(a.Partition) - int(b.Partition)
+	})
+}
+
+// partialReader turns the records of the partials topic, in log order,
+// into partials: it holds chunks until the header naming them arrives.
+type partialReader struct {
+	// held chunks by base key, generation and index.
+	held map[string]map[uint64]map[int][]byte
+	// order of the held generations by base key, by their first chunk.
+	order map[string][]uint64
+	// last is the generation and panes of each base key's latest
+	// partial (a hand-over header names its partition's last chunks
+	// again).
+	last map[string]lastPartial
+}
+
+type lastPartial struct {
+	gen   uint64
+	panes map[int64]*estimate.Pane
+}
+
+// maxHeldGens bounds the generations held per partition: chunks of
+// writers that died before their header (or of an owner the group has
+// replaced) are dropped once newer ones arrive.
+const maxHeldGens = 4
+
+func newPartialReader() *partialReader {
+	return &partialReader{held: map[string]map[uint64]map[int][]byte{}, order: map[string][]uint64{}, last: map[string]lastPartial{}}
+}
+
+// add reads one record; it returns the partial a header completes (ok
+// true), and an error for a value or key that does not decode (the
+// reader's state is unchanged by it).
+func (r *partialReader) add(key string, value []byte) (p Partial, ok bool, err error) {
+	if base, gen, i, isChunk := parseChunkKey(key); isChunk {
+		gens := r.held[base]
+		if len(value) == 0 { // tombstone
+			delete(gens[gen], i)
+			return Partial{}, false, nil
+		}
+		if gens == nil {
+			gens = map[uint64]map[int][]byte{}
+			r.held[base] = gens
+		}
+		if gens[gen] == nil {
+			gens[gen] = map[int][]byte{}
+			r.order[base] = append(r.order[base], gen)
+			if o := r.order[base]; len(o) > maxHeldGens {
+				delete(gens, o[0])
+				r.order[base] = o[1:]
+			}
+		}
+		gens[gen][i] = value
+		return Partial{}, false, nil
+	}
+	if value == nil {
+		return Partial{}, false, nil
+	}
+	h, err := decodeHeader(value)
+	if err != nil {
+		return Partial{}, false, fmt.Errorf("partial %q: %w", key, err)
+	}
+	if partialKey(tp{h.Topic, h.Partition}) != key {
+		return Partial{}, false, fmt.Errorf("partial %q: %w: it is of %s/%d", key, errWire, h.Topic, h.Partition)
+	}
+	if h.Panes != nil { // JSON: one record
+		r.last[key] = lastPartial{panes: h.Panes}
+		return h.Partial, true, nil
+	}
+	if l, ok := r.last[key]; ok && l.gen == h.gen && h.gen != 0 {
+		h.Panes = make(map[int64]*estimate.Pane, len(l.panes))
+		for st, pane := range l.panes {
+			h.Panes[st] = pane
+		}
+		return h.Partial, true, nil
+	}
+	held := r.held[key][h.gen]
+	p, err = decodePartial(value, func(i int) ([]byte, bool) {
+		v, ok := held[i]
+		return v, ok
+	})
+	if err != nil {
+		return Partial{}, false, err
+	}
+	// The chunks of this and of earlier generations are no longer
+	// needed.
+	if o := r.order[key]; slices.Contains(o, h.gen) {
+		j := slices.Index(o, h.gen)
+		for _, g := range o[:j+1] {
+			delete(r.held[key], g)
+		}
+		r.order[key] = o[j+1:]
+	}
+	last := make(map[int64]*estimate.Pane, len(p.Panes))
+	for st, pane := range p.Panes {
+		last[st] = pane
+	}
+	r.last[key] = lastPartial{gen: h.gen, panes: last}
+	return p, true, nil
+}
+
+// IsPartial reports whether r, a record of the partials topic, is a
+// partial's header (not one of its chunks or a tombstone): one per
+// partial published.
+func IsPartial(r *kgo.Record) bool {
+	if len(r.Value) == 0 {
+		return false
+	}
+	_, _, _, chunk := parseChunkKey(string(r.Key))
+	return !chunk
+}
