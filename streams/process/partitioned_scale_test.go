@@ -1,0 +1,131 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// scaleEngines is the engines on the one signals partition of
+// TestInstanceThousandsOfEngines: their partials are several MB, far
+// over Kafka's default 1 MB record limit.
+const scaleEngines = 2_000
+
+// scaleRecords are 30 s of signals from scaleEngines engines (each every
+// 2 s), all on signals partition 0, and routing events of three clusters
+// to some of them on routing partition 0; the other partitions are idle.
+func scaleRecords(topics streams.Topics) []*kgo.Record {
+	from := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	offs := map[string]int64{}
+	var recs []*kgo.Record
+	add := func(topic string, v []byte, at time.Time) {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: 0, Offset: offs[topic], Value: v, Timestamp: at})
+		offs[topic]++
+	}
+	i := 0
+	for d := time.Duration(0); d < 30*time.Second; d += 100 * time.Millisecond {
+		at := from.Add(d)
+		// Engine e signals at d ≡ e·1 ms (mod 2 s), in 100 ms batches.
+		for e := int(d/(100*time.Millisecond)) % 20; e < scaleEngines; e += 20 {
+			u := float64((int(d/time.Second) + 3*e) % 50)
+			add(topics.Signals, mustMarshal(signal(fmt.Sprintf("r%03d-h100-%04d", e%100, e), []string{"h100", "a100", "l4"}[e%3], at, u, 5+u/5)), at)
+		}
+		for c := range 3 {
+			ev := routing([]string{"us", "eu", "ap"}[c], fmt.Sprintf("r%03d-h100-%04d", (i*7)%100, (i*37)%scaleEngines), at, i)
+			ev.TtftMs = 70 + float64(i%31)
+			add(topics.RoutingEvents, mustMarshal(ev), at)
+			i++
+		}
+	}
+	return recs
+}
+
+// TestInstanceThousandsOfEngines: one partitioned instance and the
+// combiner over scaleEngines engines on one signals partition publish
+// exactly the estimates one Core computes, byte for byte, although each
+// partial is several times Kafka's record limit (it travels in chunks).
+// It also reports the partials' bytes per engine and pane.
+func TestInstanceThousandsOfEngines(t *testing.T) {
+	kc := testenv.Kafka(t)
+	topics := streams.TopicsFor("scale")
+	cfg := config("scale")
+	recs := scaleRecords(topics)
+	core, err := NewCore(topics, cfg.Spec(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		core.Handle(r)
+	}
+	want := map[string][]byte{}
+	for _, f := range core.Fire() {
+		for _, e := range f.Estimates {
+			b, err := estimate.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[fmt.Sprintf("%s@%d", estimate.Key(e), f.End)] = b
+		}
+	}
+	if len(want) < 2*scaleEngines {
+		t.Fatalf("one Core fired %d estimates, want at least two windows of %d engines", len(want), scaleEngines)
+	}
+
+	ensure(t, kc, topics)
+	cl := testenv.Client(t, kc, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	produceParts(t, cl, recs)
+	est := collect(t, kc, topics.Estimates)
+	parts := collect(t, kc, PartialsTopic(cfg.TopicPrefix))
+	ccl := testenv.Client(t, kc, CombinerClientOpts(cfg)...)
+	runUntilStopped(t, func(ctx context.Context) error { return RunCombiner(ctx, ccl, cfg) }, ccl.Close)
+	runInstance(t, kc, cfg)
+	testenv.Eventually(t, 20*time.Second, func() bool { return len(est.snapshot()) >= len(want) }, fmt.Sprintf("%d estimates", len(want)))
+	got := byWindow(t, est.snapshot())
+	n := 0
+	for k, b := range want {
+		if g, ok := got[k]; !ok || string(g) != string(b) {
+			n++
+			if n <= 3 {
+				t.Errorf("%s: present %v, identical %v", k, ok, string(g) == string(b))
+			}
+		}
+	}
+	if n > 0 || len(got) != len(want) {
+		t.Fatalf("%d of %d estimates missing or different; %d published", n, len(want), len(got))
+	}
+
+	// The largest partial of the signals partition: its chunks' bytes,
+	// per engine and pane.
+	r := newPartialReader()
+	chunkBytes := map[uint64]int{}
+	var biggest, panes, chunks int
+	for _, rec := range parts.snapshot() {
+		p, ok, err := r.add(string(rec.Key), rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, gen, _, chunk := parseChunkKey(string(rec.Key)); chunk || !ok {
+			chunkBytes[gen] += len(rec.Value)
+			continue
+		}
+		h, err := decodeHeader(rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && p.Topic == topics.Signals && chunkBytes[h.gen] > biggest {
+			biggest, panes, chunks = chunkBytes[h.gen], len(p.Panes), h.chunks
+		}
+	}
+	if biggest <= 1_000_012 {
+		t.Fatalf("largest partial %d bytes: within one record's limit, the test does not exercise chunks", biggest)
+	}
+	t.Logf("%d estimates as one Core's; largest signals partial %d bytes in %d chunks, %d panes: %.0f B per engine and pane",
+		len(want), biggest, chunks, panes, float64(biggest)/float64(panes*scaleEngines))
+}
