@@ -23,7 +23,7 @@ func PaneParts(p *Pane, maxBytes int) [][]byte {
 		scratch []byte
 	)
 	flush := func() {
-		parts = append(parts, AppendPane(nil, cur))
+		parts = append(parts, AppendPane(make([]byte, 0, size), cur))
 		cur, size = NewPane(), overhead
 	}
 	// fits makes room for n more bytes: a new part unless the current

@@ -72,7 +72,18 @@ type Instance struct {
 	// progress is when each pending partition last delivered records
 	// (or became pending).
 	progress map[tp]time.Time
+	// publishEvery is the least time between two rounds of partials
+	// (publishEvery in tests); nextPublish is when the next may go.
+	publishEvery time.Duration
+	nextPublish  time.Time
 }
+
+// publishEvery bounds how often an instance publishes its partitions'
+// partials: a partial is the partition's whole state (megabytes at
+// thousands of engines), while polls under a steady input return every
+// few milliseconds. The combiner then learns of new records up to this
+// much later; it never fires a window before it has them.
+const publishEvery = time.Second
 
 type instShard struct {
 	s         *Shard
@@ -112,7 +123,7 @@ func NewInstance(cfg Config) (*Instance, error) {
 		return nil, fmt.Errorf("processor config: %w", err)
 	}
 	return &Instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, shards: map[tp]*instShard{},
-		stalledAfter: stalledAfter, progress: map[tp]time.Time{}}, nil
+		stalledAfter: stalledAfter, progress: map[tp]time.Time{}, publishEvery: publishEvery}, nil
 }
 
 // ClientOpts are ClientOpts(cfg) plus the cooperative-sticky balancer,
@@ -249,7 +260,9 @@ func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[strin
 				recs = append(recs, in.headerRecord(k, appendHeader(nil, p, sh.gen, sh.chunks)))
 				continue
 			}
-			pub, err := in.publication(k, sh, p, false)
+			// Changes not yet published (publishEvery): the partial and
+			// the checkpoint the next owner restores.
+			pub, err := in.publication(k, sh, p, true)
 			if err != nil {
 				in.log.Warn("handing over", "topic", topic, "partition", part, "err", err)
 				continue
@@ -385,7 +398,7 @@ func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
 	}
 	dlq := streams.NewDeadLetter(cl, in.topics.DeadLetter)
 	for {
-		pctx, cancel := context.WithTimeout(ctx, in.stalledAfter/4)
+		pctx, cancel := context.WithTimeout(ctx, in.pollWait(time.Now()))
 		fetches := cl.PollRecords(pctx, 10000)
 		cancel()
 		if ctx.Err() != nil {
@@ -400,9 +413,24 @@ func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
 	}
 }
 
+// pollWait is how long the next poll may wait for records: until the
+// stalled-partition rule must be checked, or until changes not yet
+// published may be.
+func (in *Instance) pollWait(now time.Time) time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	wait := in.stalledAfter / 4
+	for _, sh := range in.shards {
+		if !sh.published && sh.fetched && sh.s.Rebuilt() {
+			return max(min(wait, in.nextPublish.Sub(now)), time.Millisecond)
+		}
+	}
+	return wait
+}
+
 // handle folds one poll into the shards, then publishes the partials of
-// the changed shards and, once Kafka has them, their checkpoints and
-// committed offsets.
+// the changed shards (at most every publishEvery) and, once Kafka has
+// them, their checkpoints and committed offsets.
 func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter, fetches kgo.Fetches) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -435,6 +463,9 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 			return fmt.Errorf("dead-lettering: %w", err)
 		}
 	}
+	if now.Before(in.nextPublish) {
+		return nil // the next poll ends by then (pollWait)
+	}
 	var pubs []publication
 	for k, sh := range in.shards {
 		if sh.published || !sh.fetched || !sh.s.Rebuilt() {
@@ -452,6 +483,7 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 	if err := in.publish(ctx, cl, pubs); err != nil {
 		return err
 	}
+	in.nextPublish = now.Add(in.publishEvery)
 	offs := map[string]map[int32]kgo.EpochOffset{}
 	for _, pub := range pubs {
 		sh := pub.sh

@@ -87,8 +87,9 @@ func encodeChunks(parts []Partial, maxBytes int) [][]byte {
 			v := binary.AppendUvarint(append(make([]byte, 0, len(cur)+1+binary.MaxVarintLen64), chunkVersion), uint64(segs))
 			out = append(out, append(v, cur...))
 		}
-		cur, segs = nil, 0
+		cur, segs = cur[:0], 0
 	}
+	cur = make([]byte, 0, maxBytes+maxBytes/8)
 	for _, p := range parts {
 		starts := make([]int64, 0, len(p.Panes))
 		for st := range p.Panes {
@@ -103,7 +104,7 @@ func encodeChunks(parts []Partial, maxBytes int) [][]byte {
 				cur = appendWireString(cur, p.Topic)
 				cur = binary.AppendVarint(cur, int64(p.Partition))
 				cur = binary.AppendVarint(cur, st)
-				cur = appendWireString(cur, string(b))
+				cur = append(binary.AppendUvarint(cur, uint64(len(b))), b...)
 				segs++
 			}
 		}

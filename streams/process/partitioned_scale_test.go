@@ -1,6 +1,8 @@
 package process
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"testing"
@@ -128,4 +130,57 @@ func TestInstanceThousandsOfEngines(t *testing.T) {
 	}
 	t.Logf("%d estimates as one Core's; largest signals partial %d bytes in %d chunks, %d panes: %.0f B per engine and pane",
 		len(want), biggest, chunks, panes, float64(biggest)/float64(panes*scaleEngines))
+}
+
+// BenchmarkPartialCodec encodes and decodes the signals partial of
+// scaleEngines engines (4 open panes, as when an instance catches up
+// with TestInstanceThousandsOfEngines's input), and reports its bytes
+// per engine and pane, before and after gzip (the producers' batch
+// compression, per chunk).
+func BenchmarkPartialCodec(b *testing.B) {
+	topics := streams.TopicsFor("bench")
+	s, err := NewShard(topics, config("bench").Spec(), topics.Signals, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range scaleRecords(topics) {
+		if r.Topic == topics.Signals && r.Timestamp.Before(time.Date(2026, 11, 2, 9, 0, 20, 0, time.UTC)) {
+			if _, _, err := s.Handle(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	p := s.Partial()
+	hdr, chunks := encodePartial(p, 7)
+	size, zipped := len(hdr), 0
+	for _, c := range chunks {
+		size += len(c)
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write(c); err != nil {
+			b.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			b.Fatal(err)
+		}
+		zipped += buf.Len()
+	}
+	per := float64(len(p.Panes) * scaleEngines)
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			encodePartial(p, 7)
+		}
+		b.ReportMetric(float64(size)/per, "B/engine-pane")
+		b.ReportMetric(float64(zipped)/per, "gzipB/engine-pane")
+		b.ReportMetric(float64(len(chunks)), "chunks")
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodePartial(hdr, func(i int) ([]byte, bool) { return chunks[i], i < len(chunks) }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
