@@ -1,0 +1,124 @@
+package process
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// TestPartialReaderCompactionAndCrash: the partials topic as an instance
+// writes it (chunks, header, tombstones for the replaced chunks), with a
+// writer that dies between two chunks of a generation and a hand-over
+// header naming the last chunks again, read in full and read compacted
+// (the latest record per key, tombstoned keys gone): the reader yields
+// the partial of the latest header each time, never a mix of
+// generations, and drops the dead writer's chunks once a later
+// generation is complete.
+func TestPartialReaderCompactionAndCrash(t *testing.T) {
+	k := tp{"t.engine.signals", 2}
+	base := partialKey(k)
+	partial := func(maxT int64) Partial {
+		p := Partial{Topic: k.Topic, Partition: k.Partition, MaxT: maxT, Seen: true, Next: maxT, Panes: map[int64]*estimate.Pane{}}
+		for st := range int64(3) {
+			p.Panes[st*5000], _ = estimate.DecodePane(estimate.AppendPane(nil, chunkTestPane(maxT+st)))
+		}
+		return p
+	}
+	type rec struct {
+		key string
+		val []byte
+	}
+	var log []rec
+	write := func(p Partial, gen uint64, prev uint64, prevN int, upTo int) int {
+		hdr, chunks := encodePartialSized(p, gen, 2<<10)
+		if len(chunks) < 3 {
+			t.Fatalf("%d chunks: the test needs several", len(chunks))
+		}
+		for i, c := range chunks[:min(upTo, len(chunks))] {
+			log = append(log, rec{chunkKey(base, gen, i), c})
+		}
+		if upTo < len(chunks) {
+			return len(chunks) // died
+		}
+		log = append(log, rec{base, hdr})
+		for i := range prevN {
+			log = append(log, rec{chunkKey(base, prev, i), nil})
+		}
+		return len(chunks)
+	}
+	n1 := write(partial(100), 1, 0, 0, 1<<30)
+	write(partial(200), 2, 1, n1, 2) // dies after two chunks: gen 1 stands
+	afterCrash := len(log)
+	handOver := partial(100)
+	handOver.Pending = true
+	log = append(log, rec{base, appendHeader(nil, handOver, 1, n1)})
+	n3 := write(partial(300), 3, 1, n1, 1<<30)
+
+	compact := func(upTo int) []rec {
+		latest := map[string]int{}
+		for i, r := range log[:upTo] {
+			latest[r.key] = i
+		}
+		var out []rec
+		for i, r := range log[:upTo] {
+			if latest[r.key] == i && r.val != nil {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	last := func(recs []rec) (Partial, *partialReader) {
+		t.Helper()
+		r := newPartialReader()
+		var got Partial
+		for _, x := range recs {
+			p, ok, err := r.add(x.key, x.val)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				got = p
+			}
+		}
+		return got, r
+	}
+	same := func(name string, got, want Partial) {
+		t.Helper()
+		if got.MaxT != want.MaxT || got.Pending != want.Pending || len(got.Panes) != len(want.Panes) {
+			t.Fatalf("%s: partial of max time %d (pending %v, %d panes), want %d (%v, %d)", name, got.MaxT, got.Pending, len(got.Panes), want.MaxT, want.Pending, len(want.Panes))
+		}
+		for st, pane := range want.Panes {
+			if !bytes.Equal(estimate.AppendPane(nil, got.Panes[st]), estimate.AppendPane(nil, pane)) {
+				t.Fatalf("%s: pane %d differs", name, st)
+			}
+		}
+	}
+	got, _ := last(log[:afterCrash])
+	same("in full, after the crash", got, partial(100))
+	got, _ = last(compact(afterCrash))
+	same("compacted, after the crash", got, partial(100))
+	got, _ = last(compact(afterCrash + 1))
+	same("compacted, hand-over", got, handOver)
+	got, r := last(log)
+	same("in full", got, partial(300))
+	if len(r.held[base]) != 0 {
+		t.Errorf("%d generations still held after the latest header", len(r.held[base]))
+	}
+	c := compact(len(log))
+	got, _ = last(c)
+	same("compacted", got, partial(300))
+	if len(c) != n3+1+2 { // gen 3's chunks and header, and the dead writer's chunks
+		t.Errorf("compacted log holds %d records, want %d", len(c), n3+3)
+	}
+}
+
+// chunkTestPane is a pane of 40 engines whose values depend on v.
+func chunkTestPane(v int64) *estimate.Pane {
+	p := estimate.NewPane()
+	for e := range 40 {
+		p.AddSignal(signal(string(rune('a'+e%26))+string(rune('a'+e/26)), "h100", t0.Add(time.Duration(v)*time.Millisecond), float64(e), float64(v%7)))
+	}
+	return p
+}
