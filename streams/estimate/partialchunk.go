@@ -1,6 +1,7 @@
 package estimate
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sort"
 )
@@ -15,65 +16,104 @@ import (
 // pane gives one part. Join puts the decoded parts back together into the
 // pane, exactly.
 func PaneParts(p *Pane, maxBytes int) [][]byte {
-	const overhead = 1 + 3*binaryMaxVarint // version and the three counts
 	var (
 		parts   [][]byte
-		cur     = NewPane()
-		size    = overhead
+		cur     panePart
 		scratch []byte
 	)
 	flush := func() {
-		parts = append(parts, AppendPane(make([]byte, 0, size), cur))
-		cur, size = NewPane(), overhead
+		parts = append(parts, cur.encode(p))
+		cur = panePart{}
 	}
 	// fits makes room for n more bytes: a new part unless the current
 	// one is empty or has room.
 	fits := func(n int) {
-		if size+n > maxBytes && cur.Entities() > 0 {
+		if cur.size+n > maxBytes && !cur.empty() {
 			flush()
 		}
-		size += n
+		cur.size += n
 	}
 	for _, id := range sortedKeys(p.engines) {
-		e := p.engines[id]
-		scratch = appendPaneEngine(appendPaneString(scratch[:0], id), e)
+		scratch = appendPaneEngine(appendPaneString(scratch[:0], id), p.engines[id])
 		fits(len(scratch))
-		cur.engines[id] = e
+		cur.engines = append(cur.engines, id)
 	}
+	var zero Demand
 	for _, name := range sortedKeys(p.clusters) {
 		c := p.clusters[name]
 		// The cluster's name, demand and network count.
 		head := binaryMaxVarint + len(name) + 2*binaryMaxVarint + 4*8
 		fits(head)
-		part := &clusterPane{demand: c.demand, network: map[string]*Network{}}
-		cur.clusters[name] = part
+		cur.clusters = append(cur.clusters, partCluster{name: name, demand: &c.demand, c: c})
 		ids := make([]string, 0, len(c.network))
 		for id := range c.network {
 			ids = append(ids, id)
 		}
 		sort.Strings(ids)
-		for _, id := range ids {
-			n := c.network[id]
+		from := 0
+		for i, id := range ids {
 			need := binaryMaxVarint + len(id) + 3*binaryMaxVarint + 4*5
-			if size+need > maxBytes {
+			if cur.size+need > maxBytes {
+				cur.clusters[len(cur.clusters)-1].ids = ids[from:i]
 				flush()
-				size += head
-				part = &clusterPane{network: map[string]*Network{}} // zero demand: the first part has it
-				cur.clusters[name] = part
+				from = i
+				cur.size += head
+				// Zero demand: the first part has it.
+				cur.clusters = append(cur.clusters, partCluster{name: name, demand: &zero, c: c})
 			}
-			size += need
-			part.network[id] = n
-			cur.networks++
+			cur.size += need
 		}
+		cur.clusters[len(cur.clusters)-1].ids = ids[from:]
 	}
 	for _, id := range sortedKeys(p.tries) {
 		fits(binaryMaxVarint + len(id) + 2*5)
-		cur.tries[id] = p.tries[id]
+		cur.tries = append(cur.tries, id)
 	}
-	if cur.Entities() > 0 || len(parts) == 0 {
+	if !cur.empty() || len(parts) == 0 {
 		flush()
 	}
 	return parts
+}
+
+// panePart is the accumulators of one part, in key order, and its size
+// estimate.
+type panePart struct {
+	engines  []string
+	clusters []partCluster
+	tries    []string
+	size     int
+}
+
+type partCluster struct {
+	name   string
+	demand *Demand
+	c      *clusterPane
+	ids    []string // its network accumulators in the part
+}
+
+func (pp *panePart) empty() bool {
+	return len(pp.engines) == 0 && len(pp.clusters) == 0 && len(pp.tries) == 0
+}
+
+// encode writes the part as AppendPane writes a pane holding only its
+// accumulators.
+func (pp *panePart) encode(p *Pane) []byte {
+	buf := make([]byte, 0, pp.size+1+3*binaryMaxVarint)
+	buf = append(buf, paneCodecVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(pp.engines)))
+	for _, id := range pp.engines {
+		buf = appendPaneString(buf, id)
+		buf = appendPaneEngine(buf, p.engines[id])
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(pp.clusters)))
+	for _, c := range pp.clusters {
+		buf = appendPaneCluster(buf, c.name, c.demand, c.c.network, c.ids)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(pp.tries)))
+	for _, id := range pp.tries {
+		buf = appendPaneTries(buf, id, p.tries[id])
+	}
+	return buf
 }
 
 // binaryMaxVarint bounds a uvarint's bytes for the sizes PaneParts

@@ -39,35 +39,44 @@ func AppendPane(buf []byte, p *Pane) []byte {
 	buf = binary.AppendUvarint(buf, uint64(len(p.clusters)))
 	for _, name := range sortedKeys(p.clusters) {
 		c := p.clusters[name]
-		buf = appendPaneString(buf, name)
-		d := &c.demand
-		buf = binary.AppendUvarint(buf, uint64(d.requests))
-		buf = appendPaneFloats(buf, d.tokened, d.promptSum, d.outputSum, d.prompted)
-		buf = binary.AppendUvarint(buf, uint64(len(c.network)))
 		ids := make([]string, 0, len(c.network))
 		for id := range c.network {
 			ids = append(ids, id)
 		}
 		sort.Strings(ids)
-		for _, id := range ids {
-			n := c.network[id]
-			buf = appendPaneString(buf, id)
-			buf = binary.AppendVarint(buf, n.rttSum)
-			buf = binary.AppendVarint(buf, n.diffSum)
-			buf = binary.AppendVarint(buf, n.ttftSum)
-			for _, v := range []uint32{n.rttN, n.diffN, n.ttftN, n.unsized} {
-				buf = binary.AppendUvarint(buf, uint64(v))
-			}
-		}
+		buf = appendPaneCluster(buf, name, &c.demand, c.network, ids)
 	}
 	buf = binary.AppendUvarint(buf, uint64(len(p.tries)))
 	for _, id := range sortedKeys(p.tries) {
-		t := p.tries[id]
-		buf = appendPaneString(buf, id)
-		buf = binary.AppendUvarint(buf, uint64(t.attempts))
-		buf = binary.AppendUvarint(buf, uint64(t.failures))
+		buf = appendPaneTries(buf, id, p.tries[id])
 	}
 	return buf
+}
+
+// appendPaneCluster appends a cluster's name, demand and the network
+// accumulators of ids, in that order.
+func appendPaneCluster(buf []byte, name string, d *Demand, network map[string]*Network, ids []string) []byte {
+	buf = appendPaneString(buf, name)
+	buf = binary.AppendUvarint(buf, uint64(d.requests))
+	buf = appendPaneFloats(buf, d.tokened, d.promptSum, d.outputSum, d.prompted)
+	buf = binary.AppendUvarint(buf, uint64(len(ids)))
+	for _, id := range ids {
+		n := network[id]
+		buf = appendPaneString(buf, id)
+		buf = binary.AppendVarint(buf, n.rttSum)
+		buf = binary.AppendVarint(buf, n.diffSum)
+		buf = binary.AppendVarint(buf, n.ttftSum)
+		for _, v := range []uint32{n.rttN, n.diffN, n.ttftN, n.unsized} {
+			buf = binary.AppendUvarint(buf, uint64(v))
+		}
+	}
+	return buf
+}
+
+func appendPaneTries(buf []byte, id string, t *Tries) []byte {
+	buf = appendPaneString(buf, id)
+	buf = binary.AppendUvarint(buf, uint64(t.attempts))
+	return binary.AppendUvarint(buf, uint64(t.failures))
 }
 
 func appendPaneEngine(buf []byte, e *Engine) []byte {

@@ -132,25 +132,54 @@ func TestInstanceThousandsOfEngines(t *testing.T) {
 		len(want), biggest, chunks, panes, float64(biggest)/float64(panes*scaleEngines))
 }
 
-// BenchmarkPartialCodec encodes and decodes the signals partial of
-// scaleEngines engines (4 open panes, as when an instance catches up
-// with TestInstanceThousandsOfEngines's input), and reports its bytes
-// per engine and pane, before and after gzip (the producers' batch
-// compression, per chunk).
+// BenchmarkPartialCodec encodes and decodes two partials with 4 open
+// panes (as when an instance catches up), and reports their bytes per
+// entity (engine or (cluster, engine) pair) and pane, before and after
+// gzip (the producers' batch compression, per chunk): signals of
+// scaleEngines engines (TestInstanceThousandsOfEngines's input), and
+// routing events of 100 clusters to 1,202 engines each (120,200 pairs,
+// one event per pair and pane).
 func BenchmarkPartialCodec(b *testing.B) {
 	topics := streams.TopicsFor("bench")
-	s, err := NewShard(topics, config("bench").Spec(), topics.Signals, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range scaleRecords(topics) {
-		if r.Topic == topics.Signals && r.Timestamp.Before(time.Date(2026, 11, 2, 9, 0, 20, 0, time.UTC)) {
-			if _, _, err := s.Handle(r); err != nil {
-				b.Fatal(err)
+	spec := config("bench").Spec()
+	b.Run("signals", func(b *testing.B) {
+		s, err := NewShard(topics, spec, topics.Signals, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range scaleRecords(topics) {
+			if r.Topic == topics.Signals && r.Timestamp.Before(time.Date(2026, 11, 2, 9, 0, 20, 0, time.UTC)) {
+				if _, _, err := s.Handle(r); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
-	}
-	p := s.Partial()
+		benchPartial(b, s.Partial(), scaleEngines)
+	})
+	b.Run("routing", func(b *testing.B) {
+		s, err := NewShard(topics, spec, topics.RoutingEvents, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		from := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+		var off int64
+		for pane := range 4 {
+			at := from.Add(time.Duration(pane) * spec.Slide)
+			for c := range 100 {
+				for e := range 1202 {
+					ev := routing(fmt.Sprintf("r%03d", c), fmt.Sprintf("r%03d-h100-%04d", (c+e/401)%100, e), at, int(off))
+					if _, _, err := s.Handle(&kgo.Record{Topic: topics.RoutingEvents, Offset: off, Value: mustMarshal(ev), Timestamp: at}); err != nil {
+						b.Fatal(err)
+					}
+					off++
+				}
+			}
+		}
+		benchPartial(b, s.Partial(), 100*1202)
+	})
+}
+
+func benchPartial(b *testing.B, p Partial, entities int) {
 	hdr, chunks := encodePartial(p, 7)
 	size, zipped := len(hdr), 0
 	for _, c := range chunks {
@@ -165,14 +194,15 @@ func BenchmarkPartialCodec(b *testing.B) {
 		}
 		zipped += buf.Len()
 	}
-	per := float64(len(p.Panes) * scaleEngines)
+	per := float64(len(p.Panes) * entities)
 	b.Run("encode", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			encodePartial(p, 7)
 		}
-		b.ReportMetric(float64(size)/per, "B/engine-pane")
-		b.ReportMetric(float64(zipped)/per, "gzipB/engine-pane")
+		b.ReportMetric(float64(size), "bytes")
+		b.ReportMetric(float64(size)/per, "B/entity-pane")
+		b.ReportMetric(float64(zipped)/per, "gzipB/entity-pane")
 		b.ReportMetric(float64(len(chunks)), "chunks")
 	})
 	b.Run("decode", func(b *testing.B) {
