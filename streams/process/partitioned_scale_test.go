@@ -125,11 +125,54 @@ func TestInstanceThousandsOfEngines(t *testing.T) {
 			biggest, panes, chunks = chunkBytes[h.gen], len(p.Panes), h.chunks
 		}
 	}
+	// Compacted, the topic holds the latest headers' chunks and no
+	// others: every replaced generation is deleted (the tombstones
+	// follow the header the combiner may already have used).
+	var orphans, missing []string
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		orphans, missing = liveChunks(t, parts.snapshot())
+		return len(orphans) == 0 && len(missing) == 0
+	}, "only the latest headers' chunks live")
 	if biggest <= 1_000_012 {
 		t.Fatalf("largest partial %d bytes: within one record's limit, the test does not exercise chunks", biggest)
 	}
 	t.Logf("%d estimates as one Core's; largest signals partial %d bytes in %d chunks, %d panes: %.0f B per engine and pane",
 		len(want), biggest, chunks, panes, float64(biggest)/float64(panes*scaleEngines))
+}
+
+// liveChunks compacts the partials topic's records (the latest record
+// per key) and returns the chunks no latest header names (orphans) and
+// those named but deleted or never written (missing).
+func liveChunks(t *testing.T, recs []*kgo.Record) (orphans, missing []string) {
+	t.Helper()
+	latest := map[string][]byte{}
+	for _, rec := range recs {
+		latest[string(rec.Key)] = rec.Value
+	}
+	named := map[string]bool{}
+	for k, v := range latest {
+		if _, _, _, chunk := parseChunkKey(k); chunk {
+			continue
+		}
+		h, err := decodeHeader(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range h.chunks {
+			named[chunkKey(k, h.gen, i)] = true
+		}
+	}
+	for k, v := range latest {
+		if _, _, _, chunk := parseChunkKey(k); chunk && len(v) > 0 && !named[k] {
+			orphans = append(orphans, k)
+		}
+	}
+	for k := range named {
+		if len(latest[k]) == 0 {
+			missing = append(missing, k)
+		}
+	}
+	return orphans, missing
 }
 
 // BenchmarkPartialCodec encodes and decodes two partials with 4 open

@@ -181,6 +181,7 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		n := len(recs)
 		produceParts(t, cl, recs[:n/3])
 		est := collect(t, kc, topics.Estimates)
+		parts := collect(t, kc, PartialsTopic(cfg.TopicPrefix))
 		ccl := testenv.Client(t, kc, CombinerClientOpts(cfg)...)
 		runUntilStopped(t, func(ctx context.Context) error { return RunCombiner(ctx, ccl, cfg) }, ccl.Close)
 		a, stopA := runInstance(t, kc, cfg)
@@ -198,6 +199,13 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		t.Logf("partitions moved: %d to the instance that joined, %d from the one that left", c.Owned(), movedA)
 		waitFor(20*time.Second, complete(est))
 		check(t, byWindow(t, est.snapshot()))
+		// Hand-overs leave no chunks behind: compacted, the partials
+		// topic holds the latest headers' chunks only.
+		var orphans, missing []string
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			orphans, missing = liveChunks(t, parts.snapshot())
+			return len(orphans) == 0 && len(missing) == 0
+		}, "only the latest headers' chunks live")
 		ok["three"] = !t.Failed()
 	})
 
