@@ -2,9 +2,14 @@ package process
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
@@ -121,4 +126,78 @@ func chunkTestPane(v int64) *estimate.Pane {
 		p.AddSignal(signal(string(rune('a'+e%26))+string(rune('a'+e/26)), "h100", t0.Add(time.Duration(v)*time.Millisecond), float64(e), float64(v%7)))
 	}
 	return p
+}
+
+// TestCombinerCheckpointChunks (kfake): the combiner's checkpoint with
+// kept panes over several chunks restores exactly; a newer checkpoint
+// replaces it and deletes its chunks; chunks written by a combiner that
+// died before their header leave the checkpoint before them in force,
+// and the next combiner deletes them when it starts.
+func TestCombinerCheckpointChunks(t *testing.T) {
+	kc := testenv.Kafka(t)
+	cfg := config("ckchunks")
+	cfg.defaults()
+	cl := testenv.Client(t, kc)
+	ctx := context.Background()
+	if err := ensurePartitionedTopics(ctx, cl, cfg); err != nil {
+		t.Fatal(err)
+	}
+	state := func(v int64) CombinerState {
+		st := CombinerState{Watermark: 1000 + v, Next: 500 + v}
+		for part := range int32(3) {
+			p := Partial{Topic: "ckchunks.engine.signals", Partition: part, Panes: map[int64]*estimate.Pane{}}
+			for i := range int64(3) {
+				p.Panes[i*5000] = chunkTestPane(v + i + int64(part))
+			}
+			st.Kept = append(st.Kept, p)
+		}
+		return st
+	}
+	enc := func(st CombinerState) []byte {
+		hdr, chunks, err := encodeCombinerState(st, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Join(append(chunks, hdr), nil)
+	}
+	topic := CheckpointTopic(cfg.TopicPrefix)
+	key := cfg.Group + "/combiner"
+	w := &combinerCheckpoint{topic: topic, key: key}
+	if err := w.write(ctx, cl, state(1)); err != nil {
+		t.Fatal(err)
+	}
+	first := w.gen
+	if len(w.chunks) < 2 {
+		t.Fatalf("%d chunks: the test needs several", len(w.chunks))
+	}
+	if err := w.write(ctx, cl, state(2)); err != nil {
+		t.Fatal(err)
+	}
+	// A combiner dies after writing one chunk of its next checkpoint.
+	_, chunks, err := encodeCombinerState(state(3), 0xdead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(chunkKey(key, 0xdead, 0)), Value: chunks[0]}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := &combinerCheckpoint{topic: topic, key: key}
+	got, err := r.read(ctx, cl, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(enc(got), enc(state(2))) {
+		t.Fatal("restored state differs from the last written")
+	}
+	// Compacted, only the last checkpoint's chunks are left.
+	vals, err := readLatest(ctx, cl, topic, key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range vals {
+		_, gen, _, chunk := parseChunkKey(k)
+		if chunk && len(v) > 0 && gen != w.gen {
+			t.Errorf("chunk %s of generation %x still live (first %x, last %x)", k, gen, first, w.gen)
+		}
+	}
 }
