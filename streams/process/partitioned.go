@@ -407,6 +407,11 @@ func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
 		}
 		err := in.handle(ctx, cl, dlq, fetches)
 		cl.AllowRebalance()
+		if err != nil && ctx.Err() != nil {
+			// Stopped mid-publish: what was not written is rebuilt from
+			// the last checkpoint by the partitions' next owner.
+			return nil
+		}
 		if err != nil {
 			return err
 		}
