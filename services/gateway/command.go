@@ -248,7 +248,14 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return err
 		}
 		defer nc.Close()
-		eg.Go(func() error { return sharer.Run(ectx) })
+		eg.Go(func() error {
+			// Peer load is advisory: without it the gateway routes on its
+			// own view, so a failure here must not stop it.
+			if err := sharer.Run(ectx); err != nil && ectx.Err() == nil {
+				log.Warn("peer load sharing stopped; routing on this gateway's own view", "err", err)
+			}
+			return nil
+		})
 	}
 	if w != nil {
 		eg.Go(func() error { return w.Run(ectx) })
