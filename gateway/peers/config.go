@@ -42,6 +42,9 @@ const (
 	maxIDBytes = 1024
 	// queueLen bounds the reports received and not yet applied.
 	queueLen = 1024
+	// queueBytes bounds their bytes (or 2·MaxMessageBytes if more): 1024
+	// reports of 1 MiB would hold 1 GiB.
+	queueBytes = 32 << 20
 )
 
 // Config configures a Sharer. Zero fields take their defaults.

@@ -55,6 +55,8 @@ type Sharer struct {
 	wildcard string
 	forget   time.Duration // a silent peer is forgotten after it
 	in       chan []byte   // received reports, not yet applied
+	queued   atomic.Int64  // their bytes
+	maxQueue int64         // bound on queued
 	live     atomic.Int64  // peers tracked
 
 	// Owned by Run's goroutine.
@@ -106,6 +108,7 @@ func New(nc Conn, engines Engines, cfg Config) (*Sharer, error) {
 		wildcard: Wildcard(cfg.Prefix),
 		forget:   max(cfg.Staleness, 3*Heartbeat),
 		in:       make(chan []byte, queueLen),
+		maxQueue: max(queueBytes, 2*int64(cfg.MaxMessageBytes)),
 		index:    map[string]int32{},
 		peers:    map[string]*peer{},
 	}, nil
@@ -136,19 +139,28 @@ func (s *Sharer) Run(ctx context.Context) error {
 			s.tick()
 		case b := <-s.in:
 			s.apply(b)
+			s.queued.Add(-int64(len(b)))
 		}
 	}
 }
 
-// receive queues one message for Run (NATS's delivery goroutine).
+// receive queues one message for Run (NATS's delivery goroutine), unless
+// queueLen messages or maxQueue bytes are waiting.
 func (s *Sharer) receive(msg *nats.Msg) {
 	if len(msg.Data) > s.cfg.MaxMessageBytes {
 		s.m.dropped[reasonOversized].Inc()
 		return
 	}
+	n := int64(len(msg.Data))
+	if s.queued.Add(n) > s.maxQueue {
+		s.queued.Add(-n)
+		s.m.dropped[reasonOverflow].Inc()
+		return
+	}
 	select {
 	case s.in <- msg.Data:
 	default:
+		s.queued.Add(-n)
 		s.m.dropped[reasonOverflow].Inc()
 	}
 }

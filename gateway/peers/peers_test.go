@@ -330,6 +330,33 @@ func TestBounds(t *testing.T) {
 	}
 }
 
+// TestQueueBytesBounded: reports waiting to be applied hold at most
+// queueBytes (1024 reports of 1 MiB would hold 1 GiB); what is over is
+// dropped as overflow, and applying frees room again.
+func TestQueueBytesBounded(t *testing.T) {
+	s, _, _ := sharer(t, Config{})
+	big := make([]byte, DefaultMaxMessageBytes)
+	fit := queueBytes / DefaultMaxMessageBytes
+	for range fit + 3 {
+		s.receive(&nats.Msg{Data: big})
+	}
+	if got, n := value(s.m.dropped[reasonOverflow]), len(s.in); got != 3 || n != fit || s.queued.Load() != queueBytes {
+		t.Fatalf("%d reports of 1 MiB: %d queued (%d bytes), %v dropped; want %d queued (%d bytes), 3 dropped", fit+3, n, s.queued.Load(), got, fit, queueBytes)
+	}
+	s.receive(&nats.Msg{Data: []byte{1}})
+	if got := value(s.m.dropped[reasonOverflow]); got != 4 {
+		t.Fatalf("one more byte: %v dropped, want 4", got)
+	}
+	// What Run does with a queued report.
+	b := <-s.in
+	s.apply(b)
+	s.queued.Add(-int64(len(b)))
+	s.receive(&nats.Msg{Data: big})
+	if got, n := value(s.m.dropped[reasonOverflow]), len(s.in); got != 4 || n != fit {
+		t.Fatalf("after one was applied: %d queued, %v dropped; want %d, 4", n, got, fit)
+	}
+}
+
 // TestPublish: a gateway publishes its queued engines every tick, one
 // empty report when they drain, then an empty heartbeat once a second;
 // a report over the size limit keeps the most loaded engines.
