@@ -72,6 +72,15 @@ type Sharer struct {
 	lastSent time.Time
 	sentLoad bool // the last report sent had engines
 	lastWarn time.Time
+	sub      dropCounter // the subscription, if it counts drops
+	subDrops int         // its drops already counted
+}
+
+// dropCounter is what a Sharer reads of its subscription: the messages
+// the NATS client dropped because too many waited for the handler (a
+// *nats.Subscription).
+type dropCounter interface {
+	Dropped() (int, error)
 }
 
 // peer is the latest report of one peer gateway.
@@ -128,6 +137,14 @@ func (s *Sharer) Run(ctx context.Context) error {
 	}
 	defer s.reset()
 	defer func() { _ = sub.Unsubscribe() }()
+	if sub != nil {
+		// The client's own queue of messages for the handler holds no
+		// more than the Sharer's (nats.go's default is 64 MB).
+		if err := sub.SetPendingLimits(queueLen, int(s.maxQueue)); err != nil {
+			return fmt.Errorf("limiting the pending reports of %s: %w", s.wildcard, err)
+		}
+		s.sub = sub
+	}
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
 	s.tick()
@@ -168,9 +185,24 @@ func (s *Sharer) receive(msg *nats.Msg) {
 // tick publishes this gateway's load and drops stale peers.
 func (s *Sharer) tick() {
 	now := s.cfg.Now()
+	s.countClientDrops()
 	s.refresh()
 	s.publish(now)
 	s.expire(now)
+}
+
+// countClientDrops counts the reports the NATS client dropped since the
+// last call as overflow.
+func (s *Sharer) countClientDrops() {
+	if s.sub == nil {
+		return
+	}
+	n, err := s.sub.Dropped()
+	if err != nil || n <= s.subDrops {
+		return
+	}
+	s.m.dropped[reasonOverflow].Add(float64(n - s.subDrops))
+	s.subDrops = n
 }
 
 // refresh picks up the engines the pool gained since the last tick.

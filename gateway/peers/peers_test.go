@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -329,6 +330,65 @@ func TestBounds(t *testing.T) {
 		t.Fatalf("overflow: dropped %v, want 5", got)
 	}
 }
+
+// subConn is a Conn that keeps the subscription it made.
+type subConn struct {
+	*nats.Conn
+	mu  sync.Mutex
+	sub *nats.Subscription
+}
+
+func (c *subConn) Subscribe(subj string, h nats.MsgHandler) (*nats.Subscription, error) {
+	sub, err := c.Conn.Subscribe(subj, h)
+	c.mu.Lock()
+	c.sub = sub
+	c.mu.Unlock()
+	return sub, err
+}
+
+// TestClientQueueBounded: the NATS client holds at most as many reports
+// waiting for the handler as the Sharer's own queue (not nats.go's 64 MB
+// default), and what it drops is counted as overflow.
+func TestClientQueueBounded(t *testing.T) {
+	srv := testenv.NATS(t)
+	p, _ := pool(t)
+	c := &subConn{Conn: connect(t, srv.ClientURL())}
+	s, err := New(c, p, Config{Cluster: "eu", ID: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.sub == nil {
+			return false
+		}
+		msgs, bytes, err := c.sub.PendingLimits()
+		return err == nil && msgs == queueLen && bytes == queueBytes
+	}, "the subscription's pending limits are 1024 reports and 32 MiB")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+
+	s2, _, _ := sharer(t, Config{})
+	d := &drops{}
+	s2.sub = d
+	for _, n := range []int{0, 3, 3, 10} {
+		d.n = n
+		s2.countClientDrops()
+	}
+	if got := value(s2.m.dropped[reasonOverflow]); got != 10 {
+		t.Fatalf("client drops 0, 3, 3, 10: %v counted, want 10", got)
+	}
+}
+
+type drops struct{ n int }
+
+func (d *drops) Dropped() (int, error) { return d.n, nil }
 
 // TestQueueBytesBounded: reports waiting to be applied hold at most
 // queueBytes (1024 reports of 1 MiB would hold 1 GiB); what is over is
