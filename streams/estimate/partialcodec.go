@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/switchyard-llm/switchyard/internal/wire"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -110,74 +111,44 @@ func appendPaneFloats(buf []byte, fs ...float64) []byte {
 }
 
 // paneReader reads an encoded pane; the first error sticks.
-type paneReader struct {
-	b   []byte
-	err error
-}
-
-func (r *paneReader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: truncated or malformed %s", ErrPaneEncoding, what)
-	}
-	r.b = nil
-}
-
-func (r *paneReader) uvarint(what string) uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+type paneReader struct{ wire.Reader }
 
 func (r *paneReader) u32(what string) uint32 {
-	v := r.uvarint(what)
+	v := r.Uvarint(what)
 	if v > math.MaxUint32 {
-		r.fail(what)
+		r.Fail(what)
 		return 0
 	}
 	return uint32(v)
 }
 
-func (r *paneReader) varint(what string) int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
 func (r *paneReader) str(what string) string {
-	n := r.uvarint(what)
-	if n > uint64(len(r.b)) {
-		r.fail(what)
+	n := r.Uvarint(what)
+	if n > uint64(len(r.B)) {
+		r.Fail(what)
 		return ""
 	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
+	s := string(r.B[:n])
+	r.B = r.B[n:]
 	return s
 }
 
 func (r *paneReader) floats(what string, fs ...*float64) {
 	for _, f := range fs {
-		if len(r.b) < 8 {
-			r.fail(what)
+		if len(r.B) < 8 {
+			r.Fail(what)
 			return
 		}
-		*f = math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-		r.b = r.b[8:]
+		*f = math.Float64frombits(binary.LittleEndian.Uint64(r.B))
+		r.B = r.B[8:]
 	}
 }
 
 // count reads a count of entries of at least min bytes each.
 func (r *paneReader) count(what string, minBytes int) int {
-	n := r.uvarint(what)
-	if n > uint64(len(r.b)/minBytes) {
-		r.fail(what)
+	n := r.Uvarint(what)
+	if n > uint64(len(r.B)/minBytes) {
+		r.Fail(what)
 		return 0
 	}
 	return int(n)
@@ -188,12 +159,12 @@ func DecodePane(b []byte) (*Pane, error) {
 	if len(b) == 0 || b[0] < paneCodecVersionV1 || b[0] > paneCodecVersion {
 		return nil, fmt.Errorf("%w: unknown version", ErrPaneEncoding)
 	}
-	r := &paneReader{b: b[1:]}
+	r := &paneReader{wire.Reader{B: b[1:], Malformed: ErrPaneEncoding}}
 	p := NewPane()
 	for range r.count("engine count", 2) {
 		id := r.str("engine id")
 		e := &Engine{}
-		e.lastMs = r.varint("engine time")
+		e.lastMs = r.Varint("engine time")
 		for _, s := range []*string{&e.endpoint, &e.region, &e.gpuClass, &e.model, &e.maxBatchSource} {
 			*s = r.str("engine label")
 		}
@@ -212,8 +183,8 @@ func DecodePane(b []byte) (*Pane, error) {
 				r.floats("engine profile", &bs[i].w, &bs[i].wu, &bs[i].wl)
 			}
 		}
-		if r.err != nil {
-			return nil, r.err
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		if _, dup := p.engines[id]; dup {
 			return nil, fmt.Errorf("%w: engine %q twice", ErrPaneEncoding, id)
@@ -227,10 +198,10 @@ func DecodePane(b []byte) (*Pane, error) {
 		r.floats("demand", &c.demand.tokened, &c.demand.promptSum, &c.demand.outputSum, &c.demand.prompted)
 		for range r.count("network count", 2) {
 			id := r.str("network engine")
-			n := &Network{rttSum: r.varint("network"), diffSum: r.varint("network"), ttftSum: r.varint("network")}
+			n := &Network{rttSum: r.Varint("network"), diffSum: r.Varint("network"), ttftSum: r.Varint("network")}
 			n.rttN, n.diffN, n.ttftN, n.unsized = r.u32("network"), r.u32("network"), r.u32("network"), r.u32("network")
-			if r.err != nil {
-				return nil, r.err
+			if r.Err != nil {
+				return nil, r.Err
 			}
 			if _, dup := c.network[id]; dup {
 				return nil, fmt.Errorf("%w: network %q/%q twice", ErrPaneEncoding, name, id)
@@ -238,8 +209,8 @@ func DecodePane(b []byte) (*Pane, error) {
 			c.network[id] = n
 			p.networks++
 		}
-		if r.err != nil {
-			return nil, r.err
+		if r.Err != nil {
+			return nil, r.Err
 		}
 		if _, dup := p.clusters[name]; dup {
 			return nil, fmt.Errorf("%w: cluster %q twice", ErrPaneEncoding, name)
@@ -250,8 +221,8 @@ func DecodePane(b []byte) (*Pane, error) {
 		for range r.count("tries count", 3) {
 			id := r.str("tries engine")
 			t := &Tries{attempts: r.u32("tries"), failures: r.u32("tries")}
-			if r.err != nil {
-				return nil, r.err
+			if r.Err != nil {
+				return nil, r.Err
 			}
 			if _, dup := p.tries[id]; dup {
 				return nil, fmt.Errorf("%w: tries %q twice", ErrPaneEncoding, id)
@@ -259,11 +230,11 @@ func DecodePane(b []byte) (*Pane, error) {
 			p.tries[id] = t
 		}
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrPaneEncoding, len(r.b))
+	if len(r.B) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrPaneEncoding, len(r.B))
 	}
 	return p, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/internal/wire"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
@@ -118,53 +119,16 @@ func appendWireString(buf []byte, s string) []byte {
 }
 
 // wireReader reads a binary value; the first error sticks.
-type wireReader struct {
-	b   []byte
-	err error
-}
+type wireReader struct{ wire.Reader }
 
-func (r *wireReader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: truncated or malformed %s", errWire, what)
-	}
-	r.b = nil
-}
-
-func (r *wireReader) uvarint(what string) uint64 {
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *wireReader) varint(what string) int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *wireReader) bytes(what string) []byte {
-	n := r.uvarint(what)
-	if n > uint64(len(r.b)) {
-		r.fail(what)
-		return nil
-	}
-	b := r.b[:n]
-	r.b = r.b[n:]
-	return b
+func newWireReader(b []byte) *wireReader {
+	return &wireReader{wire.Reader{B: b, Malformed: errWire}}
 }
 
 func (r *wireReader) partition(what string) int32 {
-	v := r.varint(what)
+	v := r.Varint(what)
 	if v < 0 || v > 1<<31-1 {
-		r.fail(what)
+		r.Fail(what)
 		return 0
 	}
 	return int32(v)
@@ -178,18 +142,18 @@ func joinChunks(chunks [][]byte) (map[tp]map[int64]*estimate.Pane, error) {
 		if len(c) == 0 || c[0] != chunkVersion {
 			return nil, fmt.Errorf("%w: chunk %d: unknown version", errWire, i)
 		}
-		r := &wireReader{b: c[1:]}
-		n := r.uvarint("segment count")
-		if n > uint64(len(r.b)) { // a segment takes several bytes
-			return nil, fmt.Errorf("%w: chunk %d: %d segments in %d bytes", errWire, i, n, len(r.b))
+		r := newWireReader(c[1:])
+		n := r.Uvarint("segment count")
+		if n > uint64(len(r.B)) { // a segment takes several bytes
+			return nil, fmt.Errorf("%w: chunk %d: %d segments in %d bytes", errWire, i, n, len(r.B))
 		}
 		for range n {
-			k := tp{Topic: string(r.bytes("topic"))}
+			k := tp{Topic: string(r.Bytes("topic"))}
 			k.Partition = r.partition("partition")
-			st := r.varint("pane start")
-			b := r.bytes("pane")
-			if r.err != nil {
-				return nil, fmt.Errorf("chunk %d: %w", i, r.err)
+			st := r.Varint("pane start")
+			b := r.Bytes("pane")
+			if r.Err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", i, r.Err)
 			}
 			pane, err := estimate.DecodePane(b)
 			if err != nil {
@@ -208,8 +172,8 @@ func joinChunks(chunks [][]byte) (map[tp]map[int64]*estimate.Pane, error) {
 			}
 			panes[st] = pane
 		}
-		if len(r.b) != 0 {
-			return nil, fmt.Errorf("%w: chunk %d: %d trailing bytes", errWire, i, len(r.b))
+		if len(r.B) != 0 {
+			return nil, fmt.Errorf("%w: chunk %d: %d trailing bytes", errWire, i, len(r.B))
 		}
 	}
 	return out, nil
@@ -268,27 +232,27 @@ func decodeHeader(b []byte) (header, error) {
 	if len(b) == 0 || b[0] != headerVersion {
 		return header{}, fmt.Errorf("%w: header: unknown version", errWire)
 	}
-	r := &wireReader{b: b[1:]}
+	r := newWireReader(b[1:])
 	var h header
-	h.Topic = string(r.bytes("topic"))
+	h.Topic = string(r.Bytes("topic"))
 	h.Partition = r.partition("partition")
-	h.MaxT = r.varint("max time")
-	h.Next = r.varint("next offset")
-	if len(r.b) < 9 {
-		r.fail("flags and generation")
+	h.MaxT = r.Varint("max time")
+	h.Next = r.Varint("next offset")
+	if len(r.B) < 9 {
+		r.Fail("flags and generation")
 	}
-	if r.err != nil {
-		return header{}, fmt.Errorf("header: %w", r.err)
+	if r.Err != nil {
+		return header{}, fmt.Errorf("header: %w", r.Err)
 	}
-	flags := r.b[0]
+	flags := r.B[0]
 	if flags&^(flagSeen|flagPending) != 0 {
 		return header{}, fmt.Errorf("%w: header: unknown flags %#x", errWire, flags)
 	}
 	h.Seen, h.Pending = flags&flagSeen != 0, flags&flagPending != 0
-	h.gen = binary.LittleEndian.Uint64(r.b[1:9])
-	r.b = r.b[9:]
-	n := r.uvarint("chunk count")
-	if r.err != nil || len(r.b) != 0 || n > 1<<20 {
+	h.gen = binary.LittleEndian.Uint64(r.B[1:9])
+	r.B = r.B[9:]
+	n := r.Uvarint("chunk count")
+	if r.Err != nil || len(r.B) != 0 || n > 1<<20 {
 		return header{}, fmt.Errorf("%w: header: malformed chunk count", errWire)
 	}
 	h.chunks = int(n)
