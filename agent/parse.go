@@ -207,14 +207,7 @@ func kvCapacity(fams map[string]*dto.MetricFamily) float64 {
 			return sum
 		}
 	}
-	fnames := make([]string, 0, 2)
-	for n := range fams {
-		if strings.HasSuffix(n, "cache_config_info") {
-			fnames = append(fnames, n)
-		}
-	}
-	sort.Strings(fnames) // the same answer whatever the map order
-	for _, n := range fnames {
+	for _, n := range familiesEndingIn(fams, "cache_config_info") {
 		var sum float64
 		for _, m := range fams[n].GetMetric() {
 			blocks, err1 := strconv.ParseFloat(label(m, "num_gpu_blocks"), 64)
@@ -231,6 +224,19 @@ func kvCapacity(fams map[string]*dto.MetricFamily) float64 {
 	return 0
 }
 
+// familiesEndingIn returns the names of fams ending in suffix, sorted
+// (the same answer whatever the map order).
+func familiesEndingIn(fams map[string]*dto.MetricFamily, suffix string) []string {
+	var names []string
+	for n := range fams {
+		if strings.HasSuffix(n, suffix) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
 // firstRank reports whether m is not a series of a tensor- or
 // pipeline-parallel rank other than 0.
 func firstRank(m *dto.Metric) bool {
@@ -245,14 +251,7 @@ func firstRank(m *dto.Metric) bool {
 // infoMaxBatch sums the concurrent-request limit that info metrics state
 // in a label (one series per engine process), or returns zero.
 func infoMaxBatch(fams map[string]*dto.MetricFamily) float64 {
-	fnames := make([]string, 0, 4)
-	for n := range fams {
-		if strings.HasSuffix(n, "config_info") {
-			fnames = append(fnames, n)
-		}
-	}
-	sort.Strings(fnames) // the same answer whatever the map order
-	for _, n := range fnames {
+	for _, n := range familiesEndingIn(fams, "config_info") {
 		var sum float64
 		for _, m := range fams[n].GetMetric() {
 			for _, l := range maxBatchLabels {
