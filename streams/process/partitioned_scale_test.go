@@ -12,7 +12,6 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/streams"
-	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
 // scaleEngines is the engines on the one signals partition of
@@ -59,23 +58,7 @@ func TestInstanceThousandsOfEngines(t *testing.T) {
 	topics := streams.TopicsFor("scale")
 	cfg := config("scale")
 	recs := scaleRecords(topics)
-	core, err := NewCore(topics, cfg.Spec(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range recs {
-		core.Handle(r)
-	}
-	want := map[string][]byte{}
-	for _, f := range core.Fire() {
-		for _, e := range f.Estimates {
-			b, err := estimate.Marshal(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[fmt.Sprintf("%s@%d", estimate.Key(e), f.End)] = b
-		}
-	}
+	want := coreEstimates(t, topics, cfg.Spec(), recs)
 	if len(want) < 2*scaleEngines {
 		t.Fatalf("one Core fired %d estimates, want at least two windows of %d engines", len(want), scaleEngines)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/control"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
+	"github.com/switchyard-llm/switchyard/streams/window"
 )
 
 // runInstance runs a partitioned-processing instance on its own client
@@ -89,23 +90,7 @@ func expectedEstimates(t *testing.T) expected {
 	mk := partitionedConfig
 	// The estimates one Core computes, as "key@end".
 	ref := workloadRecords(streams.TopicsFor("ref"), 3)
-	core, err := NewCore(streams.TopicsFor("ref"), mk("ref").Spec(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range ref {
-		core.Handle(r)
-	}
-	want := map[string][]byte{}
-	for _, f := range core.Fire() {
-		for _, e := range f.Estimates {
-			b, err := estimate.Marshal(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[fmt.Sprintf("%s@%d", estimate.Key(e), f.End)] = b
-		}
-	}
+	want := coreEstimates(t, streams.TopicsFor("ref"), mk("ref").Spec(), ref)
 	check := func(t *testing.T, got map[string][]byte) {
 		t.Helper()
 		n := 0
@@ -528,4 +513,28 @@ func TestPartitionedTopicsReplicated(t *testing.T) {
 			t.Errorf("topic %s: min.insync.replicas %q, want 2", name, isr[name])
 		}
 	}
+}
+
+// coreEstimates runs recs through one Core and returns the estimates it
+// fires, marshalled, by "key@window end".
+func coreEstimates(t *testing.T, topics streams.Topics, spec window.Spec, recs []*kgo.Record) map[string][]byte {
+	t.Helper()
+	core, err := NewCore(topics, spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		core.Handle(r)
+	}
+	want := map[string][]byte{}
+	for _, f := range core.Fire() {
+		for _, e := range f.Estimates {
+			b, err := estimate.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[fmt.Sprintf("%s@%d", estimate.Key(e), f.End)] = b
+		}
+	}
+	return want
 }
