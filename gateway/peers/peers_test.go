@@ -390,6 +390,28 @@ type drops struct{ n int }
 
 func (d *drops) Dropped() (int, error) { return d.n, nil }
 
+// TestForgetAfterStaleness: a peer is forgotten after 3 heartbeats, or
+// after the staleness when that is longer (an interval over 300 ms).
+func TestForgetAfterStaleness(t *testing.T) {
+	for _, c := range []struct {
+		interval, forget time.Duration
+	}{{100 * time.Millisecond, 3 * Heartbeat}, {500 * time.Millisecond, 5 * time.Second}} {
+		s, _, now := sharer(t, Config{Interval: c.interval})
+		s.apply(wire("a", "x", 1))
+		start := *now
+		*now = start.Add(c.forget)
+		s.expire(*now)
+		if s.Peers() != 1 {
+			t.Fatalf("interval %v: forgotten at %v, want tracked", c.interval, c.forget)
+		}
+		*now = start.Add(c.forget + time.Millisecond)
+		s.expire(*now)
+		if s.Peers() != 0 {
+			t.Fatalf("interval %v: tracked after %v, want forgotten", c.interval, c.forget+time.Millisecond)
+		}
+	}
+}
+
 // TestQueueBytesBounded: reports waiting to be applied hold at most
 // queueBytes (1024 reports of 1 MiB would hold 1 GiB); what is over is
 // dropped as overflow, and applying frees room again.
