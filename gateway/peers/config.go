@@ -38,8 +38,10 @@ const (
 	MaxPrefillTokens = 1 << 24
 	// MaxInFlight clamps the in-flight count one report gives an engine.
 	MaxInFlight = 1 << 20
-	// maxIDBytes bounds gateway, cluster and engine ids in a report.
-	maxIDBytes = 1024
+	// MaxIDBytes bounds gateway, cluster and engine ids in a report (and
+	// Config.ID).
+	MaxIDBytes = 1024
+	maxIDBytes = MaxIDBytes
 	// queueLen bounds the reports received and not yet applied.
 	queueLen = 1024
 	// queueBytes bounds their bytes (or 2·MaxMessageBytes if more): 1024

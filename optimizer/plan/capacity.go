@@ -49,7 +49,8 @@ const (
 	// the engine's prefix cache turns over (1 / cache_residency_s) toward
 	// the window's. A 10 s window's residency swings tenfold with whether
 	// one long prompt arrived in it, while a cached prefix lives about a
-	// minute or more: 0.05 a window (a 2 s slide) averages over about 40 s.
+	// minute or more: 0.05 a window averages over about 20 windows (40 s
+	// at a 2 s slide).
 	residencyGain = 0.05
 )
 

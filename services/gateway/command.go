@@ -128,6 +128,9 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	if f.GatewayID == "" {
 		f.GatewayID = peers.DefaultID()
 	}
+	if len(f.GatewayID) > peers.MaxIDBytes {
+		return f, fmt.Errorf("%w: --gateway-id of %d bytes: want at most %d", cli.ErrUsage, len(f.GatewayID), peers.MaxIDBytes)
+	}
 	if f.HTTPServer != gateway.ServerFast && f.HTTPServer != gateway.ServerStd {
 		return f, fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, f.HTTPServer)
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,7 @@ func TestParseFlags(t *testing.T) {
 		{},
 		{"--cluster", "eu", "--peer-load-interval", "-1s"},
 		{"--cluster", "eu", "--peer-load-interval", "1us"},
+		{"--cluster", "eu", "--gateway-id", strings.Repeat("g", 1025)},
 		{"--cluster", "eu", "--engines", "nourl"},
 		{"--cluster", "eu", "--engines", "a=ftp://x"},
 		{"--cluster", "eu", "extra"},
