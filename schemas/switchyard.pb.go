@@ -2008,8 +2008,13 @@ type ClusterWeights struct {
 	DemandRps float64 `protobuf:"fixed64,4,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
 	// Mean end-to-end latency the plan expects for this cluster.
 	ExpectedLatencyMs float64 `protobuf:"fixed64,5,opt,name=expected_latency_ms,json=expectedLatencyMs,proto3" json:"expected_latency_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The other clusters that have weight on at least one engine this
+	// cluster has weight on, sorted: a gateway takes peer load only from
+	// their gateways (docs/gateway.md, "Peer load sharing"). Empty from
+	// optimizers built before it: the gateway then hears every cluster.
+	PeerClusters  []string `protobuf:"bytes,6,rep,name=peer_clusters,json=peerClusters,proto3" json:"peer_clusters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterWeights) Reset() {
@@ -2075,6 +2080,13 @@ func (x *ClusterWeights) GetExpectedLatencyMs() float64 {
 		return x.ExpectedLatencyMs
 	}
 	return 0
+}
+
+func (x *ClusterWeights) GetPeerClusters() []string {
+	if x != nil {
+		return x.PeerClusters
+	}
+	return nil
 }
 
 type SolveStats struct {
@@ -2586,14 +2598,15 @@ const file_switchyard_proto_rawDesc = "" +
 	"\fendpoint_url\x18\x02 \x01(\tR\vendpointUrl\x12\x16\n" +
 	"\x06weight\x18\x03 \x01(\x01R\x06weight\x12<\n" +
 	"\vexplanation\x18\x04 \x01(\v2\x1a.switchyard.v1.ExplanationR\vexplanation\x12/\n" +
-	"\x13planned_utilization\x18\x05 \x01(\x01R\x12plannedUtilization\"\xd5\x01\n" +
+	"\x13planned_utilization\x18\x05 \x01(\x01R\x12plannedUtilization\"\xfa\x01\n" +
 	"\x0eClusterWeights\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x125\n" +
 	"\aweights\x18\x02 \x03(\v2\x1b.switchyard.v1.EngineWeightR\aweights\x12#\n" +
 	"\rshed_fraction\x18\x03 \x01(\x01R\fshedFraction\x12\x1d\n" +
 	"\n" +
 	"demand_rps\x18\x04 \x01(\x01R\tdemandRps\x12.\n" +
-	"\x13expected_latency_ms\x18\x05 \x01(\x01R\x11expectedLatencyMs\"\xc9\x01\n" +
+	"\x13expected_latency_ms\x18\x05 \x01(\x01R\x11expectedLatencyMs\x12#\n" +
+	"\rpeer_clusters\x18\x06 \x03(\tR\fpeerClusters\"\xc9\x01\n" +
 	"\n" +
 	"SolveStats\x12\x16\n" +
 	"\x06solver\x18\x01 \x01(\tR\x06solver\x12!\n" +
