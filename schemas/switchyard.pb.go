@@ -2008,10 +2008,12 @@ type ClusterWeights struct {
 	DemandRps float64 `protobuf:"fixed64,4,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
 	// Mean end-to-end latency the plan expects for this cluster.
 	ExpectedLatencyMs float64 `protobuf:"fixed64,5,opt,name=expected_latency_ms,json=expectedLatencyMs,proto3" json:"expected_latency_ms,omitempty"`
-	// The other clusters that have weight on at least one engine this
-	// cluster has weight on, sorted: a gateway takes peer load only from
-	// their gateways (docs/gateway.md, "Peer load sharing"). Empty from
-	// optimizers built before it: the gateway then hears every cluster.
+	// The clusters that have weight on at least one engine this cluster
+	// has weight on, this one included (so the list is empty only when the
+	// cluster has no weight at all), sorted: a gateway takes peer load only
+	// from their gateways (docs/gateway.md, "Peer load sharing"). Empty
+	// from optimizers built before it: the gateway then hears every
+	// cluster.
 	PeerClusters  []string `protobuf:"bytes,6,rep,name=peer_clusters,json=peerClusters,proto3" json:"peer_clusters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

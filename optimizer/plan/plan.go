@@ -367,7 +367,8 @@ func Solve(in *opt.Instance, endpoints map[string]string, version uint64, now ti
 // Solve is the package's Solve followed by the planner's post-processing,
 // which needs the engines' regions from the state's estimates: idle
 // clusters spread by capacity (idle.go), the failover split (spill.go)
-// and the probe floors (probe.go). It is what the optimizer service,
+// and the probe floors (probe.go); then each cluster's peer clusters
+// (peerclusters.go). It is what the optimizer service,
 // replay and the simulator publish. The idle spreading and probe floors
 // apply when in is the instance this state's Instance built last.
 func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
@@ -392,6 +393,7 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 		probe(in, pc.set, snap.GetClusters())
 	}
 	explainCapacity(s.engines, s.capacity, snap.GetClusters())
+	fillPeerClusters(snap.GetClusters())
 	return snap, nil
 }
 
