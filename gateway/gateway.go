@@ -331,6 +331,17 @@ func (g *Gateway) Handler() http.Handler { return g.handler }
 // with other gateways and sets what those report).
 func (g *Gateway) Pool() *pick.Pool { return g.pool }
 
+// PeerClusters returns the peer_clusters of the snapshot routed on (the
+// clusters whose gateways share engines with this one, for gateway/peers
+// to hear only them), or nil before any snapshot and under the static
+// fallback. The slice must not be modified.
+func (g *Gateway) PeerClusters() []string {
+	if rt := g.cur.Load(); rt != nil && !rt.fallback {
+		return rt.weights.GetPeerClusters()
+	}
+	return nil
+}
+
 // Addr returns the listen address once Run listens, else "".
 func (g *Gateway) Addr() string {
 	if a := g.addr.Load(); a != nil {

@@ -38,6 +38,10 @@ const (
 	MaxPrefillTokens = 1 << 24
 	// MaxInFlight clamps the in-flight count one report gives an engine.
 	MaxInFlight = 1 << 20
+	// DefaultMaxSubscriptions bounds the subjects a Sharer subscribes to
+	// one by one (Config.PeerClusters); with more peer clusters it
+	// subscribes to the wildcard instead.
+	DefaultMaxSubscriptions = 4096
 	// MaxIDBytes bounds gateway, cluster and engine ids in a report (and
 	// Config.ID).
 	MaxIDBytes = 1024
@@ -72,6 +76,20 @@ type Config struct {
 	// accepted. Defaults DefaultMaxPeers, DefaultMaxEngines and
 	// DefaultMaxMessageBytes.
 	MaxPeers, MaxEngines, MaxMessageBytes int
+	// PeerClusters, when set, is called from Run every Interval for the
+	// clusters whose gateways share engines with this one (the routed
+	// snapshot's peer_clusters: Gateway.PeerClusters). The Sharer then
+	// subscribes to exactly their subjects and its own cluster's, so it
+	// hears only them; reports of clusters it stops hearing expire by
+	// Staleness. While it returns none (no snapshot yet, static engines,
+	// a snapshot from an optimizer that does not fill peer_clusters), or
+	// more than MaxSubscriptions subjects, and when PeerClusters is nil,
+	// the Sharer subscribes to every cluster's reports (Wildcard). The
+	// slice is only read.
+	PeerClusters func() []string
+	// MaxSubscriptions bounds the subjects subscribed one by one. Default
+	// DefaultMaxSubscriptions.
+	MaxSubscriptions int
 	// Logger; default discards.
 	Logger *slog.Logger
 	// Registerer takes the metrics; default a private registry.
@@ -110,9 +128,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
-	if c.Interval < time.Millisecond || c.Staleness < c.Interval || c.MaxPeers < 0 || c.MaxEngines < 0 || c.MaxMessageBytes < 0 {
-		return c, fmt.Errorf("%w: interval %v, staleness %v (interval at least 1ms, staleness at least the interval), max peers %d, engines %d, message bytes %d (not negative)",
-			ErrConfig, c.Interval, c.Staleness, c.MaxPeers, c.MaxEngines, c.MaxMessageBytes)
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.Interval < time.Millisecond || c.Staleness < c.Interval || c.MaxPeers < 0 || c.MaxEngines < 0 || c.MaxMessageBytes < 0 || c.MaxSubscriptions < 0 {
+		return c, fmt.Errorf("%w: interval %v, staleness %v (interval at least 1ms, staleness at least the interval), max peers %d, engines %d, message bytes %d, subscriptions %d (not negative)",
+			ErrConfig, c.Interval, c.Staleness, c.MaxPeers, c.MaxEngines, c.MaxMessageBytes, c.MaxSubscriptions)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

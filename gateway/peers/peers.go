@@ -53,11 +53,12 @@ type Sharer struct {
 	m        *metrics
 	subject  string
 	wildcard string
-	forget   time.Duration // a silent peer is forgotten after it
-	in       chan []byte   // received reports, not yet applied
-	queued   atomic.Int64  // their bytes
-	maxQueue int64         // bound on queued
-	live     atomic.Int64  // peers tracked
+	forget   time.Duration            // a silent peer is forgotten after it
+	in       chan []byte              // received reports, not yet applied
+	queued   atomic.Int64             // their bytes
+	maxQueue int64                    // bound on queued
+	live     atomic.Int64             // peers tracked
+	subjects atomic.Pointer[[]string] // subscribed to, sorted
 
 	// Owned by Run's goroutine.
 	dec      decoder
@@ -72,8 +73,16 @@ type Sharer struct {
 	lastSent time.Time
 	sentLoad bool // the last report sent had engines
 	lastWarn time.Time
-	sub      dropCounter // the subscription, if it counts drops
-	subDrops int         // its drops already counted
+	subs     map[string]*subscription // by subject
+	heard    []string                 // the peer clusters subscribed for
+	resub    bool                     // the subscriptions differ from heard's
+}
+
+// subscription is one subject subscribed to.
+type subscription struct {
+	sub   *nats.Subscription
+	drops dropCounter // sub, if it counts drops
+	seen  int         // its drops already counted
 }
 
 // dropCounter is what a Sharer reads of its subscription: the messages
@@ -120,30 +129,27 @@ func New(nc Conn, engines Engines, cfg Config) (*Sharer, error) {
 		maxQueue: max(queueBytes, 2*int64(cfg.MaxMessageBytes)),
 		index:    map[string]int32{},
 		peers:    map[string]*peer{},
+		subs:     map[string]*subscription{},
 	}, nil
 }
 
 // Peers returns the number of peer gateways tracked now.
 func (s *Sharer) Peers() int { return int(s.live.Load()) }
 
-// Run subscribes to every gateway's reports and publishes this one's
-// every Interval until ctx is done; then it returns nil, having set every
-// engine's foreign prefill back to 0. It fails only when it cannot
-// subscribe. Run once.
+// Run subscribes to the reports of the gateways of its peer clusters
+// (Config.PeerClusters; every gateway's without them) and publishes this
+// one's every Interval until ctx is done; then it returns nil, having set
+// every engine's foreign prefill back to 0. It fails only when it cannot
+// subscribe at the start; later subscription changes that fail are
+// logged and retried every Interval. Run once.
 func (s *Sharer) Run(ctx context.Context) error {
-	sub, err := s.nc.Subscribe(s.wildcard, s.receive)
-	if err != nil {
-		return fmt.Errorf("subscribing to %s: %w", s.wildcard, err)
-	}
 	defer s.reset()
-	defer func() { _ = sub.Unsubscribe() }()
-	if sub != nil {
-		// The client's own queue of messages for the handler holds no
-		// more than the Sharer's (nats.go's default is 64 MB).
-		if err := sub.SetPendingLimits(queueLen, int(s.maxQueue)); err != nil {
-			return fmt.Errorf("limiting the pending reports of %s: %w", s.wildcard, err)
-		}
-		s.sub = sub
+	defer func() {
+		s.unsubscribe(nil)
+		s.publishSubjects()
+	}()
+	if err := s.follow(s.peerClusters(), true); err != nil {
+		return err
 	}
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
@@ -182,9 +188,13 @@ func (s *Sharer) receive(msg *nats.Msg) {
 	}
 }
 
-// tick publishes this gateway's load and drops stale peers.
+// tick follows the peer clusters, publishes this gateway's load and
+// drops stale peers.
 func (s *Sharer) tick() {
 	now := s.cfg.Now()
+	if err := s.follow(s.peerClusters(), false); err != nil {
+		s.warn(now, "peer load subscriptions not updated", "err", err)
+	}
 	s.countClientDrops()
 	s.refresh()
 	s.publish(now)
@@ -194,15 +204,123 @@ func (s *Sharer) tick() {
 // countClientDrops counts the reports the NATS client dropped since the
 // last call as overflow.
 func (s *Sharer) countClientDrops() {
-	if s.sub == nil {
-		return
+	for _, sb := range s.subs {
+		if sb.drops == nil {
+			continue
+		}
+		n, err := sb.drops.Dropped()
+		if err != nil || n <= sb.seen {
+			continue
+		}
+		s.m.dropped[reasonOverflow].Add(float64(n - sb.seen))
+		sb.seen = n
 	}
-	n, err := s.sub.Dropped()
-	if err != nil || n <= s.subDrops {
-		return
+}
+
+// peerClusters returns Config.PeerClusters' clusters, or nil.
+func (s *Sharer) peerClusters() []string {
+	if s.cfg.PeerClusters == nil {
+		return nil
 	}
-	s.m.dropped[reasonOverflow].Add(float64(n - s.subDrops))
-	s.subDrops = n
+	return s.cfg.PeerClusters()
+}
+
+// follow subscribes to the subjects of clusters and this gateway's own
+// cluster and unsubscribes from the others (new subscriptions first, so
+// no report is missed in between); with no clusters, or more subjects
+// than MaxSubscriptions, to Wildcard. It does nothing when clusters are
+// those it followed last, successfully. With first, the first
+// subscription failing is an error; otherwise a failure keeps the old
+// subscriptions too and is retried on the next call.
+func (s *Sharer) follow(clusters []string, first bool) error {
+	if !first && !s.resub && slices.Equal(clusters, s.heard) {
+		return nil
+	}
+	s.heard = append(s.heard[:0], clusters...)
+	want := map[string]bool{}
+	if len(clusters) > 0 {
+		want[Subject(s.cfg.Prefix, s.cfg.Cluster)] = true
+		for _, c := range clusters {
+			want[Subject(s.cfg.Prefix, c)] = true
+			if len(want) > s.cfg.MaxSubscriptions {
+				break
+			}
+		}
+	}
+	if len(want) == 0 || len(want) > s.cfg.MaxSubscriptions {
+		want = map[string]bool{s.wildcard: true}
+	}
+	var errs []error
+	for subject := range want {
+		if s.subs[subject] != nil {
+			continue
+		}
+		sb, err := s.subscribe(subject)
+		if err != nil {
+			if first {
+				return err
+			}
+			errs = append(errs, err)
+			continue
+		}
+		s.subs[subject] = sb
+	}
+	if len(errs) == 0 {
+		s.unsubscribe(want) // after a failure the old ones stay, in case
+	}
+	s.publishSubjects()
+	s.resub = len(errs) > 0
+	return errors.Join(errs...)
+}
+
+// subscribe subscribes to subject's reports.
+func (s *Sharer) subscribe(subject string) (*subscription, error) {
+	sub, err := s.nc.Subscribe(subject, s.receive)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to %s: %w", subject, err)
+	}
+	sb := &subscription{sub: sub}
+	if sub != nil {
+		// The client's own queue of messages for the handler holds no
+		// more than the Sharer's (nats.go's default is 64 MB).
+		if err := sub.SetPendingLimits(queueLen, int(s.maxQueue)); err != nil {
+			_ = sub.Unsubscribe()
+			return nil, fmt.Errorf("limiting the pending reports of %s: %w", subject, err)
+		}
+		sb.drops = sub
+	}
+	return sb, nil
+}
+
+// unsubscribe ends the subscriptions to subjects not in keep.
+func (s *Sharer) unsubscribe(keep map[string]bool) {
+	for subject, sb := range s.subs {
+		if keep[subject] {
+			continue
+		}
+		if sb.sub != nil {
+			_ = sb.sub.Unsubscribe()
+		}
+		delete(s.subs, subject)
+	}
+}
+
+// Subjects returns the subjects Run subscribes to now, sorted.
+func (s *Sharer) Subjects() []string {
+	if p := s.subjects.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishSubjects stores the subjects subscribed to for Subjects.
+func (s *Sharer) publishSubjects() {
+	out := make([]string, 0, len(s.subs))
+	for subject := range s.subs {
+		out = append(out, subject)
+	}
+	slices.Sort(out)
+	s.subjects.Store(&out)
 }
 
 // refresh picks up the engines the pool gained since the last tick.

@@ -376,7 +376,7 @@ func TestClientQueueBounded(t *testing.T) {
 
 	s2, _, _ := sharer(t, Config{})
 	d := &drops{}
-	s2.sub = d
+	s2.subs["x"] = &subscription{drops: d}
 	for _, n := range []int{0, 3, 3, 10} {
 		d.n = n
 		s2.countClientDrops()

@@ -281,7 +281,7 @@ func startPeers(f Flags, g *gateway.Gateway, log *slog.Logger, reg prometheus.Re
 		return nil, nil, fmt.Errorf("connecting to nats %s for peer load: %w", f.NATSURL, err)
 	}
 	sharer, err := peers.New(nc, g.Pool(), peers.Config{Cluster: f.Cluster, ID: f.GatewayID, Prefix: f.TopicPrefix,
-		Interval: f.PeerLoadInterval, Logger: log.With("component", "peers"), Registerer: reg})
+		Interval: f.PeerLoadInterval, PeerClusters: g.PeerClusters, Logger: log.With("component", "peers"), Registerer: reg})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

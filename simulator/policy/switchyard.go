@@ -79,6 +79,7 @@ type snapTables struct {
 	weights [][]float64
 	expl    [][]*schemas.Explanation
 	shed    []float64
+	peers   [][]int // each cluster's peer_clusters, by index; nil: none
 }
 
 // gateway is one cluster's gateway: its pick pool and current table.
@@ -95,6 +96,9 @@ type gateway struct {
 	// placed on and its ticket (the gateway's attempt state).
 	placed map[int]placement
 	chain  []uint64
+	// peers are the clusters whose gateways it hears (the installed
+	// snapshot's peer_clusters, by index); nil: every cluster's.
+	peers []int
 }
 
 type placement struct {
@@ -308,7 +312,8 @@ func (p *switchyard) Tick(now time.Duration) {
 
 // sharePeerLoad models gateway/peers: every gateway reports its queued
 // prefill per engine, and each sets every engine's foreign prefill to
-// the sum of the others' reports (the channel's delay, about a
+// the sum of the reports of the other gateways of its peer clusters (of
+// all, before a snapshot names them; the channel's delay, about a
 // millisecond on NATS, is within a tick).
 func (p *switchyard) sharePeerLoad() {
 	n := len(p.w.Engines)
@@ -322,9 +327,21 @@ func (p *switchyard) sharePeerLoad() {
 			sum[e] += st.Prefill()
 		}
 	}
-	for _, g := range p.gw {
+	for c, g := range p.gw {
+		if g.peers == nil {
+			for e, st := range g.states {
+				st.SetForeignPrefill(sum[e] - st.Prefill())
+			}
+			continue
+		}
 		for e, st := range g.states {
-			st.SetForeignPrefill(sum[e] - st.Prefill())
+			var f int64
+			for _, h := range g.peers {
+				if h != c {
+					f += p.gw[h].states[e].Prefill()
+				}
+			}
+			st.SetForeignPrefill(f)
 		}
 	}
 }
@@ -401,7 +418,8 @@ func (p *switchyard) tables(snapshot *schemas.WeightSnapshot) snapTables {
 		weights[cw.GetCluster()] = m
 	}
 	snap := snapTables{version: snapshot.GetVersion(), weights: make([][]float64, len(p.w.Clusters)),
-		expl: make([][]*schemas.Explanation, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters))}
+		expl: make([][]*schemas.Explanation, len(p.w.Clusters)), shed: make([]float64, len(p.w.Clusters)),
+		peers: make([][]int, len(p.w.Clusters))}
 	for c, ci := range p.w.Clusters {
 		snap.weights[c] = make([]float64, len(p.w.Engines))
 		snap.expl[c] = make([]*schemas.Explanation, len(p.w.Engines))
@@ -412,10 +430,25 @@ func (p *switchyard) tables(snapshot *schemas.WeightSnapshot) snapTables {
 		for _, cw := range snapshot.GetClusters() {
 			if cw.GetCluster() == ci.ID {
 				snap.shed[c] = cw.GetShedFraction()
+				snap.peers[c] = p.clusterIndexes(cw.GetPeerClusters())
 			}
 		}
 	}
 	return snap
+}
+
+// clusterIndexes returns the indexes of the named clusters (unknown names
+// skipped), or nil for none.
+func (p *switchyard) clusterIndexes(names []string) []int {
+	var out []int
+	for _, n := range names {
+		for c, ci := range p.w.Clusters {
+			if ci.ID == n {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 func (p *switchyard) installSnap(s snapTables) {
@@ -435,7 +468,7 @@ func (p *switchyard) installSnap(s snapTables) {
 		g.shed = s.shed[c]
 		if len(specs) == 0 {
 			if g.shed >= 1-1e-9 {
-				g.table = nil // everything shed
+				g.table, g.peers = nil, s.peers[c] // everything shed
 			}
 			continue // nothing routable: keep the last good table
 		}
@@ -444,6 +477,7 @@ func (p *switchyard) installSnap(s snapTables) {
 			continue // an invalid snapshot is rejected; the last good one stays
 		}
 		g.install(t, p.w)
+		g.peers = s.peers[c]
 	}
 	p.version = s.version
 	p.weights = s.weights
