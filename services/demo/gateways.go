@@ -70,7 +70,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		rg.close()
 		return nil, fmt.Errorf("connecting to nats %s for peer load: %w", natsURL, err)
 	}
-	if rg.peers, err = peers.New(rg.nc, rg.gw.Pool(), peers.Config{Cluster: region, ID: "demo-" + region, Registerer: reg}); err != nil {
+	if rg.peers, err = peers.New(rg.nc, rg.gw.Pool(), peers.Config{Cluster: region, ID: "demo-" + region, Registerer: reg, PeerClusters: rg.gw.PeerClusters}); err != nil {
 		rg.close()
 		return nil, err
 	}
