@@ -34,13 +34,12 @@ type Ticket struct {
 // maxCandidates bounds Options.Candidates.
 const maxCandidates = 4
 
-// scored is one candidate of PickRequest (80 bytes).
+// scored is one candidate of PickRequest (72 bytes).
 type scored struct {
 	i        int32
 	uncached int64
 	work     float64
 	score    float64
-	wait     float64 // the slot wait in score
 	// strict: no tolerance (a slot wait, or more than its share of this
 	// gateway's requests in flight).
 	strict bool
@@ -331,7 +330,7 @@ func (t *Table) affinityGrow(i int32, grow float64) float64 {
 func add(c []scored, i int32) []scored {
 	n := len(c)
 	c = c[:n+1]
-	c[n].i, c[n].uncached, c[n].wait, c[n].strict = i, 0, 0, false
+	c[n].i, c[n].uncached, c[n].strict = i, 0, false
 	return c
 }
 
@@ -401,7 +400,6 @@ func (t *Table) score(r *Request, c []scored) float64 {
 			wait = slotWait(e, math.Float64frombits(e.State.model.e2e.Load()))
 		}
 		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait
-		c[k].wait = wait
 		c[k].strict = wait > 0 || float64(e.State.inflight.Load())+1 > e.Share*fair
 		best = min(best, c[k].score)
 	}
