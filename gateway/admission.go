@@ -33,6 +33,13 @@ type admission struct {
 	cfg      admit.Config
 	limiters sync.Map // *pick.State -> *engineLimit
 
+	// The table of apply's last call, its engines' limiters and the
+	// limits it set (under mu), for the next call on the same table.
+	mu   sync.Mutex
+	last *pick.Table
+	lims []*engineLimit
+	effs []int64
+
 	limit *prometheus.GaugeVec   // cluster, engine
 	wait  prometheus.Observer    // queued requests' wait
 	rej   *prometheus.CounterVec // cluster, reason
@@ -141,10 +148,19 @@ func (a *admission) effective(limit int) int64 {
 // engines' limits (of all engines when none is available; no capacity
 // when the engines have no limits).
 func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update bool) {
-	var sum, sumAll int64
-	for i := 0; i < t.Len(); i++ {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.last != t {
+		a.last = nil
+		a.lims = a.lims[:0]
+		for i := 0; i < t.Len(); i++ {
+			e := t.Engine(i)
+			a.lims = append(a.lims, a.limiter(e.State, e.Slots))
+		}
+	}
+	a.effs = a.effs[:0]
+	for i, l := range a.lims {
 		e := t.Engine(i)
-		l := a.limiter(e.State, e.Slots)
 		n := l.Limit()
 		if update && a.adaptive {
 			n = l.Update(now)
@@ -152,8 +168,36 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 		eff := a.effective(n)
 		e.State.SetLimit(eff)
 		a.setGauge(cluster, e, l, float64(eff))
+		a.effs = append(a.effs, eff)
+	}
+	a.last = t
+	a.setCapacity(t)
+}
+
+// refresh is apply(cluster, t, now, false) when apply's last call was on
+// t (else it calls it): a limiter's limit changes only in its Update,
+// which apply calls, so the limits and gauges are where that call set
+// them, and only the capacity, which follows the engines' availability,
+// is computed again. A snapshot that keeps the table so costs no lock
+// and no gauge an engine.
+func (a *admission) refresh(cluster string, t *pick.Table, now time.Time) {
+	a.mu.Lock()
+	if a.last != t {
+		a.mu.Unlock()
+		a.apply(cluster, t, now, false)
+		return
+	}
+	defer a.mu.Unlock()
+	a.setCapacity(t)
+}
+
+// setCapacity sets the queue's capacity from the limits apply set on
+// t's engines (a.effs, under a.mu).
+func (a *admission) setCapacity(t *pick.Table) {
+	var sum, sumAll int64
+	for i, eff := range a.effs {
 		sumAll += eff
-		if e.State.Available() {
+		if t.Engine(i).State.Available() {
 			sum += eff
 		}
 	}

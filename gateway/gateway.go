@@ -23,7 +23,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +34,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/engineclient"
@@ -56,7 +54,11 @@ type routing struct {
 	shed          float64
 	created       time.Time
 	fallback      bool
-	weights       *schemas.ClusterWeights // the cluster's part of the snapshot
+	cw            *clusterView // the cluster's part of the snapshot (decode.go)
+	// rttFromSnapshot: every engine's round trip came from the snapshot
+	// (none from the gateway's health checks), so the same entry makes
+	// the same table (apply.go).
+	rttFromSnapshot bool
 }
 
 // Stats is a summary for status lines.
@@ -223,75 +225,7 @@ func (g *Gateway) registerGauges(reg prometheus.Registerer) error {
 
 // apply validates snap and swaps it in.
 func (g *Gateway) apply(snap *schemas.WeightSnapshot) error {
-	err := g.applyErr(snap)
-	if errors.Is(err, errSnapshotRepeated) {
-		g.log.Debug("snapshot repeated", "version", snap.GetVersion())
-		return nil
-	}
-	if err != nil {
-		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
-		return err
-	}
-	g.m.applied.WithLabelValues(g.cfg.cluster).Inc()
-	return nil
-}
-
-func (g *Gateway) applyErr(snap *schemas.WeightSnapshot) error {
-	cw, err := ValidateSnapshot(snap, g.cfg.cluster)
-	if err != nil {
-		return err
-	}
-	if old := g.cur.Load(); old != nil && !old.fallback && snap.GetVersion() == old.version && proto.Equal(cw, old.weights) {
-		// The version held, again (an optimizer restarted, or a replica
-		// wrote the same plan): nothing to apply and nothing wrong.
-		return errSnapshotRepeated
-	}
-	if old := g.cur.Load(); old != nil && !old.fallback && snap.GetVersion() <= old.version {
-		return fmt.Errorf("%w: got %d, hold %d", ErrSnapshotStale, snap.GetVersion(), old.version)
-	}
-	rt := &routing{version: snap.GetVersion(), shed: cw.GetShedFraction(), created: time.UnixMilli(snap.GetCreatedUnixMs()), weights: cw,
-		versionHeader: []string{strconv.FormatUint(snap.GetVersion(), 10)}}
-	if snap.GetCreatedUnixMs() <= 0 {
-		rt.created = g.cfg.now()
-	}
-	specs := make([]pick.Spec, 0, len(cw.GetWeights()))
-	for _, w := range cw.GetWeights() {
-		sp := pick.Spec{ID: w.GetEngineId(), URL: strings.TrimRight(w.GetEndpointUrl(), "/"), Weight: w.GetWeight(),
-			RTTms: w.GetExplanation().GetNetworkMs(), MaxConcurrency: int(w.GetExplanation().GetMaxConcurrency())}
-		if !(sp.RTTms > 0) {
-			sp.RTTms = 0
-			if st, ok := g.pool.Lookup(sp.ID); ok {
-				sp.RTTms = ms(g.engineRTT(st, sp.URL))
-			}
-		}
-		specs = append(specs, sp)
-	}
-	t, err := g.pool.Build(specs, g.cfg.pick)
-	switch {
-	case errors.Is(err, pick.ErrNoEngines) && rt.shed >= 1-sumTolerance:
-		rt.shed = 1 // the plan sheds everything
-	case err != nil:
-		return fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
-	default:
-		// Each engine's prefix-cache residency (how long the picker credits
-		// prefixes sent to it); the table keeps the weights' order.
-		ws := cw.GetWeights()
-		for i, j := 0, 0; i < t.Len(); i++ {
-			e := t.Engine(i)
-			for j < len(ws) && ws[j].GetEngineId() != e.ID {
-				j++
-			}
-			if j < len(ws) {
-				e.State.SetCacheResidency(ws[j].GetExplanation().GetCacheResidencyS())
-			}
-		}
-		g.setLimits(t)
-		rt.table = t
-		g.outlier.SetClusterSize(t.Len())
-	}
-	g.cur.Store(rt)
-	g.log.Info("snapshot applied", "version", rt.version, "engines", len(specs), "shed_fraction", rt.shed)
-	return nil
+	return g.applyView(viewOf(snap, g.cfg.cluster)) // apply.go
 }
 
 // setLimits sets the concurrency limits of t's engines and the admission
@@ -310,12 +244,16 @@ func (g *Gateway) tickAdmission() {
 // ApplySnapshot validates and applies a proto-binary snapshot, as the
 // NATS watcher does.
 func (g *Gateway) ApplySnapshot(b []byte) error {
-	snap, err := g.admitSnapshot(b) // snapshot.go: signature, decode, clock
+	var prev *clusterView
+	if rt := g.cur.Load(); rt != nil {
+		prev = rt.cw
+	}
+	snap, err := g.admitSnapshot(b, prev) // snapshot.go: signature, decode, clock
 	if err != nil {
 		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
 		return err
 	}
-	if err := g.apply(snap); err != nil {
+	if err := g.applyView(snap); err != nil {
 		return err
 	}
 	g.saveSnapshot(b)
@@ -337,7 +275,7 @@ func (g *Gateway) Pool() *pick.Pool { return g.pool }
 // fallback. The slice must not be modified.
 func (g *Gateway) PeerClusters() []string {
 	if rt := g.cur.Load(); rt != nil && !rt.fallback {
-		return rt.weights.GetPeerClusters()
+		return rt.cw.peers
 	}
 	return nil
 }

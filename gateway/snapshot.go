@@ -78,29 +78,31 @@ func SnapshotMaxSkew(d time.Duration) Opt { return opt(func(c *cfg) { c.snap.max
 func SnapshotCache(path string) Opt { return opt(func(c *cfg) { c.snap.cache = path }) }
 
 // admitSnapshot checks the signature of b (when keys are configured),
-// decodes it and bounds its dates by the clock.
-func (g *Gateway) admitSnapshot(b []byte) (*schemas.WeightSnapshot, error) {
+// decodes it (its view for the gateway's cluster; prev is the entry
+// applied last, see decodeView) and bounds its dates by the clock.
+func (g *Gateway) admitSnapshot(b []byte, prev *clusterView) (snapView, error) {
 	if v := g.cfg.snap.verifier; v != nil {
 		switch err := v.Verify(b); {
 		case err == nil:
 		case errors.Is(err, trust.ErrUnsigned):
-			return nil, fmt.Errorf("%w: %w", ErrSnapshotUnsigned, err)
+			return snapView{}, fmt.Errorf("%w: %w", ErrSnapshotUnsigned, err)
 		case errors.Is(err, trust.ErrMalformed):
-			return nil, fmt.Errorf("%w: %w", ErrSnapshotDecode, err)
+			return snapView{}, fmt.Errorf("%w: %w", ErrSnapshotDecode, err)
 		default:
-			return nil, fmt.Errorf("%w: %w", ErrSnapshotSignature, err)
+			return snapView{}, fmt.Errorf("%w: %w", ErrSnapshotSignature, err)
 		}
 	}
-	snap, err := DecodeSnapshot(b)
+	snap, err := decodeView(b, g.cfg.cluster, prev) // decode.go
 	if err != nil {
-		return nil, err
+		return snapView{}, err
 	}
 	skew := g.cfg.snap.maxSkew
 	if skew <= 0 {
 		skew = trust.DefaultMaxSkew
 	}
-	if err := trust.CheckTime(snap, g.cfg.now(), skew); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrSnapshotFuture, err)
+	dates := schemas.WeightSnapshot{Version: snap.version, CreatedUnixMs: snap.created}
+	if err := trust.CheckTime(&dates, g.cfg.now(), skew); err != nil {
+		return snapView{}, fmt.Errorf("%w: %w", ErrSnapshotFuture, err)
 	}
 	return snap, nil
 }
@@ -152,9 +154,9 @@ func (g *Gateway) loadSnapshotCache() {
 		g.log.Warn("reading snapshot cache", "path", path, "err", err)
 		return
 	}
-	snap, err := g.admitSnapshot(b)
+	snap, err := g.admitSnapshot(b, nil)
 	if err == nil {
-		err = g.apply(snap)
+		err = g.applyView(snap)
 	} else {
 		g.m.rejected.WithLabelValues(g.cfg.cluster, rejectReason(err)).Inc()
 	}
@@ -162,7 +164,7 @@ func (g *Gateway) loadSnapshotCache() {
 		g.log.Warn("snapshot cache rejected", "path", path, "err", err)
 		return
 	}
-	g.log.Info("routing on the cached snapshot until the control plane sends one", "path", path, "version", snap.GetVersion())
+	g.log.Info("routing on the cached snapshot until the control plane sends one", "path", path, "version", snap.version)
 }
 
 // HasSnapshot reports whether the gateway routes on a snapshot (from its
@@ -223,54 +225,68 @@ func ValidateSnapshot(snap *schemas.WeightSnapshot, cluster string) (*schemas.Cl
 	if snap == nil {
 		return nil, fmt.Errorf("%w: nil", ErrSnapshotInvalid)
 	}
+	v := viewOf(snap, cluster)
+	if err := validateHead(v, cluster); err != nil {
+		return nil, err
+	}
+	if err := validateCluster(v.cw); err != nil {
+		return nil, err
+	}
+	return v.cw.msg, nil
+}
+
+// validateHead is ValidateSnapshot's checks of the snapshot: its
+// version, and its cluster's entry present once.
+func validateHead(v snapView, cluster string) error {
 	// A newer schema_version is read like ours: changes are additive
 	// (schemas/switchyard.proto), so there is nothing to reject.
-	if snap.GetVersion() == 0 {
-		return nil, fmt.Errorf("%w: version 0", ErrSnapshotInvalid)
+	if v.version == 0 {
+		return fmt.Errorf("%w: version 0", ErrSnapshotInvalid)
 	}
-	var cw *schemas.ClusterWeights
-	for _, c := range snap.GetClusters() {
-		if c.GetCluster() != cluster {
-			continue
-		}
-		if cw != nil {
-			return nil, fmt.Errorf("%w: cluster %q listed twice", ErrSnapshotInvalid, cluster)
-		}
-		cw = c
+	if v.twice {
+		return fmt.Errorf("%w: cluster %q listed twice", ErrSnapshotInvalid, cluster)
 	}
-	if cw == nil {
-		return nil, fmt.Errorf("%w: %q", ErrSnapshotCluster, cluster)
+	if !v.found {
+		return fmt.Errorf("%w: %q", ErrSnapshotCluster, cluster)
 	}
-	shed := cw.GetShedFraction()
+	return nil
+}
+
+// validateCluster is ValidateSnapshot's checks of the cluster's entry, a
+// function of its engines' ids, endpoints and weights and its shed
+// fraction alone.
+func validateCluster(cw *clusterView) error {
+	shed := cw.shed
 	if !(shed >= 0 && shed <= 1) {
-		return nil, fmt.Errorf("%w: shed fraction %v", ErrSnapshotInvalid, shed)
+		return fmt.Errorf("%w: shed fraction %v", ErrSnapshotInvalid, shed)
 	}
-	if len(cw.GetWeights()) > maxSnapshotEngines {
-		return nil, fmt.Errorf("%w: %d engines", ErrSnapshotInvalid, len(cw.GetWeights()))
+	if len(cw.engines) > maxSnapshotEngines {
+		return fmt.Errorf("%w: %d engines", ErrSnapshotInvalid, len(cw.engines))
 	}
-	seen := make(map[string]bool, len(cw.GetWeights()))
+	seen := make(map[string]bool, len(cw.engines))
 	sum := 0.0
-	for _, w := range cw.GetWeights() {
-		id := w.GetEngineId()
+	for i := range cw.engines {
+		w := &cw.engines[i]
+		id := w.id
 		if id == "" {
-			return nil, fmt.Errorf("%w: engine without id", ErrSnapshotInvalid)
+			return fmt.Errorf("%w: engine without id", ErrSnapshotInvalid)
 		}
 		if seen[id] {
-			return nil, fmt.Errorf("%w: engine %q listed twice", ErrSnapshotInvalid, id)
+			return fmt.Errorf("%w: engine %q listed twice", ErrSnapshotInvalid, id)
 		}
 		seen[id] = true
-		if x := w.GetWeight(); !(x >= 0 && x <= 1) {
-			return nil, fmt.Errorf("%w: engine %q weight %v", ErrSnapshotInvalid, id, x)
+		if x := w.weight; !(x >= 0 && x <= 1) {
+			return fmt.Errorf("%w: engine %q weight %v", ErrSnapshotInvalid, id, x)
 		}
-		if err := checkEndpoint(w.GetEndpointUrl()); err != nil {
-			return nil, fmt.Errorf("%w: engine %q: %w", ErrSnapshotInvalid, id, err)
+		if err := checkEndpoint(w.url); err != nil {
+			return fmt.Errorf("%w: engine %q: %w", ErrSnapshotInvalid, id, err)
 		}
-		sum += w.GetWeight()
+		sum += w.weight
 	}
 	if math.Abs(sum+shed-1) > sumTolerance {
-		return nil, fmt.Errorf("%w: weights %.6f + shed %.6f != 1", ErrSnapshotInvalid, sum, shed)
+		return fmt.Errorf("%w: weights %.6f + shed %.6f != 1", ErrSnapshotInvalid, sum, shed)
 	}
-	return cw, nil
+	return nil
 }
 
 func checkEndpoint(s string) error {
