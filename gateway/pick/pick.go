@@ -250,6 +250,11 @@ func NewPool() *Pool {
 func (p *Pool) State(id string) *State {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.stateLocked(id)
+}
+
+// stateLocked is State under p.mu.
+func (p *Pool) stateLocked(id string) *State {
 	s, ok := p.states[id]
 	if !ok {
 		s = &State{id: id, total: &p.total, idx: uint32(len(p.states))}
@@ -288,17 +293,38 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 	if len(specs) > MaxEngines {
 		return nil, fmt.Errorf("%d engines, at most %d: %w", len(specs), MaxEngines, ErrBadWeight)
 	}
-	seen := make(map[string]bool, len(specs))
+	// The engines' states, looked up under one lock: duplicates among
+	// the ids the pool knows are found by their states' indices, among
+	// the others by a map. A failed build creates no state.
+	states := make([]*State, len(specs))
+	p.mu.Lock()
+	for i := range specs {
+		states[i] = p.states[specs[i].ID]
+	}
+	seenIdx := make([]bool, len(p.states))
+	p.mu.Unlock()
+	var seenNew map[string]bool
 	var sum float64
-	kept := make([]Spec, 0, len(specs))
-	for _, s := range specs {
+	kept := make([]int, 0, len(specs))
+	for i := range specs {
+		s := &specs[i]
 		if s.ID == "" {
 			return nil, fmt.Errorf("empty engine id: %w", ErrBadWeight)
 		}
-		if seen[s.ID] {
-			return nil, fmt.Errorf("engine %q listed twice: %w", s.ID, ErrBadWeight)
+		if st := states[i]; st != nil {
+			if seenIdx[st.idx] {
+				return nil, fmt.Errorf("engine %q listed twice: %w", s.ID, ErrBadWeight)
+			}
+			seenIdx[st.idx] = true
+		} else {
+			if seenNew[s.ID] {
+				return nil, fmt.Errorf("engine %q listed twice: %w", s.ID, ErrBadWeight)
+			}
+			if seenNew == nil {
+				seenNew = map[string]bool{}
+			}
+			seenNew[s.ID] = true
 		}
-		seen[s.ID] = true
 		w := s.Weight
 		if opt.LeastLoaded {
 			w = 1
@@ -309,22 +335,30 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 		if w == 0 {
 			continue
 		}
-		s.Weight = w
 		sum += w
-		kept = append(kept, s)
+		kept = append(kept, i)
 	}
 	if len(kept) == 0 || !(sum > 0) || math.IsInf(sum, 0) {
 		return nil, ErrNoEngines
 	}
 	t := &Table{engines: make([]Engine, len(kept)), total: &p.total, opt: opt, pool: p, mem: p.mem}
-	for i, s := range kept {
+	p.mu.Lock()
+	for k, i := range kept {
+		s := &specs[i]
+		w := s.Weight
+		if opt.LeastLoaded {
+			w = 1
+		}
 		rtt := s.RTTms
 		if !(rtt > 0) || math.IsInf(rtt, 0) {
 			rtt = 0
 		}
-		t.engines[i] = Engine{ID: s.ID, URL: s.URL, Share: s.Weight / sum, RTTms: rtt, Slots: max(s.MaxConcurrency, 0), State: p.State(s.ID), salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
+		st := states[i]
+		if st == nil { // new, in the order of the specs
+			st = p.stateLocked(s.ID)
+		}
+		t.engines[k] = Engine{ID: s.ID, URL: s.URL, Share: w / sum, RTTms: rtt, Slots: max(s.MaxConcurrency, 0), State: st, salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
 	}
-	p.mu.Lock()
 	t.byPool = make([]int32, len(p.states))
 	p.mu.Unlock()
 	for i := range t.byPool {
@@ -684,15 +718,12 @@ func modInverse(a, m uint64) uint64 {
 }
 
 // maglevQuotas gives each engine its slots of m by largest remainder of
-// its share, at least one each.
+// its share, at least one each: the m-Σ⌊share·m⌋ engines of largest
+// remainder (ties to the lower index) get one more.
 func maglevQuotas(engines []Engine, m int) []int {
 	n := len(engines)
 	quota := make([]int, n)
-	type rem struct {
-		i int
-		f float64
-	}
-	rems := make([]rem, n)
+	rems := make([]maglevRem, n)
 	used := 0
 	for i := range engines {
 		x := engines[i].Share * float64(m)
@@ -702,17 +733,22 @@ func maglevQuotas(engines []Engine, m int) []int {
 		}
 		quota[i] = q
 		used += q
-		rems[i] = rem{i, x - math.Floor(x)}
+		rems[i] = maglevRem{i, x - math.Floor(x)}
 	}
-	slices.SortFunc(rems, func(a, b rem) int {
-		if c := cmp.Compare(b.f, a.f); c != 0 {
-			return c
+	if k := m - used; k > 0 && k < n {
+		// Each of the first k in the order gets one: which ones they are,
+		// not their order, matters, so a selection does.
+		maglevSelect(rems, k)
+		for _, r := range rems[:k] {
+			quota[r.i]++
 		}
-		return a.i - b.i
-	})
-	for k := 0; used < m; k = (k + 1) % n {
-		quota[rems[k].i]++
-		used++
+		used = m
+	} else if k > 0 {
+		slices.SortFunc(rems, maglevRemOrder)
+		for k := 0; used < m; k = (k + 1) % n {
+			quota[rems[k].i]++
+			used++
+		}
 	}
 	for used > m { // minimums pushed us over: take from the largest
 		big := 0
@@ -725,6 +761,64 @@ func maglevQuotas(engines []Engine, m int) []int {
 		used--
 	}
 	return quota
+}
+
+// maglevRem is an engine's remainder of its share of the slots.
+type maglevRem struct {
+	i int
+	f float64
+}
+
+// maglevRemOrder orders remainders largest first, ties to the lower
+// index: a total order, as the indices differ.
+func maglevRemOrder(a, b maglevRem) int {
+	if c := cmp.Compare(b.f, a.f); c != 0 {
+		return c
+	}
+	return a.i - b.i
+}
+
+// maglevSelect moves the first k of r in maglevRemOrder to r[:k] (in
+// any order), 0 < k < len(r): a quickselect with median-of-three
+// pivots, which sorts what is left after 2·log2(len(r)) partitions, so
+// it stays O(n log n) on any input.
+func maglevSelect(r []maglevRem, k int) {
+	lo, hi := 0, len(r)-1
+	target := k - 1
+	for budget := 2 * bits.Len(uint(len(r))); lo < hi; budget-- {
+		if budget == 0 {
+			slices.SortFunc(r[lo:hi+1], maglevRemOrder)
+			return
+		}
+		mid := lo + (hi-lo)/2
+		if maglevRemOrder(r[mid], r[lo]) < 0 {
+			r[mid], r[lo] = r[lo], r[mid]
+		}
+		if maglevRemOrder(r[hi], r[lo]) < 0 {
+			r[hi], r[lo] = r[lo], r[hi]
+		}
+		if maglevRemOrder(r[hi], r[mid]) < 0 {
+			r[hi], r[mid] = r[mid], r[hi]
+		}
+		// r[lo] <= r[mid] <= r[hi]: partition around r[mid], kept at hi.
+		r[mid], r[hi] = r[hi], r[mid]
+		pivot, store := r[hi], lo
+		for j := lo; j < hi; j++ {
+			if maglevRemOrder(r[j], pivot) < 0 {
+				r[j], r[store] = r[store], r[j]
+				store++
+			}
+		}
+		r[store], r[hi] = r[hi], r[store]
+		switch {
+		case store == target:
+			return
+		case store < target:
+			lo = store + 1
+		default:
+			hi = store - 1
+		}
+	}
 }
 
 func nextPrime(n int) int {
