@@ -41,7 +41,11 @@ func (g *Gateway) applyViewErr(v snapView) error {
 	held := old != nil && !old.fallback
 	same := held && sameEngines(v.cw, old.cw)
 	if !same {
-		if err := validateCluster(v.cw); err != nil {
+		var checked *clusterView // passed validateCluster (snapshot.go)
+		if held {
+			checked = old.cw
+		}
+		if err := validateCluster(v.cw, checked); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,10 @@
 package gateway
 
 import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
@@ -121,5 +125,44 @@ func TestApplyKeepsTable(t *testing.T) {
 	}
 	if err := apply(fullSnapshot(7, 40)); err == nil || g.Stats().SnapshotVersion != 8 {
 		t.Fatalf("older version: err %v, version %d", err, g.Stats().SnapshotVersion)
+	}
+}
+
+// TestValidateClusterHeldMatches: validateCluster with a held entry
+// (skipping the id and endpoint checks it passed) gives the error it
+// gives without, on random edits of that entry.
+func TestValidateClusterHeldMatches(t *testing.T) {
+	held := viewOf(fullSnapshot(1, 20), "c").cw
+	if err := validateCluster(held, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := range 5000 {
+		cw := &clusterView{engines: slices.Clone(held.engines), shed: held.shed}
+		for range r.IntN(3) {
+			e := &cw.engines[r.IntN(len(cw.engines))]
+			switch r.IntN(8) {
+			case 0:
+				e.id = ""
+			case 1:
+				e.id = cw.engines[r.IntN(len(cw.engines))].id
+			case 2:
+				e.id = "new"
+			case 3:
+				e.weight = []float64{math.NaN(), -0.1, 1.5, e.weight / 2}[r.IntN(4)]
+			case 4:
+				e.url = []string{"ftp://x", "http://other:1", "", "http://u:p@x/"}[r.IntN(4)]
+			case 5:
+				cw.shed = []float64{0, 0.5, math.NaN(), held.shed}[r.IntN(4)]
+			case 6:
+				cw.engines = cw.engines[:len(cw.engines)-1]
+			case 7:
+				cw.engines = append(cw.engines, engineView{id: "x", url: "http://x", weight: 0})
+			}
+		}
+		want, got := validateCluster(cw, nil), validateCluster(cw, held)
+		if fmt.Sprint(want) != fmt.Sprint(got) {
+			t.Fatalf("trial %d: with the held entry %v, without %v", trial, got, want)
+		}
 	}
 }

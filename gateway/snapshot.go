@@ -229,7 +229,7 @@ func ValidateSnapshot(snap *schemas.WeightSnapshot, cluster string) (*schemas.Cl
 	if err := validateHead(v, cluster); err != nil {
 		return nil, err
 	}
-	if err := validateCluster(v.cw); err != nil {
+	if err := validateCluster(v.cw, nil); err != nil {
 		return nil, err
 	}
 	return v.cw.msg, nil
@@ -254,8 +254,11 @@ func validateHead(v snapView, cluster string) error {
 
 // validateCluster is ValidateSnapshot's checks of the cluster's entry, a
 // function of its engines' ids, endpoints and weights and its shed
-// fraction alone.
-func validateCluster(cw *clusterView) error {
+// fraction alone. held is an entry that passed them (the one the gateway
+// routes on) or nil: when cw lists the same ids in the same order, they
+// are non-empty and unique without a look, and an endpoint equal to
+// held's at the same place is not checked again.
+func validateCluster(cw, held *clusterView) error {
 	shed := cw.shed
 	if !(shed >= 0 && shed <= 1) {
 		return fmt.Errorf("%w: shed fraction %v", ErrSnapshotInvalid, shed)
@@ -263,23 +266,38 @@ func validateCluster(cw *clusterView) error {
 	if len(cw.engines) > maxSnapshotEngines {
 		return fmt.Errorf("%w: %d engines", ErrSnapshotInvalid, len(cw.engines))
 	}
-	seen := make(map[string]bool, len(cw.engines))
+	var prev []engineView
+	if held != nil {
+		prev = held.engines
+	}
+	sameIDs := len(prev) == len(cw.engines)
+	for i := 0; sameIDs && i < len(prev); i++ {
+		sameIDs = prev[i].id == cw.engines[i].id
+	}
+	var seen map[string]bool
+	if !sameIDs {
+		seen = make(map[string]bool, len(cw.engines))
+	}
 	sum := 0.0
 	for i := range cw.engines {
 		w := &cw.engines[i]
 		id := w.id
-		if id == "" {
-			return fmt.Errorf("%w: engine without id", ErrSnapshotInvalid)
+		if !sameIDs {
+			if id == "" {
+				return fmt.Errorf("%w: engine without id", ErrSnapshotInvalid)
+			}
+			if seen[id] {
+				return fmt.Errorf("%w: engine %q listed twice", ErrSnapshotInvalid, id)
+			}
+			seen[id] = true
 		}
-		if seen[id] {
-			return fmt.Errorf("%w: engine %q listed twice", ErrSnapshotInvalid, id)
-		}
-		seen[id] = true
 		if x := w.weight; !(x >= 0 && x <= 1) {
 			return fmt.Errorf("%w: engine %q weight %v", ErrSnapshotInvalid, id, x)
 		}
-		if err := checkEndpoint(w.url); err != nil {
-			return fmt.Errorf("%w: engine %q: %w", ErrSnapshotInvalid, id, err)
+		if i >= len(prev) || prev[i].url != w.url {
+			if err := checkEndpoint(w.url); err != nil {
+				return fmt.Errorf("%w: engine %q: %w", ErrSnapshotInvalid, id, err)
+			}
 		}
 		sum += w.weight
 	}
