@@ -50,9 +50,22 @@ func (g *Gateway) routes() http.Handler {
 		g.adminRoutes(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		setRequestID(w, r)
 		writeError(w, http.StatusNotFound, typeInvalid, "unknown_url", "", "unknown URL "+r.URL.Path)
 	})
 	return mux
+}
+
+// setRequestID echoes the client's X-Request-Id when it is valid, else
+// sets a new one, on the API's answers other than inference's (which
+// checks the header itself, handleInference): every answer, errors
+// included, names its request as OpenAI's do (the SDKs' requestID).
+func setRequestID(w http.ResponseWriter, r *http.Request) {
+	if v := r.Header[HeaderRequestID]; len(v) > 0 && v[0] != "" && validHeaderValue(v[0]) {
+		w.Header()[HeaderRequestID] = v[:1]
+		return
+	}
+	w.Header().Set(HeaderRequestID, newRequestID())
 }
 
 // adminRoutes registers /health and /metrics: on the API's listener, or
@@ -76,6 +89,7 @@ type outcome struct {
 
 func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
+		setRequestID(w, r)
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use POST")
 		return
@@ -769,6 +783,7 @@ func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *htt
 }
 
 func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
+	setRequestID(w, r)
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")
@@ -812,6 +827,7 @@ func (g *Gateway) askModels(w http.ResponseWriter, r *http.Request) {
 // otherwise it is the entry of an engine's /v1/models list (engines need
 // not implement /v1/models/{id} themselves).
 func (g *Gateway) serveModel(w http.ResponseWriter, r *http.Request) {
+	setRequestID(w, r)
 	if r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		writeError(w, http.StatusMethodNotAllowed, typeInvalid, "method_not_allowed", "", r.Method+" not allowed; use GET")

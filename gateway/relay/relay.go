@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -219,9 +218,22 @@ func (st *Stream) fail(ctx context.Context, w http.ResponseWriter, err error, re
 	}
 	res.FailReason, res.Err = FailReason(ctx, "stream"), CauseOr(ctx, err)
 	if (res.Committed && ctx.Err() == nil) || context.Cause(ctx) == ErrIdle {
-		_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":%q,\"type\":%q,\"param\":null,\"code\":\"upstream_error\"}}\n\n", "engine stream failed: "+res.Err.Error(), "server_error")
+		// The message names what happened, never the transport's error,
+		// which names the engine's address (res.Err, for the log).
+		ev := brokenEvent
+		if res.FailReason == "idle_timeout" {
+			ev = idleEvent
+		}
+		_, _ = w.Write(ev)
 	}
 }
+
+// The error events that end a stream the engine did not finish, as an
+// OpenAI client reads them (the SDKs raise an APIError).
+var (
+	brokenEvent = []byte(`data: {"error":{"message":"engine stream failed: the engine's stream broke off before its end","type":"server_error","param":null,"code":"upstream_error"}}` + "\n\n")
+	idleEvent   = []byte(`data: {"error":{"message":"engine stream failed: the engine sent nothing within the idle timeout","type":"server_error","param":null,"code":"upstream_error"}}` + "\n\n")
+)
 
 var (
 	dataPrefix  = []byte("data:")
