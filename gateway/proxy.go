@@ -604,6 +604,10 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 			return res
 		}
 		g.setHeaders(w, resp, eng, rt)
+		if shaped, changed := openAIShaped(resp.StatusCode, b); changed {
+			b = shaped
+			w.Header()["Content-Type"] = jsonContentType
+		}
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(b)
 		res.committed = true

@@ -314,6 +314,14 @@ async function main() {
     });
   }
 
+  if (args['broken-base-url']) {
+    // An engine's error in vLLM's older flat shape reaches the SDK in
+    // OpenAI's.
+    await check('error_engine_flat', () =>
+      expectError(() => client({ baseURL: args['broken-base-url'] }).chat.completions.create({ model, messages }, { headers: { 'X-Request-Id': 'sdk-flat-error' } }),
+        OpenAI.BadRequestError, 400, { param: 'max_tokens', type: 'invalid_request_error', message: "This model's maximum context length is 4096 tokens" }));
+  }
+
   await check('abort_mid_stream', async () => {
     const ac = new AbortController();
     const s = await c.chat.completions.create({ model, messages, max_tokens: 4000, stream: true }, { signal: ac.signal, headers: { 'X-Request-Id': 'sdk-abort' } });

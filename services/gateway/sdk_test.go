@@ -174,9 +174,16 @@ func TestOpenAINodeSDK(t *testing.T) {
 	}
 	runGateway(t, ctx, satGW)
 
-	// A gateway whose only engine's connection breaks mid-stream.
+	// A gateway whose only engine's connection breaks mid-stream, and
+	// which answers errors in vLLM's older flat shape.
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		if r.Header.Get(gw.HeaderRequestID) == "sdk-flat-error" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"object":"error","message":"This model's maximum context length is 4096 tokens","type":"BadRequestError","param":"max_tokens","code":400}`)
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		_, _ = io.WriteString(w, `data: {"id":"b","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"half"},"finish_reason":null}]}`+"\n\n")
 		w.(http.Flusher).Flush()
@@ -224,7 +231,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 	for _, name := range []string{"chat_nonstream", "chat_stream", "chat_stream_usage", "chat_stream_helper", "completions_nonstream",
 		"completions_stream", "completions_stream_usage", "models_list", "error_model_unknown", "error_chat_model_unknown",
 		"error_malformed_json", "error_missing_model", "error_unknown_route", "passthrough", "passthrough_stream",
-		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "abort_mid_stream"} {
+		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "error_engine_flat", "abort_mid_stream"} {
 		if !seen[name] {
 			t.Errorf("check %s did not run", name)
 		}
