@@ -252,7 +252,7 @@ async function main() {
   // Fields the gateway does not interpret reach the engine untouched; the
   // Go test compares passthrough_body with what the engine received.
   const passthrough = {
-    model, messages, n: 1, max_tokens: 3, max_completion_tokens: 3, temperature: 0.5, top_p: 0.9, seed: 7,
+    model, messages: [...messages, { role: 'user', content: 'Grüße 🚂 "zitat" \\ back\u2028slash \u00e9' }], n: 1, max_tokens: 3, max_completion_tokens: 3, temperature: 0.5, top_p: 0.9, seed: 7,
     user: 'user-7', metadata: { team: 'switchyard' }, logit_bias: { '50256': -100 }, stop: ['\n\n'],
     tools: [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }],
     tool_choice: 'auto', parallel_tool_calls: false, response_format: { type: 'text' },
@@ -321,6 +321,43 @@ async function main() {
       expectError(() => client({ baseURL: args['broken-base-url'] }).chat.completions.create({ model, messages }, { headers: { 'X-Request-Id': 'sdk-flat-error' } }),
         OpenAI.BadRequestError, 400, { param: 'max_tokens', type: 'invalid_request_error', message: "This model's maximum context length is 4096 tokens" }));
   }
+
+  await check('concurrent', async () => {
+    // Many requests at once over the SDK's keep-alive pool.
+    const jobs = [];
+    for (let i = 0; i < 24; i++) {
+      const usage = i % 3 === 1;
+      if (i % 3 === 2) {
+        jobs.push(c.chat.completions.create({ model, messages: [{ role: 'user', content: `question ${i}` }], max_tokens: 4 }).then((r) => {
+          assert(r.usage.completion_tokens === 4 && r.choices[0].message.content, `non-stream ${i}: ${JSON.stringify(r)}`);
+        }));
+      } else {
+        const body = { model, messages: [{ role: 'user', content: `question ${i}` }], max_tokens: 4, stream: true };
+        if (usage) body.stream_options = { include_usage: true };
+        jobs.push(c.chat.completions.create(body).then((st) => collect(st, { chat: true, usage })).then((r) => {
+          assert(r.content_chunks === 4, `stream ${i}: ${r.content_chunks} content chunks`);
+        }));
+      }
+    }
+    const res = await Promise.allSettled(jobs);
+    const failed = res.filter((r) => r.status === 'rejected').map((r) => String(r.reason && r.reason.message));
+    assert(failed.length === 0, `${failed.length} of ${jobs.length} failed: ${failed.slice(0, 3).join('; ')}`);
+    return { requests: jobs.length };
+  });
+
+  await check('abort_nonstream', async () => {
+    const ac = new AbortController();
+    const t0 = Date.now();
+    const p = c.chat.completions.create({ model, messages, max_tokens: 4000 }, { signal: ac.signal, headers: { 'X-Request-Id': 'sdk-abort-whole' } });
+    setTimeout(() => ac.abort(), 100);
+    try {
+      await p;
+    } catch (e) {
+      assert(e instanceof OpenAI.APIUserAbortError, `got ${e.constructor.name}: ${e.message}`);
+      return { aborted_after_ms: Date.now() - t0 };
+    }
+    throw new Error(`completed in ${Date.now() - t0} ms before the abort`);
+  });
 
   await check('abort_mid_stream', async () => {
     const ac = new AbortController();

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -48,6 +49,7 @@ func recordingProxy(t *testing.T, target string, rc *recorder) string {
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a client's abort is expected
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -231,7 +233,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 	for _, name := range []string{"chat_nonstream", "chat_stream", "chat_stream_usage", "chat_stream_helper", "completions_nonstream",
 		"completions_stream", "completions_stream_usage", "models_list", "error_model_unknown", "error_chat_model_unknown",
 		"error_malformed_json", "error_missing_model", "error_unknown_route", "passthrough", "passthrough_stream",
-		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "error_engine_flat", "abort_mid_stream"} {
+		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "error_engine_flat", "concurrent", "abort_nonstream", "abort_mid_stream"} {
 		if !seen[name] {
 			t.Errorf("check %s did not run", name)
 		}
@@ -258,8 +260,8 @@ func TestOpenAINodeSDK(t *testing.T) {
 		}
 	}
 
-	// The aborted stream ended as canceled and nothing is left in flight.
-	if s := g.Stats(); s.InFlight != 0 || s.Canceled < 1 {
+	// The aborted requests ended as canceled and nothing is left in flight.
+	if s := g.Stats(); s.InFlight != 0 || s.Canceled < 2 {
 		t.Errorf("stats after the abort: %+v", s)
 	}
 }
