@@ -151,12 +151,18 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.last != t {
-		a.last = nil
-		a.lims = a.lims[:0]
-		for i := 0; i < t.Len(); i++ {
+		// A new plan lists mostly the same engines in the same order:
+		// take their limiters from the last table's where they match.
+		lims := make([]*engineLimit, t.Len())
+		for i := range lims {
 			e := t.Engine(i)
-			a.lims = append(a.lims, a.limiter(e.State, e.Slots))
+			if a.last != nil && i < a.last.Len() && a.last.Engine(i).State == e.State {
+				lims[i] = a.lims[i]
+			} else {
+				lims[i] = a.limiter(e.State, e.Slots)
+			}
 		}
+		a.lims = lims
 	}
 	a.effs = a.effs[:0]
 	for i, l := range a.lims {
