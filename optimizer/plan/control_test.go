@@ -381,10 +381,10 @@ func TestIdleClusterSpreadsByCapacity(t *testing.T) {
 }
 
 func TestHoldSmallMoves(t *testing.T) {
-	in := func(capB float64) *opt.Instance {
+	in := func(capB float64, healthyB bool) *opt.Instance {
 		return &opt.Instance{
 			MaxUtilization: 0.9,
-			Engines:        []opt.Engine{{ID: "a", CapacityRPS: 100, Healthy: true}, {ID: "b", CapacityRPS: capB, Healthy: true}},
+			Engines:        []opt.Engine{{ID: "a", CapacityRPS: 100, Healthy: true}, {ID: "b", CapacityRPS: capB, Healthy: healthyB}},
 			Previous:       map[string]map[string]float64{"r": {"a": 0.5, "b": 0.5}},
 		}
 	}
@@ -394,26 +394,80 @@ func TestHoldSmallMoves(t *testing.T) {
 		}}}
 	}
 	tests := []struct {
-		name   string
-		capB   float64
-		solver float64 // the solver's weight on a
-		want   float64 // published weight on a
+		name     string
+		capB     float64
+		unhealth bool
+		solver   float64 // the solver's weight on a
+		want     float64 // published weight on a
+		held     bool
 	}{
-		{"small move held", 100, 0.5 + holdShare/2, 0.5},
-		{"move of holdShare not held", 100, 0.5 + 1.01*holdShare, 0.5 + 1.01*holdShare},
-		{"not held onto a full engine", 50, 0.5 + holdShare/2, 0.5 + holdShare/2},
+		{"small move held", 100, false, 0.5 + holdShare/2, 0.5, true},
+		{"move of holdShare not held", 100, false, 0.5 + 1.01*holdShare, 0.5 + 1.01*holdShare, false},
+		// Held, b would carry 50 rps against the band's 0.9 × 50 × 1.05 =
+		// 47.25; the solver's 45. The held weights move 55% of the way,
+		// to b's band edge, and no further.
+		{"moved only to the band's edge of a full engine", 50, false, 0.5 + holdShare/2, 0.5 + 0.55*holdShare/2, true},
 		// 50 rps on b against 0.9 × 54 = 48.6: within the 5% band.
-		{"held slightly above max utilization", 54, 0.5 + holdShare/2, 0.5},
+		{"held slightly above max utilization", 54, false, 0.5 + holdShare/2, 0.5, true},
+		{"not held on an unhealthy engine", 100, true, 0.5 + holdShare/2, 0.5 + holdShare/2, false},
+		// The solver's weights load b no less than the held ones: no
+		// share of the way fits, so they stand.
+		{"not held where the solver does not relieve", 50, false, 0.5 - holdShare/2, 0.5 - holdShare/2, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := cws(tt.solver)
-			held := hold(in(tt.capB), holdShare, c)
+			held := hold(in(tt.capB, !tt.unhealth), holdShare, c)
 			if got := c[0].GetWeights()[0].GetWeight(); math.Abs(got-tt.want) > 1e-12 {
 				t.Fatalf("weight on a %v, want %v", got, tt.want)
 			}
-			if held["r"] != (tt.want != tt.solver) {
-				t.Fatalf("held %v", held)
+			if got := c[0].GetWeights()[1].GetWeight(); math.Abs(got-(1-tt.want)) > 1e-12 {
+				t.Fatalf("weight on b %v, want %v", got, 1-tt.want)
+			}
+			if held["r"] != tt.held {
+				t.Fatalf("held %v, want %v", held, tt.held)
+			}
+		})
+	}
+}
+
+// TestHoldShedding: a cluster whose solver sheds a sliver it can carry
+// within the band keeps its previous weights and sheds nothing; one whose
+// held weights would overload an engine sheds only the share of the
+// solver's shed fraction that brings the engine to its band edge.
+func TestHoldShedding(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		capB             float64
+		solverA, shed    float64
+		wantShed, wantLB float64 // b's routed load after hold
+	}{
+		{"a sliver within the band is not shed", 54, 0.5, 0.02, 0, 50},
+		// b's band edge is 0.9 × 50 × 1.05 = 47.25 rps; held it carries 50,
+		// the solver's plan 0.98 × 0.45 × 100 = 44.1.
+		{"shed only what the band cannot carry", 50, 0.55, 0.02, 0.02 * 2.75 / 5.9, 47.25},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := &opt.Instance{
+				MaxUtilization: 0.9,
+				Engines:        []opt.Engine{{ID: "a", CapacityRPS: 100, Healthy: true}, {ID: "b", CapacityRPS: tt.capB, Healthy: true}},
+				Previous:       map[string]map[string]float64{"r": {"a": 0.5, "b": 0.5}},
+			}
+			cw := &schemas.ClusterWeights{Cluster: "r", DemandRps: 100, ShedFraction: tt.shed, Weights: []*schemas.EngineWeight{
+				{EngineId: "a", Weight: tt.solverA}, {EngineId: "b", Weight: 1 - tt.solverA},
+			}}
+			if held := hold(in, holdShare, []*schemas.ClusterWeights{cw}); !held["r"] {
+				t.Fatalf("not held")
+			}
+			if math.Abs(cw.GetShedFraction()-tt.wantShed) > 1e-12 {
+				t.Fatalf("shed %v, want %v", cw.GetShedFraction(), tt.wantShed)
+			}
+			wa, wb := cw.GetWeights()[0].GetWeight(), cw.GetWeights()[1].GetWeight()
+			if math.Abs(wa+wb-1) > 1e-12 {
+				t.Fatalf("weights sum to %v", wa+wb)
+			}
+			if lb := 100 * (1 - cw.GetShedFraction()) * wb; math.Abs(lb-tt.wantLB) > 1e-9 {
+				t.Fatalf("b carries %v rps, want %v", lb, tt.wantLB)
 			}
 		})
 	}

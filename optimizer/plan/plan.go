@@ -384,6 +384,13 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 	var held map[string]bool
 	if pc != nil && pc.in == in && pc.set.holdShare() > 0 {
 		held = hold(in, pc.set.holdShare(), snap.GetClusters())
+		if len(held) > 0 && snap.GetStats() != nil { // hold may shed less
+			var shed float64
+			for _, cw := range snap.GetClusters() {
+				shed += cw.GetDemandRps() * cw.GetShedFraction()
+			}
+			snap.Stats.TotalShedRps = shed
+		}
 	}
 	if pc != nil && pc.in == in {
 		spreadIdle(in, pc.idle, s.previous, snap.GetClusters())
