@@ -217,12 +217,19 @@ type maglevTable struct {
 	ids   []string
 	quota []int
 	slots []int32
+	order []int32 // the slots in the order the fill took them
 }
 
 // same reports whether t was filled from exactly these engines and
 // quotas (so the table would come out the same).
 func (t *maglevTable) same(engines []Engine, quota []int) bool {
-	if len(t.slots) == 0 || len(t.ids) != len(engines) || !slices.Equal(t.quota, quota) {
+	return t.sameEngines(engines) && slices.Equal(t.quota, quota)
+}
+
+// sameEngines reports whether t was filled from these engines, in this
+// order.
+func (t *maglevTable) sameEngines(engines []Engine) bool {
+	if len(t.slots) == 0 || len(t.ids) != len(engines) {
 		return false
 	}
 	for i := range engines {
@@ -392,7 +399,11 @@ func (p *Pool) maglev(engines []Engine, per int) []int32 {
 	for i := range engines {
 		next.ids[i] = engines[i].ID
 	}
-	next.slots = maglevFill(engines, m, quota)
+	var from *maglevTable // the fill to resume, see maglevFill
+	if last.sameEngines(engines) && len(last.slots) == m {
+		from = &last
+	}
+	next.slots, next.order = maglevFill(engines, m, quota, from)
 	p.mu.Lock()
 	p.last = next
 	p.mu.Unlock()
@@ -535,7 +546,8 @@ func excluded(i int32, ex []int32) bool {
 // maglev fills a weighted Maglev table.
 func maglev(engines []Engine, per int) []int32 {
 	m := maglevSize(len(engines), per)
-	return maglevFill(engines, m, maglevQuotas(engines, m))
+	slots, _ := maglevFill(engines, m, maglevQuotas(engines, m), nil)
+	return slots
 }
 
 // maglevFleet is the number of engines up to which a table has per
@@ -558,20 +570,23 @@ func maglevSize(n, per int) int {
 type maglevProbe struct{ pos, skip uint64 }
 
 // maglevFill fills m slots, engine i taking quota[i] of them (quota sums
-// to m), in Maglev's order: rounds over the engines with quota left, each
-// taking the first free slot of its permutation offset, offset+skip,
-// offset+2·skip, … (mod m).
+// to m; maglevFill uses it up), in Maglev's order: rounds over the
+// engines with quota left, each taking the first free slot of its
+// permutation offset, offset+skip, offset+2·skip, … (mod m). It returns
+// the table and the order in which its slots were taken.
 //
 // The result is the textbook population's (maglevByDivision in the
-// tests); two things make it cheaper. Occupancy is a bitmap (m/8 bytes,
+// tests); three things make it cheaper. Occupancy is a bitmap (m/8 bytes,
 // in the first-level cache at 64,000 slots) rather than the slot array.
-// And the last free slots, which a walk finds only after m/free probes
+// The last free slots, which a walk finds only after m/free probes
 // each, are found by arithmetic instead: the free slot s that engine i
 // reaches first is the one of fewest steps (s-pos)·skip⁻¹ mod m from its
 // next probe pos, since every slot it walked past is taken and stays
 // taken; with at most maglevTail(m) free slots, scanning them costs less
-// than walking.
-func maglevFill(engines []Engine, m int, quota []int) []int32 {
+// than walking. And a fill of the same engines with other quotas
+// (prev, or nil) starts after the rounds it shares with prev's: see
+// maglevResume.
+func maglevFill(engines []Engine, m int, quota []int, prev *maglevTable) (slots, order []int32) {
 	n := len(engines)
 	mm := uint64(m)
 	probe := make([]maglevProbe, n)
@@ -581,11 +596,25 @@ func maglevFill(engines []Engine, m int, quota []int) []int32 {
 			skip: hashString(engines[i].ID, 0x13198a2e03707344)%(mm-1) + 1,
 		}
 	}
-	slots := make([]int32, m)
+	slots = make([]int32, m)
+	order = make([]int32, 0, m)
 	taken := make([]uint64, (m+63)/64)
-	active := make([]int, n)
-	for i := range active {
-		active[i] = i
+	active := make([]int, 0, n)
+	filled := 0
+	if prev != nil {
+		filled = maglevResume(prev, quota, probe, slots, &order, taken, mm)
+	}
+	if filled == 0 {
+		for i := range n { // every engine takes a slot in the first round
+			active = append(active, i)
+		}
+	} else {
+		rounds := maglevShared(prev.quota, quota)
+		for i := range n {
+			if quota[i] -= rounds; quota[i] > 0 {
+				active = append(active, i)
+			}
+		}
 	}
 	tail := maglevTail(m)
 	var (
@@ -593,7 +622,6 @@ func maglevFill(engines []Engine, m int, quota []int) []int32 {
 		inv  []uint64 // skip⁻¹ mod m, 0: not computed yet
 		red  = newBarrett(mm)
 	)
-	filled := 0
 	for filled < m {
 		w := 0
 		for _, i := range active {
@@ -634,6 +662,7 @@ func maglevFill(engines []Engine, m int, quota []int) []int32 {
 			}
 			taken[c>>6] |= 1 << (c & 63)
 			slots[c] = int32(i)
+			order = append(order, int32(c))
 			filled++
 			quota[i]--
 			if quota[i] > 0 {
@@ -646,7 +675,58 @@ func maglevFill(engines []Engine, m int, quota []int) []int32 {
 		}
 		active = active[:w]
 	}
-	return slots
+	return slots, order
+}
+
+// maglevShared is the number of rounds two fills of the same engines
+// with quotas a and b have in common: round r's engines are those of
+// quota above r, in index order, so up to the smallest quota of an engine
+// whose quota differs, the rounds take the same slots. 0 when a and b
+// are equal (no fill to share) or of different lengths.
+func maglevShared(a, b []int) int {
+	if len(a) != len(b) {
+		return 0
+	}
+	r := math.MaxInt
+	for i := range a {
+		if a[i] != b[i] {
+			r = min(r, a[i], b[i])
+		}
+	}
+	if r == math.MaxInt {
+		return 0
+	}
+	return r
+}
+
+// maglevResume puts the state of prev's fill after the rounds it shares
+// with a fill at quota (maglevShared) into slots, order, taken and the
+// probes of the engines that go on, and returns how many slots that is
+// (0: none, start afresh). A walk's next probe is the one after the slot
+// it took last, in the walk and in the arithmetic alike, and the rounds
+// before take the same slots; so the fill goes on as a fresh one would.
+func maglevResume(prev *maglevTable, quota []int, probe []maglevProbe, slots []int32, order *[]int32, taken []uint64, m uint64) int {
+	r := maglevShared(prev.quota, quota)
+	if r == 0 || len(prev.order) != len(slots) || slices.Min(quota) < 1 || slices.Min(prev.quota) < 1 {
+		// (A quota of 0, with fewer slots than engines, still takes a
+		// slot in the first round, if any is left: start afresh.)
+		return 0
+	}
+	k := 0
+	for _, q := range prev.quota {
+		k += min(q, r)
+	}
+	if k >= len(slots) {
+		return 0
+	}
+	copy(slots, prev.slots)
+	*order = append(*order, prev.order[:k]...)
+	for _, c := range prev.order[:k] {
+		taken[c>>6] |= 1 << (c & 63)
+		p := &probe[prev.slots[c]]
+		p.pos = addMod(uint64(c), p.skip, m)
+	}
+	return k
 }
 
 // next returns the first free slot of p's walk and moves p past it. It
