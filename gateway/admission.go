@@ -38,7 +38,7 @@ type admission struct {
 	mu   sync.Mutex
 	last *pick.Table
 	lims []*engineLimit
-	effs []int64
+	caps []engineCap
 
 	limit *prometheus.GaugeVec   // cluster, engine
 	wait  prometheus.Observer    // queued requests' wait
@@ -99,6 +99,13 @@ func newAdmission(c *cfg, reg prometheus.Registerer) (*admission, error) {
 	a.wait = h.WithLabelValues(c.cluster)
 	a.unauth = unauth.WithLabelValues(c.cluster)
 	return a, nil
+}
+
+// engineCap is an engine's limit as apply set it, next to its state: the
+// capacity is summed from them (setCapacity) without touching the table.
+type engineCap struct {
+	st  *pick.State
+	eff int64
 }
 
 // engineLimit is an engine's limiter and, once apply has set it, its
@@ -164,7 +171,7 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 		}
 		a.lims = lims
 	}
-	a.effs = a.effs[:0]
+	a.caps = a.caps[:0]
 	for i, l := range a.lims {
 		e := t.Engine(i)
 		n := l.Limit()
@@ -174,10 +181,10 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 		eff := a.effective(n)
 		e.State.SetLimit(eff)
 		a.setGauge(cluster, e, l, float64(eff))
-		a.effs = append(a.effs, eff)
+		a.caps = append(a.caps, engineCap{e.State, eff})
 	}
 	a.last = t
-	a.setCapacity(t)
+	a.setCapacity()
 }
 
 // refresh is apply(cluster, t, now, false) when apply's last call was on
@@ -194,17 +201,17 @@ func (a *admission) refresh(cluster string, t *pick.Table, now time.Time) {
 		return
 	}
 	defer a.mu.Unlock()
-	a.setCapacity(t)
+	a.setCapacity()
 }
 
 // setCapacity sets the queue's capacity from the limits apply set on
-// t's engines (a.effs, under a.mu).
-func (a *admission) setCapacity(t *pick.Table) {
+// the last table's engines (a.caps, under a.mu).
+func (a *admission) setCapacity() {
 	var sum, sumAll int64
-	for i, eff := range a.effs {
-		sumAll += eff
-		if t.Engine(i).State.Available() {
-			sum += eff
+	for _, c := range a.caps {
+		sumAll += c.eff
+		if c.st.Available() {
+			sum += c.eff
 		}
 	}
 	if sum == 0 {
