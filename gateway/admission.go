@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,23 +158,40 @@ func (a *admission) effective(limit int) int64 {
 func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// held[i]: engine i of t is engine i of the last table, whose limit
+	// and gauge the last call set to a.caps[i].eff. Without update that
+	// is still its limit (a limiter's limit changes only in Update), so
+	// there is nothing to set.
+	var held []engineCap
 	if a.last != t {
 		// A new plan lists mostly the same engines in the same order:
 		// take their limiters from the last table's where they match.
 		lims := make([]*engineLimit, t.Len())
 		for i := range lims {
 			e := t.Engine(i)
-			if a.last != nil && i < a.last.Len() && a.last.Engine(i).State == e.State {
+			if a.last != nil && i < len(a.caps) && a.caps[i].st == e.State {
 				lims[i] = a.lims[i]
 			} else {
 				lims[i] = a.limiter(e.State, e.Slots)
 			}
 		}
 		a.lims = lims
+		if !update {
+			held = a.caps
+		}
+		a.caps = make([]engineCap, 0, len(lims))
+	} else {
+		if !update {
+			held = slices.Clone(a.caps)
+		}
+		a.caps = a.caps[:0]
 	}
-	a.caps = a.caps[:0]
 	for i, l := range a.lims {
 		e := t.Engine(i)
+		if i < len(held) && held[i].st == e.State {
+			a.caps = append(a.caps, held[i])
+			continue
+		}
 		n := l.Limit()
 		if update && a.adaptive {
 			n = l.Update(now)

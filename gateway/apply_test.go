@@ -6,7 +6,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -164,5 +169,64 @@ func TestValidateClusterHeldMatches(t *testing.T) {
 		if fmt.Sprint(want) != fmt.Sprint(got) {
 			t.Fatalf("trial %d: with the held entry %v, without %v", trial, got, want)
 		}
+	}
+}
+
+// TestApplyLimitsAfterUpdates: after the limiters moved (ticks with
+// latency samples and drops), a new plan over the same engines leaves
+// every engine's limit and gauge at its limiter's limit, as a full
+// apply sets them, and the capacity at their sum.
+func TestApplyLimitsAfterUpdates(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g, err := New("c", HealthInterval(-1), Clock(func() time.Time { return now }), Registerer(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.ApplySnapshot(marshal(t, fullSnapshot(1, 30))); err != nil {
+		t.Fatal(err)
+	}
+	tb := g.cur.Load().table
+	for round := range 5 {
+		for i := 0; i < tb.Len(); i++ {
+			l := g.admit.limiter(tb.Engine(i).State, 0)
+			if (i+round)%3 == 0 {
+				l.Drop(now.Add(-time.Second))
+			} else {
+				l.Sample(admit.TTFT, time.Duration(50+i)*time.Millisecond, now.Add(-time.Second), 1)
+			}
+		}
+		now = now.Add(time.Second)
+		g.tickAdmission()
+	}
+	s2 := fullSnapshot(2, 30)
+	s2.Clusters[1].Weights[0].Weight, s2.Clusters[1].Weights[1].Weight = 0.01, 0.05
+	if err := g.ApplySnapshot(marshal(t, s2)); err != nil {
+		t.Fatal(err)
+	}
+	tb2 := g.cur.Load().table
+	if tb2 == tb {
+		t.Fatal("the table was kept")
+	}
+	sum := 0
+	distinct := map[int64]bool{}
+	for i := 0; i < tb2.Len(); i++ {
+		e := tb2.Engine(i)
+		want := g.admit.effective(g.admit.limiter(e.State, 0).Limit())
+		distinct[want] = true
+		if e.State.Limit() != want {
+			t.Errorf("engine %s: limit %d, want %d", e.ID, e.State.Limit(), want)
+		}
+		var m dto.Metric
+		if err := g.admit.limit.WithLabelValues("c", e.ID).Write(&m); err != nil || m.GetGauge().GetValue() != float64(want) {
+			got := m.GetGauge().GetValue()
+			t.Errorf("engine %s: gauge %v, want %d", e.ID, got, want)
+		}
+		sum += int(want)
+	}
+	if got := g.admit.q.Capacity(); got != sum {
+		t.Errorf("capacity %d, want %d", got, sum)
+	}
+	if len(distinct) < 2 {
+		t.Errorf("limits %v: the limiters did not move", distinct)
 	}
 }

@@ -34,6 +34,9 @@ type clusterView struct {
 	// read the bytes.
 	raw []byte
 	msg *schemas.ClusterWeights
+	// wire: read from the wire (by decodeView), so its strings are valid
+	// UTF-8; not so from a message made in the process (InitialSnapshot).
+	wire bool
 }
 
 // engineView is one EngineWeight, as applying it uses it.
@@ -106,6 +109,9 @@ func clusterViewOf(c *schemas.ClusterWeights) *clusterView {
 // else its strings equal to prev's at the same place are prev's, so a
 // plan over the same engines allocates no string.
 func decodeView(b []byte, cluster string, prev *clusterView) (snapView, error) {
+	if prev != nil && !prev.wire {
+		prev = nil // its strings are taken as checked
+	}
 	if v, ok := fastView(b, cluster, prev); ok {
 		return v, nil
 	}
@@ -113,7 +119,11 @@ func decodeView(b []byte, cluster string, prev *clusterView) (snapView, error) {
 	if err != nil {
 		return snapView{}, err
 	}
-	return viewOf(snap, cluster), nil
+	v := viewOf(snap, cluster)
+	if v.cw != nil {
+		v.cw.wire = true
+	}
+	return v, nil
 }
 
 // fastView is decodeView's own reading; ok false: b is not plain, use
@@ -206,7 +216,7 @@ func readCluster(b []byte, prev *clusterView, keep bool) (cv *clusterView, name 
 	var prevPeers []string
 	if keep {
 		// A copy: b may be the caller's buffer, reused after the apply.
-		cv = &clusterView{raw: bytes.Clone(b)}
+		cv = &clusterView{raw: bytes.Clone(b), wire: true}
 		if prev != nil {
 			prevEngines, prevPeers = prev.engines, prev.peers
 		}
@@ -244,16 +254,17 @@ func readCluster(b []byte, prev *clusterView, keep bool) (cv *clusterView, name 
 					cv.engines = append(cv.engines, e)
 				}
 			case 6:
-				if !utf8.Valid(m) {
-					return nil, nil, false
-				}
+				k := 0
 				if keep {
-					k := len(cv.peers)
-					if k < len(prevPeers) && prevPeers[k] == string(m) {
-						cv.peers = append(cv.peers, prevPeers[k])
-					} else {
-						cv.peers = append(cv.peers, string(m))
-					}
+					k = len(cv.peers)
+				}
+				switch {
+				case keep && k < len(prevPeers) && prevPeers[k] == string(m): // read before: valid UTF-8
+					cv.peers = append(cv.peers, prevPeers[k])
+				case !utf8.Valid(m):
+					return nil, nil, false
+				case keep:
+					cv.peers = append(cv.peers, string(m))
 				}
 			}
 		case (num == 3 || num == 4 || num == 5) && typ == protowire.Fixed64Type:
@@ -291,10 +302,10 @@ func readEngine(b []byte, e *engineView, prev *engineView, keep bool) bool {
 			b = b[n:]
 			switch num {
 			case 1, 2:
-				if !utf8.Valid(m) {
-					return false
-				}
 				if !keep {
+					if !utf8.Valid(m) {
+						return false
+					}
 					continue
 				}
 				dst, old := &e.id, ""
@@ -307,9 +318,12 @@ func readEngine(b []byte, e *engineView, prev *engineView, keep bool) bool {
 						old = prev.url
 					}
 				}
-				if old == string(m) {
+				switch {
+				case old == string(m): // read before: valid UTF-8
 					*dst = old
-				} else {
+				case !utf8.Valid(m):
+					return false
+				default:
 					*dst = string(m)
 				}
 			case 4:

@@ -255,3 +255,28 @@ func FuzzDecodeView(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeViewDistrustsMadeEntries: an entry made in the process (an
+// initial snapshot, whose strings nobody checked) lends decodeView no
+// string, so bad UTF-8 on the wire is refused even when it repeats it.
+func TestDecodeViewDistrustsMadeEntries(t *testing.T) {
+	made := &schemas.WeightSnapshot{Version: 1, Clusters: []*schemas.ClusterWeights{{Cluster: "c",
+		Weights: []*schemas.EngineWeight{{EngineId: "\xff", EndpointUrl: "http://a", Weight: 1}}}}}
+	held := viewOf(made, "c").cw
+	w := protowire.AppendTag(nil, 1, protowire.BytesType)
+	w = protowire.AppendString(w, "\xff")
+	w = protowire.AppendTag(w, 2, protowire.BytesType)
+	w = protowire.AppendString(w, "http://a")
+	c := protowire.AppendTag(nil, 1, protowire.BytesType)
+	c = protowire.AppendString(c, "c")
+	c = protowire.AppendTag(c, 2, protowire.BytesType)
+	c = protowire.AppendBytes(c, w)
+	b := protowire.AppendTag(nil, 2, protowire.VarintType)
+	b = protowire.AppendVarint(b, 2)
+	b = protowire.AppendTag(b, 4, protowire.BytesType)
+	b = protowire.AppendBytes(b, c)
+	if _, err := DecodeSnapshot(b); err == nil {
+		t.Fatal("proto took bad UTF-8")
+	}
+	checkSameView(t, b, held)
+}
