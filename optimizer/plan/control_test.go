@@ -409,6 +409,9 @@ func TestHoldSmallMoves(t *testing.T) {
 		{"moved only to the band's edge of a full engine", 50, false, 0.5 + holdShare/2, 0.5 + 0.55*holdShare/2, true},
 		// 50 rps on b against 0.9 × 54 = 48.6: within the 5% band.
 		{"held slightly above max utilization", 54, false, 0.5 + holdShare/2, 0.5, true},
+		// At MaxUtilization 0.99 the band would be 1.04 × capacity: it stops
+		// at capacity (b at 48 rps: held 50 is over, the solver's 45 under).
+		{"band never past capacity", -48, false, 0.5 + holdShare/2, 0.5 + (2.0/5)*holdShare/2, true},
 		{"not held on an unhealthy engine", 100, true, 0.5 + holdShare/2, 0.5 + holdShare/2, false},
 		// The solver's weights load b no less than the held ones: no
 		// share of the way fits, so they stand.
@@ -417,7 +420,11 @@ func TestHoldSmallMoves(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := cws(tt.solver)
-			held := hold(in(tt.capB, !tt.unhealth), holdShare, c)
+			inst := in(math.Abs(tt.capB), !tt.unhealth)
+			if tt.capB < 0 { // a MaxUtilization near 1
+				inst.MaxUtilization = 0.99
+			}
+			held := hold(inst, holdShare, c)
 			if got := c[0].GetWeights()[0].GetWeight(); math.Abs(got-tt.want) > 1e-12 {
 				t.Fatalf("weight on a %v, want %v", got, tt.want)
 			}

@@ -21,7 +21,8 @@ import (
 // variation (½·(Σ|share − previous| + shed)), the cluster keeps the
 // previous weights, shedding nothing (and its previous failover split,
 // spill.go), provided that keeping them puts no engine above
-// holdOverload × MaxUtilization × capacity and none that is unhealthy.
+// min(holdOverload × MaxUtilization, 1) × capacity and none that is
+// unhealthy.
 // Where the held weights would overload an engine, the held clusters'
 // routed shares and shed fractions move toward the solver's only as far
 // as that engine's band edge (bandMove); an unhealthy engine, or one the
@@ -168,7 +169,8 @@ func bandMove(in *opt.Instance, held, solver map[string]float64) float64 {
 		if !e.Healthy {
 			return 1
 		}
-		lim := in.MaxUtilization * e.CapacityRPS * holdOverload
+		// Never past capacity itself, whatever MaxUtilization is.
+		lim := min(in.MaxUtilization*holdOverload, 1) * e.CapacityRPS
 		if !(l > lim) {
 			continue
 		}
