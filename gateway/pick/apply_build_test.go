@@ -2,6 +2,8 @@ package pick
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 )
 
@@ -41,5 +43,70 @@ func TestBuildDuplicatesKnownAndNew(t *testing.T) {
 	}
 	if _, ok := p.Lookup("n1"); ok {
 		t.Error("an engine of weight 0 got a state")
+	}
+}
+
+// TestBuildSameEnginesMatchesLookup: a build over the engines of the
+// pool's last table (which takes their states and salts from it) makes
+// the table that looking every engine up makes, also with states added
+// since, engines of weight 0 and the least-loaded fallback.
+func TestBuildSameEnginesMatchesLookup(t *testing.T) {
+	specs := func(weights ...float64) []Spec {
+		s := make([]Spec, len(weights))
+		for i, w := range weights {
+			s[i] = Spec{ID: string(rune('a' + i)), URL: "http://" + string(rune('a'+i)), Weight: w, RTTms: float64(i), MaxConcurrency: i}
+		}
+		return s
+	}
+	fast, slow := NewPool(), NewPool()
+	first := specs(1, 2, 3, 4, 5, 6)
+	for _, p := range []*Pool{fast, slow} {
+		if _, err := p.Build(first, Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k, c := range []struct {
+		specs []Spec
+		opt   Options
+		grow  bool // a state added before the build
+	}{
+		{specs(2, 2, 3, 4, 5, 1), Options{}, false},
+		{specs(2, 2, 3, 4, 5, 9), Options{}, true},
+		{specs(2, 0, 3, 4, 5, 9), Options{}, false}, // one of weight 0
+		{specs(1, 1, 1, 1, 1, 1), Options{LeastLoaded: true}, true},
+		{specs(3, 1, 1, 1, 1, 1), Options{}, false},
+	} {
+		if c.grow {
+			fast.State(fmt.Sprint("grown", k))
+			slow.State(fmt.Sprint("grown", k))
+		}
+		// slow's last table is another one: it looks every engine up.
+		if _, err := slow.Build(first[:1], Options{}); err != nil {
+			t.Fatal(err)
+		}
+		a, err := fast.Build(c.specs, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := slow.Build(c.specs, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Len() != b.Len() || !slices.Equal(a.slots, b.slots) || !slices.Equal(a.byPool, b.byPool) {
+			t.Fatalf("case %d: tables differ: %d slots %v / %d slots %v", k, len(a.slots), a.byPool, len(b.slots), b.byPool)
+		}
+		for i := 0; i < a.Len(); i++ {
+			x, y := a.Engine(i), b.Engine(i)
+			if x.ID != y.ID || x.URL != y.URL || x.Share != y.Share || x.RTTms != y.RTTms || x.Slots != y.Slots ||
+				x.State.idx != y.State.idx || x.salt != y.salt {
+				t.Fatalf("case %d, engine %d: %+v, want %+v", k, i, *x, *y)
+			}
+		}
+	}
+	// A duplicate is refused though the rest is the last table's.
+	dup := specs(1, 2, 3, 4, 5, 6)
+	dup[5].ID = "a"
+	if _, err := fast.Build(dup, Options{}); !errors.Is(err, ErrBadWeight) {
+		t.Errorf("duplicate: err %v", err)
 	}
 }

@@ -209,6 +209,7 @@ type Pool struct {
 	total  atomic.Int64
 	mem    *memory
 	last   maglevTable // the latest table Build filled (under mu)
+	built  *Table      // the latest table Build made (under mu)
 }
 
 // maglevTable is a filled Maglev table and what it is a function of:
@@ -300,16 +301,33 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 	if len(specs) > MaxEngines {
 		return nil, fmt.Errorf("%d engines, at most %d: %w", len(specs), MaxEngines, ErrBadWeight)
 	}
-	// The engines' states, looked up under one lock: duplicates among
-	// the ids the pool knows are found by their states' indices, among
-	// the others by a map. A failed build creates no state.
-	states := make([]*State, len(specs))
+	// The engines' states. When the specs list the engines of the last
+	// table built, in order (a new plan over the same fleet), they are
+	// that table's, and its ids are unique. Else they are looked up
+	// under one lock: duplicates among the ids the pool knows are found
+	// by their states' indices, among the others by a map. A failed
+	// build creates no state.
 	p.mu.Lock()
-	for i := range specs {
-		states[i] = p.states[specs[i].ID]
-	}
-	seenIdx := make([]bool, len(p.states))
+	prev := p.built
 	p.mu.Unlock()
+	same := prev != nil && len(prev.engines) == len(specs)
+	for i := 0; same && i < len(specs); i++ {
+		same = prev.engines[i].ID == specs[i].ID
+	}
+	states := make([]*State, len(specs))
+	var seenIdx []bool
+	if same {
+		for i := range specs {
+			states[i] = prev.engines[i].State
+		}
+	} else {
+		p.mu.Lock()
+		for i := range specs {
+			states[i] = p.states[specs[i].ID]
+		}
+		seenIdx = make([]bool, len(p.states))
+		p.mu.Unlock()
+	}
 	var seenNew map[string]bool
 	var sum float64
 	kept := make([]int, 0, len(specs))
@@ -318,12 +336,14 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 		if s.ID == "" {
 			return nil, fmt.Errorf("empty engine id: %w", ErrBadWeight)
 		}
-		if st := states[i]; st != nil {
+		switch st := states[i]; {
+		case same: // the last table's ids: unique
+		case st != nil:
 			if seenIdx[st.idx] {
 				return nil, fmt.Errorf("engine %q listed twice: %w", s.ID, ErrBadWeight)
 			}
 			seenIdx[st.idx] = true
-		} else {
+		default:
 			if seenNew[s.ID] {
 				return nil, fmt.Errorf("engine %q listed twice: %w", s.ID, ErrBadWeight)
 			}
@@ -364,19 +384,37 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 		if st == nil { // new, in the order of the specs
 			st = p.stateLocked(s.ID)
 		}
-		t.engines[k] = Engine{ID: s.ID, URL: s.URL, Share: w / sum, RTTms: rtt, Slots: max(s.MaxConcurrency, 0), State: st, salt: hashString(s.ID, 0x9e3779b97f4a7c15)}
+		var salt uint64
+		if same {
+			salt = prev.engines[i].salt
+		} else {
+			salt = hashString(s.ID, 0x9e3779b97f4a7c15)
+		}
+		t.engines[k] = Engine{ID: s.ID, URL: s.URL, Share: w / sum, RTTms: rtt, Slots: max(s.MaxConcurrency, 0), State: st, salt: salt}
 	}
 	t.byPool = make([]int32, len(p.states))
 	p.mu.Unlock()
-	for i := range t.byPool {
-		t.byPool[i] = -1
-	}
-	for i := range t.engines {
-		t.byPool[t.engines[i].State.idx] = int32(i)
+	if same && len(kept) == len(specs) {
+		// The last table's engines at the same places; states added since
+		// are in neither.
+		n := copy(t.byPool, prev.byPool)
+		for i := n; i < len(t.byPool); i++ {
+			t.byPool[i] = -1
+		}
+	} else {
+		for i := range t.byPool {
+			t.byPool[i] = -1
+		}
+		for i := range t.engines {
+			t.byPool[t.engines[i].State.idx] = int32(i)
+		}
 	}
 	if !opt.LeastLoaded {
 		t.slots = p.maglev(t.engines, opt.SlotsPerEngine)
 	}
+	p.mu.Lock()
+	p.built = t
+	p.mu.Unlock()
 	return t, nil
 }
 
