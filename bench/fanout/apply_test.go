@@ -13,17 +13,18 @@ import (
 
 // BenchmarkApplySnapshot is one gateway's cost of applying a snapshot of
 // 1,000 and 20,000 engines (decode, checks, picker tables), without NATS:
-// /N when each version carries the same plan (the gateway reuses its
-// Maglev table), /N-vary when each version moves the weights (it fills
-// a new one).
+// /N when each version carries the same plan (the gateway keeps its
+// table), /N-vary when each version moves the weights (it fills a new
+// Maglev table), /N-rtt when each version moves the network estimates
+// only (a new picker table over the same Maglev table).
 func BenchmarkApplySnapshot(b *testing.B) {
 	for _, c := range []struct {
 		engines int
-		vary    bool
-	}{{1000, false}, {20000, false}, {1000, true}, {20000, true}} {
+		weights string
+	}{{1000, "same"}, {20000, "same"}, {1000, "vary"}, {20000, "vary"}, {1000, "rtt"}, {20000, "rtt"}} {
 		name := strconv.Itoa(c.engines)
-		if c.vary {
-			name += "-vary"
+		if c.weights != "same" {
+			name += "-" + c.weights
 		}
 		engines := c.engines
 		b.Run(name, func(b *testing.B) {
@@ -34,7 +35,7 @@ func BenchmarkApplySnapshot(b *testing.B) {
 			}
 			var bufs [][]byte
 			for v := range 64 {
-				raw, err := protoMarshal(snapshot("fanout", uint64(v+1), engines, c.vary))
+				raw, err := protoMarshal(snapshot("fanout", uint64(v+1), engines, c.weights))
 				if err != nil {
 					b.Fatal(err)
 				}

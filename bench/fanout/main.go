@@ -13,6 +13,7 @@
 //	go run ./bench/fanout                                 # 200 gateways, 1000 and 20000 engines
 //	go run ./bench/fanout -gateways 50 -engines 1000 -snapshots 50
 //	go run ./bench/fanout -weights vary                   # every snapshot a new plan
+//	go run ./bench/fanout -weights rtt                    # the same weights, new network estimates
 //
 // Each snapshot is published once every gateway has applied the previous
 // one and -interval has passed, so latencies are not queueing behind
@@ -59,7 +60,7 @@ func main() {
 	apply := flag.String("apply", "gateway", "what a watcher does with a value: gateway (gateway.ApplySnapshot), decode (proto.Unmarshal only) or none")
 	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
 	cpuProfile := flag.String("cpuprofile", "", "write the watchers process's CPU profile to this file, suffixed with .ENGINES")
-	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes) or vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table)")
+	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes), vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table) or rtt (the same weights, every engine's network estimate moves: a new picker table, the same Maglev table)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -269,25 +270,31 @@ func (c *child) waitAll(ctx context.Context, v uint64, n int, timeout time.Durat
 }
 
 // snapshot is version of cluster's plan over engines: equal weights, or
-// with vary weights between 1 and 1.5 (before normalizing) that differ
-// from one version to the next.
-func snapshot(cluster string, version uint64, engines int, vary bool) *schemas.WeightSnapshot {
+// with weights "vary" weights between 1 and 1.5 (before normalizing)
+// that differ from one version to the next, or with weights "rtt" equal
+// weights and network estimates that differ from one version to the
+// next.
+func snapshot(cluster string, version uint64, engines int, weights string) *schemas.WeightSnapshot {
 	cw := &schemas.ClusterWeights{Cluster: cluster, DemandRps: 1000, ExpectedLatencyMs: 250}
 	w := make([]float64, engines)
 	sum := 0.0
 	for j := range w {
 		w[j] = 1
-		if vary {
+		if weights == "vary" {
 			w[j] += float64((uint64(j)*7919+version*104729)%101) / 200
 		}
 		sum += w[j]
 	}
 	for j := range engines {
+		rtt := 2 + float64(j%150)
+		if weights == "rtt" {
+			rtt += float64((uint64(j)*7919+version*104729)%101) / 100
+		}
 		cw.Weights = append(cw.Weights, &schemas.EngineWeight{
 			EngineId:           fmt.Sprintf("e-%05d", j),
 			EndpointUrl:        fmt.Sprintf("http://e-%05d.engines.example.net:8000", j),
 			Weight:             w[j] / sum,
-			Explanation:        &schemas.Explanation{NetworkMs: 2 + float64(j%150), EngineMs: 200, MarginalMs: 400},
+			Explanation:        &schemas.Explanation{NetworkMs: rtt, EngineMs: 200, MarginalMs: 400},
 			PlannedUtilization: 0.7,
 		})
 	}
@@ -296,8 +303,8 @@ func snapshot(cluster string, version uint64, engines int, vary bool) *schemas.W
 }
 
 func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights, cpuProfile string) error {
-	if weights != "same" && weights != "vary" {
-		return fmt.Errorf("-weights %q: want same or vary", weights)
+	if weights != "same" && weights != "vary" && weights != "rtt" {
+		return fmt.Errorf("-weights %q: want same, vary or rtt", weights)
 	}
 	dir, err := os.MkdirTemp("", "switchyard-fanout-")
 	if err != nil {
@@ -343,7 +350,7 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 		if cpuProfile != "" {
 			profile = fmt.Sprintf("%s.%d", cpuProfile, engines)
 		}
-		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights == "vary", profile, &version); err != nil {
+		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights, profile, &version); err != nil {
 			return fmt.Errorf("%d engines: %w", engines, err)
 		}
 	}
@@ -358,7 +365,7 @@ func numCPU() int {
 	return n
 }
 
-func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, vary bool, cpuProfile string, version *uint64) error {
+func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, weights string, cpuProfile string, version *uint64) error {
 	if need, avail := watcherBytes(gateways, engines, mode), availableBytes(); avail > 0 && need > avail*3/4 {
 		return fmt.Errorf("%d gateways at %d engines need about %.1f GB, %.1f GB available: use fewer -gateways",
 			gateways, engines, float64(need)/1e9, float64(avail)/1e9)
@@ -371,7 +378,7 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	// Warm up until every gateway watches the key and has applied a value.
 	for try := 0; ; try++ {
 		*version++
-		if err := store.Publish(ctx, snapshot(cluster, *version, engines, vary)); err != nil {
+		if err := store.Publish(ctx, snapshot(cluster, *version, engines, weights)); err != nil {
 			return err
 		}
 		if _, err := c.waitAll(ctx, *version, gateways, 60*time.Second); err == nil {
@@ -389,7 +396,7 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	}
 	for range n {
 		*version++
-		snap := snapshot(cluster, *version, engines, vary)
+		snap := snapshot(cluster, *version, engines, weights)
 		size = len(mustMarshal(snap))
 		t0 := time.Now()
 		if err := store.Publish(ctx, snap); err != nil {
