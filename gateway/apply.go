@@ -92,16 +92,29 @@ func (g *Gateway) applyViewErr(v snapView) error {
 		return fmt.Errorf("%w: %w", ErrSnapshotInvalid, err)
 	default:
 		// Each engine's prefix-cache residency (how long the picker credits
-		// prefixes sent to it); the table keeps the weights' order.
+		// prefixes sent to it); the table keeps the weights' order. An
+		// engine listed at the same place in the held snapshot, in its
+		// table, with the same residency has it already: only this loop
+		// sets it (a kept table's engines have the residencies of the
+		// apply that built it).
 		ws := v.cw.engines
+		var hw []engineView
+		if held && old.table != nil {
+			hw = old.cw.engines
+		}
 		for i, j := 0, 0; i < t.Len(); i++ {
 			e := t.Engine(i)
 			for j < len(ws) && ws[j].id != e.ID {
 				j++
 			}
-			if j < len(ws) {
-				e.State.SetCacheResidency(ws[j].cacheResidencyS)
+			if j >= len(ws) {
+				continue
 			}
+			if j < len(hw) && hw[j].id == e.ID && (g.cfg.pick.LeastLoaded || hw[j].weight != 0) &&
+				math.Float64bits(hw[j].cacheResidencyS) == math.Float64bits(ws[j].cacheResidencyS) {
+				continue
+			}
+			e.State.SetCacheResidency(ws[j].cacheResidencyS)
 		}
 		g.setLimits(t)
 		rt.table = t

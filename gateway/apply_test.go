@@ -17,18 +17,21 @@ import (
 )
 
 // sameTable fails unless a and b route alike: the same engines with the
-// same shares, round trips, slots and residencies, and the same first
-// choice for 2,000 keys.
-func sameTable(t *testing.T, a, b *pick.Table) {
+// same shares, round trips, slots, residencies and limits, and the same
+// first choice for 2,000 keys. (A gateway's limiter starts at the batch
+// limit the engine had when first seen; with limits false, the limits
+// are not compared, for gateways that saw other batch limits.)
+func sameTable(t *testing.T, a, b *pick.Table, limits ...bool) {
 	t.Helper()
 	if a.Len() != b.Len() {
 		t.Fatalf("%d engines, want %d", a.Len(), b.Len())
 	}
+	cmpLimits := len(limits) == 0 || limits[0]
 	for i := 0; i < a.Len(); i++ {
 		x, y := a.Engine(i), b.Engine(i)
 		if x.ID != y.ID || x.URL != y.URL || x.Share != y.Share || x.RTTms != y.RTTms || x.Slots != y.Slots ||
-			x.State.CacheResidency() != y.State.CacheResidency() || x.State.Limit() != y.State.Limit() {
-			t.Fatalf("engine %d: %+v, want %+v", i, *x, *y)
+			x.State.CacheResidency() != y.State.CacheResidency() || cmpLimits && x.State.Limit() != y.State.Limit() {
+			t.Fatalf("engine %d: %+v (residency %d, limit %d), want %+v (%d, %d)", i, *x, x.State.CacheResidency(), x.State.Limit(), *y, y.State.CacheResidency(), y.State.Limit())
 		}
 	}
 	for k := range uint64(2000) {
@@ -228,5 +231,64 @@ func TestApplyLimitsAfterUpdates(t *testing.T) {
 	}
 	if len(distinct) < 2 {
 		t.Errorf("limits %v: the limiters did not move", distinct)
+	}
+}
+
+// TestApplySequenceMatchesFresh: after every snapshot of a random
+// sequence (weights that move, drop to 0 and come back, residencies,
+// batch limits and round trips that move or stay), the gateway's table
+// is the one a fresh gateway builds from that snapshot alone.
+func TestApplySequenceMatchesFresh(t *testing.T) {
+	g, err := New("c", HealthInterval(-1), MaxInFlightPerEngine(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	s := fullSnapshot(1, 30)
+	for v := uint64(1); v <= 60; v++ {
+		s.Version = v
+		c := s.Clusters[1]
+		for _, w := range c.Weights {
+			switch r.IntN(6) {
+			case 0:
+				w.Weight = 0
+			case 1:
+				w.Weight = r.Float64()
+			case 2:
+				w.Explanation.CacheResidencyS = float64(r.IntN(3) * 30)
+			case 3:
+				w.Explanation.NetworkMs = float64(1 + r.IntN(3))
+			case 4:
+				w.Explanation.MaxConcurrency = uint32(r.IntN(3))
+			}
+		}
+		sum := 0.0
+		for _, w := range c.Weights {
+			sum += w.Weight
+		}
+		if sum == 0 {
+			c.Weights[0].Weight, sum = 1, 1
+		}
+		for _, w := range c.Weights {
+			w.Weight *= 0.9 / sum
+		}
+		if err := g.ApplySnapshot(marshal(t, s)); err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
+		f, err := New("c", HealthInterval(-1), MaxInFlightPerEngine(8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.ApplySnapshot(marshal(t, s)); err != nil {
+			t.Fatal(err)
+		}
+		tb := g.cur.Load().table
+		sameTable(t, tb, f.cur.Load().table, false)
+		for i := 0; i < tb.Len(); i++ {
+			e := tb.Engine(i)
+			if want := g.admit.effective(g.admit.limiter(e.State, 0).Limit()); e.State.Limit() != want {
+				t.Fatalf("version %d, engine %s: limit %d, want %d", v, e.ID, e.State.Limit(), want)
+			}
+		}
 	}
 }
