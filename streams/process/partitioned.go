@@ -63,6 +63,11 @@ type Instance struct {
 	// killed (a test hook) makes the instance stop as if killed: no
 	// hand-over, no leaving the group.
 	killed bool
+	// crash (a test hook), when set, is asked after each step of a
+	// publication ("chunks", "header", "checkpoint"; n records written);
+	// true stops the publication there and kills the instance, as a
+	// process killed at that point.
+	crash func(step string, n int) bool
 	// stalledAfter: an owned partition with unread records that
 	// delivers none for this long is released (Shard.Release); the
 	// single processor's stalledAfter, shorter in tests. Polls end at
@@ -90,14 +95,16 @@ type instShard struct {
 	fetched   bool // a fetch of the partition was handled
 	published bool // a partial was published since the last change
 	// gen and chunks name the chunks of the partition's latest partial
-	// (this instance's, or the previous owner's from the checkpoint),
-	// deleted once a newer header replaces it; gen 0: none known.
+	// (this instance's, or the previous owner's from the latest header
+	// on the partials topic), deleted once a newer header replaces it;
+	// gen 0: none known.
 	gen    uint64
 	chunks int
 }
 
 // shardCheckpoint is a partition's checkpoint: the shard's, and the
-// chunks of the partial it covers.
+// chunks of the partial it covers (for reading; a new owner takes the
+// chunks to replace from the latest header, see deleteOrphans).
 type shardCheckpoint struct {
 	Checkpoint
 	PartialGen    string `json:"partial_gen,omitempty"`
@@ -105,15 +112,16 @@ type shardCheckpoint struct {
 }
 
 // publication is one partition's partial as records: its chunks, its
-// header, and what follows the header (its checkpoint and the
-// tombstones of the chunks it replaces).
+// header, and what follows the header: its checkpoint, then the
+// tombstones of the chunks it replaces.
 type publication struct {
 	sh     *instShard
 	gen    uint64
 	chunks int
 	data   []*kgo.Record
 	header *kgo.Record
-	after  []*kgo.Record
+	ckpt   []*kgo.Record
+	tombs  []*kgo.Record
 }
 
 // NewInstance returns an instance for cfg.
@@ -176,6 +184,21 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 		in.fail(fmt.Errorf("reading the partitions' checkpoints: %w", err))
 		return
 	}
+	// The chunks of the partitions' partials that no latest header names
+	// (a previous owner was killed mid-publication) are deleted; the
+	// shards name the latest headers' chunks, which their first partial
+	// replaces.
+	bases := map[string]bool{}
+	for topic, ps := range parts {
+		for _, part := range ps {
+			bases[partialKey(tp{topic, part})] = true
+		}
+	}
+	gens, err := deleteOrphans(ctx, cl, PartialsTopic(in.cfg.TopicPrefix), bases, in.log)
+	if err != nil {
+		in.fail(err)
+		return
+	}
 	var pubs []publication
 	for topic, ps := range parts {
 		for _, part := range ps {
@@ -202,10 +225,11 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 				end = o.Offset
 			}
 			s.Track(start, end)
-			sh := &instShard{s: s, fetched: true}
-			if g, err := strconv.ParseUint(cp.PartialGen, 16, 64); err == nil && cp.PartialChunks > 0 {
-				sh.gen, sh.chunks = g, cp.PartialChunks
-			}
+			// The latest header's chunks, not the checkpoint's: an owner
+			// killed between a header and its checkpoint left the
+			// checkpoint naming the chunks that header replaced.
+			g := gens[partialKey(k)]
+			sh := &instShard{s: s, fetched: true, gen: g.gen, chunks: g.chunks}
 			in.shards[k] = sh
 			// Nothing to re-read: the partial stands for the partition
 			// now, even if no record comes.
@@ -318,45 +342,64 @@ func (in *Instance) publication(k tp, sh *instShard, p Partial, ckpt bool) (publ
 		if err != nil {
 			return publication{}, fmt.Errorf("encoding checkpoint: %w", err)
 		}
-		pub.after = append(pub.after, &kgo.Record{Topic: CheckpointTopic(in.cfg.TopicPrefix), Key: []byte(ckptKey(in.cfg.Group, k)), Value: cv,
+		pub.ckpt = append(pub.ckpt, &kgo.Record{Topic: CheckpointTopic(in.cfg.TopicPrefix), Key: []byte(ckptKey(in.cfg.Group, k)), Value: cv,
 			Headers: streams.Headers(schemas.ContentTypeJSON, CheckpointMessage)})
 	}
 	for i := range sh.chunks {
 		if sh.gen == 0 {
 			break
 		}
-		pub.after = append(pub.after, &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(chunkKey(base, sh.gen, i))})
+		pub.tombs = append(pub.tombs, &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(chunkKey(base, sh.gen, i))})
 	}
 	return pub, nil
 }
 
 // publish produces the publications' chunks, then, once Kafka has them,
-// their headers, then their checkpoints and the tombstones of the chunks
-// they replace; each shard then names its new chunks.
+// their headers, then their checkpoints, then the tombstones of the
+// chunks they replace; each shard then names its new chunks. An
+// instance killed between two steps leaves chunks no header names (of
+// the new generation, or of the replaced one): the partition's next
+// owner deletes them (deleteOrphans).
 func (in *Instance) publish(ctx context.Context, cl *kgo.Client, pubs []publication) error {
-	var data, headers, after []*kgo.Record
+	if len(pubs) == 0 {
+		return nil
+	}
+	var data, headers, ckpts, tombs []*kgo.Record
 	for _, p := range pubs {
 		data = append(data, p.data...)
 		headers = append(headers, p.header)
-		after = append(after, p.after...)
+		ckpts = append(ckpts, p.ckpt...)
+		tombs = append(tombs, p.tombs...)
 	}
-	if len(data) > 0 {
-		if err := cl.ProduceSync(ctx, data...).FirstErr(); err != nil {
-			return fmt.Errorf("publishing partials: %w", err)
-		}
+	if err := in.produce(ctx, cl, data, "chunks"); err != nil {
+		return fmt.Errorf("publishing partials: %w", err)
 	}
-	if len(headers) > 0 {
-		if err := cl.ProduceSync(ctx, headers...).FirstErr(); err != nil {
-			return fmt.Errorf("publishing partials: %w", err)
-		}
+	if err := in.produce(ctx, cl, headers, "header"); err != nil {
+		return fmt.Errorf("publishing partials: %w", err)
 	}
 	for _, p := range pubs {
 		p.sh.gen, p.sh.chunks, p.sh.published = p.gen, p.chunks, true
 	}
-	if len(after) > 0 {
-		if err := cl.ProduceSync(ctx, after...).FirstErr(); err != nil {
-			return fmt.Errorf("writing checkpoints: %w", err)
+	if err := in.produce(ctx, cl, ckpts, "checkpoint"); err != nil {
+		return fmt.Errorf("writing checkpoints: %w", err)
+	}
+	if err := in.produce(ctx, cl, tombs, ""); err != nil {
+		return fmt.Errorf("deleting replaced partial chunks: %w", err)
+	}
+	return nil
+}
+
+// produce produces recs (if any) and waits for Kafka to have them; then
+// the crash hook may stop the instance after that step.
+func (in *Instance) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, step string) error {
+	if len(recs) > 0 {
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			return err
 		}
+	}
+	if step != "" && in.crash != nil && in.crash(step, len(recs)) {
+		in.killed = true
+		return fmt.Errorf("killed after the %s (test hook)", step)
 	}
 	return nil
 }
@@ -796,30 +839,104 @@ func readCheckpoints(ctx context.Context, cl *kgo.Client, topic, prefix string) 
 // to the topic can write it) leaves the key's previous value in place.
 func readLatest(ctx context.Context, cl *kgo.Client, topic, prefix string, valid func(key string, value []byte) bool) (map[string][]byte, error) {
 	out := map[string][]byte{}
+	err := scanLog(ctx, cl, topic, func(rec *kgo.Record) {
+		if !strings.HasPrefix(string(rec.Key), prefix) {
+			return
+		}
+		if valid != nil && !valid(string(rec.Key), rec.Value) {
+			return
+		}
+		out[string(rec.Key)] = rec.Value
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// scanLog hands each record of the one-partition topic, from its start
+// to its end as listed now, to fn, in order.
+func scanLog(ctx context.Context, cl *kgo.Client, topic string, fn func(*kgo.Record)) error {
 	lg, err := checkpointLog(ctx, cl, topic)
 	if err != nil || lg.end <= 0 {
-		return out, err
+		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for off := lg.start; off < lg.end; {
 		recs, err := lg.fetch(rctx, cl, off)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(recs) == 0 {
 			break
 		}
 		for _, rec := range recs {
 			off = rec.Offset + 1
-			if rec.Offset >= lg.end || !strings.HasPrefix(string(rec.Key), prefix) {
-				continue
+			if rec.Offset < lg.end {
+				fn(rec)
 			}
-			if valid != nil && !valid(string(rec.Key), rec.Value) {
-				continue
-			}
-			out[string(rec.Key)] = rec.Value
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// partialGen is the generation and chunk count a partition's latest
+// header names (zero: no header, or a one-record JSON partial).
+type partialGen struct {
+	gen    uint64
+	chunks int
+}
+
+// deleteOrphans reads the partials topic once and, for each header key
+// in bases (the partialKey of partitions being taken over), finds the
+// generation its latest header names, the one a combiner reading the
+// compacted topic uses, and deletes (tombstones) every live chunk of any
+// other generation: chunks a previous owner wrote before it was killed
+// and before their header, or that a header replaced before it deleted
+// them. It returns the latest headers' generations. As partialReader, a
+// header that does not decode leaves the previous one in force.
+func deleteOrphans(ctx context.Context, cl *kgo.Client, topic string, bases map[string]bool, log *slog.Logger) (map[string]partialGen, error) {
+	cur := map[string]partialGen{}
+	live := map[string]bool{}
+	err := scanLog(ctx, cl, topic, func(rec *kgo.Record) {
+		key := string(rec.Key)
+		if base, _, _, ok := parseChunkKey(key); ok {
+			if bases[base] {
+				live[key] = len(rec.Value) > 0
+			}
+			return
+		}
+		if !bases[key] {
+			return
+		}
+		if len(rec.Value) == 0 {
+			delete(cur, key) // compaction removes the header
+			return
+		}
+		h, err := decodeHeader(rec.Value)
+		if err != nil || partialKey(tp{h.Topic, h.Partition}) != key {
+			return
+		}
+		cur[key] = partialGen{gen: h.gen, chunks: h.chunks}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the partials' chunks: %w", err)
+	}
+	var tombs []*kgo.Record
+	for key, ok := range live {
+		base, gen, i, _ := parseChunkKey(key)
+		if c := cur[base]; ok && (gen != c.gen || i >= c.chunks) {
+			tombs = append(tombs, &kgo.Record{Topic: topic, Key: []byte(key)})
+		}
+	}
+	if len(tombs) == 0 {
+		return cur, nil
+	}
+	slices.SortFunc(tombs, func(a, b *kgo.Record) int { return bytes.Compare(a.Key, b.Key) })
+	log.Info("deleting orphaned partial chunks", "chunks", len(tombs))
+	if err := cl.ProduceSync(ctx, tombs...).FirstErr(); err != nil {
+		return nil, fmt.Errorf("deleting orphaned partial chunks: %w", err)
+	}
+	return cur, nil
 }
