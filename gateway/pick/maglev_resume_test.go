@@ -52,8 +52,12 @@ func TestMaglevResumeMatchesFresh(t *testing.T) {
 				}
 			}
 			got := p.maglev(next, c.per)
-			if want := maglev(next, c.per); !slices.Equal(got, want) {
+			want := maglev(next, c.per)
+			if !slices.Equal(got, want) {
 				t.Fatalf("%d engines, %d per engine, step %d: the resumed fill differs from a fresh one", c.n, c.per, step)
+			}
+			if again := p.maglev(next, c.per); !slices.Equal(again, want) { // the same shares: kept
+				t.Fatalf("%d engines, %d per engine, step %d: the same shares again give another table", c.n, c.per, step)
 			}
 			engines = next
 		}

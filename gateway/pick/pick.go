@@ -219,6 +219,31 @@ type maglevTable struct {
 	quota []int
 	slots []int32
 	order []int32 // the slots in the order the fill took them
+	// shares are engine shares that give these quotas (the quotas are a
+	// function of the shares and the size).
+	shares []float64
+}
+
+// sameShares reports whether engines have t.shares, bit for bit.
+func (t *maglevTable) sameShares(engines []Engine) bool {
+	if len(t.shares) != len(engines) {
+		return false
+	}
+	for i := range engines {
+		if math.Float64bits(t.shares[i]) != math.Float64bits(engines[i].Share) {
+			return false
+		}
+	}
+	return true
+}
+
+// maglevShares returns the engines' shares.
+func maglevShares(engines []Engine) []float64 {
+	s := make([]float64, len(engines))
+	for i := range engines {
+		s[i] = engines[i].Share
+	}
+	return s
 }
 
 // same reports whether t was filled from exactly these engines and
@@ -426,14 +451,23 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 // moved by less than a slot) so cost no fill.
 func (p *Pool) maglev(engines []Engine, per int) []int32 {
 	m := maglevSize(len(engines), per)
-	quota := maglevQuotas(engines, m)
 	p.mu.Lock()
 	last := p.last
 	p.mu.Unlock()
+	if len(last.slots) == m && last.sameEngines(engines) && last.sameShares(engines) {
+		return last.slots // the same quotas, without computing them
+	}
+	quota := maglevQuotas(engines, m)
 	if last.same(engines, quota) {
+		// Remember these shares too: the next build with them skips the
+		// quotas.
+		last.shares = maglevShares(engines)
+		p.mu.Lock()
+		p.last = last
+		p.mu.Unlock()
 		return last.slots
 	}
-	next := maglevTable{ids: make([]string, len(engines)), quota: slices.Clone(quota)}
+	next := maglevTable{ids: make([]string, len(engines)), quota: slices.Clone(quota), shares: maglevShares(engines)}
 	for i := range engines {
 		next.ids[i] = engines[i].ID
 	}
