@@ -108,6 +108,11 @@ func clusterViewOf(c *schemas.ClusterWeights) *clusterView {
 // bytes of prev's (the gateway's last applied entry, or nil), it is prev;
 // else its strings equal to prev's at the same place are prev's, so a
 // plan over the same engines allocates no string.
+//
+// It keeps proto.Unmarshal's limits: its nesting is the schema's (four
+// messages deep; groups, the only other nesting, go to proto), it holds
+// no more than the message does, and the number of engines is bounded
+// by validateCluster, as before.
 func decodeView(b []byte, cluster string, prev *clusterView) (snapView, error) {
 	if prev != nil && !prev.wire {
 		prev = nil // its strings are taken as checked
