@@ -694,6 +694,7 @@ type combinerCheckpoint struct {
 	hdr        []byte   // the header last written or read
 	gen        uint64   // its chunks' generation (0: none)
 	chunks     [][]byte // and their values
+	keptRev    uint64   // the state's keptRev they encode (0: unknown)
 }
 
 // read returns the latest checkpoint (the zero state if none) and
@@ -747,9 +748,8 @@ func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog
 // chunks (when the kept panes changed), then, once Kafka has them, the
 // header naming them, then tombstones for the chunks they replace.
 func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st CombinerState) error {
-	chunks := encodeChunks(st.Kept, chunkBytes)
+	chunks, changed := c.keptChunks(st)
 	gen := c.gen
-	changed := !slices.EqualFunc(chunks, c.chunks, bytes.Equal)
 	if changed {
 		gen = 0
 		if len(chunks) > 0 {
@@ -761,6 +761,7 @@ func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st Combi
 		return err
 	}
 	if !changed && bytes.Equal(hdr, c.hdr) {
+		c.wrote(st, chunks)
 		return nil
 	}
 	if changed && len(chunks) > 0 {
@@ -786,8 +787,27 @@ func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st Combi
 			return fmt.Errorf("deleting replaced checkpoint chunks: %w", err)
 		}
 	}
-	c.hdr, c.gen, c.chunks = hdr, gen, chunks
+	c.hdr, c.gen = hdr, gen
+	c.wrote(st, chunks)
 	return nil
+}
+
+// keptChunks returns the chunks of st's kept panes and whether they
+// differ from the last written: when the combiner has not changed its
+// kept panes since (keptRev), the last written, without encoding them
+// (they are the whole of a lagging partition's panes, and the combiner
+// writes its checkpoint after every poll).
+func (c *combinerCheckpoint) keptChunks(st CombinerState) (chunks [][]byte, changed bool) {
+	if st.keptRev != 0 && st.keptRev == c.keptRev {
+		return c.chunks, false
+	}
+	chunks = encodeChunks(st.Kept, chunkBytes)
+	return chunks, !slices.EqualFunc(chunks, c.chunks, bytes.Equal)
+}
+
+// wrote records chunks, of st's kept panes, as written.
+func (c *combinerCheckpoint) wrote(st CombinerState, chunks [][]byte) {
+	c.chunks, c.keptRev = chunks, st.keptRev
 }
 
 // CombinerClientOpts are the options of RunCombiner's client.

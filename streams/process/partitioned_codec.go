@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -137,7 +138,72 @@ func (r *wireReader) partition(what string) int32 {
 // joinChunks decodes chunk values into panes by partition and start,
 // joining the parts of each pane (estimate.Pane.Join).
 func joinChunks(chunks [][]byte) (map[tp]map[int64]*estimate.Pane, error) {
-	out := map[tp]map[int64]*estimate.Pane{}
+	decoded, err := joinChunksReusing(chunks, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[tp]map[int64]*estimate.Pane, len(decoded))
+	for k, ps := range decoded {
+		panes := make(map[int64]*estimate.Pane, len(ps))
+		for st, d := range ps {
+			panes[st] = d.pane
+		}
+		out[k] = panes
+	}
+	return out, nil
+}
+
+// paneSum identifies a pane's encoded parts: their maphash sum (count,
+// lengths and bytes) under a reader's random seed. Two different parts
+// lists have the same sum with probability about 2^-64, and the seed is
+// the process's own, so a writer cannot aim at a collision.
+type paneSum uint64
+
+// paneSeed is the seed of a reader's paneSums.
+type paneSeed struct{ seed maphash.Seed }
+
+func newPaneSeed() *paneSeed { return &paneSeed{maphash.MakeSeed()} }
+
+func (s *paneSeed) sum(parts [][]byte) paneSum {
+	var (
+		h maphash.Hash
+		n [binary.MaxVarintLen64]byte
+	)
+	h.SetSeed(s.seed)
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(parts)))])
+	for _, p := range parts {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
+		h.Write(p)
+	}
+	return paneSum(h.Sum64())
+}
+
+// decodedPane is a pane and the sum of the parts it was decoded from.
+type decodedPane struct {
+	sum  paneSum
+	pane *estimate.Pane
+}
+
+// paneKey names a pane in chunks: its partition and start.
+type paneKey struct {
+	k  tp
+	st int64
+}
+
+// joinChunksReusing is joinChunks that, with a seed, sums each pane's
+// parts and takes the pane prev holds for the same partition and start
+// instead of decoding it when the sums are equal: a pane unchanged since
+// the last partial is encoded to the same bytes (AppendPane is
+// deterministic) and so decodes to the same pane. Panes are not
+// modified once decoded (the combiner only reads them), so one pane can
+// stand in two partials.
+func joinChunksReusing(chunks [][]byte, seed *paneSeed, prev map[tp]map[int64]decodedPane) (map[tp]map[int64]decodedPane, error) {
+	type part struct {
+		chunk int
+		b     []byte
+	}
+	var order []paneKey
+	parts := map[paneKey][]part{}
 	for i, c := range chunks {
 		if len(c) == 0 || c[0] != chunkVersion {
 			return nil, fmt.Errorf("%w: chunk %d: unknown version", errWire, i)
@@ -148,33 +214,53 @@ func joinChunks(chunks [][]byte) (map[tp]map[int64]*estimate.Pane, error) {
 			return nil, fmt.Errorf("%w: chunk %d: %d segments in %d bytes", errWire, i, n, len(r.B))
 		}
 		for range n {
-			k := tp{Topic: string(r.Bytes("topic"))}
-			k.Partition = r.partition("partition")
-			st := r.Varint("pane start")
+			pk := paneKey{k: tp{Topic: string(r.Bytes("topic"))}}
+			pk.k.Partition = r.partition("partition")
+			pk.st = r.Varint("pane start")
 			b := r.Bytes("pane")
 			if r.Err != nil {
 				return nil, fmt.Errorf("chunk %d: %w", i, r.Err)
 			}
-			pane, err := estimate.DecodePane(b)
-			if err != nil {
-				return nil, fmt.Errorf("chunk %d: pane %d of %s/%d: %w", i, st, k.Topic, k.Partition, err)
+			if _, ok := parts[pk]; !ok {
+				order = append(order, pk)
 			}
-			panes := out[k]
-			if panes == nil {
-				panes = map[int64]*estimate.Pane{}
-				out[k] = panes
-			}
-			if have := panes[st]; have != nil {
-				if err := have.Join(pane); err != nil {
-					return nil, fmt.Errorf("chunk %d: pane %d of %s/%d: %w", i, st, k.Topic, k.Partition, err)
-				}
-				continue
-			}
-			panes[st] = pane
+			parts[pk] = append(parts[pk], part{i, b})
 		}
 		if len(r.B) != 0 {
 			return nil, fmt.Errorf("%w: chunk %d: %d trailing bytes", errWire, i, len(r.B))
 		}
+	}
+	out := map[tp]map[int64]decodedPane{}
+	var bs [][]byte
+	for _, pk := range order {
+		ps := parts[pk]
+		var d decodedPane
+		if seed != nil {
+			bs = bs[:0]
+			for _, p := range ps {
+				bs = append(bs, p.b)
+			}
+			d.sum = seed.sum(bs)
+			if old, ok := prev[pk.k][pk.st]; ok && old.sum == d.sum {
+				ps, d.pane = nil, old.pane // taken, not decoded
+			}
+		}
+		for _, p := range ps {
+			pane, err := estimate.DecodePane(p.b)
+			if err == nil && d.pane != nil {
+				err = d.pane.Join(pane)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("chunk %d: pane %d of %s/%d: %w", p.chunk, pk.st, pk.k.Topic, pk.k.Partition, err)
+			}
+			if d.pane == nil {
+				d.pane = pane
+			}
+		}
+		if out[pk.k] == nil {
+			out[pk.k] = map[int64]decodedPane{}
+		}
+		out[pk.k][pk.st] = d
 	}
 	return out, nil
 }
@@ -285,6 +371,15 @@ func decodePartial(hdr []byte, chunk func(i int) ([]byte, bool)) (Partial, error
 
 // chunkPanes collects chunks 0..n-1 of gen and joins them.
 func chunkPanes(gen uint64, n int, chunk func(i int) ([]byte, bool)) (map[tp]map[int64]*estimate.Pane, error) {
+	vals, err := collectChunks(gen, n, chunk)
+	if err != nil {
+		return nil, err
+	}
+	return joinChunks(vals)
+}
+
+// collectChunks returns chunks 0..n-1 of gen.
+func collectChunks(gen uint64, n int, chunk func(i int) ([]byte, bool)) ([][]byte, error) {
 	var vals [][]byte
 	for i := range n {
 		v, ok := chunk(i)
@@ -293,7 +388,7 @@ func chunkPanes(gen uint64, n int, chunk func(i int) ([]byte, bool)) (map[tp]map
 		}
 		vals = append(vals, v)
 	}
-	return joinChunks(vals)
+	return vals, nil
 }
 
 // wirePartial is a one-record JSON partial, as written before chunking
@@ -431,13 +526,17 @@ type partialReader struct {
 	order map[string][]uint64
 	// last is the generation and panes of each base key's latest
 	// partial (a hand-over header names its partition's last chunks
-	// again).
+	// again; a new generation's unchanged panes are taken from it).
 	last map[string]lastPartial
+	seed *paneSeed
 }
 
 type lastPartial struct {
 	gen   uint64
 	panes map[int64]*estimate.Pane
+	// decoded are the panes with the sums of their parts (binary
+	// partials only).
+	decoded map[int64]decodedPane
 }
 
 // maxHeldGens bounds the generations held per partition: chunks of
@@ -446,7 +545,7 @@ type lastPartial struct {
 const maxHeldGens = 4
 
 func newPartialReader() *partialReader {
-	return &partialReader{held: map[string]map[uint64]map[int][]byte{}, order: map[string][]uint64{}, last: map[string]lastPartial{}}
+	return &partialReader{held: map[string]map[uint64]map[int][]byte{}, order: map[string][]uint64{}, last: map[string]lastPartial{}, seed: newPaneSeed()}
 }
 
 // add reads one record; it returns the partial a header completes (ok
@@ -496,12 +595,27 @@ func (r *partialReader) add(key string, value []byte) (p Partial, ok bool, err e
 		return h.Partial, true, nil
 	}
 	held := r.held[key][h.gen]
-	p, err = decodePartial(value, func(i int) ([]byte, bool) {
+	k := tp{h.Topic, h.Partition}
+	vals, err := collectChunks(h.gen, h.chunks, func(i int) ([]byte, bool) {
 		v, ok := held[i]
 		return v, ok
 	})
+	var decoded map[tp]map[int64]decodedPane
+	if err == nil {
+		decoded, err = joinChunksReusing(vals, r.seed, map[tp]map[int64]decodedPane{k: r.last[key].decoded})
+	}
 	if err != nil {
-		return Partial{}, false, err
+		return Partial{}, false, fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
+	}
+	p = h.Partial
+	p.Panes = map[int64]*estimate.Pane{}
+	for kk, ps := range decoded {
+		if kk != k {
+			return Partial{}, false, fmt.Errorf("decoding partial %s/%d: %w: a chunk holds panes of %s/%d", h.Topic, h.Partition, errWire, kk.Topic, kk.Partition)
+		}
+		for st, d := range ps {
+			p.Panes[st] = d.pane
+		}
 	}
 	// The chunks of this and of earlier generations are no longer
 	// needed.
@@ -516,7 +630,7 @@ func (r *partialReader) add(key string, value []byte) (p Partial, ok bool, err e
 	for st, pane := range p.Panes {
 		last[st] = pane
 	}
-	r.last[key] = lastPartial{gen: h.gen, panes: last}
+	r.last[key] = lastPartial{gen: h.gen, panes: last, decoded: decoded[k]}
 	return p, true, nil
 }
 

@@ -201,3 +201,72 @@ func TestCombinerCheckpointChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestPartialReaderReusesUnchangedPanes: a partition's next generation
+// whose panes are partly unchanged (the same bytes) yields, for those,
+// the panes decoded before, not decoded again, and for the others fresh
+// ones; every pane equals what a fresh reader decodes from the same
+// records, and a reader's sums do not match another's.
+func TestPartialReaderReusesUnchangedPanes(t *testing.T) {
+	k := tp{"t.engine.signals", 1}
+	base := partialKey(k)
+	publish := func(r *partialReader, gen uint64, panes map[int64]*estimate.Pane) Partial {
+		t.Helper()
+		p := Partial{Topic: k.Topic, Partition: k.Partition, MaxT: int64(gen), Seen: true, Panes: panes}
+		hdr, chunks := encodePartialSized(p, gen, 2<<10)
+		if len(chunks) < 3 {
+			t.Fatalf("%d chunks: the test needs panes over several", len(chunks))
+		}
+		for i, c := range chunks {
+			if _, ok, err := r.add(chunkKey(base, gen, i), c); err != nil || ok {
+				t.Fatalf("chunk %d: %v %v", i, ok, err)
+			}
+		}
+		got, ok, err := r.add(base, hdr)
+		if err != nil || !ok {
+			t.Fatalf("header of generation %d: %v %v", gen, ok, err)
+		}
+		return got
+	}
+	panes := func(vs ...int64) map[int64]*estimate.Pane {
+		m := map[int64]*estimate.Pane{}
+		for i, v := range vs {
+			m[int64(i)*5000] = chunkTestPane(v)
+		}
+		return m
+	}
+	same := func(name string, got, want Partial) {
+		t.Helper()
+		if len(got.Panes) != len(want.Panes) {
+			t.Fatalf("%s: %d panes, want %d", name, len(got.Panes), len(want.Panes))
+		}
+		for st, pane := range want.Panes {
+			if !bytes.Equal(estimate.AppendPane(nil, got.Panes[st]), estimate.AppendPane(nil, pane)) {
+				t.Fatalf("%s: pane %d differs", name, st)
+			}
+		}
+	}
+	r := newPartialReader()
+	first := publish(r, 1, panes(10, 20, 30))
+	second := publish(r, 2, panes(10, 20, 31)) // the newest pane changed
+	fresh := publish(newPartialReader(), 2, panes(10, 20, 31))
+	same("second generation", second, fresh)
+	for st, reused := range map[int64]bool{0: true, 5000: true, 10000: false} {
+		if (second.Panes[st] == first.Panes[st]) != reused {
+			t.Errorf("pane %d: taken from the first generation %v, want %v", st, !reused, reused)
+		}
+	}
+	// Panes taken again are not modified by the reader: the first
+	// partial still holds what it held.
+	same("first generation", first, publish(newPartialReader(), 1, panes(10, 20, 30)))
+	// A third generation with a pane from the first again (not the
+	// latest): decoded, not taken.
+	third := publish(r, 3, panes(10, 20, 30))
+	if third.Panes[10000] == first.Panes[10000] || third.Panes[0] != first.Panes[0] {
+		t.Error("the third generation's panes: taken from the wrong generation")
+	}
+	same("third generation", third, publish(newPartialReader(), 3, panes(10, 20, 30)))
+	if a, b := newPaneSeed().sum([][]byte{[]byte("x")}), newPaneSeed().sum([][]byte{[]byte("x")}); a == b {
+		t.Error("two readers' sums of the same bytes are equal: seeds not random")
+	}
+}

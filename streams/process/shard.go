@@ -155,8 +155,10 @@ type Combiner struct {
 	ends  map[tp]int64
 	wmCap int64
 	// kept are the panes of windows not yet fired that a partition's
-	// latest partial no longer carries (see Update and State).
-	kept map[tp]map[int64]*estimate.Pane
+	// latest partial no longer carries (see Update and State); keptRev
+	// counts their changes.
+	kept    map[tp]map[int64]*estimate.Pane
+	keptRev uint64
 }
 
 // NewCombiner returns a combiner for windows of spec. fit nil means
@@ -168,7 +170,7 @@ func NewCombiner(spec window.Spec, fit estimate.Fitter) (*Combiner, error) {
 		return nil, err
 	}
 	return &Combiner{clock: clock, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
-		parts: map[tp]Partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}, kept: map[tp]map[int64]*estimate.Pane{}}, nil
+		parts: map[tp]Partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}, kept: map[tp]map[int64]*estimate.Pane{}, keptRev: 1}, nil
 }
 
 // Expect makes the combiner wait for a partial of the partition before
@@ -221,12 +223,16 @@ func (c *Combiner) Update(p Partial) {
 	}
 	for st, pane := range c.parts[k].Panes {
 		panes[st] = pane
-		if _, ok := p.Panes[st]; !ok {
+		if _, ok := p.Panes[st]; !ok && kept[st] != pane {
 			kept[st] = pane
+			c.keptRev++
 		}
 	}
 	for st := range p.Panes {
-		delete(kept, st)
+		if _, ok := kept[st]; ok {
+			delete(kept, st)
+			c.keptRev++
+		}
 	}
 	starts := make([]int64, 0, len(p.Panes))
 	for st, pane := range p.Panes {
@@ -310,7 +316,10 @@ func (c *Combiner) Fire() []Fired {
 		for st := range c.parts[k].Panes {
 			if st < next {
 				delete(c.parts[k].Panes, st)
-				delete(c.kept[k], st)
+				if _, ok := c.kept[k][st]; ok {
+					delete(c.kept[k], st)
+					c.keptRev++
+				}
 			}
 		}
 	}
@@ -329,12 +338,16 @@ type CombinerState struct {
 	// Kept holds, per partition, those panes (Topic, Partition and Panes
 	// set), in partition order.
 	Kept []Partial
+	// keptRev is the combiner's count of changes to Kept when State
+	// returned it (0: unknown), so that the checkpoint encodes Kept
+	// only when it changed.
+	keptRev uint64
 }
 
 // State returns the combiner's state; its panes are the combiner's own,
 // to be encoded before the next Update or Fire.
 func (c *Combiner) State() CombinerState {
-	st := CombinerState{Watermark: c.clock.Watermark(), Next: c.clock.Next()}
+	st := CombinerState{Watermark: c.clock.Watermark(), Next: c.clock.Next(), keptRev: c.keptRev}
 	for k, panes := range c.kept {
 		if len(panes) > 0 {
 			st.Kept = append(st.Kept, Partial{Topic: k.Topic, Partition: k.Partition, Panes: panes})
@@ -352,6 +365,7 @@ func (c *Combiner) State() CombinerState {
 // the kept panes, which the partials read next complete.
 func (c *Combiner) RestoreState(st CombinerState) {
 	c.Restore(st.Watermark, st.Next)
+	c.keptRev++
 	var starts []int64
 	for _, p := range st.Kept {
 		k := tp{p.Topic, p.Partition}
