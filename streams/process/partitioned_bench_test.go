@@ -97,7 +97,16 @@ func loopTicks(b *testing.B, tick func(i int)) {
 	b.ReportMetric(float64(cpuTime(b)-start)/float64(time.Millisecond)/float64(i), "cpu-ms/tick")
 }
 
-// publish returns the records of partition part's partial with panes
+// recordMB is the bytes of recs' values, in MB.
+func recordMB(recs []partialRecord) float64 {
+	n := 0
+	for _, r := range recs {
+		n += len(r.val)
+	}
+	return float64(n) / 1e6
+}
+
+// benchPublish returns the records of partition part's partial with panes
 // (chunks, then header), generation gen, as an instance writes them.
 func benchPublish(part int, panes map[int64]*estimate.Pane, gen uint64) []partialRecord {
 	p := Partial{Topic: "bench.engine.signals", Partition: int32(part), MaxT: 100_000, Seen: true, Next: 1, Panes: panes}
@@ -155,6 +164,7 @@ func BenchmarkCombinerTick(b *testing.B) {
 		ticks := [2][]partialRecord{enc(1, func(int) *estimate.Pane { return nil }), enc(2, func(int) *estimate.Pane { return nil })}
 		c.run(b, ticks[0])
 		loopTicks(b, func(i int) { c.run(b, ticks[i%2]) })
+		b.ReportMetric(recordMB(ticks[0]), "MB/tick")
 	})
 	b.Run("newest", func(b *testing.B) {
 		c := newCombinerTick(b)
@@ -164,6 +174,7 @@ func BenchmarkCombinerTick(b *testing.B) {
 		}
 		c.run(b, ticks[0])
 		loopTicks(b, func(i int) { c.run(b, ticks[i%2]) })
+		b.ReportMetric(recordMB(ticks[0]), "MB/tick")
 	})
 	b.Run("kept", func(b *testing.B) {
 		c := newCombinerTick(b)
