@@ -180,13 +180,14 @@ type raWeights struct {
 	version            uint64
 	fast, slow, remote float64
 	engines            int
+	why                string // the plan's explanation of each engine, for the report
 }
 
 // full: ra's weights name both of its engines.
 func (w raWeights) full() bool { return w.engines >= 2 && w.fast+w.slow > 0 }
 
 func (w raWeights) String() string {
-	return fmt.Sprintf("a-fast %.3f  a-slow %.3f  b-0 %.3f", w.fast, w.slow, w.remote)
+	return fmt.Sprintf("a-fast %.3f  a-slow %.3f  b-0 %.3f%s", w.fast, w.slow, w.remote, w.why)
 }
 
 // weightsOf returns cluster's shares per engine in snap (normalised to
@@ -205,6 +206,10 @@ func weightsOf(snap *schemas.WeightSnapshot, cluster string) raWeights {
 			return out
 		}
 		for _, ew := range cw.GetWeights() {
+			x := ew.GetExplanation()
+			out.why += fmt.Sprintf("\n      %s: engine %.0f ms, marginal %.0f ms, network %.0f ms, utilization %.2f, batch %d (%s), binding %v",
+				ew.GetEngineId(), x.GetEngineMs(), x.GetMarginalMs(), x.GetNetworkMs(), ew.GetPlannedUtilization(),
+				x.GetMaxBatch(), x.GetCapacitySource(), x.GetBinding())
 			share := ew.GetWeight() / sum
 			switch ew.GetEngineId() {
 			case "a-fast":

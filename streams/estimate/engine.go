@@ -267,11 +267,22 @@ const (
 // and fail the plateau test. (A relative tolerance of 10% let those
 // through in 5-10% of the simulator's windows on engines with a reported
 // limit of 128-256, near saturation; the absolute one in under 1% there.)
+//
+// At a plateau of at most 2·plateauSlack the queue must also be deeper
+// than plateauQueue requests a replica on average in the scrapes where
+// requests waited: a request that arrives while a step runs waits for the
+// next one on any engine, so a lightly loaded engine shows "1 running,
+// 1 waiting" in a good share of its scrapes, and where the slack is half
+// the plateau or more the plateau test cannot tell that from a limit (a
+// fast engine serving ~2 requests at a time was inferred a limit of 1,
+// its capacity cut a hundredfold, and the plan moved its traffic to a 6x
+// slower peer).
 const (
 	plateauSignals = 2
 	plateauShare   = 0.25
 	plateauSlack   = 1.0
 	plateauOver    = 0.5
+	plateauQueue   = 2.0
 )
 
 // batchLimit is the per-replica batch limit of the window and where it
@@ -294,8 +305,12 @@ func (e *Engine) batchLimit(p Prior) (uint32, string) {
 		return limit(float64(e.maxBatch), SourceEngineMetrics)
 	}
 	m := e.waitRunMx
+	queue := 0.0 // mean waiting per replica in the scrapes with a queue
+	if e.waitN > 0 {
+		queue = e.waiting / float64(e.waitN) / float64(max(e.ready, 1))
+	}
 	if e.waitN >= plateauSignals && float64(e.waitN) >= plateauShare*float64(e.signals) && m >= 1 &&
-		e.waitRun/float64(e.waitN) >= m-plateauSlack && e.runMax <= m+plateauOver {
+		e.waitRun/float64(e.waitN) >= m-plateauSlack && e.runMax <= m+plateauOver && (m > 2*plateauSlack || queue >= plateauQueue) {
 		return limit(math.Round(m), SourceInferred)
 	}
 	return limit(p.MaxBatch, SourcePrior)

@@ -125,6 +125,13 @@ func TestBatchLimitSources(t *testing.T) {
 		{"running above where requests waited: prior",
 			saturatedSignals(func(i int) float64 { return float64(16 + 10*(i/5)) }, func(i int) float64 { return float64(4 * (1 - i/5)) }, 0, ""), 256, SourcePrior, 0},
 		{"no queue: prior", saturatedSignals(constant(16), constant(0), 0, ""), 256, SourcePrior, 0},
+		// A lightly loaded engine: one request running, and in 4 of 10
+		// scrapes one more arrived and waits for the next step.
+		{"one request waiting for the next step at running 1: prior",
+			saturatedSignals(constant(1), func(i int) float64 { return float64(1 - min(i%3, 1)) }, 0, ""), 256, SourcePrior, 0},
+		{"a queue of one at a plateau of 2: prior", saturatedSignals(constant(2), constant(1), 0, ""), 256, SourcePrior, 0},
+		{"a queue of two at a plateau of 2: inferred", saturatedSignals(constant(2), constant(2), 0, ""), 2, SourceInferred, rps},
+		{"a queue of one at a plateau of 16: inferred", saturatedSignals(constant(16), constant(1), 0, ""), 16, SourceInferred, rps},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			en := engineOf(t, computeAll(t, tc.sigs, nil), "e")
