@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -621,20 +622,26 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return nil
 		}
-		var perr error
+		var (
+			perr error
+			read []keyValue
+		)
 		fetches.EachRecord(func(r *kgo.Record) {
-			if r.Topic != PartialsTopic(cfg.TopicPrefix) {
-				return
-			}
-			p, ok, err := partials.add(string(r.Key), r.Value)
-			if err != nil {
-				perr = errors.Join(perr, err)
-				return
-			}
-			if ok {
-				comb.Update(p)
+			if r.Topic == PartialsTopic(cfg.TopicPrefix) {
+				read = append(read, keyValue{string(r.Key), r.Value})
 			}
 		})
+		// Partitions' partials decode in parallel; the combiner takes
+		// them in log order.
+		for _, res := range partials.addAll(read, runtime.GOMAXPROCS(0)) {
+			if res.err != nil {
+				perr = errors.Join(perr, res.err)
+				continue
+			}
+			if res.ok {
+				comb.Update(res.p)
+			}
+		}
 		if perr != nil {
 			cfg.Logger.Warn("undecodable partial", "err", perr)
 		}

@@ -2,6 +2,7 @@ package process
 
 import (
 	"fmt"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -31,12 +32,6 @@ func benchPane(part int, start, v int64) *estimate.Pane {
 	return p
 }
 
-// partialRecord is a record of the partials topic.
-type partialRecord struct {
-	key string
-	val []byte
-}
-
 // combinerTick is what RunCombiner does with one poll of the partials
 // topic, without Kafka: read the records, update the combiner, fire,
 // and prepare its checkpoint (the kept panes' chunks, compared with the
@@ -58,14 +53,13 @@ func newCombinerTick(tb testing.TB) *combinerTick {
 	return &combinerTick{r: newPartialReader(), comb: comb, ckpt: &combinerCheckpoint{topic: "ckpt", key: "g/combiner"}}
 }
 
-func (c *combinerTick) run(tb testing.TB, recs []partialRecord) {
-	for _, x := range recs {
-		p, ok, err := c.r.add(x.key, x.val)
-		if err != nil {
-			tb.Fatal(err)
+func (c *combinerTick) run(tb testing.TB, recs []keyValue) {
+	for _, res := range c.r.addAll(recs, runtime.GOMAXPROCS(0)) {
+		if res.err != nil {
+			tb.Fatal(res.err)
 		}
-		if ok {
-			c.comb.Update(p)
+		if res.ok {
+			c.comb.Update(res.p)
 		}
 	}
 	if f := c.comb.Fire(); len(f) > 0 {
@@ -98,25 +92,25 @@ func loopTicks(b *testing.B, tick func(i int)) {
 }
 
 // recordMB is the bytes of recs' values, in MB.
-func recordMB(recs []partialRecord) float64 {
+func recordMB(recs []keyValue) float64 {
 	n := 0
 	for _, r := range recs {
-		n += len(r.val)
+		n += len(r.value)
 	}
 	return float64(n) / 1e6
 }
 
 // benchPublish returns the records of partition part's partial with panes
 // (chunks, then header), generation gen, as an instance writes them.
-func benchPublish(part int, panes map[int64]*estimate.Pane, gen uint64) []partialRecord {
+func benchPublish(part int, panes map[int64]*estimate.Pane, gen uint64) []keyValue {
 	p := Partial{Topic: "bench.engine.signals", Partition: int32(part), MaxT: 100_000, Seen: true, Next: 1, Panes: panes}
 	hdr, chunks := encodePartial(p, gen)
 	base := partialKey(tp{p.Topic, p.Partition})
-	var out []partialRecord
+	var out []keyValue
 	for i, c := range chunks {
-		out = append(out, partialRecord{chunkKey(base, gen, i), c})
+		out = append(out, keyValue{chunkKey(base, gen, i), c})
 	}
-	return append(out, partialRecord{base, hdr})
+	return append(out, keyValue{base, hdr})
 }
 
 // BenchmarkCombinerTick measures the combiner's CPU per poll of the
@@ -152,8 +146,8 @@ func BenchmarkCombinerTick(b *testing.B) {
 		return m
 	}
 	// Encoded once: the instances' cost is not the combiner's.
-	enc := func(gen uint64, pane func(part int) *estimate.Pane) []partialRecord {
-		var recs []partialRecord
+	enc := func(gen uint64, pane func(part int) *estimate.Pane) []keyValue {
+		var recs []keyValue
 		for part := range tickParts {
 			recs = append(recs, benchPublish(part, with(part, pane(part)), gen)...)
 		}
@@ -161,14 +155,14 @@ func BenchmarkCombinerTick(b *testing.B) {
 	}
 	b.Run("same", func(b *testing.B) {
 		c := newCombinerTick(b)
-		ticks := [2][]partialRecord{enc(1, func(int) *estimate.Pane { return nil }), enc(2, func(int) *estimate.Pane { return nil })}
+		ticks := [2][]keyValue{enc(1, func(int) *estimate.Pane { return nil }), enc(2, func(int) *estimate.Pane { return nil })}
 		c.run(b, ticks[0])
 		loopTicks(b, func(i int) { c.run(b, ticks[i%2]) })
 		b.ReportMetric(recordMB(ticks[0]), "MB/tick")
 	})
 	b.Run("newest", func(b *testing.B) {
 		c := newCombinerTick(b)
-		ticks := [2][]partialRecord{
+		ticks := [2][]keyValue{
 			enc(1, func(part int) *estimate.Pane { return newest[part][0] }),
 			enc(2, func(part int) *estimate.Pane { return newest[part][1] }),
 		}
@@ -180,7 +174,7 @@ func BenchmarkCombinerTick(b *testing.B) {
 		c := newCombinerTick(b)
 		// The first partials have one more, older, pane; the next ones
 		// leave it out, so that it is kept.
-		var first []partialRecord
+		var first []keyValue
 		for part := range tickParts {
 			m := with(part, nil)
 			m[-5000] = benchPane(part, -5000, 9)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -550,88 +551,218 @@ func newPartialReader() *partialReader {
 
 // add reads one record; it returns the partial a header completes (ok
 // true), and an error for a value or key that does not decode (the
-// reader's state is unchanged by it).
+// partition's latest partial is unchanged by it).
 func (r *partialReader) add(key string, value []byte) (p Partial, ok bool, err error) {
-	if base, gen, i, isChunk := parseChunkKey(key); isChunk {
-		gens := r.held[base]
-		if len(value) == 0 { // tombstone
-			delete(gens[gen], i)
-			return Partial{}, false, nil
+	res := r.addAll([]keyValue{{key, value}}, 1)
+	return res[0].p, res[0].ok, res[0].err
+}
+
+// keyValue is a record of the partials topic.
+type keyValue struct {
+	key   string
+	value []byte
+}
+
+// readResult is what one record gives: the partial a header completes
+// (ok), or an error, or neither (a chunk or tombstone).
+type readResult struct {
+	p   Partial
+	ok  bool
+	err error
+}
+
+// headerJob is a header being read: what the records before it give
+// (its chunks), then what decoding them gives.
+type headerJob struct {
+	pos      int
+	key      string
+	h        header
+	handOver bool     // names the partition's last generation again
+	vals     [][]byte // its chunks (binary, not a hand-over)
+	// Results.
+	p    Partial
+	last lastPartial
+	err  error
+}
+
+// addAll reads recs, in log order, as add reads them one by one, and
+// returns one result per record; the panes of different partitions'
+// headers are decoded in parallel, by up to workers goroutines (a
+// partition's in order, each taking unchanged panes from the one
+// before), and the reader's state is updated in log order.
+func (r *partialReader) addAll(recs []keyValue, workers int) []readResult {
+	out := make([]readResult, len(recs))
+	var (
+		jobs []*headerJob
+		keys []string
+	)
+	chains := map[string][]*headerJob{}
+	// lastGen is each partition's latest generation so far, as if every
+	// header read so far decoded (decoding a value that is complete
+	// fails only for a malformed one).
+	lastGen := map[string]uint64{}
+	for i, rec := range recs {
+		if base, gen, ci, isChunk := parseChunkKey(rec.key); isChunk {
+			r.hold(base, gen, ci, rec.value)
+			continue
 		}
-		if gens == nil {
-			gens = map[uint64]map[int][]byte{}
-			r.held[base] = gens
+		if rec.value == nil {
+			continue
 		}
-		if gens[gen] == nil {
-			gens[gen] = map[int][]byte{}
-			r.order[base] = append(r.order[base], gen)
-			if o := r.order[base]; len(o) > maxHeldGens {
-				delete(gens, o[0])
-				r.order[base] = o[1:]
+		h, err := decodeHeader(rec.value)
+		if err != nil {
+			out[i].err = fmt.Errorf("partial %q: %w", rec.key, err)
+			continue
+		}
+		if partialKey(tp{h.Topic, h.Partition}) != rec.key {
+			out[i].err = fmt.Errorf("partial %q: %w: it is of %s/%d", rec.key, errWire, h.Topic, h.Partition)
+			continue
+		}
+		j := &headerJob{pos: i, key: rec.key, h: h}
+		if h.Panes != nil { // JSON: no generation
+			lastGen[rec.key] = 0
+		} else {
+			last, ok := lastGen[rec.key]
+			if !ok {
+				last = r.last[rec.key].gen
+			}
+			j.handOver = h.gen != 0 && h.gen == last
+			if !j.handOver {
+				held := r.held[rec.key][h.gen]
+				j.vals, err = collectChunks(h.gen, h.chunks, func(i int) ([]byte, bool) {
+					v, ok := held[i]
+					return v, ok
+				})
+				if err != nil {
+					out[i].err = fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
+					continue
+				}
+				r.drop(rec.key, h.gen)
+				lastGen[rec.key] = h.gen
 			}
 		}
-		gens[gen][i] = value
-		return Partial{}, false, nil
-	}
-	if value == nil {
-		return Partial{}, false, nil
-	}
-	h, err := decodeHeader(value)
-	if err != nil {
-		return Partial{}, false, fmt.Errorf("partial %q: %w", key, err)
-	}
-	if partialKey(tp{h.Topic, h.Partition}) != key {
-		return Partial{}, false, fmt.Errorf("partial %q: %w: it is of %s/%d", key, errWire, h.Topic, h.Partition)
-	}
-	if h.Panes != nil { // JSON: one record
-		r.last[key] = lastPartial{panes: h.Panes}
-		return h.Partial, true, nil
-	}
-	if l, ok := r.last[key]; ok && l.gen == h.gen && h.gen != 0 {
-		h.Panes = make(map[int64]*estimate.Pane, len(l.panes))
-		for st, pane := range l.panes {
-			h.Panes[st] = pane
+		if _, ok := chains[rec.key]; !ok {
+			keys = append(keys, rec.key)
 		}
-		return h.Partial, true, nil
+		chains[rec.key] = append(chains[rec.key], j)
+		jobs = append(jobs, j)
 	}
-	held := r.held[key][h.gen]
-	k := tp{h.Topic, h.Partition}
-	vals, err := collectChunks(h.gen, h.chunks, func(i int) ([]byte, bool) {
-		v, ok := held[i]
-		return v, ok
-	})
-	var decoded map[tp]map[int64]decodedPane
-	if err == nil {
-		decoded, err = joinChunksReusing(vals, r.seed, map[tp]map[int64]decodedPane{k: r.last[key].decoded})
-	}
-	if err != nil {
-		return Partial{}, false, fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
-	}
-	p = h.Partial
-	p.Panes = map[int64]*estimate.Pane{}
-	for kk, ps := range decoded {
-		if kk != k {
-			return Partial{}, false, fmt.Errorf("decoding partial %s/%d: %w: a chunk holds panes of %s/%d", h.Topic, h.Partition, errWire, kk.Topic, kk.Partition)
-		}
-		for st, d := range ps {
-			p.Panes[st] = d.pane
+	chain := func(key string) {
+		prev := r.last[key] // r.last is only read until every chain is done
+		for _, j := range chains[key] {
+			if r.decode(j, prev); j.err == nil {
+				prev = j.last
+			}
 		}
 	}
-	// The chunks of this and of earlier generations are no longer
-	// needed.
-	if o := r.order[key]; slices.Contains(o, h.gen) {
-		j := slices.Index(o, h.gen)
+	if workers = min(workers, len(keys)); workers <= 1 {
+		for _, k := range keys {
+			chain(k)
+		}
+	} else {
+		next := make(chan string)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(func() {
+				for k := range next {
+					chain(k)
+				}
+			})
+		}
+		for _, k := range keys {
+			next <- k
+		}
+		close(next)
+		wg.Wait()
+	}
+	for _, j := range jobs {
+		if j.err != nil {
+			out[j.pos].err = j.err
+			continue
+		}
+		r.last[j.key] = j.last
+		out[j.pos] = readResult{p: j.p, ok: true}
+	}
+	return out
+}
+
+// hold keeps (or, for a tombstone, forgets) chunk i of generation gen
+// of base until its header arrives.
+func (r *partialReader) hold(base string, gen uint64, i int, value []byte) {
+	gens := r.held[base]
+	if len(value) == 0 { // tombstone
+		delete(gens[gen], i)
+		return
+	}
+	if gens == nil {
+		gens = map[uint64]map[int][]byte{}
+		r.held[base] = gens
+	}
+	if gens[gen] == nil {
+		gens[gen] = map[int][]byte{}
+		r.order[base] = append(r.order[base], gen)
+		if o := r.order[base]; len(o) > maxHeldGens {
+			delete(gens, o[0])
+			r.order[base] = o[1:]
+		}
+	}
+	gens[gen][i] = value
+}
+
+// drop forgets the held chunks of gen and of the generations before it
+// (their header has arrived, or a later one has).
+func (r *partialReader) drop(key string, gen uint64) {
+	if o := r.order[key]; slices.Contains(o, gen) {
+		j := slices.Index(o, gen)
 		for _, g := range o[:j+1] {
 			delete(r.held[key], g)
 		}
 		r.order[key] = o[j+1:]
 	}
+}
+
+// decode sets j's partial and last partial, given prev, the latest
+// partial of its partition before it; it only reads r's seed.
+func (r *partialReader) decode(j *headerJob, prev lastPartial) {
+	h := j.h
+	switch {
+	case h.Panes != nil: // JSON: one record
+		j.p, j.last = h.Partial, lastPartial{panes: h.Panes}
+		return
+	case j.handOver:
+		if prev.gen != h.gen { // the header before it did not decode
+			j.err = fmt.Errorf("decoding partial %s/%d: %w: generation %016x not held", h.Topic, h.Partition, errWire, h.gen)
+			return
+		}
+		h.Panes = make(map[int64]*estimate.Pane, len(prev.panes))
+		for st, pane := range prev.panes {
+			h.Panes[st] = pane
+		}
+		j.p, j.last = h.Partial, prev
+		return
+	}
+	k := tp{h.Topic, h.Partition}
+	decoded, err := joinChunksReusing(j.vals, r.seed, map[tp]map[int64]decodedPane{k: prev.decoded})
+	if err != nil {
+		j.err = fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
+		return
+	}
+	p := h.Partial
+	p.Panes = map[int64]*estimate.Pane{}
+	for kk, ps := range decoded {
+		if kk != k {
+			j.err = fmt.Errorf("decoding partial %s/%d: %w: a chunk holds panes of %s/%d", h.Topic, h.Partition, errWire, kk.Topic, kk.Partition)
+			return
+		}
+		for st, d := range ps {
+			p.Panes[st] = d.pane
+		}
+	}
 	last := make(map[int64]*estimate.Pane, len(p.Panes))
 	for st, pane := range p.Panes {
 		last[st] = pane
 	}
-	r.last[key] = lastPartial{gen: h.gen, panes: last, decoded: decoded[k]}
-	return p, true, nil
+	j.p, j.last = p, lastPartial{gen: h.gen, panes: last, decoded: decoded[k]}
 }
 
 // IsPartial reports whether r, a record of the partials topic, is a

@@ -3,7 +3,12 @@ package process
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -268,5 +273,105 @@ func TestPartialReaderReusesUnchangedPanes(t *testing.T) {
 	same("third generation", third, publish(newPartialReader(), 3, panes(10, 20, 30)))
 	if a, b := newPaneSeed().sum([][]byte{[]byte("x")}), newPaneSeed().sum([][]byte{[]byte("x")}); a == b {
 		t.Error("two readers' sums of the same bytes are equal: seeds not random")
+	}
+}
+
+// TestPartialReaderBatchMatchesOneByOne: a log of several partitions'
+// partials (generations with unchanged and changed panes, a writer
+// dying between chunks, hand-over headers, tombstones, a header that
+// does not decode, a header whose chunks are gone) read in one batch,
+// with partitions decoded in parallel, gives per record the same
+// partials and errors as read one record at a time, and leaves the
+// reader in the same state.
+func TestPartialReaderBatchMatchesOneByOne(t *testing.T) {
+	logs := make([][]keyValue, 4)
+	for part := range int32(4) {
+		log := &logs[part]
+		k := tp{"t.engine.signals", part}
+		base := partialKey(k)
+		var prevGen uint64
+		var prevN int
+		for g := range uint64(4) {
+			gen := uint64(part+1)<<8 | g + 1
+			p := Partial{Topic: k.Topic, Partition: k.Partition, MaxT: int64(g), Seen: true, Panes: map[int64]*estimate.Pane{}}
+			for st := range int64(3) {
+				p.Panes[st*5000] = chunkTestPane(int64(part) + st + int64(g)*int64(st/2)) // the newest pane changes
+			}
+			hdr, chunks := encodePartialSized(p, gen, 2<<10)
+			if g == 2 && part%2 == 0 { // dies after one chunk
+				*log = append(*log, keyValue{chunkKey(base, gen, 0), chunks[0]})
+				continue
+			}
+			for i, c := range chunks {
+				*log = append(*log, keyValue{chunkKey(base, gen, i), c})
+			}
+			*log = append(*log, keyValue{base, hdr})
+			for i := range prevN {
+				*log = append(*log, keyValue{chunkKey(base, prevGen, i), nil})
+			}
+			if g == 1 { // a hand-over header naming the chunks again
+				p.Pending = true
+				*log = append(*log, keyValue{base, appendHeader(nil, p, gen, len(chunks))})
+			}
+			prevGen, prevN = gen, len(chunks)
+		}
+		// A header naming the replaced (deleted) chunks, and one that
+		// does not decode.
+		*log = append(*log, keyValue{base, appendHeader(nil, Partial{Topic: k.Topic, Partition: k.Partition}, uint64(part+1)<<8|1, 3)})
+		*log = append(*log, keyValue{base, []byte{headerVersion, 1}})
+	}
+	// Interleave the partitions' records, keeping each one's order.
+	var log []keyValue
+	for i := 0; len(log) < len(logs[0])+len(logs[1])+len(logs[2])+len(logs[3]); i++ {
+		for _, l := range logs {
+			if i < len(l) {
+				log = append(log, l[i])
+			}
+		}
+	}
+	enc := func(res readResult) string {
+		if res.err != nil {
+			return "error: " + res.err.Error()
+		}
+		if !res.ok {
+			return "-"
+		}
+		var b []byte
+		for _, st := range slices.Sorted(maps.Keys(res.p.Panes)) {
+			b = estimate.AppendPane(fmt.Appendf(b, "%d:", st), res.p.Panes[st])
+		}
+		return fmt.Sprintf("%s/%d %d %v %x", res.p.Topic, res.p.Partition, res.p.MaxT, res.p.Pending, sha256.Sum256(b))
+	}
+	one := newPartialReader()
+	var want []string
+	for _, kv := range log {
+		p, ok, err := one.add(kv.key, kv.value)
+		want = append(want, enc(readResult{p, ok, err}))
+	}
+	batch := newPartialReader()
+	got := batch.addAll(log, 4)
+	errs, partials := 0, 0
+	for i := range log {
+		if g := enc(got[i]); g != want[i] {
+			t.Errorf("record %d (%s): %s, want %s", i, log[i].key, g, want[i])
+		}
+		switch {
+		case got[i].err != nil:
+			errs++
+		case got[i].ok:
+			partials++
+		}
+	}
+	if errs < 8 || partials < 12 {
+		t.Errorf("%d errors and %d partials: the log does not exercise both", errs, partials)
+	}
+	t.Logf("%d records: %d partials, %d errors", len(log), partials, errs)
+	if !reflect.DeepEqual(one.held, batch.held) || !reflect.DeepEqual(one.order, batch.order) {
+		t.Error("held chunks differ")
+	}
+	for key, l := range one.last {
+		if b := batch.last[key]; b.gen != l.gen || len(b.panes) != len(l.panes) {
+			t.Errorf("%s: latest partial of generation %x (%d panes), want %x (%d)", key, b.gen, len(b.panes), l.gen, len(l.panes))
+		}
 	}
 }
