@@ -19,17 +19,10 @@ import (
 func TestThroughEnginesim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	ids := []string{"sim-a", "sim-b"}
 	var engines []gw.StaticEngine
-	for _, id := range []string{"sim-a", "sim-b"} {
-		s, err := engineserver.New(engineserver.Config{ID: id, Listen: "127.0.0.1:0", TimeScale: 50})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		<-s.Ready()
-		engines = append(engines, gw.StaticEngine{ID: id, URL: "http://" + s.Addr()})
+	for i, base := range startEngines(t, ctx, cancel, ids...) {
+		engines = append(engines, gw.StaticEngine{ID: ids[i], URL: base})
 	}
 	g, err := gw.New("local", gw.Listen("127.0.0.1:0"), gw.Engines(engines...), gw.HealthInterval(-1))
 	if err != nil {
@@ -72,4 +65,24 @@ func TestThroughEnginesim(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling with a deadline
 	}
+}
+
+// startEngines runs one enginesim engine (50x time scale) per id until
+// ctx ends, cancelling it and waiting for them at cleanup, and returns
+// their base URLs in ids' order.
+func startEngines(t *testing.T, ctx context.Context, cancel context.CancelFunc, ids ...string) []string {
+	t.Helper()
+	var bases []string
+	for _, id := range ids {
+		s, err := engineserver.New(engineserver.Config{ID: id, Listen: "127.0.0.1:0", TimeScale: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		<-s.Ready()
+		bases = append(bases, "http://"+s.Addr())
+	}
+	return bases
 }

@@ -129,17 +129,10 @@ func TestOpenAINodeSDK(t *testing.T) {
 	rc := &recorder{bodies: map[string][]byte{}}
 	var engines []gw.StaticEngine
 	var engineMetrics []string
-	for _, id := range []string{"sim-a", "sim-b"} {
-		s, err := engineserver.New(engineserver.Config{ID: id, Listen: "127.0.0.1:0", TimeScale: 50})
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- s.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		<-s.Ready()
-		engines = append(engines, gw.StaticEngine{ID: id, URL: recordingProxy(t, "http://"+s.Addr(), rc)})
-		engineMetrics = append(engineMetrics, "http://"+s.Addr()+"/metrics")
+	ids := []string{"sim-a", "sim-b"}
+	for i, base := range startEngines(t, ctx, cancel, ids...) {
+		engines = append(engines, gw.StaticEngine{ID: ids[i], URL: recordingProxy(t, base, rc)})
+		engineMetrics = append(engineMetrics, base+"/metrics")
 	}
 	reg := prometheus.NewRegistry()
 	g, err := gw.New("local", gw.Listen("127.0.0.1:0"), gw.Engines(engines...), gw.HealthInterval(-1), gw.Registerer(reg), gw.Gatherer(reg))
