@@ -54,7 +54,10 @@ func (g *Gateway) applyViewErr(v snapView) error {
 		// wrote the same plan): nothing to apply and nothing wrong.
 		return errSnapshotRepeated
 	}
-	if held && v.version <= old.version {
+	// The version held with another entry replaces it: a publish the
+	// store refused can reach the gateway first (streams/snapshots.Watcher's
+	// key subscription), and the store's value of that version follows.
+	if held && v.version < old.version {
 		return fmt.Errorf("%w: got %d, hold %d", ErrSnapshotStale, v.version, old.version)
 	}
 	rt := &routing{version: v.version, shed: v.cw.shed, created: time.UnixMilli(v.created), cw: v.cw,

@@ -26,7 +26,7 @@ var (
 	ErrSnapshotSchema  = errors.New("snapshot schema version not understood") // no longer returned: newer versions are read
 	ErrSnapshotInvalid = errors.New("snapshot invalid")
 	ErrSnapshotCluster = errors.New("snapshot has no weights for this cluster")
-	ErrSnapshotStale   = errors.New("snapshot version not newer than the one held")
+	ErrSnapshotStale   = errors.New("snapshot version older than the one held")
 	// errSnapshotRepeated: the version held, with the same weights for
 	// the cluster; applying it is a no-op, not a rejection.
 	errSnapshotRepeated = errors.New("snapshot repeats the one held")

@@ -110,8 +110,9 @@ func TestApplyKeepsLastGoodAndVersionsIncrease(t *testing.T) {
 	}{
 		{enc(mk(5, 1)), true, 5},
 		{enc(mk(5, 1)), true, 5},       // the same snapshot again: a no-op
-		{enc(mk(5, 0.5)), false, 5},    // same version, other weights
+		{enc(mk(5, 0.5)), true, 5},     // same version, other weights: replaces (TestEqualVersionReplaces)
 		{enc(mk(4, 1)), false, 5},      // older
+		{enc(mk(4, 1)), false, 5},      // older again
 		{[]byte{0xff, 0x01}, false, 5}, // garbage
 		{enc(mk(6, 0.5)), true, 6},
 		{enc(mk(7, 0)), true, 7}, // sheds everything

@@ -1,15 +1,47 @@
 package snapshots
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
+// fastBuffer is how many of the key's messages the subscription holds
+// while the watcher is busy; more are dropped by the NATS client (the KV
+// watch still delivers the latest).
+const fastBuffer = 4
+
+// kvOperation is the header of a KV delete or purge (nats.go's kvop).
+const kvOperation = "KV-Operation"
+
 // Watcher follows one cluster's key.
+//
+// It watches the key (a JetStream KV watch: the current value first, then
+// every put, caught up again after a reconnect) and, on the same
+// connection, subscribes to the key's subject with core NATS (a KV put is
+// a JetStream publish on $KV.<bucket>.<key>), which delivers a put's bytes
+// as it is published, before the KV watch does and at a fraction of the
+// server's cost. The KV watch is the source of truth: a value the
+// subscription offered is not offered again when the watch delivers the
+// same bytes (nor the one the reader took before it, when the watch lags a
+// put behind and that value is older than the last); any other value the
+// watch delivers is offered, so a publish the stream refused (a
+// compare-and-set put that lost) is replaced by what the store holds, at
+// the same version too (the gateway takes an equal version with another
+// entry); and the subscription's values not newer than the version the
+// watch delivered last are not offered. If the server refuses the
+// subscription (a role without subscribe on $KV.<bucket>.>), the watcher
+// logs it once and goes on with the KV watch alone. The subscription
+// holds at most fastBuffer messages and ends with the watch.
 type Watcher struct {
 	url     string
 	bucket  string
@@ -17,7 +49,51 @@ type Watcher struct {
 	opts    []nats.Option
 	retry   time.Duration
 	out     chan []byte
+	log     *slog.Logger
+	fast    bool
+	denied  atomic.Bool // the server refused the key's subscription
+	stats   watchCounters
+	// relay, when set (tests), stands between the KV watch and the loop.
+	relay func(<-chan jetstream.KeyValueEntry) <-chan jetstream.KeyValueEntry
 }
+
+// WatchOpt configures a Watcher (see Watcher.With).
+type WatchOpt interface{ applyWatch(*Watcher) }
+
+type watchOpt func(*Watcher)
+
+func (o watchOpt) applyWatch(w *Watcher) { o(w) }
+
+// WatchLogger is where the watcher logs (once) that the server refused
+// the key's subscription. Default slog.Default().
+func WatchLogger(l *slog.Logger) WatchOpt {
+	return watchOpt(func(w *Watcher) {
+		if l != nil {
+			w.log = l
+		}
+	})
+}
+
+// FastPath turns the core NATS subscription to the key's subject on or
+// off. Default on; off leaves the KV watch alone (as before, for
+// comparisons).
+func FastPath(on bool) WatchOpt { return watchOpt(func(w *Watcher) { w.fast = on }) }
+
+// WatchStats counts what a watcher offered and skipped.
+type WatchStats struct {
+	// Fast: values the key's subscription offered first.
+	Fast uint64
+	// Watch: values the KV watch offered (initial values, catch-up, and
+	// values that differ from the one offered last).
+	Watch uint64
+	// Duplicates: values skipped, byte-identical to the one offered last.
+	Duplicates uint64
+	// NotNewer: the subscription's values skipped, not newer than the
+	// version the KV watch delivered last (a publish the stream refused).
+	NotNewer uint64
+}
+
+type watchCounters struct{ fast, watch, dup, notNewer atomic.Uint64 }
 
 // NewWatcher returns a watcher of cluster's key in bucket ("" means
 // DefaultBucket) on the NATS server at url. It owns its own connection so
@@ -27,12 +103,29 @@ func NewWatcher(url, bucket, cluster string, opts ...nats.Option) *Watcher {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
-	return &Watcher{url: url, bucket: bucket, cluster: cluster, opts: opts, retry: time.Second, out: make(chan []byte, 1)}
+	return &Watcher{url: url, bucket: bucket, cluster: cluster, opts: opts, retry: time.Second,
+		out: make(chan []byte, 1), log: slog.Default(), fast: true}
+}
+
+// With applies opts (before Run) and returns w.
+func (w *Watcher) With(opts ...WatchOpt) *Watcher {
+	for _, o := range opts {
+		o.applyWatch(w)
+	}
+	return w
+}
+
+// Stats returns the watcher's counts so far.
+func (w *Watcher) Stats() WatchStats {
+	return WatchStats{Fast: w.stats.fast.Load(), Watch: w.stats.watch.Load(),
+		Duplicates: w.stats.dup.Load(), NotNewer: w.stats.notNewer.Load()}
 }
 
 // Updates delivers the raw bytes of every value put under the key (the
 // current one first), newest-wins: a slow reader misses intermediate
-// values, never the latest. The channel is closed when Run returns.
+// values, never the latest. A value is delivered again only if other
+// bytes were delivered in between, or after a reconnect. The channel is
+// closed when Run returns.
 func (w *Watcher) Updates() <-chan []byte { return w.out }
 
 // Run watches until ctx is done, reconnecting and re-watching after any
@@ -62,6 +155,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
+// subject is the key's subject: a put is a publish on it.
+func (w *Watcher) subject() string { return "$KV." + w.bucket + "." + w.cluster }
+
 func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
 	// A KV watch is an ordered consumer that only notices a restarted
 	// server after missed heartbeats; re-watching on reconnect delivers the
@@ -78,12 +174,22 @@ func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
 		return fmt.Errorf("connecting to %s: %w", w.url, err)
 	}
 	defer nc.Close()
+	if w.fast {
+		// The server answers a refused subscription asynchronously; the
+		// caller's handler (or nats.go's default) gets every other error.
+		prev := nc.ErrorHandler()
+		nc.SetErrorHandler(func(c *nats.Conn, s *nats.Subscription, err error) {
+			if !w.refused(err) && prev != nil {
+				prev(c, s, err)
+			}
+		})
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	for {
-		err := w.watchKV(ctx, js, reconnected)
+		err := w.watchKV(ctx, nc, js, reconnected)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -94,9 +200,36 @@ func (w *Watcher) watchOnce(ctx context.Context, opts []nats.Option) error {
 	}
 }
 
+// refused reports whether err is the server's refusal of the key's
+// subscription, noting it and logging it once.
+func (w *Watcher) refused(err error) bool {
+	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), `Subscription to "`+w.subject()+`"`) {
+		return false
+	}
+	if w.denied.CompareAndSwap(false, true) {
+		w.log.Warn("snapshot key subscription refused; following the KV watch alone (allow subscribe on $KV.<bucket>.> for the gateway's role, docs/security.md)",
+			"subject", w.subject(), "err", err)
+	}
+	return true
+}
+
+// subscribe subscribes to the key's subject, or returns a nil channel
+// and stop when the fast path is off or was refused.
+func (w *Watcher) subscribe(nc *nats.Conn) (<-chan *nats.Msg, func()) {
+	if !w.fast || w.denied.Load() {
+		return nil, func() {}
+	}
+	ch := make(chan *nats.Msg, fastBuffer)
+	sub, err := nc.ChanSubscribe(w.subject(), ch)
+	if err != nil {
+		return nil, func() {} // closed connection: the watch fails too
+	}
+	return ch, func() { _ = sub.Unsubscribe() }
+}
+
 // watchKV watches the key until ctx is done (ctx.Err()), the connection
 // reconnects (nil) or the watch fails (an error).
-func (w *Watcher) watchKV(ctx context.Context, js jetstream.JetStream, reconnected <-chan struct{}) error {
+func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, reconnected <-chan struct{}) error {
 	var kv jetstream.KeyValue
 	var err error
 	for {
@@ -114,39 +247,127 @@ func (w *Watcher) watchKV(ctx context.Context, js jetstream.JetStream, reconnect
 		case <-t.C:
 		}
 	}
+	// Subscribed before the watch starts, so no put falls between them.
+	fast, unsubscribe := w.subscribe(nc)
+	defer unsubscribe()
 	kw, err := kv.Watch(ctx, w.cluster)
 	if err != nil {
 		return fmt.Errorf("watching %s/%s: %w", w.bucket, w.cluster, err)
 	}
 	defer kw.Stop()
+	updates := kw.Updates()
+	if w.relay != nil {
+		updates = w.relay(updates)
+	}
+	var st offered
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-reconnected:
 			return nil
-		case e, ok := <-kw.Updates():
+		case m := <-fast:
+			if m.Header.Get(kvOperation) != "" {
+				continue // a delete or purge
+			}
+			w.offerFast(&st, m.Data)
+		case e, ok := <-updates:
 			if !ok {
 				return fmt.Errorf("watch of %s/%s ended", w.bucket, w.cluster)
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue // end of initial values, or a delete
 			}
-			w.offer(e.Value())
+			w.offerStored(&st, e.Value())
 		}
 	}
 }
 
-// offer replaces any undelivered value with v.
-func (w *Watcher) offer(v []byte) {
+// offered is what one watch offered and what the store holds as far as
+// the KV watch told.
+type offered struct {
+	last      []byte // offered last
+	lastVer   uint64 // its version (0 when it does not read)
+	prev      []byte // the reader took it, and nothing but last since
+	stored    bool   // the KV watch delivered a value
+	storedVer uint64 // its version
+}
+
+// offerStored offers v, a value from the KV watch, unless it is the one
+// offered last (the subscription's, usually), or the one the reader
+// took before that, older than the last: the KV watch lags behind the
+// subscription, and a gateway, which takes no version below the one it
+// holds, would refuse it or hold it already.
+func (w *Watcher) offerStored(st *offered, v []byte) {
+	ver, ok := versionOf(v)
+	if ok {
+		st.stored, st.storedVer = true, ver
+	}
+	if st.last != nil && bytes.Equal(st.last, v) ||
+		ok && ver < st.lastVer && st.prev != nil && bytes.Equal(st.prev, v) {
+		w.stats.dup.Add(1)
+		return
+	}
+	w.stats.watch.Add(1)
+	w.offer(st, v, ver)
+}
+
+// offerFast offers v, a value published on the key's subject, unless it
+// is the one offered last or not newer than the store's (the stream
+// refused it, or it is older than what the KV watch delivered); a value
+// whose version does not read is left to the KV watch.
+func (w *Watcher) offerFast(st *offered, v []byte) {
+	if st.last != nil && bytes.Equal(st.last, v) {
+		w.stats.dup.Add(1)
+		return
+	}
+	ver, ok := versionOf(v)
+	if !ok || st.stored && ver <= st.storedVer {
+		w.stats.notNewer.Add(1)
+		return
+	}
+	w.stats.fast.Add(1)
+	w.offer(st, v, ver)
+}
+
+// versionOf reads WeightSnapshot.version (field 2; absent means 0)
+// without decoding the rest.
+func versionOf(b []byte) (uint64, bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+		if num == 2 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			return v, n >= 0
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, false
+		}
+		b = b[n:]
+	}
+	return 0, true
+}
+
+// offer replaces any undelivered value with v, and notes it in st.
+func (w *Watcher) offer(st *offered, v []byte, ver uint64) {
+	taken := true // the value offered last, if any
 	for {
 		select {
 		case w.out <- v:
+			if taken {
+				st.prev = st.last
+			}
+			st.last, st.lastVer = v, ver
 			return
 		default:
 		}
 		select {
 		case <-w.out:
+			taken = false
 		default:
 		}
 	}
