@@ -14,6 +14,7 @@
 //	go run ./bench/fanout -gateways 50 -engines 1000 -snapshots 50
 //	go run ./bench/fanout -weights vary                   # every snapshot a new plan
 //	go run ./bench/fanout -weights rtt                    # the same weights, new network estimates
+//	go run ./bench/fanout -fast                           # watchers with snapshots.FastPath (the key's subject too)
 //
 // Each snapshot is published once every gateway has applied the previous
 // one and -interval has passed, so latencies are not queueing behind
@@ -60,15 +61,16 @@ func main() {
 	apply := flag.String("apply", "gateway", "what a watcher does with a value: gateway (gateway.ApplySnapshot), decode (proto.Unmarshal only) or none")
 	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
 	cpuProfile := flag.String("cpuprofile", "", "write the watchers process's CPU profile to this file, suffixed with .ENGINES")
+	fast := flag.Bool("fast", false, "watchers also subscribe to the key's subject (snapshots.FastPath); default the KV watch alone, as gateways run")
 	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes), vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table) or rtt (the same weights, every engine's network estimate moves: a new picker table, the same Maglev table)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
 	if *role == "watchers" {
-		err = watchers(ctx, *url, *cluster, *gateways, *apply, *cpuProfile)
+		err = watchers(ctx, *url, *cluster, *gateways, *apply, *cpuProfile, *fast)
 	} else {
-		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights, *cpuProfile)
+		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights, *cpuProfile, *fast)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fanout:", err)
@@ -78,8 +80,10 @@ func main() {
 
 // watchers runs the gateway side: n gateways of cluster, each fed by its
 // own snapshots.Watcher. It writes "A version gateway unixnano" after
-// each apply and answers "cpu" on stdin with "CPU nanoseconds".
-func watchers(ctx context.Context, url, cluster string, n int, mode, cpuProfile string) error {
+// each apply and answers "cpu" on stdin with "CPU nanoseconds" and the
+// watchers' summed snapshots.WatchStats (fast, watch, duplicates, not
+// newer).
+func watchers(ctx context.Context, url, cluster string, n int, mode, cpuProfile string, fast bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cpuProfile != "" {
@@ -103,12 +107,15 @@ func watchers(ctx context.Context, url, cluster string, n int, mode, cpuProfile 
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var wg sync.WaitGroup
+	all := make([]*snapshots.Watcher, 0, n)
 	for k := range n {
 		g, err := gateway.New(cluster, gateway.Registerer(prometheus.NewRegistry()), gateway.Logger(quiet))
 		if err != nil {
 			return fmt.Errorf("gateway %d: %w", k, err)
 		}
-		w := snapshots.NewWatcher(url, "", cluster, nats.Name(fmt.Sprintf("fanout-gateway-%d", k)))
+		w := snapshots.NewWatcher(url, "", cluster, nats.Name(fmt.Sprintf("fanout-gateway-%d", k))).
+			With(snapshots.FastPath(fast), snapshots.WatchLogger(quiet))
+		all = append(all, w)
 		wg.Add(2)
 		go func() { defer wg.Done(); _ = w.Run(ctx) }()
 		go func() {
@@ -126,7 +133,15 @@ func watchers(ctx context.Context, url, cluster string, n int, mode, cpuProfile 
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "cpu" {
-			emit("CPU %d\n", cpuNanos())
+			var sum snapshots.WatchStats
+			for _, w := range all {
+				st := w.Stats()
+				sum.Fast += st.Fast
+				sum.Watch += st.Watch
+				sum.Duplicates += st.Duplicates
+				sum.NotNewer += st.NotNewer
+			}
+			emit("CPU %d %d %d %d %d\n", cpuNanos(), sum.Fast, sum.Watch, sum.Duplicates, sum.NotNewer)
 		}
 	}
 	cancel() // stdin closed: the publisher is done
@@ -166,8 +181,14 @@ type child struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	applied chan applied
-	cpu     chan int64
+	cpu     chan usage
 	errs    chan string
+}
+
+// usage is the watchers process's CPU time and its watchers' counts.
+type usage struct {
+	cpu                     time.Duration
+	fast, watch, dup, stale uint64
 }
 
 type applied struct {
@@ -176,12 +197,12 @@ type applied struct {
 	at      time.Time
 }
 
-func startChild(ctx context.Context, url, cluster string, n int, mode, cpuProfile string) (*child, error) {
+func startChild(ctx context.Context, url, cluster string, n int, mode, cpuProfile string, fast bool) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n), "-apply", mode, "-cpuprofile", cpuProfile)
+	cmd := exec.CommandContext(ctx, exe, "-role", "watchers", "-nats", url, "-cluster", cluster, "-gateways", strconv.Itoa(n), "-apply", mode, "-cpuprofile", cpuProfile, "-fast="+strconv.FormatBool(fast))
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -194,7 +215,7 @@ func startChild(ctx context.Context, url, cluster string, n int, mode, cpuProfil
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting watchers: %w", err)
 	}
-	c := &child{cmd: cmd, stdin: stdin, applied: make(chan applied, 4*n), cpu: make(chan int64, 1), errs: make(chan string, 16)}
+	c := &child{cmd: cmd, stdin: stdin, applied: make(chan applied, 4*n), cpu: make(chan usage, 1), errs: make(chan string, 16)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
@@ -205,9 +226,14 @@ func startChild(ctx context.Context, url, cluster string, n int, mode, cpuProfil
 				g, _ := strconv.Atoi(f[2])
 				ns, _ := strconv.ParseInt(f[3], 10, 64)
 				c.applied <- applied{v, g, time.Unix(0, ns)}
-			case len(f) == 2 && f[0] == "CPU":
+			case len(f) == 6 && f[0] == "CPU":
+				var u usage
 				ns, _ := strconv.ParseInt(f[1], 10, 64)
-				c.cpu <- ns
+				u.cpu = time.Duration(ns)
+				for i, p := range []*uint64{&u.fast, &u.watch, &u.dup, &u.stale} {
+					*p, _ = strconv.ParseUint(f[2+i], 10, 64)
+				}
+				c.cpu <- u
 			default:
 				select {
 				case c.errs <- sc.Text():
@@ -219,17 +245,17 @@ func startChild(ctx context.Context, url, cluster string, n int, mode, cpuProfil
 	return c, nil
 }
 
-func (c *child) cpuTime(ctx context.Context) (time.Duration, error) {
+func (c *child) cpuTime(ctx context.Context) (usage, error) {
 	if _, err := io.WriteString(c.stdin, "cpu\n"); err != nil {
-		return 0, err
+		return usage{}, err
 	}
 	select {
-	case ns := <-c.cpu:
-		return time.Duration(ns), nil
+	case u := <-c.cpu:
+		return u, nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return usage{}, ctx.Err()
 	case <-time.After(30 * time.Second):
-		return 0, errors.New("no cpu answer from the watchers")
+		return usage{}, errors.New("no cpu answer from the watchers")
 	}
 }
 
@@ -302,7 +328,7 @@ func snapshot(cluster string, version uint64, engines int, weights string) *sche
 		Clusters: []*schemas.ClusterWeights{cw}}
 }
 
-func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights, cpuProfile string) error {
+func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights, cpuProfile string, fast bool) error {
 	if weights != "same" && weights != "vary" && weights != "rtt" {
 		return fmt.Errorf("-weights %q: want same, vary or rtt", weights)
 	}
@@ -336,9 +362,9 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, weights %s, %d snapshots per size, max_payload %d, %d CPUs\n",
-		gateways, mode, weights, n, maxPayload, numCPU())
-	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms")
+	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, weights %s, %d snapshots per size, max_payload %d, fast path %v, %d CPUs\n",
+		gateways, mode, weights, n, maxPayload, fast, numCPU())
+	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s %7s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms", "fast %")
 	version := uint64(0)
 	for _, s := range strings.Split(sizes, ",") {
 		engines, err := strconv.Atoi(strings.TrimSpace(s))
@@ -350,7 +376,7 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 		if cpuProfile != "" {
 			profile = fmt.Sprintf("%s.%d", cpuProfile, engines)
 		}
-		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights, profile, &version); err != nil {
+		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights, profile, fast, &version); err != nil {
 			return fmt.Errorf("%d engines: %w", engines, err)
 		}
 	}
@@ -365,12 +391,12 @@ func numCPU() int {
 	return n
 }
 
-func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, weights string, cpuProfile string, version *uint64) error {
+func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, weights string, cpuProfile string, fast bool, version *uint64) error {
 	if need, avail := watcherBytes(gateways, engines, mode), availableBytes(); avail > 0 && need > avail*3/4 {
 		return fmt.Errorf("%d gateways at %d engines need about %.1f GB, %.1f GB available: use fewer -gateways",
 			gateways, engines, float64(need)/1e9, float64(avail)/1e9)
 	}
-	c, err := startChild(ctx, url, cluster, gateways, mode, cpuProfile)
+	c, err := startChild(ctx, url, cluster, gateways, mode, cpuProfile, fast)
 	if err != nil {
 		return err
 	}
@@ -418,11 +444,17 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	}
 	// The gateways' idle CPU (heartbeats, tickers) over the same span
 	// is included; the pauses are short.
-	cpu := ms(cpu1 - cpu0)
+	cpu := ms(cpu1.cpu - cpu0.cpu)
+	// The share of measured values offered first by the key's
+	// subscription (the rest by the KV watch).
+	fastPct := 0.0
+	if offered := (cpu1.fast - cpu0.fast) + (cpu1.watch - cpu0.watch); offered > 0 {
+		fastPct = 100 * float64(cpu1.fast-cpu0.fast) / float64(offered)
+	}
 	slices.Sort(lat)
 	slices.Sort(pubMs)
-	fmt.Printf("%9d %10d %9.2f %9.2f %9.2f %9.2f %12.1f %14.2f %14.3f\n", engines, size, pubMs[len(pubMs)/2],
-		pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1], cpu, cpu/float64(n), cpu/float64(n)/float64(gateways))
+	fmt.Printf("%9d %10d %9.2f %9.2f %9.2f %9.2f %12.1f %14.2f %14.3f %7.1f\n", engines, size, pubMs[len(pubMs)/2],
+		pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1], cpu, cpu/float64(n), cpu/float64(n)/float64(gateways), fastPct)
 	return nil
 }
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Snapshot fan-out: one publisher, 200 gateways watching their key on their
 # own NATS connections (a separate process), at 1,000 and 20,000 engines per
-# snapshot. Usage: bench/fanout/run.sh [-gateways N] [-engines 1000,20000] [-snapshots N]
+# snapshot. Usage: bench/fanout/run.sh [-gateways N] [-engines 1000,20000] [-snapshots N] [-fast]
 set -eu
 cd "$(dirname "$0")/../.."
 go build -o /tmp/switchyard-fanout ./bench/fanout

@@ -26,11 +26,16 @@ const kvOperation = "KV-Operation"
 // Watcher follows one cluster's key.
 //
 // It watches the key (a JetStream KV watch: the current value first, then
-// every put, caught up again after a reconnect) and, on the same
-// connection, subscribes to the key's subject with core NATS (a KV put is
-// a JetStream publish on $KV.<bucket>.<key>), which delivers a put's bytes
-// as it is published, before the KV watch does and at a fraction of the
-// server's cost. The KV watch is the source of truth: a value the
+// every put, caught up again after a reconnect) and, with FastPath, also
+// subscribes to the key's subject with core NATS on the same connection
+// (a KV put is a JetStream publish on $KV.<bucket>.<key>), which delivers
+// a put's bytes as it is published, usually before the KV watch does. It
+// is off by default: on one NATS server the server fans a core message out
+// to every subscriber from the publisher's connection, one subscriber
+// after the other, while the KV watches' consumers deliver in parallel, so
+// with 200 gateways it made delivery slower, not faster
+// (docs/optimizer.md, fan-out). With FastPath, the KV watch is the source
+// of truth: a value the
 // subscription offered is not offered again when the watch delivers the
 // same bytes (nor the one the reader took before it, when the watch lags a
 // put behind and that value is older than the last); any other value the
@@ -75,8 +80,8 @@ func WatchLogger(l *slog.Logger) WatchOpt {
 }
 
 // FastPath turns the core NATS subscription to the key's subject on or
-// off. Default on; off leaves the KV watch alone (as before, for
-// comparisons).
+// off. Default off: the KV watch alone. On needs subscribe permission on
+// $KV.<bucket>.> (refused, the watcher logs it once and watches alone).
 func FastPath(on bool) WatchOpt { return watchOpt(func(w *Watcher) { w.fast = on }) }
 
 // WatchStats counts what a watcher offered and skipped.
@@ -104,7 +109,7 @@ func NewWatcher(url, bucket, cluster string, opts ...nats.Option) *Watcher {
 		bucket = DefaultBucket
 	}
 	return &Watcher{url: url, bucket: bucket, cluster: cluster, opts: opts, retry: time.Second,
-		out: make(chan []byte, 1), log: slog.Default(), fast: true}
+		out: make(chan []byte, 1), log: slog.Default()}
 }
 
 // With applies opts (before Run) and returns w.

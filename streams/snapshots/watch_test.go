@@ -125,7 +125,7 @@ func TestWatcherFastPathBeforeWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := held{release: make(chan struct{})}
-	w := NewWatcher(ns.ClientURL(), "", "eu")
+	w := NewWatcher(ns.ClientURL(), "", "eu").With(FastPath(true))
 	w.relay = h.relay(ctx)
 	run(t, ctx, w)
 	if v, _ := versionOf(next(t, ctx, w)); v != 1 {
@@ -194,7 +194,7 @@ func TestWatcherStoreReplacesRefusedPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := held{release: make(chan struct{})}
-	w := NewWatcher(ns.ClientURL(), "", "eu")
+	w := NewWatcher(ns.ClientURL(), "", "eu").With(FastPath(true))
 	w.relay = h.relay(ctx)
 	run(t, ctx, w)
 	apply := func(what string) {
@@ -313,7 +313,7 @@ func TestWatcherSubscriptionRefused(t *testing.T) {
 	publish(1)
 	var log logged
 	w := NewWatcher(ns.ClientURL(), "", "eu", nats.UserInfo("gateway", "g"), nats.ReconnectWait(10*time.Millisecond)).
-		With(WatchLogger(slog.New(&log)))
+		With(FastPath(true), WatchLogger(slog.New(&log)))
 	run(t, ctx, w)
 	if v, _ := versionOf(next(t, ctx, w)); v != 1 {
 		t.Fatalf("initial version %d", v)
@@ -385,14 +385,16 @@ func keySubs(t *testing.T, ns *server.Server, name string) int {
 
 // TestWatcherSubscriptionEndsWithWatch: across reconnects the server
 // holds one subscription to the key's subject for the watcher, and none
-// once Run returns.
+// once Run returns; a watcher without FastPath holds none.
 func TestWatcherSubscriptionEndsWithWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	ns := testenv.NATS(t)
 	kv := openKV(t, ctx, ns)
 	const name = "switchyard-snapshot-watcher-eu"
-	w := NewWatcher(ns.ClientURL(), "", "eu", nats.ReconnectWait(10*time.Millisecond))
+	w := NewWatcher(ns.ClientURL(), "", "eu", nats.ReconnectWait(10*time.Millisecond)).With(FastPath(true))
+	off := NewWatcher(ns.ClientURL(), "", "eu", nats.Name("off"))
+	run(t, ctx, off)
 	wctx, wcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
@@ -409,8 +411,10 @@ func TestWatcherSubscriptionEndsWithWatch(t *testing.T) {
 				break
 			}
 		}
-		if n := keySubs(t, ns, name); n != 1 {
-			t.Fatalf("after %d reconnects: %d subscriptions to the key", v-1, n)
+		testenv.Eventually(t, 5*time.Second, func() bool { return keySubs(t, ns, name) == 1 },
+			fmt.Sprintf("after %d reconnects: not one subscription to the key", v-1))
+		if got, _ := versionOf(next(t, ctx, off)); got < v-1 || keySubs(t, ns, "off") != 0 {
+			t.Fatalf("the watcher without FastPath: version %d, %d subscriptions to the key", got, keySubs(t, ns, "off"))
 		}
 	}
 	wcancel()

@@ -25,15 +25,11 @@ const (
 	// NATSOptimizer creates the snapshot bucket and audit stream and
 	// writes both.
 	NATSOptimizer NATSRole = "optimizer"
-	// NATSGateway watches the snapshot bucket (it cannot write it) and
-	// subscribes to its keys' subjects (KVSubjects: a put reaches it as
-	// published, streams/snapshots.Watcher), and publishes and subscribes
-	// to the gateways' load reports (PeerLoadSubjects, gateway/peers).
+	// NATSGateway watches the snapshot bucket (it cannot write it), and
+	// publishes and subscribes to the gateways' load reports
+	// (PeerLoadSubjects, gateway/peers).
 	NATSGateway NATSRole = "gateway"
 )
-
-// KVSubjects is the subject of every put to the default snapshot bucket.
-const KVSubjects = "$KV.switchyard_snapshots.>"
 
 // PeerLoadSubjects is the subject of every gateway's load reports with
 // the default prefix (peers.Wildcard("")).
@@ -64,7 +60,7 @@ func (r NATSRole) Permissions() *server.Permissions {
 		)}, Subscribe: sub}
 	case NATSGateway:
 		return &server.Permissions{Publish: &server.SubjectPermission{Allow: append(readKV, PeerLoadSubjects)},
-			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", PeerLoadSubjects, KVSubjects}}}
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", PeerLoadSubjects}}}
 	default:
 		return &server.Permissions{Publish: &server.SubjectPermission{Allow: readKV}, Subscribe: sub}
 	}
