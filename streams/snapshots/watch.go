@@ -37,9 +37,10 @@ const kvOperation = "KV-Operation"
 // (docs/optimizer.md, fan-out). With FastPath, the KV watch is the source
 // of truth: a value the
 // subscription offered is not offered again when the watch delivers the
-// same bytes (nor the one the reader took before it, when the watch lags a
-// put behind and that value is older than the last); any other value the
-// watch delivers is offered, so a publish the stream refused (a
+// same bytes (nor a value the reader took before, when every value
+// offered since is newer: the watch lags puts behind, and a gateway takes
+// no version below the one it holds); any other value the watch delivers
+// is offered, so a publish the stream refused (a
 // compare-and-set put that lost) is replaced by what the store holds, at
 // the same version too (the gateway takes an equal version with another
 // entry); and the subscription's values not newer than the version the
@@ -264,7 +265,10 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	if w.relay != nil {
 		updates = w.relay(updates)
 	}
-	var st offered
+	st := offered{keep: 1}
+	if fast != nil {
+		st.keep = recent
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -288,28 +292,63 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	}
 }
 
+// recent is how many values a watch with the key's subscription keeps
+// (the last offered and those the reader took before it).
+const recent = 4
+
+// sent is a value offered and its version (0 when it does not read).
+type sent struct {
+	b   []byte
+	ver uint64
+}
+
 // offered is what one watch offered and what the store holds as far as
 // the KV watch told.
 type offered struct {
-	last      []byte // offered last
-	lastVer   uint64 // its version (0 when it does not read)
-	prev      []byte // the reader took it, and nothing but last since
+	// sent holds up to keep values, oldest first: the last one offered
+	// and, before it, values the reader took.
+	sent      []sent
+	keep      int
 	stored    bool   // the KV watch delivered a value
 	storedVer uint64 // its version
 }
 
+// last is the value offered last, or nil.
+func (st *offered) last() []byte {
+	if len(st.sent) == 0 {
+		return nil
+	}
+	return st.sent[len(st.sent)-1].b
+}
+
+// seen reports whether the reader took v (of version ver) and every
+// value offered after it is newer: offering it again changes nothing
+// for a reader that takes no version below the one it holds.
+func (st *offered) seen(v []byte, ver uint64) bool {
+	if len(st.sent) < 2 {
+		return false
+	}
+	after := st.sent[len(st.sent)-1].ver
+	for i := len(st.sent) - 2; i >= 0; i-- {
+		s := st.sent[i]
+		if s.ver == ver && ver < after && bytes.Equal(s.b, v) {
+			return true
+		}
+		after = min(after, s.ver)
+	}
+	return false
+}
+
 // offerStored offers v, a value from the KV watch, unless it is the one
-// offered last (the subscription's, usually), or the one the reader
-// took before that, older than the last: the KV watch lags behind the
-// subscription, and a gateway, which takes no version below the one it
-// holds, would refuse it or hold it already.
+// offered last (the subscription's, usually) or one the reader took with
+// only newer values offered since (the watch lags behind the
+// subscription).
 func (w *Watcher) offerStored(st *offered, v []byte) {
 	ver, ok := versionOf(v)
 	if ok {
 		st.stored, st.storedVer = true, ver
 	}
-	if st.last != nil && bytes.Equal(st.last, v) ||
-		ok && ver < st.lastVer && st.prev != nil && bytes.Equal(st.prev, v) {
+	if last := st.last(); last != nil && bytes.Equal(last, v) || ok && st.seen(v, ver) {
 		w.stats.dup.Add(1)
 		return
 	}
@@ -322,7 +361,7 @@ func (w *Watcher) offerStored(st *offered, v []byte) {
 // refused it, or it is older than what the KV watch delivered); a value
 // whose version does not read is left to the KV watch.
 func (w *Watcher) offerFast(st *offered, v []byte) {
-	if st.last != nil && bytes.Equal(st.last, v) {
+	if last := st.last(); last != nil && bytes.Equal(last, v) {
 		w.stats.dup.Add(1)
 		return
 	}
@@ -363,10 +402,13 @@ func (w *Watcher) offer(st *offered, v []byte, ver uint64) {
 	for {
 		select {
 		case w.out <- v:
-			if taken {
-				st.prev = st.last
+			if !taken && len(st.sent) > 0 { // the reader never got the value offered last
+				st.sent = st.sent[:len(st.sent)-1]
 			}
-			st.last, st.lastVer = v, ver
+			if keep := max(st.keep, 1); len(st.sent) >= keep {
+				st.sent = append(st.sent[:0], st.sent[len(st.sent)-keep+1:]...)
+			}
+			st.sent = append(st.sent, sent{v, ver})
 			return
 		default:
 		}
