@@ -30,6 +30,24 @@ func NATS(t testing.TB) *server.Server {
 	return s
 }
 
+// NATSWith starts a JetStream-enabled NATS server on a free loopback
+// port with opt's other settings (users, limits), storing under
+// t.TempDir(), and shuts it down at cleanup.
+func NATSWith(t testing.TB, opt server.Options) *server.Server {
+	t.Helper()
+	opt.Host, opt.Port, opt.JetStream, opt.StoreDir, opt.NoLog, opt.NoSigs = "127.0.0.1", -1, true, t.TempDir(), true, true
+	s, err := server.NewServer(&opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
 // JetStream connects to s and returns a JetStream context.
 func JetStream(t testing.TB, s *server.Server) jetstream.JetStream {
 	t.Helper()

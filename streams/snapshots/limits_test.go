@@ -21,16 +21,7 @@ import (
 // snapshot that fits still goes through.
 func TestPublishTooLargeNamesTheLimit(t *testing.T) {
 	const limit = 4 << 10
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: limit})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := testenv.NATSWith(t, server.Options{MaxPayload: limit})
 	js := testenv.JetStream(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

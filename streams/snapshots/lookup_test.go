@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
@@ -35,19 +36,10 @@ var readerPermissions = &server.Permissions{
 // Lookup it and read every snapshot; Lookup of a missing bucket is
 // ErrNoBucket, and creates nothing.
 func TestLookupReadOnly(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true, Users: []*server.User{
-			{Username: "optimizer", Password: "o"},
-			{Username: "reader", Password: "r", Permissions: readerPermissions},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := testenv.NATSWith(t, server.Options{Users: []*server.User{
+		{Username: "optimizer", Password: "o"},
+		{Username: "reader", Password: "r", Permissions: readerPermissions},
+	}})
 	connect := func(user, pass string) jetstream.JetStream {
 		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, pass),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusals are expected

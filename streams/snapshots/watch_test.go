@@ -282,17 +282,8 @@ func TestWatcherSubscriptionRefused(t *testing.T) {
 			"$JS.API.DIRECT.GET." + kvStream + ".>", "$JS.API.STREAM.MSG.GET." + kvStream, "$JS.FC." + kvStream + ".>"}},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
 	}
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true, Users: []*server.User{{Username: "admin", Password: "a"},
-			{Username: "gateway", Password: "g", Permissions: oldGateway}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats not ready")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ns := testenv.NATSWith(t, server.Options{Users: []*server.User{{Username: "admin", Password: "a"},
+		{Username: "gateway", Password: "g", Permissions: oldGateway}}})
 	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("admin", "a"))
 	if err != nil {
 		t.Fatal(err)
