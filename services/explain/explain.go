@@ -182,12 +182,18 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 }
 
 // residency is the CACHE S cell: the engine's prefix-cache residency in
-// seconds, "-" when unknown.
+// seconds (one decimal, three significant digits under a second, so the
+// processor's 1 ms floor does not read as 0.0), "-" when unknown.
 func residency(ex *schemas.Explanation) string {
-	if r := ex.GetCacheResidencyS(); r > 0 {
+	r := ex.GetCacheResidencyS()
+	switch {
+	case !(r > 0):
+		return "-"
+	case r < 1:
+		return fmt.Sprintf("%.3g", r)
+	default:
 		return fmt.Sprintf("%.1f", r)
 	}
-	return "-"
 }
 
 // batchLimit is the MAX BATCH cell: "16 (inferred)", "-" when unknown.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,19 @@ func TestExplainSolveTime(t *testing.T) {
 		line = line[:strings.IndexByte(line, '\n')]
 		if !strings.Contains(line, tc.want) || strings.Contains(line, tc.lack) {
 			t.Errorf("solve_ms %v: %q, want %q and no %q", tc.ms, line, tc.want, tc.lack)
+		}
+	}
+}
+
+// TestResidencyCell: the CACHE S cell keeps a sub-second residency
+// readable (the processor's floor is 1 ms) and says "-" when unknown.
+func TestResidencyCell(t *testing.T) {
+	for _, tc := range []struct {
+		s    float64
+		want string
+	}{{0, "-"}, {math.NaN(), "-"}, {0.001, "0.001"}, {0.25, "0.25"}, {0.12345, "0.123"}, {1, "1.0"}, {42.46, "42.5"}} {
+		if got := residency(&schemas.Explanation{CacheResidencyS: tc.s}); got != tc.want {
+			t.Errorf("residency %v: %q, want %q", tc.s, got, tc.want)
 		}
 	}
 }
