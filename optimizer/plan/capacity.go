@@ -52,6 +52,9 @@ const (
 	// minute or more: 0.05 a window averages over about 20 windows (40 s
 	// at a 2 s slide).
 	residencyGain = 0.05
+	// residencyBand: the published residency follows the tracked one
+	// once they differ by more than this share (see residency).
+	residencyBand = 0.1
 )
 
 type capacityState struct {
@@ -65,8 +68,11 @@ type capacityState struct {
 	// capacityMemoryMs.
 	batch uint32
 	// turnover is 1 / cache residency (per second), tracked across
-	// windows with residencyGain; 0: unknown.
-	turnover float64
+	// windows with residencyGain; 0: unknown. published is the residency
+	// the plan publishes: the tracked one once it departs from the last
+	// published by more than residencyBand (see residency).
+	turnover  float64
+	published float64
 }
 
 // observe folds e in (a window not newer than the last one is ignored).
@@ -91,6 +97,9 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 			s.turnover = x
 		} else {
 			s.turnover += float64(residencyGain * (x - s.turnover))
+		}
+		if t := 1 / s.turnover; !(s.published > 0) || math.Abs(t-s.published) > residencyBand*s.published {
+			s.published = t
 		}
 	}
 	if !finite(c) || c <= 0 || !finite(x) {
@@ -137,11 +146,18 @@ func (s *capacityState) capacity(e *schemas.EngineEstimate) (lo, hi float64) {
 	return unmeasuredHeadroom * hi, hi
 }
 
-// residency is the tracked prefix-cache residency of the engine in
-// seconds (0: unknown).
+// residency is the prefix-cache residency of the engine the plan
+// publishes, in seconds (0: unknown): the tracked residency, held while
+// it stays within residencyBand of the value last published. The tracked
+// value moves a little every window (residencyGain), and a published
+// value that changes every window makes every snapshot a new plan to
+// the gateways (a new table, 0.35 ms of a gateway's CPU at 1,000
+// engines, where an unchanged plan costs 0.06: docs/optimizer.md,
+// fan-out); a prefix's survival is not known to 10% anyway
+// (docs/notes/2026-12-picker.md).
 func (s *capacityState) residency() float64 {
-	if s == nil || !(s.turnover > 0) || !finite(s.turnover) {
+	if s == nil || !(s.published > 0) || !finite(s.published) {
 		return 0
 	}
-	return 1 / s.turnover
+	return s.published
 }
