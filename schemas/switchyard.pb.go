@@ -1804,9 +1804,12 @@ func (*Estimate_Network) isEstimate_Kind() {}
 
 // Explanation says why an engine got its weight.
 type Explanation struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	NetworkMs float64                `protobuf:"fixed64,1,opt,name=network_ms,json=networkMs,proto3" json:"network_ms,omitempty"`
-	EngineMs  float64                `protobuf:"fixed64,2,opt,name=engine_ms,json=engineMs,proto3" json:"engine_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Network round trip from the cluster to the engine the plan used, in
+	// ms: a measured one is republished only once it moves by more than
+	// 10% or 1 ms, else the static region value.
+	NetworkMs float64 `protobuf:"fixed64,1,opt,name=network_ms,json=networkMs,proto3" json:"network_ms,omitempty"`
+	EngineMs  float64 `protobuf:"fixed64,2,opt,name=engine_ms,json=engineMs,proto3" json:"engine_ms,omitempty"`
 	// Marginal end-to-end latency of one more unit of this cluster's
 	// traffic on this engine (the dual price), in ms.
 	MarginalMs float64 `protobuf:"fixed64,3,opt,name=marginal_ms,json=marginalMs,proto3" json:"marginal_ms,omitempty"`
@@ -1825,8 +1828,8 @@ type Explanation struct {
 	// it as waiting for a slot.
 	MaxConcurrency uint32 `protobuf:"varint,7,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	// The engine's prefix-cache residency as the planner tracks it across
-	// windows (from EngineEstimate.cache_residency_s), in seconds; 0
-	// unknown. Gateways credit no prefix they sent the engine longer ago
+	// windows (from EngineEstimate.cache_residency_s), republished only
+	// once it moves by more than 10%, in seconds; 0 unknown. Gateways credit no prefix they sent the engine longer ago
 	// than this.
 	CacheResidencyS float64 `protobuf:"fixed64,8,opt,name=cache_residency_s,json=cacheResidencyS,proto3" json:"cache_residency_s,omitempty"`
 	unknownFields   protoimpl.UnknownFields
