@@ -48,10 +48,11 @@ func NATSWith(t testing.TB, opt server.Options) *server.Server {
 	return s
 }
 
-// JetStream connects to s and returns a JetStream context.
-func JetStream(t testing.TB, s *server.Server) jetstream.JetStream {
+// JetStream connects to s with opts (a user, an error handler) and
+// returns a JetStream context.
+func JetStream(t testing.TB, s *server.Server, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

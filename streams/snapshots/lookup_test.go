@@ -41,17 +41,8 @@ func TestLookupReadOnly(t *testing.T) {
 		{Username: "reader", Password: "r", Permissions: readerPermissions},
 	}})
 	connect := func(user, pass string) jetstream.JetStream {
-		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, pass),
+		return testenv.JetStream(t, ns, nats.UserInfo(user, pass),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusals are expected
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -284,15 +284,7 @@ func TestWatcherSubscriptionRefused(t *testing.T) {
 	}
 	ns := testenv.NATSWith(t, server.Options{Users: []*server.User{{Username: "admin", Password: "a"},
 		{Username: "gateway", Password: "g", Permissions: oldGateway}}})
-	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("admin", "a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testenv.JetStream(t, ns, nats.UserInfo("admin", "a"))
 	st, err := Open(ctx, js)
 	if err != nil {
 		t.Fatal(err)
