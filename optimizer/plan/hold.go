@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"maps"
 	"math"
 
 	opt "github.com/switchyard-llm/switchyard/optimizer"
@@ -82,7 +83,7 @@ func hold(in *opt.Instance, share float64, cws []*schemas.ClusterWeights) map[st
 		return nil
 	}
 	solver := loads(cws)
-	heldLoad := loads(cws)
+	heldLoad := maps.Clone(solver)
 	for _, h := range keep {
 		d := h.cw.GetDemandRps()
 		for i, w := range h.cw.GetWeights() {
@@ -154,10 +155,10 @@ func loads(cws []*schemas.ClusterWeights) map[string]float64 {
 
 // bandMove returns how far, as a share λ in [0, 1] of the way from the
 // held weights' loads to the solver's, the held clusters must move for
-// no engine to carry more than holdOverload × MaxUtilization × capacity:
-// 0 when the held weights fit, 1 (the solver's weights) when an engine
-// they load is unhealthy or the solver's own loads do not bring an
-// overloaded engine down. Loads are linear in λ, so each overloaded
+// no engine to carry more than min(holdOverload × MaxUtilization, 1) ×
+// capacity: 0 when the held weights fit, 1 (the solver's weights) when
+// an engine they load is unhealthy or the solver's own loads do not
+// bring an overloaded engine down. Loads are linear in λ, so each overloaded
 // engine needs λ ≥ (held − limit) / (held − solver).
 func bandMove(in *opt.Instance, held, solver map[string]float64) float64 {
 	lambda := 0.0
