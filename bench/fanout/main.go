@@ -60,7 +60,7 @@ func main() {
 	cluster := flag.String("cluster", "fanout", "cluster key (watchers)")
 	apply := flag.String("apply", "gateway", "what a watcher does with a value: gateway (gateway.ApplySnapshot), decode (proto.Unmarshal only) or none")
 	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
-	cpuProfile := flag.String("cpuprofile", "", "write the watchers process's CPU profile to this file, suffixed with .ENGINES")
+	cpuProfile := flag.String("cpuprofile", "", "write the watchers process's CPU profile to this file, suffixed with .ENGINES, and the publisher's (with the NATS server) to this file suffixed with .server")
 	fast := flag.Bool("fast", false, "watchers also subscribe to the key's subject (snapshots.FastPath); default the KV watch alone, as gateways run")
 	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes), vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table) or rtt (the same weights, every engine's network estimate moves: a new picker table, the same Maglev table)")
 	flag.Parse()
@@ -337,6 +337,19 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if cpuProfile != "" {
+		// The publisher's process holds the NATS server: its profile is
+		// the server's side of the fan-out.
+		f, err := os.Create(cpuProfile + ".server")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	// The default max payload (1 MB) does not carry a 20,000-engine
 	// snapshot (about 2 MB): "nats: maximum payload exceeded".
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
