@@ -66,6 +66,7 @@ type cfg struct {
 	now          func() time.Time
 	maxSkew      time.Duration
 	replicas     int
+	compression  string
 }
 
 // Signer makes the store sign every snapshot it publishes with s, and
@@ -124,6 +125,9 @@ func (c *cfg) validate() error {
 	}
 	if c.replicas < 0 {
 		return fmt.Errorf("snapshot store replicas %d: must not be negative", c.replicas)
+	}
+	if err := checkCompression(c.compression); err != nil {
+		return err
 	}
 	if c.signer != nil {
 		c.verifier = trust.NewVerifier(c.signer.Public())
@@ -279,9 +283,26 @@ func (s *Store) encode(snap *schemas.WeightSnapshot) ([]byte, error) {
 	return s.cfg.signer.Sign(b), nil
 }
 
-// decode decodes a stored value, reporting ErrUntrusted for one dated in
-// the future or, with a signer, not signed by it.
-func (s *Store) decode(b []byte) (*schemas.WeightSnapshot, error) {
+// decode decodes a stored value (compressed or not, see DecodeValue),
+// reporting ErrUntrusted for one dated in the future or, with a signer,
+// not signed by it.
+func (s *Store) decode(v []byte) (*schemas.WeightSnapshot, error) {
+	_, snap, err := s.decodeBoth(v)
+	return snap, err
+}
+
+// decodeBoth is decode that also returns the value's protobuf bytes.
+func (s *Store) decodeBoth(v []byte) ([]byte, *schemas.WeightSnapshot, error) {
+	b, err := DecodeValue(v)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decoding snapshot: %w", err)
+	}
+	snap, err := s.decodeSnapshot(b)
+	return b, snap, err
+}
+
+// decodeSnapshot is decode of a value's protobuf bytes (DecodeValue's).
+func (s *Store) decodeSnapshot(b []byte) (*schemas.WeightSnapshot, error) {
 	var snap schemas.WeightSnapshot
 	if err := proto.Unmarshal(b, &snap); err != nil {
 		return nil, fmt.Errorf("decoding snapshot: %w", err)
@@ -301,9 +322,13 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 	if !validKey.MatchString(cluster) {
 		return fmt.Errorf("%w: %q", ErrInvalidKey, cluster)
 	}
-	b, err := s.encode(snap)
+	raw, err := s.encode(snap)
 	if err != nil {
 		return fmt.Errorf("encoding snapshot for %q: %w", cluster, err)
+	}
+	b, err := compress(s.cfg.compression, raw)
+	if err != nil {
+		return fmt.Errorf("compressing snapshot for %q: %w", cluster, err)
 	}
 	if err := s.checkSize(fmt.Sprintf("snapshot %d of cluster %q", snap.GetVersion(), cluster), len(b), nil); err != nil {
 		return err
@@ -321,10 +346,11 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 		case err != nil:
 			return fmt.Errorf("reading snapshot key %q: %w", cluster, err)
 		}
-		// An untrusted or undecodable value is overwritten.
-		if cur, err := s.decode(e.Value()); err == nil && cur.GetVersion() >= snap.GetVersion() {
-			if bytes.Equal(e.Value(), b) {
-				return nil // the same value, written by another replica
+		// An untrusted or undecodable value is overwritten. Values are
+		// compared decoded, so replicas that compress differently agree.
+		if stored, cur, err := s.decodeBoth(e.Value()); err == nil && cur.GetVersion() >= snap.GetVersion() {
+			if bytes.Equal(stored, raw) {
+				return nil // the same snapshot, written by another replica
 			}
 			return fmt.Errorf("%w: cluster %q holds %d, got %d", ErrStaleVersion, cluster, cur.GetVersion(), snap.GetVersion())
 		}
@@ -346,15 +372,31 @@ func (s *Store) Get(ctx context.Context, cluster string) (*schemas.WeightSnapsho
 	if err != nil {
 		return nil, err
 	}
-	snap, err := s.decode(b)
+	snap, err := s.decodeSnapshot(b)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot of %q: %w", cluster, err)
 	}
 	return snap, nil
 }
 
-// GetRaw returns the stored bytes of cluster's latest snapshot.
+// GetRaw returns the protobuf bytes of cluster's latest snapshot (as
+// signed): the stored value, decompressed when it is compressed (see
+// DecodeValue; a compressed value that does not decode fails with
+// ErrValue).
 func (s *Store) GetRaw(ctx context.Context, cluster string) ([]byte, error) {
+	v, err := s.getValue(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	b, err := DecodeValue(v)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot of %q: %w", cluster, err)
+	}
+	return b, nil
+}
+
+// getValue returns the value stored under cluster's key.
+func (s *Store) getValue(ctx context.Context, cluster string) ([]byte, error) {
 	if !validKey.MatchString(cluster) {
 		return nil, fmt.Errorf("%w: %q", ErrInvalidKey, cluster)
 	}
@@ -404,8 +446,12 @@ func (s *Store) History(ctx context.Context, cluster string) ([]*schemas.WeightS
 	}
 	out := make([]*schemas.WeightSnapshot, 0, len(es))
 	for _, e := range es {
+		if e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		b, err := DecodeValue(e.Value())
 		var snap schemas.WeightSnapshot
-		if e.Operation() != jetstream.KeyValuePut || proto.Unmarshal(e.Value(), &snap) != nil {
+		if err != nil || proto.Unmarshal(b, &snap) != nil {
 			continue
 		}
 		out = append(out, &snap)

@@ -97,9 +97,13 @@ type WatchStats struct {
 	// NotNewer: the subscription's values skipped, not newer than the
 	// version the KV watch delivered last (a publish the stream refused).
 	NotNewer uint64
+	// Invalid: compressed values that did not decode (DecodeValue's
+	// ErrValue), from either source; each is logged, and offered as
+	// stored when it is offered at all.
+	Invalid uint64
 }
 
-type watchCounters struct{ fast, watch, dup, notNewer atomic.Uint64 }
+type watchCounters struct{ fast, watch, dup, notNewer, invalid atomic.Uint64 }
 
 // NewWatcher returns a watcher of cluster's key in bucket ("" means
 // DefaultBucket) on the NATS server at url. It owns its own connection so
@@ -124,14 +128,19 @@ func (w *Watcher) With(opts ...WatchOpt) *Watcher {
 // Stats returns the watcher's counts so far.
 func (w *Watcher) Stats() WatchStats {
 	return WatchStats{Fast: w.stats.fast.Load(), Watch: w.stats.watch.Load(),
-		Duplicates: w.stats.dup.Load(), NotNewer: w.stats.notNewer.Load()}
+		Duplicates: w.stats.dup.Load(), NotNewer: w.stats.notNewer.Load(), Invalid: w.stats.invalid.Load()}
 }
 
-// Updates delivers the raw bytes of every value put under the key (the
-// current one first), newest-wins: a slow reader misses intermediate
-// values, never the latest. A value is delivered again only if other
-// bytes were delivered in between, or after a reconnect. The channel is
-// closed when Run returns.
+// Updates delivers the protobuf bytes of every value put under the key
+// (the current one first), newest-wins: a slow reader misses intermediate
+// values, never the latest. A compressed value (Compression) is delivered
+// decoded (DecodeValue), so the reader sees the signed protobuf whatever
+// the optimizer writes; one that does not decode is logged, counted
+// (WatchStats.Invalid) and delivered as stored, so the reader rejects it
+// as it rejects any value that is not a snapshot (a gateway: reason
+// "decode", keeping its snapshot). A value is delivered again only if
+// other bytes were delivered in between, or after a reconnect. The
+// channel is closed when Run returns.
 func (w *Watcher) Updates() <-chan []byte { return w.out }
 
 // Run watches until ctx is done, reconnecting and re-watching after any
@@ -339,11 +348,24 @@ func (st *offered) seen(v []byte, ver uint64) bool {
 	return false
 }
 
-// offerStored offers v, a value from the KV watch, unless it is the one
-// offered last (the subscription's, usually) or one the reader took with
-// only newer values offered since (the watch lags behind the
-// subscription).
+// decoded is v decoded (DecodeValue), or v itself, counted and logged,
+// when it does not decode.
+func (w *Watcher) decoded(v []byte, source string) []byte {
+	b, err := DecodeValue(v)
+	if err != nil {
+		w.stats.invalid.Add(1)
+		w.log.Warn("snapshot value rejected", "bucket", w.bucket, "cluster", w.cluster, "source", source, "bytes", len(v), "err", err)
+		return v
+	}
+	return b
+}
+
+// offerStored offers v, a value from the KV watch (decoded first),
+// unless it is the one offered last (the subscription's, usually) or one
+// the reader took with only newer values offered since (the watch lags
+// behind the subscription).
 func (w *Watcher) offerStored(st *offered, v []byte) {
+	v = w.decoded(v, "watch")
 	ver, ok := versionOf(v)
 	if ok {
 		st.stored, st.storedVer = true, ver
@@ -356,11 +378,13 @@ func (w *Watcher) offerStored(st *offered, v []byte) {
 	w.offer(st, v, ver)
 }
 
-// offerFast offers v, a value published on the key's subject, unless it
-// is the one offered last or not newer than the store's (the stream
-// refused it, or it is older than what the KV watch delivered); a value
-// whose version does not read is left to the KV watch.
+// offerFast offers v, a value published on the key's subject (decoded
+// first), unless it is the one offered last or not newer than the
+// store's (the stream refused it, or it is older than what the KV watch
+// delivered); a value whose version does not read is left to the KV
+// watch.
 func (w *Watcher) offerFast(st *offered, v []byte) {
+	v = w.decoded(v, "subscription")
 	if last := st.last(); last != nil && bytes.Equal(last, v) {
 		w.stats.dup.Add(1)
 		return
