@@ -15,6 +15,7 @@
 //	go run ./bench/fanout -weights vary                   # every snapshot a new plan
 //	go run ./bench/fanout -weights rtt                    # the same weights, new network estimates
 //	go run ./bench/fanout -fast                           # watchers with snapshots.FastPath (the key's subject too)
+//	go run ./bench/fanout -compression s2                 # the publisher writes S2-compressed values (snapshots.Compression)
 //
 // Each snapshot is published once every gateway has applied the previous
 // one and -interval has passed, so latencies are not queueing behind
@@ -29,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -62,6 +64,7 @@ func main() {
 	maxPayload := flag.Int("max-payload", 8<<20, "the NATS server's max_payload in bytes (its default, 1 MB, is below a 20,000-engine snapshot)")
 	cpuProfile := flag.String("cpuprofile", "", "write the watchers process's CPU profile to this file, suffixed with .ENGINES, and the publisher's (with the NATS server) to this file suffixed with .server")
 	fast := flag.Bool("fast", false, "watchers also subscribe to the key's subject (snapshots.FastPath); default the KV watch alone, as gateways run")
+	compression := flag.String("compression", snapshots.CompressionNone, "how the publisher writes the KV values: none (the signed protobuf) or s2 (snapshots.Compression; the watchers read both)")
 	weights := flag.String("weights", "same", "same (every snapshot carries the same plan, only its version changes), vary (every snapshot moves every engine's weight, so every gateway refills its Maglev table) or rtt (the same weights, every engine's network estimate moves: a new picker table, the same Maglev table)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -70,7 +73,7 @@ func main() {
 	if *role == "watchers" {
 		err = watchers(ctx, *url, *cluster, *gateways, *apply, *cpuProfile, *fast)
 	} else {
-		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights, *cpuProfile, *fast)
+		err = publisher(ctx, *gateways, *engines, *n, *interval, *apply, *maxPayload, *weights, *compression, *cpuProfile, *fast)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fanout:", err)
@@ -295,42 +298,58 @@ func (c *child) waitAll(ctx context.Context, v uint64, n int, timeout time.Durat
 	return at, nil
 }
 
-// snapshot is version of cluster's plan over engines: equal weights, or
-// with weights "vary" weights between 1 and 1.5 (before normalizing)
-// that differ from one version to the next, or with weights "rtt" equal
-// weights and network estimates that differ from one version to the
-// next.
+// snapshot is version of cluster's plan over engines. Each engine's
+// values come from a PRNG seeded by the engine (and by the region for its
+// network estimate), as varied as a solver's full-precision numbers:
+// weights (1 to 10 before normalizing), engine_ms (150 to 400),
+// marginal_ms (1.2 to 3 times engine_ms), planned_utilization (0.2 to
+// 0.9) and network_ms (per region, 150 regions). With weights "same"
+// every version carries the same plan; "vary" draws every engine's
+// weight again for each version; "rtt" draws every engine's network
+// estimate again for each version (the same weights).
 func snapshot(cluster string, version uint64, engines int, weights string) *schemas.WeightSnapshot {
 	cw := &schemas.ClusterWeights{Cluster: cluster, DemandRps: 1000, ExpectedLatencyMs: 250}
 	w := make([]float64, engines)
 	sum := 0.0
 	for j := range w {
-		w[j] = 1
+		w[j] = 1 + 9*rng(2<<32+uint64(j), 0).Float64()
 		if weights == "vary" {
-			w[j] += float64((uint64(j)*7919+version*104729)%101) / 200
+			w[j] = 1 + 9*rng(2<<32+uint64(j), version).Float64()
 		}
 		sum += w[j]
 	}
 	for j := range engines {
-		rtt := 2 + float64(j%150)
+		r := rng(uint64(j), 0)
+		engineMs := 150 + 250*r.Float64()
+		marginal := engineMs * (1.2 + 1.8*r.Float64())
+		util := 0.2 + 0.7*r.Float64()
+		region := uint64(j % 150)
+		rtt := 2 + float64(region) + rng(1<<32+region, 0).Float64()
 		if weights == "rtt" {
-			rtt += float64((uint64(j)*7919+version*104729)%101) / 100
+			rtt += rng(uint64(j), version).Float64()
 		}
 		cw.Weights = append(cw.Weights, &schemas.EngineWeight{
 			EngineId:           fmt.Sprintf("e-%05d", j),
 			EndpointUrl:        fmt.Sprintf("http://e-%05d.engines.example.net:8000", j),
 			Weight:             w[j] / sum,
-			Explanation:        &schemas.Explanation{NetworkMs: rtt, EngineMs: 200, MarginalMs: 400},
-			PlannedUtilization: 0.7,
+			Explanation:        &schemas.Explanation{NetworkMs: rtt, EngineMs: engineMs, MarginalMs: marginal},
+			PlannedUtilization: util,
 		})
 	}
 	return &schemas.WeightSnapshot{SchemaVersion: 1, Version: version, CreatedUnixMs: time.Now().UnixMilli(),
 		Clusters: []*schemas.ClusterWeights{cw}}
 }
 
-func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights, cpuProfile string, fast bool) error {
+// rng is the deterministic PRNG of one engine (or region) and version.
+func rng(key, version uint64) *rand.Rand { return rand.New(rand.NewPCG(key, version)) }
+
+func publisher(ctx context.Context, gateways int, sizes string, n int, interval time.Duration, mode string, maxPayload int, weights, compression, cpuProfile string, fast bool) error {
 	if weights != "same" && weights != "vary" && weights != "rtt" {
 		return fmt.Errorf("-weights %q: want same, vary or rtt", weights)
+	}
+	compress, err := snapshots.ParseCompression(compression)
+	if err != nil {
+		return fmt.Errorf("-compression: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "switchyard-fanout-")
 	if err != nil {
@@ -371,13 +390,19 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 	if err != nil {
 		return err
 	}
-	store, err := snapshots.Open(ctx, js)
+	store, err := snapshots.Open(ctx, js, compress)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, weights %s, %d snapshots per size, max_payload %d, fast path %v, %d CPUs\n",
-		gateways, mode, weights, n, maxPayload, fast, numCPU())
-	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s %7s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms", "fast %")
+	kv, err := js.KeyValue(ctx, snapshots.DefaultBucket)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d gateways (own NATS connections, one process), apply %s, weights %s, compression %s, %d snapshots per size, max_payload %d, fast path %v, %d CPUs\n",
+		gateways, mode, weights, compression, n, maxPayload, fast, numCPU())
+	// bytes: the protobuf snapshot; value bytes: what the KV holds (the
+	// compressed form with -compression s2), and ratio bytes/value bytes.
+	fmt.Printf("%9s %10s %9s %9s %9s %9s %12s %14s %14s %7s %12s %6s\n", "engines", "bytes", "pub ms", "p50 ms", "p99 ms", "max ms", "gw cpu ms", "cpu/snap ms", "cpu/gw/snap ms", "fast %", "value bytes", "ratio")
 	version := uint64(0)
 	for _, s := range strings.Split(sizes, ",") {
 		engines, err := strconv.Atoi(strings.TrimSpace(s))
@@ -389,7 +414,7 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 		if cpuProfile != "" {
 			profile = fmt.Sprintf("%s.%d", cpuProfile, engines)
 		}
-		if err := measure(ctx, store, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights, profile, fast, &version); err != nil {
+		if err := measure(ctx, store, kv, ns.ClientURL(), cluster, gateways, engines, n, interval, mode, weights, profile, fast, &version); err != nil {
 			return fmt.Errorf("%d engines: %w", engines, err)
 		}
 	}
@@ -404,7 +429,7 @@ func numCPU() int {
 	return n
 }
 
-func measure(ctx context.Context, store *snapshots.Store, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, weights string, cpuProfile string, fast bool, version *uint64) error {
+func measure(ctx context.Context, store *snapshots.Store, kv jetstream.KeyValue, url, cluster string, gateways, engines, n int, interval time.Duration, mode string, weights string, cpuProfile string, fast bool, version *uint64) error {
 	if need, avail := watcherBytes(gateways, engines, mode), availableBytes(); avail > 0 && need > avail*3/4 {
 		return fmt.Errorf("%d gateways at %d engines need about %.1f GB, %.1f GB available: use fewer -gateways",
 			gateways, engines, float64(need)/1e9, float64(avail)/1e9)
@@ -455,6 +480,11 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	if err != nil {
 		return err
 	}
+	stored, err := kv.Get(ctx, cluster)
+	if err != nil {
+		return fmt.Errorf("reading the stored value: %w", err)
+	}
+	valueBytes := len(stored.Value())
 	// The gateways' idle CPU (heartbeats, tickers) over the same span
 	// is included; the pauses are short.
 	cpu := ms(cpu1.cpu - cpu0.cpu)
@@ -466,8 +496,9 @@ func measure(ctx context.Context, store *snapshots.Store, url, cluster string, g
 	}
 	slices.Sort(lat)
 	slices.Sort(pubMs)
-	fmt.Printf("%9d %10d %9.2f %9.2f %9.2f %9.2f %12.1f %14.2f %14.3f %7.1f\n", engines, size, pubMs[len(pubMs)/2],
-		pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1], cpu, cpu/float64(n), cpu/float64(n)/float64(gateways), fastPct)
+	fmt.Printf("%9d %10d %9.2f %9.2f %9.2f %9.2f %12.1f %14.2f %14.3f %7.1f %12d %6.2f\n", engines, size, pubMs[len(pubMs)/2],
+		pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1], cpu, cpu/float64(n), cpu/float64(n)/float64(gateways), fastPct,
+		valueBytes, float64(size)/float64(valueBytes))
 	return nil
 }
 
