@@ -50,13 +50,19 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	strict := fs.Bool("strict-residency", false, "a cluster may only use engines with a --region-rtt entry or a measured latency")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9102", "address of the /metrics endpoint (empty: off)")
 	consoleListen := fs.String("console-listen", "", "also serve the web console, as switchyard console does, on this address (empty: off)")
+	compression := fs.String("snapshot-compression", snapshots.CompressionNone, "how snapshots are written under the cluster keys: none (the signed protobuf) or s2 (S2-compressed, about half the bytes to every gateway; gateways read both)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	compress, err := snapshots.ParseCompression(*compression)
+	if err != nil {
+		return fmt.Errorf("%w: --snapshot-compression: %w", cli.ErrUsage, err)
 	}
 	storeOpts, err := signing.StoreOpts()
 	if err != nil {
 		return err
 	}
+	storeOpts = append(storeOpts, compress)
 	matrix, err := ParseRTT(*rtt)
 	if err != nil {
 		return fmt.Errorf("%w: --region-rtt: %v", cli.ErrUsage, err)

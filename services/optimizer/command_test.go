@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -24,6 +26,7 @@ func TestCommandUsage(t *testing.T) {
 		{"--no-such-flag"},
 		{"--kafka-brokers", " ", "--nats-url", "nats://127.0.0.1:4222"},
 		{"--kafka-brokers", "127.0.0.1:9092", "--nats-url", ""},
+		{"--kafka-brokers", "127.0.0.1:9092", "--nats-url", "nats://127.0.0.1:4222", "--snapshot-compression", "zstd"},
 	} {
 		err := Command().Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		if !errors.Is(err, cli.ErrUsage) {
@@ -45,8 +48,16 @@ func TestParseRTT(t *testing.T) {
 }
 
 // TestCommandPublishes runs the command on real brokers: an engine and a
-// demand estimate in, a snapshot of the cluster out.
+// demand estimate in, a snapshot of the cluster out, which a gateway
+// (its watcher and ApplySnapshot) applies; with --snapshot-compression s2
+// the stored value is the compressed form.
 func TestCommandPublishes(t *testing.T) {
+	for _, c := range []string{snapshots.CompressionNone, snapshots.CompressionS2} {
+		t.Run(c, func(t *testing.T) { testCommandPublishes(t, c) })
+	}
+}
+
+func testCommandPublishes(t *testing.T, compression string) {
 	kc := testenv.Kafka(t)
 	ns := testenv.NATS(t)
 	cl := testenv.Client(t, kc)
@@ -80,9 +91,10 @@ func TestCommandPublishes(t *testing.T) {
 	var stderr bytes.Buffer
 	go func() {
 		done <- Command().Run(runCtx, []string{"--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--nats-url", ns.ClientURL(),
-			"--metrics-listen", "", "--settle", "50ms", "--clusters", "r1"}, &bytes.Buffer{}, &stderr)
+			"--metrics-listen", "", "--settle", "50ms", "--clusters", "r1", "--snapshot-compression", compression}, &bytes.Buffer{}, &stderr)
 	}()
-	st, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
+	js := testenv.JetStream(t, ns)
+	st, err := snapshots.Open(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +102,37 @@ func TestCommandPublishes(t *testing.T) {
 		snap, err := st.Get(ctx, "r1")
 		return err == nil && snap.GetVersion() == uint64(end)
 	}, "the command published the window's snapshot")
+	kv, err := js.KeyValue(ctx, snapshots.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bytes.HasPrefix(e.Value(), snapshots.ValueMagic); got != (compression == snapshots.CompressionS2) {
+		t.Fatalf("--snapshot-compression %s: stored value compressed %v", compression, got)
+	}
+	g, err := gateway.New("r1", gateway.HealthInterval(-1), gateway.Registerer(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := snapshots.NewWatcher(ns.ClientURL(), "", "r1")
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() { watched <- w.Run(wctx) }()
+	select {
+	case b := <-w.Updates():
+		if err := g.ApplySnapshot(b); err != nil || g.Stats().SnapshotVersion != uint64(end) {
+			t.Fatalf("the gateway applied version %d: %v", g.Stats().SnapshotVersion, err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the watcher delivered nothing")
+	}
+	stopWatch()
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
