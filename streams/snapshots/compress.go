@@ -76,9 +76,10 @@ func compress(name string, b []byte) ([]byte, error) {
 	if len(b) > MaxValueBytes {
 		return nil, fmt.Errorf("snapshot of %d bytes: above the %d bytes a compressed value may decode to", len(b), MaxValueBytes)
 	}
-	out := make([]byte, len(ValueMagic), len(ValueMagic)+s2.MaxEncodedLen(len(b)))
+	out := make([]byte, len(ValueMagic)+s2.MaxEncodedLen(len(b)))
 	copy(out, ValueMagic)
-	return append(out, s2.EncodeBetter(nil, b)...), nil
+	block := s2.EncodeBetter(out[len(ValueMagic):], b) // in place: out has room
+	return out[:len(ValueMagic)+len(block)], nil
 }
 
 // DecodeValue returns the protobuf bytes of a stored snapshot value: v

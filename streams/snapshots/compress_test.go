@@ -15,22 +15,32 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-// varied is a one-cluster snapshot of engines whose weights and
-// explanations come from a PRNG per engine (as bench/fanout's), so it
-// compresses as a solver's full-precision numbers do, not as repeated
-// values.
+// varied is bench/fanout's one-cluster snapshot of engines (weights
+// "same"): each engine's weight, engine_ms, marginal_ms and
+// planned_utilization, and each of 150 regions' network_ms, from a PRNG,
+// so it compresses as a solver's full-precision numbers do, not as
+// repeated values.
 func varied(engines int) *schemas.WeightSnapshot {
+	rng := func(key uint64) *rand.Rand { return rand.New(rand.NewPCG(key, 0)) }
 	cw := &schemas.ClusterWeights{Cluster: "fanout", DemandRps: 1000, ExpectedLatencyMs: 250}
+	w := make([]float64, engines)
+	sum := 0.0
+	for j := range w {
+		w[j] = 1 + 9*rng(2<<32+uint64(j)).Float64()
+		sum += w[j]
+	}
 	for j := range engines {
-		r := rand.New(rand.NewPCG(uint64(j), 0))
+		r := rng(uint64(j))
 		engineMs := 150 + 250*r.Float64()
+		marginal := engineMs * (1.2 + 1.8*r.Float64())
+		util := 0.2 + 0.7*r.Float64()
+		region := uint64(j % 150)
 		cw.Weights = append(cw.Weights, &schemas.EngineWeight{
-			EngineId:    fmt.Sprintf("e-%05d", j),
-			EndpointUrl: fmt.Sprintf("http://e-%05d.engines.example.net:8000", j),
-			Weight:      r.Float64() / float64(engines),
-			Explanation: &schemas.Explanation{NetworkMs: 2 + float64(j%150) + r.Float64(), EngineMs: engineMs,
-				MarginalMs: engineMs * (1.2 + 1.8*r.Float64())},
-			PlannedUtilization: 0.2 + 0.7*r.Float64(),
+			EngineId:           fmt.Sprintf("e-%05d", j),
+			EndpointUrl:        fmt.Sprintf("http://e-%05d.engines.example.net:8000", j),
+			Weight:             w[j] / sum,
+			Explanation:        &schemas.Explanation{NetworkMs: 2 + float64(region) + rng(1<<32+region).Float64(), EngineMs: engineMs, MarginalMs: marginal},
+			PlannedUtilization: util,
 		})
 	}
 	return &schemas.WeightSnapshot{SchemaVersion: 1, Version: 1, CreatedUnixMs: time.Now().UnixMilli(),
