@@ -16,7 +16,8 @@ import (
 // with explanations and endpoint URLs, as Publish stores them. It reports
 // the mean and largest value in bytes and the time per cluster snapshot
 // (encode: the store's deterministic marshal; decode: the store's
-// decode, unmarshal and trust checks).
+// decode, unmarshal and trust checks), and the mean value compressed
+// (Compression("s2")).
 func BenchmarkClusterSnapshot100x20000(b *testing.B) {
 	in := synth.SparseInstance(synth.Sparse{Clusters: 100, Engines: 20000, Seed: 1})
 	sol, err := optimizer.Solve(in, optimizer.Tolerance(1e-3))
@@ -40,11 +41,16 @@ func BenchmarkClusterSnapshot100x20000(b *testing.B) {
 		b.Fatal(err)
 	}
 	enc := make([][]byte, len(one))
-	total, largest, engines := 0, 0, 0
+	total, largest, engines, compressed := 0, 0, 0, 0
 	for k, snap := range one {
 		if enc[k], err = s.encode(snap); err != nil {
 			b.Fatal(err)
 		}
+		v, err := compress(CompressionS2, enc[k])
+		if err != nil {
+			b.Fatal(err)
+		}
+		compressed += len(v)
 		total += len(enc[k])
 		largest = max(largest, len(enc[k]))
 		engines += len(snap.GetClusters()[0].GetWeights())
@@ -61,6 +67,7 @@ func BenchmarkClusterSnapshot100x20000(b *testing.B) {
 		b.ReportMetric(float64(total)/float64(len(one)), "bytes/snapshot")
 		b.ReportMetric(float64(largest), "max-bytes")
 		b.ReportMetric(float64(engines)/float64(len(one)), "engines/snapshot")
+		b.ReportMetric(float64(compressed)/float64(len(one)), "s2-bytes/snapshot")
 	})
 	b.Run("decode", func(b *testing.B) {
 		b.ReportAllocs()
