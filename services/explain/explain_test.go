@@ -115,12 +115,20 @@ func writeFile(t *testing.T, body string) string {
 	return p
 }
 
+// TestExplainNATS: explain reads the cluster's key from NATS, written
+// plain or compressed (the optimizer's --snapshot-compression).
 func TestExplainNATS(t *testing.T) {
+	for _, c := range []string{snapshots.CompressionNone, snapshots.CompressionS2} {
+		t.Run(c, func(t *testing.T) { testExplainNATS(t, c) })
+	}
+}
+
+func testExplainNATS(t *testing.T, compression string) {
 	ns := testenv.NATS(t)
 	js := testenv.JetStream(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := snapshots.Open(ctx, js)
+	st, err := snapshots.Open(ctx, js, snapshots.Compression(compression))
 	if err != nil {
 		t.Fatal(err)
 	}
