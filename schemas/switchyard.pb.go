@@ -1310,6 +1310,17 @@ type EngineEstimate struct {
 	// cache plus generated tokens) in the window, at most 86400; 0 unknown
 	// (docs/processor.md).
 	CacheResidencyS float64 `protobuf:"fixed64,22,opt,name=cache_residency_s,json=cacheResidencyS,proto3" json:"cache_residency_s,omitempty"`
+	// Replica-seconds of compute one request of this window's token mix
+	// takes at the GPU class's prior rates, every prompt token counted as
+	// computed: prompt tokens per prefill over the prefill rate plus
+	// generated tokens per finished request over the decode rate; 0 when
+	// the window lacks the token counters (e.g. no prefill completed).
+	// capacity_rps x work_per_request_s is the capacity in work
+	// (replica-seconds per second), which does not depend on the prompt
+	// lengths the engine happened to serve (prefix-cache hits count as the
+	// engine's speed): the planner tracks capacity in that unit
+	// (docs/optimizer.md).
+	WorkPerRequestS float64 `protobuf:"fixed64,23,opt,name=work_per_request_s,json=workPerRequestS,proto3" json:"work_per_request_s,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -1494,6 +1505,13 @@ func (x *EngineEstimate) GetKvCapacityTokens() float64 {
 func (x *EngineEstimate) GetCacheResidencyS() float64 {
 	if x != nil {
 		return x.CacheResidencyS
+	}
+	return 0
+}
+
+func (x *EngineEstimate) GetWorkPerRequestS() float64 {
+	if x != nil {
+		return x.WorkPerRequestS
 	}
 	return 0
 }
@@ -2539,7 +2557,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06points\x18\x01 \x03(\v2\x1b.switchyard.v1.ProfilePointR\x06points\x12\x18\n" +
 	"\asamples\x18\x02 \x01(\rR\asamples\x12\x1e\n" +
 	"\vfit_rmse_ms\x18\x03 \x01(\x01R\tfitRmseMs\x12\x14\n" +
-	"\x05prior\x18\x04 \x01(\bR\x05prior\"\x90\a\n" +
+	"\x05prior\x18\x04 \x01(\bR\x05prior\"\xbd\a\n" +
 	"\x0eEngineEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -2563,7 +2581,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\tmax_batch\x18\x13 \x01(\rR\bmaxBatch\x12'\n" +
 	"\x0fcapacity_source\x18\x14 \x01(\tR\x0ecapacitySource\x12,\n" +
 	"\x12kv_capacity_tokens\x18\x15 \x01(\x01R\x10kvCapacityTokens\x12*\n" +
-	"\x11cache_residency_s\x18\x16 \x01(\x01R\x0fcacheResidencyS\"\xf2\x02\n" +
+	"\x11cache_residency_s\x18\x16 \x01(\x01R\x0fcacheResidencyS\x12+\n" +
+	"\x12work_per_request_s\x18\x17 \x01(\x01R\x0fworkPerRequestS\"\xf2\x02\n" +
 	"\x0eDemandEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12/\n" +

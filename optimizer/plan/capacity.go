@@ -31,6 +31,27 @@ import (
 //     caches) overstates it, and it starts over from its next window;
 //     and when no estimate updated it for capacityMemoryMs (5 minutes).
 //
+// The tracked capacity is in work, not requests, wherever the estimates
+// say how much work a request of their window took (work_per_request_s:
+// replica-seconds at the GPU class's prior rates; every engine estimate
+// from windows with the token counters): capacity_rps ×
+// work_per_request_s is replica-seconds per second, which does not depend
+// on the token mix. In requests, an engine's capacity is that of the
+// prompts it happened to draw: on a long-prompt trace (Mooncake, 1k to
+// 120k-token prompts) a measurement made while one 100k-token prompt
+// queued others pinned the engine at half its identical twin's capacity
+// until the next measurement, the planned utilisations of identical
+// engines differed by 2× and the weights followed whichever engine had
+// been measured last (903 weight reversals in the Mooncake hour; 225 in
+// work, p99 TTFT and goodput unchanged: docs/optimizer.md). The planner
+// converts the tracked work back to requests at its GPU class's reference
+// mix: the mean work per request the class's fresh engines served,
+// weighted by their throughput (unweighted when none served any), so
+// engines of one class are planned at one mix, the one they serve
+// together. A window without the work figure (an idle engine's: no
+// prefill completed) teaches a work-tracking engine nothing; an engine
+// whose estimates never carry one is tracked in requests as before.
+//
 // The state is a deterministic function of the sequence of engine
 // estimates (each window counted once, in window order), so replaying the
 // same estimate history reproduces it.
@@ -55,6 +76,12 @@ const (
 	// residencyBand: the published residency follows the tracked one
 	// once they differ by more than this share (see residency).
 	residencyBand = 0.1
+	// refGain: how far each window moves a GPU class's tracked reference
+	// work per request toward the window's; refBand: the reference
+	// planned on follows the tracked one once they differ by more than
+	// this share, so capacities in requests stay put while the mix does.
+	refGain = 0.2
+	refBand = 0.1
 )
 
 type capacityState struct {
@@ -73,6 +100,9 @@ type capacityState struct {
 	// published by more than residencyBand (see residency).
 	turnover  float64
 	published float64
+	// work: replicaRPS is in replica-seconds of work per second (the
+	// estimates carry work_per_request_s), not requests.
+	work bool
 }
 
 // observe folds e in (a window not newer than the last one is ignored).
@@ -105,6 +135,17 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 	if !finite(c) || c <= 0 || !finite(x) {
 		return // nothing learned
 	}
+	if w := e.GetWorkPerRequestS(); finite(w) && w > 0 {
+		if !s.work && s.replicaRPS > 0 {
+			// Tracked in requests so far: start over in work.
+			s.replicaRPS, s.measured = 0, false
+		}
+		s.work = true
+		c, x = c*w, x*w
+	} else if s.work {
+		s.lastEnd = e.GetWindowEndUnixMs() // alive, but nothing learned
+		return
+	}
 	s.lastEnd = e.GetWindowEndUnixMs()
 	r := float64(e.GetReadyReplicas())
 	perRep, xr := c/r, x/r
@@ -128,18 +169,23 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 	}
 }
 
-// capacity is the tracked capacity of e's engine (all ready replicas), or
-// e's own estimate when nothing is tracked: lo is what the planner plans
-// on, hi the most it may plan on rather than shed. They differ only for an
-// engine never measured, whose estimate is a bound from the GPU-class
-// prior at the current token mix: lo keeps unmeasuredHeadroom of it in
-// reserve for traffic whose mix differs (a failover's prompts arrive with
-// cold prefix caches).
-func (s *capacityState) capacity(e *schemas.EngineEstimate) (lo, hi float64) {
-	if s == nil || s.replicaRPS <= 0 || !finite(s.replicaRPS) {
+// capacity is the tracked capacity of e's engine (all ready replicas) in
+// requests per second, work converted at refWork seconds a request (the
+// class's reference mix), or e's own estimate when nothing is tracked or
+// no reference is known: lo is what the planner plans on, hi the most it
+// may plan on rather than shed. They differ only for an engine never
+// measured, whose estimate is a bound from the GPU-class prior at the
+// current token mix: lo keeps unmeasuredHeadroom of it in reserve for
+// traffic whose mix differs (a failover's prompts arrive with cold prefix
+// caches).
+func (s *capacityState) capacity(e *schemas.EngineEstimate, refWork float64) (lo, hi float64) {
+	if s == nil || s.replicaRPS <= 0 || !finite(s.replicaRPS) || s.work && !(refWork > 0 && finite(refWork)) {
 		return e.GetCapacityRps(), e.GetCapacityRps()
 	}
 	hi = s.replicaRPS * float64(max(e.GetReadyReplicas(), 1))
+	if s.work {
+		hi /= refWork
+	}
 	if s.measured {
 		return hi, hi
 	}
@@ -160,4 +206,74 @@ func (s *capacityState) residency() float64 {
 		return 0
 	}
 	return s.published
+}
+
+// refState is one GPU class's reference work per request (see above),
+// tracked across windows: it moves refGain of the way toward each
+// window's, so one window's long prompts do not move every engine of the
+// class at once.
+type refState struct {
+	end  int64   // newest window end folded in
+	w    float64 // seconds of work per request, tracked
+	held float64 // the tracked value planned on (refBand)
+}
+
+// observeRef folds the reference work per request of each GPU class in
+// fresh (the throughput-weighted mean of work_per_request_s over the
+// class's engines that carry one, or their plain mean when none served
+// anything) into s.refWork, once per window (the class's newest window
+// end among them).
+func (s *State) observeRef(fresh []*schemas.EngineEstimate) {
+	type sums struct {
+		wx, x, w, n float64
+		end         int64
+	}
+	by := map[string]*sums{}
+	for _, e := range fresh {
+		w, x := e.GetWorkPerRequestS(), e.GetObservedRps()
+		if !finite(w) || w <= 0 {
+			continue
+		}
+		if !finite(x) || x < 0 {
+			x = 0
+		}
+		c := by[e.GetGpuClass()]
+		if c == nil {
+			c = &sums{}
+			by[e.GetGpuClass()] = c
+		}
+		c.wx += float64(w * x)
+		c.x += x
+		c.w += w
+		c.n++
+		c.end = max(c.end, e.GetWindowEndUnixMs())
+	}
+	for _, k := range sortedKeys(by) {
+		c := by[k]
+		w := c.w / c.n
+		if c.x > 0 {
+			w = c.wx / c.x
+		}
+		st := s.refWork[k]
+		switch {
+		case st == nil:
+			s.refWork[k] = &refState{end: c.end, w: w, held: w}
+		case c.end > st.end:
+			st.w += float64(refGain * (w - st.w))
+			st.end = c.end
+			if math.Abs(st.w-st.held) > refBand*st.held {
+				st.held = st.w
+			}
+		}
+	}
+}
+
+// reference returns the tracked reference work per request of each GPU
+// class.
+func (s *State) reference() map[string]float64 {
+	ref := make(map[string]float64, len(s.refWork))
+	for k, st := range s.refWork {
+		ref[k] = st.held
+	}
+	return ref
 }

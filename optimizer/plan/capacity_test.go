@@ -43,7 +43,7 @@ func TestCapacityTracking(t *testing.T) {
 			if last.GetReadyReplicas() == 0 {
 				last = tc.ests[0]
 			}
-			lo, hi := s.capacity(last)
+			lo, hi := s.capacity(last, 0)
 			if math.Abs(hi-tc.want) > 1e-9 || !finite(hi) {
 				t.Fatalf("capacity %v, want %v", hi, tc.want)
 			}

@@ -498,7 +498,7 @@ func TestCapacityMemoryExpires(t *testing.T) {
 		s.observe(est(t0, 50, 50)) // a queue: capacity measured at 50 rps
 		e := est(t0.Add(tt.gap), 200, 10)
 		s.observe(e)
-		if lo, _ := s.capacity(e); math.Abs(lo-tt.wantLo) > 1e-9 {
+		if lo, _ := s.capacity(e, 0); math.Abs(lo-tt.wantLo) > 1e-9 {
 			t.Errorf("after %v: planned capacity %v, want %v", tt.gap, lo, tt.wantLo)
 		}
 	}

@@ -120,6 +120,7 @@ type State struct {
 	previous map[string]*previousPlan
 	capacity map[string]*capacityState
 	pools    map[string]*poolMemory
+	refWork  map[string]*refState // per GPU class (capacity.go)
 	// planned is what Instance learned for the instance it built last,
 	// for State.Solve's post-processing (idle spreading, probe floors).
 	planned *planContext
@@ -158,6 +159,7 @@ func NewState() *State {
 		previous: map[string]*previousPlan{},
 		capacity: map[string]*capacityState{},
 		pools:    map[string]*poolMemory{},
+		refWork:  map[string]*refState{},
 	}
 }
 
@@ -264,9 +266,11 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	}
 	fresh := s.freshEngines(cutoff)
 	s.observePools(fresh)
+	s.observeRef(fresh)
 	ttftPool, tbotPool := s.profilePools(fresh)
 	var his []float64
 	var sumLo, sumHi float64
+	ref := s.reference()
 	for _, e := range fresh {
 		id := e.GetEngineId()
 		prof, err := engineLatency(id,
@@ -276,7 +280,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		if err != nil {
 			continue
 		}
-		lo, hi := s.capacity[id].capacity(e)
+		lo, hi := s.capacity[id].capacity(e, ref[e.GetGpuClass()])
 		if c, ok := set.ReplicaCapacityRPS[id]; ok && finite(c) && c > 0 {
 			lo = c * float64(max(e.GetReadyReplicas(), 1))
 			hi = lo
@@ -464,7 +468,9 @@ func (p *Planner) Apply(ests ...*schemas.Estimate) {
 		end = max(end, e.WindowEndUnixMs())
 	}
 	if end > 0 {
-		p.st.observePools(p.st.freshEngines(time.UnixMilli(end).Add(-p.set.EstimateTTL).UnixMilli()))
+		fresh := p.st.freshEngines(time.UnixMilli(end).Add(-p.set.EstimateTTL).UnixMilli())
+		p.st.observePools(fresh)
+		p.st.observeRef(fresh)
 	}
 }
 

@@ -384,6 +384,10 @@ func (e *Engine) estimate(id string, start, end int64, fit Fitter, t Tries) *sch
 		work: workPerRequest(p, e.prompt, e.ttftCount, miss, e.gen, e.finished),
 	}.capacity()
 	out.CapacityRps = capRPS
+	// Work as if every prompt token were computed: the cache hits an
+	// engine earns by affinity count as its speed, not as a lighter mix
+	// (see schemas: work_per_request_s).
+	out.WorkPerRequestS = workPerRequest(p, e.prompt, e.ttftCount, 1, e.gen, e.finished)
 	out.CapacityTokensPerS = capRPS * tokPerReq
 	out.KvCapacityTokens = e.kvCap
 	out.CacheResidencyS = e.cacheResidency(out.KvCacheUsage)

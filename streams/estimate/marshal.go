@@ -190,7 +190,8 @@ func appendEngine(b []byte, m engineMsg) ([]byte, bool) {
 		return b, false
 	}
 	b = appendDouble(b, 21, m.KvCapacityTokens)
-	return appendDouble(b, 22, m.CacheResidencyS), true
+	b = appendDouble(b, 22, m.CacheResidencyS)
+	return appendDouble(b, 23, m.WorkPerRequestS), true
 }
 
 func appendProfile(b []byte, m profileMsg) ([]byte, bool) {

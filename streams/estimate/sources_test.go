@@ -307,3 +307,41 @@ func TestCacheResidencyAcrossPanes(t *testing.T) {
 			e3.GetKvCapacityTokens(), e3.GetCacheResidencyS(), e2.GetKvCapacityTokens(), e2.GetCacheResidencyS())
 	}
 }
+
+// TestWorkPerRequestField: work_per_request_s is the window's prompt tokens per
+// prefill over the class's prefill rate plus generated tokens per finished
+// request over its decode rate, counting every prompt token (a prefix-cache
+// hit makes the engine faster, not the request lighter); without cache
+// hits capacity_rps × work_per_request_s of an unmeasured engine (the
+// prior's work bound) does not depend on the token mix; an idle window
+// has none.
+func TestWorkPerRequestField(t *testing.T) {
+	constant := func(v float64) func(int) float64 { return func(int) float64 { return v } }
+	p := PriorFor("h100")
+	sigs := saturatedSignals(constant(4), constant(0), 0, "")
+	for _, s := range sigs {
+		s.PrefixCacheHits, s.PrefixCacheQueries = 50, 100 // half the prompt cached
+	}
+	en := engineOf(t, computeAll(t, sigs, nil), "e")
+	want := 100/p.PrefillTokensPerS + 20/p.DecodeTokensPerS
+	if got := en.GetWorkPerRequestS(); math.Abs(got-want) > 1e-12*want {
+		t.Fatalf("work per request %v s, want %v", got, want)
+	}
+	// Without cache hits, the prior's bound in work is the same at any mix.
+	short := engineOf(t, computeAll(t, saturatedSignals(constant(4), constant(0), 0, ""), nil), "e")
+	long := saturatedSignals(constant(4), constant(0), 0, "")
+	for _, s := range long {
+		s.PromptTokens *= 3
+	}
+	el := engineOf(t, computeAll(t, long, nil), "e")
+	if a, b := short.GetCapacityRps()*short.GetWorkPerRequestS(), el.GetCapacityRps()*el.GetWorkPerRequestS(); !(el.GetCapacityRps() < short.GetCapacityRps()/2) || math.Abs(a-b) > 1e-9*a {
+		t.Fatalf("capacity %v rps at short prompts, %v at 3x longer; in work %v and %v, want equal", short.GetCapacityRps(), el.GetCapacityRps(), a, b)
+	}
+	idle := saturatedSignals(constant(0), constant(0), 0, "")
+	for _, s := range idle {
+		s.RequestsFinished, s.PromptTokens, s.GenerationTokens, s.TtftSeconds = 0, 0, 0, nil
+	}
+	if w := engineOf(t, computeAll(t, idle, nil), "e").GetWorkPerRequestS(); w != 0 {
+		t.Fatalf("idle window: work per request %v, want 0", w)
+	}
+}

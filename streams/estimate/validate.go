@@ -250,6 +250,7 @@ func ValidateEstimate(e *schemas.Estimate) error {
 			{"kv_cache_usage", en.GetKvCacheUsage()}, {"prefix_hit_rate", en.GetPrefixHitRate()},
 			{"observed_rps", en.GetObservedRps()}, {"utilization", en.GetUtilization()},
 			{"kv_capacity_tokens", en.GetKvCapacityTokens()}, {"cache_residency_s", en.GetCacheResidencyS()},
+			{"work_per_request_s", en.GetWorkPerRequestS()},
 		} {
 			if err := checkNum(f.name, f.v, 0); err != nil {
 				return err
