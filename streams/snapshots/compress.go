@@ -42,7 +42,7 @@ var (
 
 // Compression is how Publish writes the values under the cluster keys:
 // CompressionNone (the signed protobuf) or CompressionS2 (ValueMagic and
-// the S2 block encoding of those bytes; about a fifth of the size at
+// the S2 block encoding of those bytes; about half the size at
 // 1,000 engines, docs/scaling.md#fan-out). Signatures are over the
 // protobuf bytes, so a compressed value verifies after decoding. The
 // audit stream is never compressed. Readers (Get, History, the Watcher)
