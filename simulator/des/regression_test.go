@@ -43,11 +43,16 @@ func TestSwitchyardKeepsUpWithTheBestBaseline(t *testing.T) {
 		// span, which takes minutes under -race.
 		{"region-bc", 120, 1.10},      // 0.90 (chwbl)
 		{"hetero-fleet", 120, 1.10},   // 0.73 (llmd-scorer); was 1.15 (1.07) before 9a2e1ca
-		{"conversations", 0, 1.10},    // 1.07 (llmd-scorer; 5,044 against 4,734 ms)
+		{"conversations", 0, 1.10},    // 1.02 (llmd-scorer; 4,814 against 4,734 ms)
 		{"class-spread", 120, 1.10},   // 0.18 (llmd-scorer)
 		{"engine-restart", 150, 1.10}, // 0.63 (chwbl)
 		{"non-streaming", 120, 1.10},  // 0.74 (prefix-aware)
-		{"no-batch-limit", 120, 1.10}, // 1.03 (llmd-scorer; 1.32 with margin 1.40 before)
+		// no-batch-limit runs its whole span: its first 120 s, before any
+		// batch limit is inferred, put every version measured above 1.10
+		// in about half the seeds (seeds 1-15: 9 before capacity was
+		// tracked in work, 8 after; seed 1 went 1.03 -> 1.52, seed 6
+		// 1.53 -> 1.04), so that span's seed 1 measured luck.
+		{"no-batch-limit", 0, 1.10}, // 0.97 (llmd-scorer; 157 against 162 ms)
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
 			t.Parallel()
