@@ -48,9 +48,11 @@ import (
 // mix: the mean work per request the class's fresh engines served,
 // weighted by their throughput (unweighted when none served any), so
 // engines of one class are planned at one mix, the one they serve
-// together. A window without the work figure (an idle engine's: no
-// prefill completed) teaches a work-tracking engine nothing; an engine
-// whose estimates never carry one is tracked in requests as before.
+// together. A window without the work figure teaches a work-tracking
+// engine nothing: an idle engine's (no prefill completed) keeps what it
+// learned alive; a busy one's (its token counters went away) does not,
+// so after capacityMemoryMs it starts over in requests. An engine whose
+// estimates never carry one is tracked in requests as before.
 //
 // The state is a deterministic function of the sequence of engine
 // estimates (each window counted once, in window order), so replaying the
@@ -143,7 +145,12 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 		s.work = true
 		c, x = c*w, x*w
 	} else if s.work {
-		s.lastEnd = e.GetWindowEndUnixMs() // alive, but nothing learned
+		if x == 0 {
+			s.lastEnd = e.GetWindowEndUnixMs() // idle: alive, nothing learned
+		}
+		// Served without a work figure (the engine's token counters
+		// went away): nothing learned, and after capacityMemoryMs of
+		// that the engine starts over in requests.
 		return
 	}
 	s.lastEnd = e.GetWindowEndUnixMs()

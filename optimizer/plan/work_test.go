@@ -62,9 +62,10 @@ func TestCapacityWithoutWorkStaysInRequests(t *testing.T) {
 	}
 }
 
-// TestWorkStateTransitions: a window without the work figure (an idle
-// engine's) teaches a work-tracking engine nothing but keeps it alive;
-// the first window with one starts a requests-tracking engine over in work.
+// TestWorkStateTransitions: a window without the work figure teaches a
+// work-tracking engine nothing, and keeps it alive only when the engine
+// was idle; the first window with one starts a requests-tracking engine
+// over in work.
 func TestWorkStateTransitions(t *testing.T) {
 	est := func(end int64, c, x, w float64) *schemas.EngineEstimate {
 		e := capEst(end, c, x, 1)
@@ -87,6 +88,17 @@ func TestWorkStateTransitions(t *testing.T) {
 	}
 	if lo, _ := s.capacity(est(4, 9, 0, 0), 0); lo != 9 {
 		t.Fatalf("capacity without a reference: %v, want the estimate's 9", lo)
+	}
+	// Busy windows without the figure (its token counters went away):
+	// nothing learned, not kept alive; past capacityMemoryMs the engine
+	// starts over in requests.
+	s.observe(est(5, 50, 40, 0))
+	if !s.work || s.lastEnd != 3 {
+		t.Fatalf("after a busy window without work: %+v, want work tracking, last end 3", s)
+	}
+	s.observe(est(3+capacityMemoryMs+1, 50, 40, 0))
+	if s.work || s.replicaRPS != 50 {
+		t.Fatalf("after %d ms of busy windows without work: %+v, want tracking in requests at 50", capacityMemoryMs, s)
 	}
 }
 
