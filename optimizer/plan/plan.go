@@ -250,6 +250,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		if !finite(rps) || rps < 0 {
 			continue
 		}
+		rps = math.Min(rps, opt.MaxValue) // one absurd estimate must not fail the whole plan
 		raw[id] = rps
 		demand[id] = math.Max(rps, set.MinDemandRPS)
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
@@ -285,6 +286,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 			lo = c * float64(max(e.GetReadyReplicas(), 1))
 			hi = lo
 		}
+		lo, hi = boundedCapacity(lo), boundedCapacity(hi)
 		healthy := e.GetHealth() != schemas.Health_HEALTH_UNHEALTHY && e.GetReadyReplicas() > 0
 		if healthy {
 			sumLo += lo
@@ -322,7 +324,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		for _, e := range in.Engines {
 			key := [2]string{c.ID, e.ID}
 			if n, ok := s.network[key]; ok && n.GetWindowEndUnixMs() >= netCutoff &&
-				n.GetSamples() >= set.MinNetworkSamples && finite(n.GetRttMs()) && n.GetRttMs() >= 0 {
+				n.GetSamples() >= set.MinNetworkSamples && finite(n.GetRttMs()) && n.GetRttMs() >= 0 && n.GetRttMs() <= opt.MaxValue {
 				row[e.ID] = s.heldRTT(key, n.GetRttMs())
 				continue
 			}
@@ -348,6 +350,17 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	}
 	s.planned = &planContext{in: in, set: set, region: region, idle: idleClusters(in, raw, set)}
 	return in, endpoints, nil
+}
+
+// boundedCapacity is v within [0, opt.MaxValue] (0 for NaN): an engine
+// estimate the processor's checks let through (they bound no capacity)
+// or an overflowing product must not make the instance invalid, which
+// would fail the whole plan.
+func boundedCapacity(v float64) float64 {
+	if !(v >= 0) {
+		return 0
+	}
+	return math.Min(v, opt.MaxValue)
 }
 
 // Solve solves in and returns the snapshot with the given version,

@@ -128,3 +128,36 @@ func TestReferenceWorkTracking(t *testing.T) {
 		t.Fatal("a class without engines has a reference")
 	}
 }
+
+// TestHostileWork: work figures that are not finite, negative, or large
+// enough to overflow a product, next to capacity, demand and network
+// estimates above what an instance takes, leave every planned capacity
+// finite and non-negative and the plan solvable.
+func TestHostileWork(t *testing.T) {
+	for _, w := range []float64{math.NaN(), math.Inf(1), -1, 1e308, 5e-324} {
+		s := NewState()
+		end := time.Unix(1000, 0)
+		for i := range 3 {
+			end = end.Add(10 * time.Second)
+			s.Apply(workEst("a-0", end, 2, w))
+			s.Apply(workEst("a-1", end, 1e300, 1e10))
+			s.Apply(workEst("a-2", end, 1, 0.5))
+			s.Apply(demandEst("region-a", float64(i+1), end))
+			s.Apply(demandEst("region-b", 1e300, end))
+			s.Apply(&schemas.Estimate{Kind: &schemas.Estimate_Network{Network: &schemas.NetworkEstimate{
+				Cluster: "region-a", EngineId: "a-2", WindowEndUnixMs: end.UnixMilli(), RttMs: 1e300, Samples: 100}}})
+			in, _, err := s.Instance(end, Settings{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range in.Engines {
+				if !finite(e.CapacityRPS) || e.CapacityRPS < 0 {
+					t.Fatalf("work %v: %s planned at %v rps", w, e.ID, e.CapacityRPS)
+				}
+			}
+			if _, err := Solve(in, nil, uint64(end.UnixMilli()), end); err != nil {
+				t.Fatalf("work %v: %v", w, err)
+			}
+		}
+	}
+}
