@@ -93,15 +93,11 @@ func watchers(ctx context.Context, url, cluster string, n int, mode, cpuProfile 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
+		stop, err := startProfile(cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
@@ -362,15 +358,11 @@ func publisher(ctx context.Context, gateways int, sizes string, n int, interval 
 	if cpuProfile != "" {
 		// The publisher's process holds the NATS server: its profile is
 		// the server's side of the fan-out.
-		f, err := os.Create(cpuProfile + ".server")
+		stop, err := startProfile(cpuProfile + ".server")
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	// The default max payload (1 MB) does not carry a 20,000-engine
 	// snapshot (about 2 MB): "nats: maximum payload exceeded".
@@ -550,4 +542,17 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func pct(sorted []float64, q float64) float64 {
 	k := int(q*float64(len(sorted)-1) + 0.5)
 	return sorted[k]
+}
+
+// startProfile writes this process's CPU profile to path until stop.
+func startProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
