@@ -42,8 +42,8 @@ import (
 // queued others pinned the engine at half its identical twin's capacity
 // until the next measurement, the planned utilisations of identical
 // engines differed by 2× and the weights followed whichever engine had
-// been measured last (903 weight reversals in the Mooncake hour; 225 in
-// work, p99 TTFT and goodput unchanged: docs/optimizer.md). The planner
+// been measured last (903 weight reversals in the Mooncake hour; 581 in
+// work, p99 TTFT and goodput unchanged: docs/sim.md#matrix). The planner
 // converts the tracked work back to requests at its GPU class's reference
 // mix: the mean work per request the class's fresh engines served,
 // weighted by their throughput (unweighted when none served any), so
@@ -255,11 +255,16 @@ func (s *State) observeRef(fresh []*schemas.EngineEstimate) {
 		c.n++
 		c.end = max(c.end, e.GetWindowEndUnixMs())
 	}
+	var newest int64
 	for _, k := range sortedKeys(by) {
 		c := by[k]
+		newest = max(newest, c.end)
 		w := c.w / c.n
 		if c.x > 0 {
 			w = c.wx / c.x
+		}
+		if !finite(w) || w <= 0 {
+			continue // an overflowing sum: this window says nothing
 		}
 		st := s.refWork[k]
 		switch {
@@ -268,9 +273,19 @@ func (s *State) observeRef(fresh []*schemas.EngineEstimate) {
 		case c.end > st.end:
 			st.w += float64(refGain * (w - st.w))
 			st.end = c.end
+			if !finite(st.w) || st.w <= 0 {
+				st.w = w
+			}
 			if math.Abs(st.w-st.held) > refBand*st.held {
 				st.held = st.w
 			}
+		}
+	}
+	// A class none of whose engines carried a work figure for
+	// capacityMemoryMs is forgotten, as its engines' capacities are.
+	for k, st := range s.refWork {
+		if newest-st.end > capacityMemoryMs {
+			delete(s.refWork, k)
 		}
 	}
 }

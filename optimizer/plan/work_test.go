@@ -127,6 +127,11 @@ func TestReferenceWorkTracking(t *testing.T) {
 	if _, ok := s.reference()["a100"]; ok {
 		t.Fatal("a class without engines has a reference")
 	}
+	// Another class's windows past capacityMemoryMs: h100 is forgotten.
+	s.observeRef([]*schemas.EngineEstimate{{EngineId: "b", GpuClass: "a100", WindowEndUnixMs: 4 + capacityMemoryMs, ObservedRps: 1, WorkPerRequestS: 1}})
+	if _, ok := s.reference()["h100"]; ok {
+		t.Fatal("a class without a work figure for capacityMemoryMs still has a reference")
+	}
 }
 
 // TestHostileWork: work figures that are not finite, negative, or large
