@@ -515,11 +515,13 @@ func TestApplyRemembersLikePlan(t *testing.T) {
 		if w == 3 {
 			n = 0 // the slow engine idle in the planned window
 		}
-		return end, []*schemas.Estimate{
-			flatEngine("fast", "a", "h100", 14, 100, 200, end),
-			flatEngine("slow", "a", "h100", 84, 100, n, end),
-			demandEst("a", 50, end),
+		fast, slow := flatEngine("fast", "a", "h100", 14, 100, 200, end), flatEngine("slow", "a", "h100", 84, 100, n, end)
+		// Work figures that move the class's reference (capacity.go).
+		fast.GetEngine().WorkPerRequestS = 0.05 * float64(1+w)
+		if n > 0 {
+			slow.GetEngine().WorkPerRequestS = 0.08
 		}
+		return end, []*schemas.Estimate{fast, slow, demandEst("a", 50, end)}
 	}
 	set := Settings{Clusters: []string{"a"}, MinDemandRPS: 1}
 	planned, applied := NewPlanner(set), NewPlanner(set)
