@@ -152,7 +152,7 @@ func TestStoreDecodeRejectsHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, v := range hostile(t) {
-		if _, err := s.decode(v); !errors.Is(err, ErrValue) {
+		if _, _, err := s.decode(v); !errors.Is(err, ErrValue) {
 			t.Errorf("%s: %v, want ErrValue", name, err)
 		}
 	}

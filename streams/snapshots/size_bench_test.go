@@ -73,7 +73,7 @@ func BenchmarkClusterSnapshot100x20000(b *testing.B) {
 		b.ReportAllocs()
 		k := 0
 		for b.Loop() {
-			if _, err := s.decode(enc[k%len(enc)]); err != nil {
+			if _, _, err := s.decode(enc[k%len(enc)]); err != nil {
 				b.Fatal(err)
 			}
 			k++

@@ -283,16 +283,10 @@ func (s *Store) encode(snap *schemas.WeightSnapshot) ([]byte, error) {
 	return s.cfg.signer.Sign(b), nil
 }
 
-// decode decodes a stored value (compressed or not, see DecodeValue),
-// reporting ErrUntrusted for one dated in the future or, with a signer,
-// not signed by it.
-func (s *Store) decode(v []byte) (*schemas.WeightSnapshot, error) {
-	_, snap, err := s.decodeBoth(v)
-	return snap, err
-}
-
-// decodeBoth is decode that also returns the value's protobuf bytes.
-func (s *Store) decodeBoth(v []byte) ([]byte, *schemas.WeightSnapshot, error) {
+// decode decodes a stored value (compressed or not, see DecodeValue)
+// into its protobuf bytes and the snapshot, reporting ErrUntrusted for
+// one dated in the future or, with a signer, not signed by it.
+func (s *Store) decode(v []byte) ([]byte, *schemas.WeightSnapshot, error) {
 	b, err := DecodeValue(v)
 	if err != nil {
 		return nil, nil, fmt.Errorf("decoding snapshot: %w", err)
@@ -348,7 +342,7 @@ func (s *Store) put(ctx context.Context, cluster string, snap *schemas.WeightSna
 		}
 		// An untrusted or undecodable value is overwritten. Values are
 		// compared decoded, so replicas that compress differently agree.
-		if stored, cur, err := s.decodeBoth(e.Value()); err == nil && cur.GetVersion() >= snap.GetVersion() {
+		if stored, cur, err := s.decode(e.Value()); err == nil && cur.GetVersion() >= snap.GetVersion() {
 			if bytes.Equal(stored, raw) {
 				return nil // the same snapshot, written by another replica
 			}
