@@ -35,8 +35,8 @@ func plan(t *testing.T, v uint64, engine string) []byte {
 	return b
 }
 
-// held relays a KV watch's entries, holding those of revision above 1
-// until release is closed.
+// held relays a KV watch's entries, holding each of revision above 1
+// until a value is sent on release, or release is closed.
 type held struct{ release chan struct{} }
 
 func (h held) relay(ctx context.Context) func(<-chan jetstream.KeyValueEntry) <-chan jetstream.KeyValueEntry {
@@ -59,6 +59,16 @@ func (h held) relay(ctx context.Context) func(<-chan jetstream.KeyValueEntry) <-
 			}
 		}()
 		return out
+	}
+}
+
+// one lets one held entry through.
+func (h held) one(t *testing.T, ctx context.Context) {
+	t.Helper()
+	select {
+	case h.release <- struct{}{}:
+	case <-ctx.Done():
+		t.Fatal("the relay took no release")
 	}
 }
 
@@ -114,8 +124,8 @@ func openKV(t *testing.T, ctx context.Context, ns *server.Server) jetstream.KeyV
 
 // TestWatcherFastPathBeforeWatch: with the KV watch held after the
 // initial value, a put still reaches Updates (through the key's
-// subscription); when the watch delivers the same bytes they are not
-// offered again, and every put is offered once.
+// subscription); when the watch delivers the same bytes, also three
+// puts late, they are not offered again, and every put is offered once.
 func TestWatcherFastPathBeforeWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -141,26 +151,45 @@ func TestWatcherFastPathBeforeWatch(t *testing.T) {
 	if s := w.Stats(); s.Fast != 1 || s.Watch != 1 {
 		t.Fatalf("stats %+v, want version 2 from the subscription while the watch is held", s)
 	}
-	close(h.release)
+	h.one(t, ctx)
 	testenv.Eventually(t, 10*time.Second, func() bool { return w.Stats().Duplicates == 1 }, "the watch's version 2 not seen")
 	none(t, w, "the watch's version 2")
 
-	// Dedup: five more puts, each offered once, whichever path is first.
-	for v := uint64(3); v <= 7; v++ {
-		if _, err := kv.Put(ctx, "eu", plan(t, v, "a")); err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := versionOf(next(t, ctx, w)); got != v {
-			t.Fatalf("got version %d, want %d", got, v)
-		}
+	// The watch three puts behind: each value is offered from the
+	// subscription, and the watch's copies are skipped when they come.
+	for v := uint64(3); v <= 5; v++ {
+		put(t, ctx, kv, w, v)
 	}
-	// Each put's second arrival is skipped: a duplicate, or, when the
-	// subscription lags behind the watch, not newer than the store's.
-	testenv.Eventually(t, 10*time.Second, func() bool { s := w.Stats(); return s.Duplicates+s.NotNewer == 6 },
-		"not every put seen twice")
-	none(t, w, "after the duplicates")
-	if s := w.Stats(); s.Fast+s.Watch != 7 || s.Duplicates+s.NotNewer != 6 {
-		t.Fatalf("stats %+v, want 7 offered and 6 skipped", s)
+	for range 3 {
+		h.one(t, ctx)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool { return w.Stats().Duplicates == 4 }, "the watch's versions 3 to 5 not seen")
+	none(t, w, "the watch's versions 3 to 5")
+
+	// Both paths free: each put is offered once, whichever path is
+	// first; its second arrival is skipped as a duplicate or, when the
+	// subscription lags behind the watch, as not newer than the store's.
+	close(h.release)
+	for v := uint64(6); v <= 8; v++ {
+		put(t, ctx, kv, w, v)
+		want := v - 1
+		testenv.Eventually(t, 10*time.Second, func() bool { s := w.Stats(); return s.Duplicates+s.NotNewer == want },
+			fmt.Sprintf("version %d not seen twice", v))
+		none(t, w, fmt.Sprintf("version %d's second arrival", v))
+	}
+	if s := w.Stats(); s.Fast+s.Watch != 8 || s.Duplicates+s.NotNewer != 7 {
+		t.Fatalf("stats %+v, want 8 offered and 7 skipped", s)
+	}
+}
+
+// put puts version v of the plan and checks w offers it next.
+func put(t *testing.T, ctx context.Context, kv jetstream.KeyValue, w *Watcher, v uint64) {
+	t.Helper()
+	if _, err := kv.Put(ctx, "eu", plan(t, v, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := versionOf(next(t, ctx, w)); got != v {
+		t.Fatalf("got version %d, want %d", got, v)
 	}
 }
 
