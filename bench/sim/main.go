@@ -36,6 +36,7 @@ import (
 	"github.com/switchyard-llm/switchyard/simulator/des"
 	"github.com/switchyard-llm/switchyard/simulator/policy"
 	"github.com/switchyard-llm/switchyard/simulator/scenario"
+	"github.com/switchyard-llm/switchyard/simulator/workload"
 )
 
 func main() {
@@ -212,11 +213,11 @@ func unreadable(scs []*scenario.Scenario, trace string) string {
 			continue
 		}
 		wl, err := sc.Build(scenario.BuildOptions{Seed: 1, Trace: trace})
+		if errors.Is(err, workload.ErrNoRows) || err == nil && len(wl.Requests) == 0 {
+			return "not a request trace: no row reads as a request (docs/sim.md#trace-formats)"
+		}
 		if err != nil {
 			return err.Error()
-		}
-		if len(wl.Requests) == 0 {
-			return "not a request trace: no row reads as a Mooncake or Azure request"
 		}
 		return ""
 	}

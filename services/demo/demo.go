@@ -211,7 +211,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	if cfg.Model == "" {
 		cfg.Model = "switchyard-sim-8b"
 	}
-	reqs, err := buildWorkload(cfg)
+	reqs, blockTokens, err := buildWorkload(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	for _, gw := range pipe.gateways {
 		gateways[gw.cluster] = "http://" + gw.addr
 	}
-	lg := newLoadGen(gateways, cfg.Model, workloadBlockTokens(cfg), cfg.MaxPromptTokens, cfg.MaxOutputTokens)
+	lg := newLoadGen(gateways, cfg.Model, blockTokens, cfg.MaxPromptTokens, cfg.MaxOutputTokens)
 	started := time.Now()
 	loadCtx := ctx
 	if cfg.Duration > 0 {
@@ -356,17 +356,16 @@ func ensureTopics(ctx context.Context, kafka []string, topics streams.Topics) er
 	return streams.EnsureTopics(ctx, cl, topics, 3)
 }
 
-func workloadBlockTokens(cfg Config) int {
-	if cfg.Trace != "" {
-		return workload.DefaultBlockTokens
-	}
-	return 64
-}
+// generatorBlockTokens is the prefix-block size of the built-in
+// generator's requests.
+const generatorBlockTokens = 64
 
-func buildWorkload(cfg Config) ([]workload.Request, error) {
+// buildWorkload is the demo's requests and the size of their prefix
+// blocks.
+func buildWorkload(cfg Config) ([]workload.Request, int, error) {
 	if cfg.Trace == "" {
 		if cfg.Rate <= 0 {
-			return nil, fmt.Errorf("%w: --rate must be positive", cli.ErrUsage)
+			return nil, 0, fmt.Errorf("%w: --rate must be positive", cli.ErrUsage)
 		}
 		d := cfg.Duration
 		if d <= 0 {
@@ -382,16 +381,16 @@ func buildWorkload(cfg Config) ([]workload.Request, error) {
 			all = append(all, gen.Generate(d)...)
 		}
 		sort.SliceStable(all, func(i, j int) bool { return all[i].Arrival < all[j].Arrival })
-		return all, nil
+		return all, generatorBlockTokens, nil
 	}
 	f, err := os.Open(cfg.Trace)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --trace: %v", cli.ErrUsage, err)
+		return nil, 0, fmt.Errorf("%w: --trace: %v", cli.ErrUsage, err)
 	}
 	defer f.Close()
 	reqs, rep, err := workload.ReadFile(f, cfg.StrictTrace, cfg.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("reading trace %s: %w", cfg.Trace, err)
+		return nil, 0, fmt.Errorf("reading trace %s: %w", cfg.Trace, err)
 	}
 	if rep.Skipped > 0 {
 		cfg.Logger.Warn("skipped malformed trace rows", "skipped", rep.Skipped, "first_lines", fmt.Sprint(rep.FirstBad))
@@ -403,7 +402,8 @@ func buildWorkload(cfg Config) ([]workload.Request, error) {
 	for i := range reqs {
 		reqs[i].Arrival = time.Duration(float64(reqs[i].Arrival) / speed)
 	}
-	return reqs, nil
+	sort.SliceStable(reqs, func(i, j int) bool { return reqs[i].Arrival < reqs[j].Arrival })
+	return reqs, rep.BlockTokens, nil
 }
 
 // status renders the periodic status line and the summary.

@@ -90,6 +90,11 @@ type TraceReport struct {
 	Skipped        int   `json:"skipped"`
 	FirstBadLines  []int `json:"first_bad_lines,omitempty"`
 	StrictRejected bool  `json:"-"`
+	// BlockTokens is the size of the trace's prefix blocks and TickMs
+	// the quantum of its arrivals, spread over each tick (0: none), as
+	// the reader found them (docs/sim.md#trace-formats).
+	BlockTokens int   `json:"block_tokens"`
+	TickMs      int64 `json:"tick_ms"`
 }
 
 // ErrUnknownPolicy is wrapped when --policies names a policy that does
@@ -134,7 +139,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	}
 	out := Output{Scenario: sc.Name, Seed: seed, Requests: len(wl.Requests), SpanS: wl.Span.Seconds(), Policies: map[string]des.Metrics{}}
 	if sc.Workload.Kind != scenario.KindGenerator {
-		out.Trace = &TraceReport{Rows: wl.Report.Rows, Skipped: wl.Report.Skipped, FirstBadLines: wl.Report.FirstBad}
+		out.Trace = &TraceReport{Rows: wl.Report.Rows, Skipped: wl.Report.Skipped, FirstBadLines: wl.Report.FirstBad,
+			BlockTokens: wl.BlockTokens, TickMs: wl.Report.Tick.Milliseconds()}
 		if wl.Report.Skipped > 0 {
 			fmt.Fprintf(stderr, "sim: trace: skipped %d malformed rows (first at lines %s); --strict makes this an error\n",
 				wl.Report.Skipped, joinInts(wl.Report.FirstBad))
@@ -189,7 +195,11 @@ func writeTable(w io.Writer, out Output, order []string, sc *scenario.Scenario) 
 	fmt.Fprintf(w, "scenario %s: %d requests over %.0f s, seed %d, SLO TTFT <= %g ms and TBOT <= %g ms\n",
 		out.Scenario, out.Requests, out.SpanS, out.Seed, sc.SLO.TTFTms, sc.SLO.TBOTms)
 	if out.Trace != nil {
-		fmt.Fprintf(w, "trace: %d rows, %d malformed rows skipped\n", out.Trace.Rows, out.Trace.Skipped)
+		fmt.Fprintf(w, "trace: %d rows, %d malformed rows skipped; %d-token prefix blocks", out.Trace.Rows, out.Trace.Skipped, out.Trace.BlockTokens)
+		if out.Trace.TickMs > 0 {
+			fmt.Fprintf(w, "; arrivals in %g-s ticks, spread over each", float64(out.Trace.TickMs)/1000)
+		}
+		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tttft p50\tp90\tp99\ttbot p99\te2e p50\tp99\tgoodput/s\tslo\tkv hit\tshed\tfailed\treversals\tamplitude\tcross-region\t")

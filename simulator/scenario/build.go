@@ -37,10 +37,6 @@ type BuildOptions struct {
 	Strict bool
 }
 
-// mooncakeTick is the quantum of Mooncake timestamps: each tick releases
-// a batch of requests, which Build spreads evenly across the tick.
-const mooncakeTick = 3 * time.Second
-
 // generatorBlockTokens is the prefix-block size the generator uses.
 const generatorBlockTokens = 64
 
@@ -87,14 +83,15 @@ func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
 		br := bufio.NewReader(f)
 		kind := sniff(br)
 		reqs, rep, err = readTrace(br, kind, opt)
+		if err == nil {
+			err = rep.NoRows()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("reading %s trace %s: %w", kind, path, err)
 		}
 		out.Report = rep
-		out.BlockTokens = workload.DefaultBlockTokens
-		if kind == KindMooncake && rep.SwitchyardRows == 0 { // exported traces have exact times
-			spreadTicks(reqs)
-		}
+		out.BlockTokens = rep.BlockTokens
+		spreadTicks(reqs, rep.Tick)
 		scale := s.Workload.TimeScale
 		if scale == 0 {
 			scale = 1
@@ -234,17 +231,19 @@ func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, 
 	return workload.ReadAzure(r, opt.Strict, workload.AzureConversations{Seed: opt.Seed})
 }
 
-// spreadTicks spreads each batch of equal Mooncake timestamps evenly over
-// its 3-second tick, in trace order.
-func spreadTicks(reqs []workload.Request) {
-	for i := 0; i < len(reqs); {
+// spreadTicks puts reqs in arrival order and, when the trace's arrivals
+// come in batches of equal times (tick > 0: Mooncake's 3-s ticks),
+// spreads each batch evenly over the tick, in trace order.
+func spreadTicks(reqs []workload.Request, tick time.Duration) {
+	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].Arrival < reqs[b].Arrival })
+	for i := 0; tick > 0 && i < len(reqs); {
 		j := i
 		for j < len(reqs) && reqs[j].Arrival == reqs[i].Arrival {
 			j++
 		}
 		n := j - i
 		for k := i; k < j; k++ {
-			reqs[k].Arrival += mooncakeTick * time.Duration(k-i) / time.Duration(n)
+			reqs[k].Arrival += tick * time.Duration(k-i) / time.Duration(n)
 		}
 		i = j
 	}

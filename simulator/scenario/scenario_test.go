@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/simulator/workload"
 )
 
 const good = `{
@@ -249,5 +252,58 @@ func TestTraceFormatIsSniffed(t *testing.T) {
 	}
 	if len(wl.Requests) != 2 || wl.Report.Skipped != 1 || wl.Report.FirstBad[0] != 3 || wl.BlockTokens != 512 {
 		t.Fatalf("got %d requests, report %+v", len(wl.Requests), wl.Report)
+	}
+}
+
+// traceScenario is the test scenario replaying a mooncake-kind trace.
+func traceScenario(t *testing.T) *Scenario {
+	t.Helper()
+	sc := strings.Replace(good, `"workload": {"kind": "generator", "rate_rps": 20}`, `"workload": {"kind": "mooncake", "trace": "none.jsonl"}`, 1)
+	sc = strings.Replace(sc, `, {"at_s": 2, "until_s": 4, "kind": "rate", "factor": 2, "cluster": "a"}`, "", 1)
+	s, err := Parse([]byte(sc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestBuildReadsAQwenBailianTrace(t *testing.T) {
+	// Seconds with fractions, 16-token blocks and chat_id chains (the
+	// Qwen-Bailian traces' format): arrivals kept as they are (no tick),
+	// blocks of 16 tokens, a conversation's turns one session.
+	trace := filepath.Join(t.TempDir(), "qwen.jsonl")
+	rows := `{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.25, "input_length": 40, "output_length": 10, "hash_ids": [1, 2, 3]}
+{"chat_id": 2, "parent_chat_id": -1, "timestamp": 0.25, "input_length": 20, "output_length": 10, "hash_ids": [1, 4]}
+{"chat_id": 3, "parent_chat_id": 1, "timestamp": 1.5, "input_length": 70, "output_length": 10, "hash_ids": [1, 2, 3, 5, 6]}
+`
+	if err := os.WriteFile(trace, []byte(rows), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wl, err := traceScenario(t).Build(BuildOptions{Trace: trace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wl.BlockTokens != 16 || len(wl.Requests) != 3 {
+		t.Fatalf("block tokens %d, %d requests", wl.BlockTokens, len(wl.Requests))
+	}
+	r := wl.Requests
+	if r[0].Arrival != 250*time.Millisecond || r[1].Arrival != 250*time.Millisecond || r[2].Arrival != 1500*time.Millisecond {
+		t.Fatalf("arrivals %v %v %v, want 250ms 250ms 1.5s", r[0].Arrival, r[1].Arrival, r[2].Arrival)
+	}
+	if r[0].Session != r[2].Session || r[0].Session == r[1].Session || r[0].Cluster != r[2].Cluster {
+		t.Fatalf("sessions %q %q %q, clusters %q %q", r[0].Session, r[1].Session, r[2].Session, r[0].Cluster, r[2].Cluster)
+	}
+}
+
+func TestBuildRefusesATraceWithoutRows(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{"empty.jsonl": "", "bad.jsonl": `{"timestamp": "x"}` + "\n" + `{"input_length": 5}` + "\n"} {
+		trace := filepath.Join(dir, name)
+		if err := os.WriteFile(trace, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := traceScenario(t).Build(BuildOptions{Trace: trace}); !errors.Is(err, workload.ErrNoRows) {
+			t.Errorf("%s: got %v, want ErrNoRows", name, err)
+		}
 	}
 }

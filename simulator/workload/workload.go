@@ -1,8 +1,8 @@
 // Package workload produces LLM request streams for the demo's load
 // generator and the simulator: a built-in conversational generator
 // (shared system prompts, multi-turn sessions, Poisson arrivals) and
-// readers of public traces (Mooncake JSONL with prefix-block hashes,
-// Azure LLM inference CSV).
+// readers of public traces (JSONL with prefix-block hashes: Mooncake,
+// Qwen-Bailian; CSV of arrivals and token counts: Azure, BurstGPT).
 package workload
 
 import (
