@@ -54,7 +54,7 @@ type Config struct {
 	DataDir       string
 	// Rate is the offered load in requests/s over all regions.
 	Rate float64
-	// Trace replays a Mooncake JSONL or Azure CSV trace instead of the
+	// Trace replays a JSONL or CSV trace (workload.ReadFile) instead of the
 	// built-in conversational workload; TraceSpeed compresses its time.
 	Trace       string
 	TraceSpeed  float64
@@ -128,7 +128,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&cfg.ConsoleListen, "console-listen", "127.0.0.1:9190", "host:port of the web console (empty: off)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "persist Kafka and JetStream data, and the engines' addresses, under this directory")
 	fs.Float64Var(&cfg.Rate, "rate", 12, "offered load of the built-in workload, requests/s over all regions")
-	fs.StringVar(&cfg.Trace, "trace", "", "replay this Mooncake JSONL or Azure CSV trace instead of the built-in workload")
+	fs.StringVar(&cfg.Trace, "trace", "", "replay this JSONL (Mooncake, Qwen-Bailian) or CSV (Azure, BurstGPT) trace instead of the built-in workload (docs/sim.md, trace formats)")
 	fs.Float64Var(&cfg.TraceSpeed, "trace-speed", 1, "replay the trace this many times faster than real time")
 	fs.BoolVar(&cfg.StrictTrace, "strict-trace", false, "fail on a malformed trace row instead of skipping it")
 	seed := fs.Uint64("seed", 1, "seed of the workload and engines")

@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg Config
 	var pols string
 	fs.StringVar(&cfg.Scenario, "scenario", "", "scenario file (JSON; see docs/sim.md)")
-	fs.StringVar(&cfg.Trace, "trace", "", "trace file replacing a mooncake or azure scenario's (Mooncake JSONL or Azure CSV; an error for a generator scenario)")
+	fs.StringVar(&cfg.Trace, "trace", "", "trace file replacing a mooncake or azure scenario's (JSONL: Mooncake, Qwen-Bailian; CSV: Azure, BurstGPT; an error for a generator scenario)")
 	fs.StringVar(&pols, "policies", strings.Join(policy.Names(), ","), "comma-separated policies to compare")
 	fs.Int64Var(&cfg.Seed, "seed", -1, "random seed (default: the scenario's)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object with every policy's metrics as the last line")
