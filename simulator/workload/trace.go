@@ -2,6 +2,7 @@ package workload
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/csv"
 	"encoding/json"
@@ -42,6 +43,10 @@ func (r *Report) skip(line int) {
 		r.FirstBad = append(r.FirstBad, line)
 	}
 }
+
+// bom is the UTF-8 byte-order mark some tools write first; a trace's
+// readers skip it.
+const bom = "\ufeff"
 
 // ErrMalformed is wrapped by strict-mode errors about a bad row.
 var ErrMalformed = errors.New("malformed trace row")
@@ -101,6 +106,9 @@ func ReadMooncake(r io.Reader, strict bool) ([]Request, Report, error) {
 	for sc.Scan() {
 		line++
 		text := strings.TrimSpace(sc.Text())
+		if line == 1 {
+			text = strings.TrimPrefix(text, bom)
+		}
 		if text == "" {
 			continue
 		}
@@ -293,7 +301,7 @@ func csvHeader(rec []string) (csvColumns, bool, error) {
 	cols := map[string]*int{"time": &c.time, "prompt": &c.prompt, "output": &c.output, "session": &c.session}
 	named := false
 	for i, f := range rec {
-		name := strings.NewReplacer(" ", "", "_", "", "-", "").Replace(strings.ToLower(strings.TrimSpace(strings.TrimPrefix(f, "\ufeff"))))
+		name := strings.NewReplacer(" ", "", "_", "", "-", "").Replace(strings.ToLower(strings.TrimSpace(f)))
 		for field, names := range csvNames {
 			if slices.Contains(names, name) && *cols[field] < 0 {
 				*cols[field] = i
@@ -400,7 +408,8 @@ func ReadAzure(r io.Reader, strict bool, conv AzureConversations) ([]Request, Re
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		if line == 1 && err == nil {
+		if line == 1 && err == nil && len(rec) > 0 {
+			rec[0] = strings.TrimPrefix(rec[0], bom)
 			c, header, herr := csvHeader(rec)
 			if herr != nil {
 				return nil, rep, herr
@@ -501,14 +510,16 @@ func (conv AzureConversations) synthesise(rows []csvRow) []Request {
 	return out
 }
 
-// ReadFile picks the reader by content: a first byte '{' is a JSONL
-// trace (ReadMooncake), anything else a CSV trace (ReadAzure). A trace
-// without a request row is an error (Report.NoRows).
+// ReadFile picks the reader by content: a first byte '{' (after any
+// byte-order mark) is a JSONL trace (ReadMooncake), anything else a CSV
+// trace (ReadAzure). A trace without a request row is an error
+// (Report.NoRows).
 func ReadFile(r io.Reader, strict bool, seed uint64) ([]Request, Report, error) {
 	br := bufio.NewReader(r)
-	peek, _ := br.Peek(1)
+	peek, _ := br.Peek(len(bom) + 1)
+	peek = bytes.TrimPrefix(peek, []byte(bom))
 	read := func() ([]Request, Report, error) { return ReadAzure(br, strict, AzureConversations{Seed: seed}) }
-	if len(peek) == 1 && peek[0] == '{' {
+	if len(peek) > 0 && peek[0] == '{' {
 		read = func() ([]Request, Report, error) { return ReadMooncake(br, strict) }
 	}
 	reqs, rep, err := read()

@@ -330,3 +330,15 @@ func TestArrivalTick(t *testing.T) {
 		}
 	}
 }
+
+func TestByteOrderMarkIsSkipped(t *testing.T) {
+	for _, body := range []string{
+		"\ufeff" + `{"timestamp": 0, "input_length": 10, "output_length": 5}`,
+		"\ufeff2023-11-16 18:15:46.6805900,374,44",
+		"\ufeffTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44",
+	} {
+		if reqs, rep, err := ReadFile(strings.NewReader(body), true, 1); err != nil || len(reqs) != 1 {
+			t.Errorf("%q: %v, %d requests, report %+v", body, err, len(reqs), rep)
+		}
+	}
+}
