@@ -166,7 +166,7 @@ func ReadMooncake(r io.Reader, strict bool) ([]Request, Report, error) {
 		unit = float64(time.Second)
 	}
 	for i, ts := range stamps {
-		out[i].Arrival = time.Duration(ts * unit)
+		out[i].Arrival = time.Duration(math.Round(ts * unit))
 	}
 	rep.BlockTokens = fitBlockTokens(out)
 	if rep.SwitchyardRows == 0 { // exported traces have exact times
@@ -340,7 +340,7 @@ func parseCSVTime(s string, ms bool) (time.Duration, error) {
 		if !(f >= 0 && f <= maxTimestamp) {
 			return 0, fmt.Errorf("time %q negative or above %g s", s, float64(maxTimestamp))
 		}
-		return time.Duration(f * float64(time.Second)), nil
+		return time.Duration(math.Round(f * float64(time.Second))), nil
 	}
 	for _, l := range csvTimeLayouts {
 		if t, err := time.Parse(l, s); err == nil {
