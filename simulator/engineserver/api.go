@@ -116,18 +116,100 @@ type limits struct {
 // request body. The model name is checked by the caller.
 func parseRequest(body []byte, chat bool, lim limits) (parsed, *apiError) {
 	var req requestBody
+	if e := decodeBody(body, &req); e != nil {
+		return parsed{}, e
+	}
+	return req.parse(chat, lim)
+}
+
+// decodeBody decodes one JSON object from body into v.
+func decodeBody(body []byte, v any) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		// A well-formed value of the wrong type or range: name the field,
 		// not the Go type it did not fit.
 		if ute := (*json.UnmarshalTypeError)(nil); errors.As(err, &ute) && ute.Field != "" {
-			return parsed{}, badRequest(ute.Field, "invalid type or value for '%s': %s", ute.Field, ute.Value)
+			return badRequest(ute.Field, "invalid type or value for '%s': %s", ute.Field, ute.Value)
 		}
-		return parsed{}, badRequest("", "invalid JSON body: %v", err)
+		return badRequest("", "invalid JSON body: %v", err)
 	}
 	if dec.More() {
-		return parsed{}, badRequest("", "invalid JSON body: trailing data after the object")
+		return badRequest("", "invalid JSON body: trailing data after the object")
 	}
+	return nil
+}
+
+// responsesBody is a Responses API request body (POST /v1/responses).
+type responsesBody struct {
+	Model           string          `json:"model"`
+	Input           json.RawMessage `json:"input"`
+	Instructions    *string         `json:"instructions"`
+	Stream          bool            `json:"stream"`
+	MaxOutputTokens *int            `json:"max_output_tokens"`
+	Switchyard      *simExtension   `json:"switchyard"`
+}
+
+// inputItem is an item of a Responses request's input array: a message
+// (role and content), or another item (a function call's output, ...)
+// whose JSON is taken as its text.
+type inputItem struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// parseResponses decodes and validates a Responses API request as the
+// chat request it amounts to: instructions as a system message, then
+// input (a string as one user message, or an array of items), with
+// max_output_tokens as max_tokens. Its errors name the Responses
+// parameters.
+func parseResponses(body []byte, lim limits) (parsed, *apiError) {
+	var rb responsesBody
+	if e := decodeBody(body, &rb); e != nil {
+		return parsed{}, e
+	}
+	req := requestBody{Model: rb.Model, Stream: rb.Stream, MaxTokens: rb.MaxOutputTokens, Switchyard: rb.Switchyard}
+	if rb.Instructions != nil {
+		c, _ := json.Marshal(*rb.Instructions)
+		req.Messages = append(req.Messages, chatMessage{Role: "system", Content: c})
+	}
+	in := bytes.TrimSpace(rb.Input)
+	switch {
+	case rb.Model == "": // req.parse names it
+	case len(in) == 0 || bytes.Equal(in, []byte("null")):
+		return parsed{}, badRequest("input", "you must provide an input parameter")
+	case in[0] == '"':
+		req.Messages = append(req.Messages, chatMessage{Role: "user", Content: in})
+	default:
+		var items []json.RawMessage
+		if err := json.Unmarshal(in, &items); err != nil {
+			return parsed{}, badRequest("input", "input must be a string or an array of input items")
+		}
+		for i, raw := range items {
+			var it inputItem
+			if err := json.Unmarshal(raw, &it); err != nil {
+				return parsed{}, badRequest(fmt.Sprintf("input[%d]", i), "input items must be objects")
+			}
+			if it.Role == "" { // not a message: its JSON is its text
+				it.Role = "tool"
+				it.Content, _ = json.Marshal(string(raw))
+			}
+			req.Messages = append(req.Messages, chatMessage(it))
+		}
+	}
+	p, e := req.parse(true, lim)
+	if e != nil {
+		switch {
+		case e.param == "max_tokens":
+			e.param, e.message = "max_output_tokens", strings.Replace(e.message, "max_tokens", "max_output_tokens", 1)
+		case strings.HasPrefix(e.param, "messages"):
+			e.param = "input"
+		}
+	}
+	return p, e
+}
+
+// parse validates a decoded chat (chat=true) or completions request.
+func (req *requestBody) parse(chat bool, lim limits) (parsed, *apiError) {
 	if req.Model == "" {
 		return parsed{}, badRequest("model", "you must provide a model parameter")
 	}
@@ -237,7 +319,8 @@ func messageText(raw json.RawMessage) (string, error) {
 	}
 	var b strings.Builder
 	for _, p := range parts {
-		if p.Type == "text" {
+		switch p.Type {
+		case "text", "input_text", "output_text": // chat's, the Responses API's
 			b.WriteString(p.Text)
 		}
 	}

@@ -17,8 +17,9 @@ const maxBodyBytes = 8 << 20
 
 func (s *Service) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, true) })
-	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, false) })
+	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, apiChat) })
+	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, apiCompletions) })
+	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, apiResponses) })
 	mux.HandleFunc("GET /v1/models", s.serveModels)
 	mux.HandleFunc("GET /health", s.serveHealth)
 	mux.Handle("GET /metrics", s.metricsHandler())
@@ -71,7 +72,16 @@ func (s *Service) reject(w http.ResponseWriter, reason string, e *apiError) {
 	writeError(w, e)
 }
 
-func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, chat bool) {
+// api is the OpenAI API a request came by.
+type api int
+
+const (
+	apiChat        api = iota // POST /v1/chat/completions
+	apiCompletions            // POST /v1/completions
+	apiResponses              // POST /v1/responses (responses.go)
+)
+
+func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, kind api) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(w, &apiError{status: http.StatusMethodNotAllowed, message: "use POST", typ: "invalid_request_error"})
@@ -87,7 +97,14 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, chat b
 		s.reject(w, "invalid", badRequest("", "reading body: %v", err))
 		return
 	}
-	p, apiErr := parseRequest(body, chat, limits{blockSize: s.preset.BlockSize, maxModelLen: s.preset.MaxModelLen, defaultMaxTokens: s.cfg.DefaultMaxTokens})
+	lim := limits{blockSize: s.preset.BlockSize, maxModelLen: s.preset.MaxModelLen, defaultMaxTokens: s.cfg.DefaultMaxTokens}
+	var p parsed
+	var apiErr *apiError
+	if kind == apiResponses {
+		p, apiErr = parseResponses(body, lim)
+	} else {
+		p, apiErr = parseRequest(body, kind == apiChat, lim)
+	}
 	if apiErr != nil {
 		reason := "invalid"
 		if apiErr.code == "context_length_exceeded" {
@@ -129,10 +146,15 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, chat b
 			s.cancel(id)
 		}
 	}()
-	resp := responder{s: s, chat: chat, id: id, p: p}
-	if p.stream {
+	resp := responder{s: s, chat: kind == apiChat, id: id, p: p}
+	switch {
+	case kind == apiResponses && p.stream:
+		finished = resp.streamResponse(r.Context(), w, events)
+	case kind == apiResponses:
+		finished = resp.wholeResponse(r.Context(), w, events)
+	case p.stream:
 		finished = resp.stream(r.Context(), w, events)
-	} else {
+	default:
 		finished = resp.whole(r.Context(), w, events)
 	}
 }
@@ -181,6 +203,15 @@ func (rs responder) countSuccess() {
 	rs.s.met.success.WithLabelValues(*rs.finishReason()).Inc()
 }
 
+// text is the request's first n output tokens.
+func (rs responder) text(n int) string {
+	var text strings.Builder
+	for i := range n {
+		text.WriteString(word(rs.s.vocab, rs.s.cfg.Seed, rs.id, i))
+	}
+	return text.String()
+}
+
 // whole waits for the request to finish and writes one JSON response. It
 // reports whether the request finished.
 func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
@@ -196,16 +227,12 @@ func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events <-c
 			if ev.Kind != engine.EventFinished {
 				continue
 			}
-			var text strings.Builder
-			for i := range ev.Result.OutputTokens {
-				text.WriteString(word(rs.s.vocab, rs.s.cfg.Seed, rs.id, i))
-			}
+			text := rs.text(ev.Result.OutputTokens)
 			c := choice{Index: 0, FinishReason: rs.finishReason()}
 			if rs.chat {
-				c.Message = &message{Role: "assistant", Content: text.String()}
+				c.Message = &message{Role: "assistant", Content: text}
 			} else {
-				t := text.String()
-				c.Text = &t
+				c.Text = &text
 			}
 			rs.countSuccess()
 			writeJSON(w, http.StatusOK, completion{
