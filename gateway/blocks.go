@@ -100,6 +100,26 @@ func promptChain(dst []uint64, messages, prompt []byte) ([]uint64, int) {
 	return c.blocks, c.total
 }
 
+// responsesChain is promptChain for a Responses API request: its
+// instructions (a string's raw text), then its input, a string's raw text
+// or an array of items hashed as messages are (role then content; an
+// item without them, such as a function call's output, adds nothing
+// unless the array cannot be read that way, then the raw JSON is hashed).
+func responsesChain(dst []uint64, instructions, input []byte) ([]uint64, int) {
+	c := chain{blocks: dst[:0]}
+	c.write(stringText(instructions))
+	if len(input) > 0 && input[0] == '[' {
+		if !c.messages(input) {
+			c = chain{blocks: dst[:0]}
+			c.write(stringText(instructions))
+			c.write(input)
+		}
+	} else {
+		c.write(stringText(input))
+	}
+	return c.blocks, c.total
+}
+
 var messageFields = []string{"role", "content"}
 
 // messages writes role and content of each message of the array b and

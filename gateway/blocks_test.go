@@ -84,5 +84,33 @@ func FuzzPromptChain(f *testing.F) {
 		if len(a) != min(na/blockBytes, maxBlocks) {
 			t.Fatalf("%d blocks for %d bytes", len(a), na)
 		}
+		// A Responses request: prompt as instructions, messages as input.
+		r, nr := responsesChain(nil, prompt, messages)
+		r2, nr2 := responsesChain(make([]uint64, 0, 3), prompt, messages)
+		if !slices.Equal(r, r2) || nr != nr2 || len(r) != min(nr/blockBytes, maxBlocks) {
+			t.Fatalf("responses: %d blocks for %d bytes, not deterministic", len(r), nr)
+		}
 	})
+}
+
+// TestResponsesChain: a Responses request's instructions then its input
+// items hash as the chat messages of the same conversation do, after the
+// instructions' text; a string input as its text.
+func TestResponsesChain(t *testing.T) {
+	sys := strings.Repeat("s", 600)
+	input := chatMessages("u", strings.Repeat("q", 700))
+	got, n := responsesChain(nil, []byte(`"`+sys+`"`), input)
+	c := chain{}
+	c.write([]byte(sys))
+	if !c.messages(input) {
+		t.Fatal("messages not read")
+	}
+	if !slices.Equal(got, c.blocks) || n != c.total || len(got) == 0 {
+		t.Fatalf("%d blocks (%d bytes), want %d (%d)", len(got), n, len(c.blocks), c.total)
+	}
+	s, ns := responsesChain(nil, nil, []byte(`"`+strings.Repeat("p", 600)+`"`))
+	p, np := promptChain(nil, nil, []byte(`"`+strings.Repeat("p", 600)+`"`))
+	if !slices.Equal(s, p) || ns != np || len(s) != 2 {
+		t.Fatalf("string input: %d blocks, prompt %d", len(s), len(p))
+	}
 }

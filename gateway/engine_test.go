@@ -108,6 +108,10 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		} `json:"stream_options"`
 	}
 	_ = json.Unmarshal(body, &req)
+	if r.URL.Path == "/v1/responses" {
+		e.serveResponses(w, r, req.Stream)
+		return
+	}
 	if !req.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"id":"c1","object":"chat.completion","model":"sim","choices":[{"index":0,"message":{"role":"assistant","content":"hi from %s"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":%d,"total_tokens":%d}}`, e.id, e.tokens, 11+e.tokens)
@@ -141,6 +145,39 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 	if e.mode.Load() == "linger" { // keep the response open after [DONE]
 		<-r.Context().Done()
 	}
+}
+
+// serveResponses answers a Responses API request: a whole response, or
+// typed events with e.tokens deltas ending at response.completed, whose
+// data has its type last and its usage (11 input tokens, 4 of them
+// cached), as vLLM writes it.
+func (e *fakeEngine) serveResponses(w http.ResponseWriter, r *http.Request, stream bool) {
+	const usage = `"usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":4},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":%d}`
+	resp := fmt.Sprintf(`{"id":"resp_1","object":"response","created_at":1,"status":"completed","model":"sim","output":[{"type":"message","id":"m1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"hi from %s","annotations":[]}]}],"incomplete_details":null,`+usage+`}`, e.id, e.tokens, 11+e.tokens)
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, resp)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	fl := w.(http.Flusher)
+	fmt.Fprint(w, "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n")
+	fl.Flush()
+	for i := 0; i < e.tokens; i++ {
+		if i > 0 && e.delay > 0 {
+			select {
+			case <-time.After(e.delay):
+			case <-r.Context().Done():
+				e.canceled.Add(1)
+				return
+			}
+		}
+		fmt.Fprintf(w, "event: response.output_text.delta\ndata: {\"content_index\":0,\"delta\":\"t%d \",\"item_id\":\"m1\",\"output_index\":0,\"sequence_number\":%d,\"type\":\"response.output_text.delta\"}\n\n", i, i+1)
+		fl.Flush()
+	}
+	fmt.Fprintf(w, "event: response.completed\ndata: {\"response\":%s,\"sequence_number\":%d,\"type\":\"response.completed\"}\n\n", resp, e.tokens+1)
+	fl.Flush()
 }
 
 func (e *fakeEngine) header(i int) http.Header {

@@ -206,23 +206,31 @@ func (s *stubTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		Body: io.NopCloser(strings.NewReader("data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n")), Request: r}, nil
 }
 
-// FuzzRequest: any body and header values get either the engine's answer
-// or an OpenAI-style 4xx JSON error, and a 4xx never reached the engine.
+// FuzzRequest: any body and header values, for chat or (responses) the
+// Responses API, get either the engine's answer or an OpenAI-style 4xx
+// JSON error, and a 4xx never reached the engine.
 func FuzzRequest(f *testing.F) {
-	f.Add([]byte(chatBody(true, "hi")), "", "")
-	f.Add([]byte(`{"model":"sim","prompt":"x","user":"u"}`), "low", "s1")
-	f.Add([]byte(`{"model":`), "", "")
-	f.Add([]byte(`{"model":null}`), "3", "")
-	f.Add([]byte("\x00\xff"), "high", "\n")
-	f.Add([]byte(`{"model":"sim","messages":[1,2,{"a":[]}],"stream":true}`), "", "")
+	f.Add([]byte(chatBody(true, "hi")), "", "", false)
+	f.Add([]byte(`{"model":"sim","prompt":"x","user":"u"}`), "low", "s1", false)
+	f.Add([]byte(`{"model":`), "", "", false)
+	f.Add([]byte(`{"model":null}`), "3", "", false)
+	f.Add([]byte("\x00\xff"), "high", "\n", false)
+	f.Add([]byte(`{"model":"sim","messages":[1,2,{"a":[]}],"stream":true}`), "", "", false)
+	f.Add([]byte(`{"model":"sim","input":"hi","stream":true,"max_output_tokens":4}`), "", "", true)
+	f.Add([]byte(`{"model":"sim","input":[{"role":"user","content":"hi"}],"instructions":"x","previous_response_id":"r"}`), "", "s", true)
+	f.Add([]byte(`{"model":"sim","input":5,"max_output_tokens":0}`), "", "", true)
 	stub := &stubTransport{}
 	g, err := New("c", Engines(StaticEngine{ID: "a", URL: "http://engine"}), Transport(stub), MaxBodyBytes(4096), HealthInterval(-1), PriorityHeader(true))
 	if err != nil {
 		f.Fatal(err)
 	}
 	h := g.Handler()
-	f.Fuzz(func(t *testing.T, body []byte, prio, session string) {
-		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
+	f.Fuzz(func(t *testing.T, body []byte, prio, session string, responses bool) {
+		path := pathChat
+		if responses {
+			path = pathResponses
+		}
+		req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 		if prio != "" {
 			req.Header[HeaderPriority] = []string{prio}
 		}

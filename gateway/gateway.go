@@ -344,7 +344,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if g.cfg.httpServer == ServerFast {
 		fast = httpserver.New(httpserver.Config{
 			Handler:      http.HandlerFunc(g.serveInference),
-			Paths:        []string{pathChat, pathCompletions},
+			Paths:        []string{pathChat, pathCompletions, pathResponses},
 			Std:          srv,
 			Addr:         ln.Addr(),
 			MaxBodyBytes: g.cfg.maxBodyBytes,

@@ -38,12 +38,17 @@ const (
 const (
 	pathChat        = "/v1/chat/completions"
 	pathCompletions = "/v1/completions"
+	// pathResponses is the Responses API: its stream is typed events that
+	// end at response.completed (or .incomplete, .failed), not data:
+	// [DONE], with the usage in that last event (relay.Stream.Responses).
+	pathResponses = "/v1/responses"
 )
 
 func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(pathChat, g.serveInference)
 	mux.HandleFunc(pathCompletions, g.serveInference)
+	mux.HandleFunc(pathResponses, g.serveInference)
 	mux.HandleFunc("/v1/models", g.serveModels)
 	mux.HandleFunc("/v1/models/{id...}", g.serveModel)
 	if g.cfg.adminListen == "" {
@@ -145,6 +150,8 @@ func serverAttributes(engineURL string) []attribute.KeyValue {
 // attributes of an inference request: the operation, the requested model
 // and, when the engine reported usage, the token counts.
 func genAIAttributes(path string, ev *schemas.RoutingEvent) []attribute.KeyValue {
+	// The semantic conventions name no operation for the Responses API:
+	// it is a chat (a conversation's next output), their closest one.
 	op := "chat"
 	if path == pathCompletions {
 		op = "text_completion"
@@ -298,9 +305,18 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	defer g.admit.q.Release()
 	arr := g.startArrival(ev) // arrival.go
 	defer arr.finish(ev)
-	fwd, strip := withUsage(body, in)
 	var blk [32]uint64
-	blocks, promptBytes := promptChain(blk[:0], in.Messages, in.Prompt)
+	fwd, strip := body, false
+	var blocks []uint64
+	var promptBytes int
+	if r.URL.Path == pathResponses {
+		// Its usage always comes in the stream's last event: nothing to
+		// ask for.
+		blocks, promptBytes = responsesChain(blk[:0], in.Instructions, in.Input)
+	} else {
+		fwd, strip = withUsage(body, in)
+		blocks, promptBytes = promptChain(blk[:0], in.Messages, in.Prompt)
+	}
 	preq := pick.Request{Key: ev.AffinityKeyHash, PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
 	return g.route(ctx, w, r, rt, &preq, bodies{fwd, body}, in.Stream, strip, prio, ev, start)
 }
@@ -510,7 +526,7 @@ func (g *Gateway) attemptBody(ctx context.Context, w http.ResponseWriter, r *htt
 // attemptResult says what one attempt did.
 type attemptResult struct {
 	committed  bool   // bytes reached the client: no retry possible
-	complete   bool   // the whole response (up to data: [DONE]) was relayed
+	complete   bool   // the whole response (up to data: [DONE] or a Responses stream's last event) was relayed
 	status     int    // HTTP status sent (or received)
 	failReason string // "" unless the engine failed
 	err        error
@@ -613,10 +629,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		res.committed = true
 		return res
 	}
+	responses := r.URL.Path == pathResponses
 	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, strip, ft, &res)
+		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, strip, responses, ft, &res)
 	} else {
-		g.copyWhole(actx, w, resp, eng, rt, start, &res)
+		g.copyWhole(actx, w, resp, eng, rt, start, responses, &res)
 	}
 	if res.failReason != "" {
 		span.SetStatus(codes.Error, res.failReason)
@@ -744,7 +761,8 @@ func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pi
 
 // copyWhole relays a non-streaming response, read whole first so that a
 // failure before its end can still be retried.
-func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, res *attemptResult) {
+// A Responses API response (responses) has its own usage object.
+func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, responses bool, res *attemptResult) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, relay.MaxResponseBytes))
 	if err != nil {
 		res.failReason, res.err = relay.FailReason(ctx, "stream"), relay.CauseOr(ctx, err)
@@ -752,7 +770,11 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 	}
 	// No TTFT: a whole response tells the time to its end only.
 	if bytes.Contains(b, []byte(`"usage"`)) {
-		res.usage.Set(b)
+		if responses {
+			res.usage.SetResponse(b)
+		} else {
+			res.usage.Set(b)
+		}
 	}
 	g.setHeaders(w, resp, eng, rt)
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
@@ -761,8 +783,9 @@ func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *ht
 	res.committed, res.complete = true, true
 }
 
-// relaySSE relays an event stream (see relay.Stream.Relay).
-func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, strip bool, ft *firstToken, res *attemptResult) {
+// relaySSE relays an event stream (see relay.Stream.Relay); responses: a
+// Responses API stream.
+func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, strip, responses bool, ft *firstToken, res *attemptResult) {
 	bp := g.bufs.Get().(*[]byte)
 	defer g.bufs.Put(bp)
 	st := relay.Stream{
@@ -774,6 +797,7 @@ func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *htt
 		FirstToken:  firstTimer,
 		Buf:         *bp,
 		StripUsage:  strip,
+		Responses:   responses,
 	}
 	var first func(time.Duration)
 	if ft != nil {

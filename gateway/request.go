@@ -52,6 +52,11 @@ type inference struct {
 	N                   json.RawMessage `json:"n"`
 	MaxTokens           json.RawMessage `json:"max_tokens"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
+	// The Responses API's fields (POST /v1/responses), raw.
+	Input              json.RawMessage `json:"input"`
+	Instructions       json.RawMessage `json:"instructions"`
+	MaxOutputTokens    json.RawMessage `json:"max_output_tokens"`
+	PreviousResponseID json.RawMessage `json:"previous_response_id"`
 }
 
 // badRequest is a client error: status, OpenAI code and param.
@@ -88,7 +93,8 @@ func parseInference(body []byte) (*inference, error) {
 
 // inferenceFields are the JSON names of inference's fields, in the order
 // of scanInference's bits.
-var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt", "stream_options", "n", "max_tokens", "max_completion_tokens"}
+var inferenceFields = [...]string{"model", "stream", "user", "messages", "prompt", "stream_options", "n", "max_tokens", "max_completion_tokens",
+	"input", "instructions", "max_output_tokens", "previous_response_id"}
 
 // scanInference is parseInference's fast path: one pass of jscan that
 // validates the body and picks the fields, without encoding/json's
@@ -175,7 +181,7 @@ func scanInference(body []byte) (in *inference, ok bool) {
 				default:
 					return nil, false
 				}
-			case 3, 4, 5, 6, 7, 8: // any value, raw
+			case 3, 4, 5, 6, 7, 8, 9, 10, 11, 12: // any value, raw
 				start := s.I
 				if !s.Value() {
 					return nil, false
@@ -193,8 +199,16 @@ func scanInference(body []byte) (in *inference, ok bool) {
 					in.N = v
 				case 7:
 					in.MaxTokens = v
-				default:
+				case 8:
 					in.MaxCompletionTokens = v
+				case 9:
+					in.Input = v
+				case 10:
+					in.Instructions = v
+				case 11:
+					in.MaxOutputTokens = v
+				default:
+					in.PreviousResponseID = v
 				}
 			default:
 				if !s.Value() {
@@ -221,7 +235,9 @@ func scanInference(body []byte) (in *inference, ok bool) {
 }
 
 // affinityKey derives the KV-cache affinity key: the session header, else
-// the user field, else a hash of the leading part of the prompt, else a
+// the user field, else a Responses request's previous_response_id, else a
+// hash of the leading part of the prompt (the raw JSON of messages, of
+// prompt, or of a Responses request's instructions then input), else a
 // random key.
 func affinityKey(session string, in *inference) uint64 {
 	switch {
@@ -229,13 +245,27 @@ func affinityKey(session string, in *inference) uint64 {
 		return pick.HashString("s:" + session)
 	case in.User != "":
 		return pick.HashString("u:" + in.User)
+	case isSet(in.PreviousResponseID):
+		return pick.HashString("p:" + string(stringText(in.PreviousResponseID)))
 	}
 	p := in.Messages
-	if len(p) == 0 || string(p) == "null" {
+	if !isSet(p) {
 		p = in.Prompt
 	}
-	if len(p) == 0 || string(p) == "null" {
-		return rand.Uint64()
+	if !isSet(p) {
+		if !isSet(in.Input) && !isSet(in.Instructions) {
+			return rand.Uint64()
+		}
+		// instructions then input, as the engine's prompt has them.
+		var buf [prefixBytes]byte
+		n := 0
+		if isSet(in.Instructions) {
+			n = copy(buf[:], in.Instructions)
+		}
+		if isSet(in.Input) {
+			n += copy(buf[n:], in.Input)
+		}
+		return pick.HashBytes(buf[:n])
 	}
 	if len(p) > prefixBytes {
 		p = p[:prefixBytes]
@@ -327,14 +357,40 @@ func withUsage(body []byte, in *inference) (out []byte, strip bool) {
 	return body, false
 }
 
+// validateResponses checks a Responses API request (POST /v1/responses):
+// input (a string or an array of input items, required), instructions
+// and previous_response_id (strings, or absent), max_output_tokens (a
+// positive integer, or absent). The input items and every other field
+// are the engine's to judge.
+func (in *inference) validateResponses() *badRequest {
+	if br := positiveInt(in.MaxOutputTokens, "max_output_tokens"); br != nil {
+		return br
+	}
+	switch {
+	case !isSet(in.Input):
+		return &badRequest{400, "missing_required_parameter", "input", "you must provide an input parameter"}
+	case in.Input[0] != '"' && in.Input[0] != '[':
+		return &badRequest{400, "invalid_type", "input", "invalid type for 'input': expected a string or an array of input items"}
+	case isSet(in.Instructions) && in.Instructions[0] != '"':
+		return &badRequest{400, "invalid_type", "instructions", "invalid type for 'instructions': expected a string"}
+	case isSet(in.PreviousResponseID) && in.PreviousResponseID[0] != '"':
+		return &badRequest{400, "invalid_type", "previous_response_id", "invalid type for 'previous_response_id': expected a string"}
+	}
+	return nil
+}
+
 // validate checks what the gateway knows of the OpenAI API before it
-// routes a request for path (pathChat or pathCompletions): messages (a
+// routes a request for path (pathChat, pathCompletions or pathResponses,
+// see validateResponses): messages (a
 // non-empty array of objects, each with a valid role and content) or
 // prompt, n (1, or absent; more choices are not supported), max_tokens
 // and max_completion_tokens (positive integers). stream was typed by
 // parseInference. Its errors name the parameter as OpenAI does
 // ("messages[0].role").
 func (in *inference) validate(path string) *badRequest {
+	if path == pathResponses {
+		return in.validateResponses()
+	}
 	if br := positiveInt(in.MaxTokens, "max_tokens"); br != nil {
 		return br
 	}

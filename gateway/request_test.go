@@ -40,6 +40,15 @@ var scanCases = []struct {
 	{`{"model":"sim","n":tru}`, false},
 	{`{"model"`, false},
 	{`[1]`, false},
+	// Responses API bodies.
+	{`{"model":"sim","input":"hi","instructions":"be brief","stream":true,"max_output_tokens":16,"previous_response_id":"resp_1","store":false}`, true},
+	{`{"model":"sim","input":[{"role":"user","content":[{"type":"input_text","text":"hi é"}]},{"type":"function_call_output","call_id":"c","output":"{}"}],"tools":[{"type":"function","name":"f"}]}`, true},
+	{`{"model":"sim","input":null,"instructions":null,"max_output_tokens":null,"previous_response_id":null}`, true},
+	{`{"model":"sim","input":5,"instructions":[],"max_output_tokens":"x","previous_response_id":7}`, true},
+	{`{"model":"sim","input":"a","input":"b"}`, false},
+	{`{"model":"sim","Input":"a"}`, false},
+	{`{"model":"sim","previous_response_iD":"r"}`, false},
+	{`{"model":"sim","max_output_tokens":[1,]}`, false},
 }
 
 func TestScanInferenceAgreesWithEncodingJSON(t *testing.T) {
@@ -78,7 +87,9 @@ func checkScan(t *testing.T, body []byte) {
 	if got.Model != want.Model || got.Stream != want.Stream || got.User != want.User ||
 		!bytes.Equal(got.Messages, want.Messages) || !bytes.Equal(got.Prompt, want.Prompt) ||
 		!bytes.Equal(got.StreamOptions, want.StreamOptions) || (got.soEnd > 0 && string(body[got.soStart:got.soEnd]) != string(got.StreamOptions)) ||
-		!bytes.Equal(got.N, want.N) || !bytes.Equal(got.MaxTokens, want.MaxTokens) || !bytes.Equal(got.MaxCompletionTokens, want.MaxCompletionTokens) {
+		!bytes.Equal(got.N, want.N) || !bytes.Equal(got.MaxTokens, want.MaxTokens) || !bytes.Equal(got.MaxCompletionTokens, want.MaxCompletionTokens) ||
+		!bytes.Equal(got.Input, want.Input) || !bytes.Equal(got.Instructions, want.Instructions) ||
+		!bytes.Equal(got.MaxOutputTokens, want.MaxOutputTokens) || !bytes.Equal(got.PreviousResponseID, want.PreviousResponseID) {
 		t.Fatalf("%q: fast path %+v, encoding/json %+v", body, got, want)
 	}
 }

@@ -204,6 +204,51 @@ async function main() {
     return r;
   });
 
+  // The Responses API: typed events ending at response.completed or, with
+  // max_output_tokens reached, response.incomplete; usage in that event.
+  const input = [{ role: 'user', content: 'Tell me about switchyards.' }];
+  const instructions = 'You are a helpful assistant that answers at length about trains.';
+  await check('responses_nonstream', async () => {
+    const r = await c.responses.create({ model, instructions, input, max_output_tokens: 5 });
+    assert(r.object === 'response', `object ${r.object}`);
+    assert(r.output_text, 'no output_text');
+    assert(r.usage && r.usage.output_tokens === 5 && r.usage.input_tokens > 0, `usage ${JSON.stringify(r.usage)}`);
+    return { status: r.status, usage: r.usage, request_id: r._request_id };
+  });
+
+  await check('responses_stream', async () => {
+    const s = await c.responses.create({ model, instructions, input: 'Tell me about switchyards.', max_output_tokens: 6, stream: true });
+    const types = [];
+    let text = '';
+    let last = null;
+    for await (const ev of s) {
+      types.push(ev.type);
+      if (ev.type === 'response.output_text.delta') text += ev.delta;
+      if (ev.type === 'response.completed' || ev.type === 'response.incomplete') last = ev.response;
+    }
+    const deltas = types.filter((t) => t === 'response.output_text.delta').length;
+    assert(deltas === 6, `${deltas} deltas, want 6`);
+    assert(types[0] === 'response.created', `first event ${types[0]}`);
+    assert(last && last.usage && last.usage.output_tokens === 6, `last event ${JSON.stringify(last)}`);
+    assert(text.length > 0, 'no text');
+    return { events: types.length, deltas, text, status: last.status, usage: last.usage };
+  });
+
+  await check('responses_stream_helper', async () => {
+    // The SDK's own accumulator (ResponseStream).
+    const s = c.responses.stream({ model, input, max_output_tokens: 4 });
+    const final = await s.finalResponse();
+    assert(final.output_text, 'no output_text');
+    assert(final.usage && final.usage.output_tokens === 4, `usage ${JSON.stringify(final.usage)}`);
+    return { status: final.status, usage: final.usage };
+  });
+
+  await check('error_responses_missing_input', () =>
+    expectError(() => c.responses.create({ model }), OpenAI.BadRequestError, 400, { param: 'input', code: 'missing_required_parameter' }));
+
+  await check('error_responses_bad_max_output_tokens', () =>
+    expectError(() => c.responses.create({ model, input: 'hi', max_output_tokens: 0 }), OpenAI.BadRequestError, 400, { param: 'max_output_tokens' }));
+
   await check('models_list', async () => {
     const ids = [];
     for await (const m of c.models.list()) ids.push(m.id);

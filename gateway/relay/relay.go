@@ -1,7 +1,8 @@
 // Package relay copies an engine's server-sent event stream to the
 // client as it arrives and accounts for it on the way (TTFT, TBOT, token
-// usage, the end at data: [DONE]) without changing a byte, except the
-// usage-only event when asked to strip it (Stream.StripUsage).
+// usage, the end at data: [DONE], or at a Responses API stream's last
+// event) without changing a byte, except the usage-only event when asked
+// to strip it (Stream.StripUsage).
 package relay
 
 import (
@@ -31,6 +32,9 @@ const (
 	// committed to the client.
 	MaxResponseBytes = 64 << 20
 	maxUsageLine     = 64 << 10
+	// maxLastEvent bounds what is held of a Responses stream's last
+	// event, which repeats the whole output before its usage.
+	maxLastEvent = 8 << 20
 )
 
 // Constant header values, shared by every response (net/http does not
@@ -68,8 +72,9 @@ type Result struct {
 	FailReason string // "" unless the engine failed
 	Err        error
 	// TTFT is the time from Stream.Start to the first event that carries
-	// output (content, text, reasoning or tool calls; 0: none), TBOT the
-	// mean time between output events.
+	// output (content, text, reasoning or tool calls; in a Responses
+	// stream a non-empty delta; 0: none), TBOT the mean time between
+	// output events.
 	TTFT, TBOT time.Duration
 	// FirstToken reports an output event.
 	FirstToken bool
@@ -99,6 +104,14 @@ type Stream struct {
 	// then end as an event without data, which clients ignore). The usage
 	// is still accounted. A usage line longer than Buf is relayed.
 	StripUsage bool
+	// Responses: the stream is the Responses API's (POST /v1/responses):
+	// typed events whose output arrives as deltas (any event whose data
+	// has a non-empty "delta" string: output text, reasoning, function
+	// call arguments), that ends at its last event (response.completed,
+	// response.incomplete or response.failed, by the data's type or, for
+	// data without one, its event: line) rather than data: [DONE], and
+	// whose usage is in that event's response. StripUsage does not apply.
+	Responses bool
 }
 
 // Relay relays body, the engine's event stream, to w as it arrives:
@@ -116,7 +129,7 @@ type Stream struct {
 func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Reader, setHeader func(http.Header), firstToken func(ttft time.Duration)) (res Result) {
 	buf, cancel := st.Buf, st.Cancel // cancel, not st, goes into the idle timer's closure
 	flusher, _ := w.(http.Flusher)
-	sc := scan{now: st.Now, start: st.Start, lineStart: true, evStart: -1, atEvent: true, strip: st.StripUsage}
+	sc := scan{now: st.Now, start: st.Start, lineStart: true, evStart: -1, atEvent: true, strip: st.StripUsage && !st.Responses, responses: st.Responses}
 	var (
 		pending []byte // relayed bytes held before the commit
 		idle    *time.Timer
@@ -278,15 +291,27 @@ func contentEvent(payload []byte) bool {
 }
 
 // Keys whose non-empty value is output (searched without their opening
-// quote, as hasKey does).
-var outputKeys = [...][]byte{[]byte(`content"`), []byte(`text"`), []byte(`reasoning_content"`), []byte(`tool_calls"`)}
+// quote, as hasKey does): in chat and completions chunks, and in the
+// Responses API's delta events.
+var (
+	outputKeys = [...][]byte{[]byte(`content"`), []byte(`text"`), []byte(`reasoning_content"`), []byte(`tool_calls"`)}
+	deltaKeys  = [...][]byte{[]byte(`delta"`)}
+)
 
 // outputEvent reports whether a data payload carries output: a
 // non-empty string or array as the value of "content", "text",
 // "reasoning_content" or "tool_calls". A role-only or finish-only chunk
 // ("content":"" or null, or no such key) and a usage-only chunk do not.
-func outputEvent(payload []byte) bool {
-	for _, k := range outputKeys {
+func outputEvent(payload []byte) bool { return hasOutput(payload, outputKeys[:]) }
+
+// deltaEvent reports whether the data payload of a Responses stream
+// event carries output: a non-empty "delta" string (or array).
+func deltaEvent(payload []byte) bool { return hasOutput(payload, deltaKeys[:]) }
+
+// hasOutput reports whether payload has one of keys with a non-empty
+// string or array value.
+func hasOutput(payload []byte, keys [][]byte) bool {
+	for _, k := range keys {
 		for off := 0; off < len(payload); {
 			j, ok := hasKey(payload[off:], k)
 			if !ok {
@@ -350,11 +375,54 @@ type scan struct {
 	contentN   int
 	firstNow   bool // the first output event was in the last lines call
 
+	responses bool // a Responses API stream (Stream.Responses)
+	named     bool // and the current event's event: line names a last event
+
 	strip     bool
 	atEvent   bool // the next line starts an event
 	evStart   int  // offset in the buffer of the current event's first line; -1: an earlier read
 	dropping  bool // removing the rest of a usage-only event
 	keepBlank bool // and keep the blank line that ends it
+}
+
+// output counts an output event, at the time of the read it arrived in.
+func (s *scan) output(res *Result) {
+	if s.batchNow.IsZero() {
+		s.batchNow = s.now()
+	}
+	if s.contentN == 0 {
+		s.firstData = s.batchNow
+		res.TTFT = s.batchNow.Sub(s.start)
+		s.firstNow = true
+	}
+	s.contentN++
+	s.lastData = s.batchNow
+}
+
+var (
+	eventPrefix    = []byte("event:")
+	quotedResponse = []byte(`"response.`)
+	lastEventNames = [...][]byte{[]byte(`completed"`), []byte(`incomplete"`), []byte(`failed"`)}
+)
+
+// namesLastEvent reports whether a Responses event's data (or its
+// beginning) holds a last event's type as a JSON string
+// ("response.completed", "response.incomplete" or "response.failed"),
+// which no string inside a JSON value can hold unescaped.
+func namesLastEvent(payload []byte) bool {
+	for off := 0; ; {
+		i := bytes.Index(payload[off:], quotedResponse)
+		if i < 0 {
+			return false
+		}
+		i += off + len(quotedResponse)
+		for _, name := range lastEventNames {
+			if bytes.HasPrefix(payload[i:], name) {
+				return true
+			}
+		}
+		off = i
+	}
 }
 
 // lines scans the complete lines of buf[:end] (and, when a line is longer
@@ -423,6 +491,22 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 		case blank:
 			s.eventEnded = true
 			s.doneEnded = s.sawDone
+			s.named = false
+		case s.responses && bytes.HasPrefix(line, eventPrefix):
+			s.named = lastEvent(bytes.TrimSpace(line[len(eventPrefix):]))
+		case s.responses && bytes.HasPrefix(line, dataPrefix):
+			payload := bytes.TrimSpace(line[len(dataPrefix):])
+			if bytes.Equal(payload, donePayload) {
+				s.sawDone = true
+				break
+			}
+			if deltaEvent(payload) {
+				s.output(res)
+			}
+			if s.named || namesLastEvent(payload) {
+				s.inUsage = true
+				s.usageLine = append(s.usageLine[:0], payload...)
+			}
 		case bytes.HasPrefix(line, dataPrefix):
 			payload := bytes.TrimSpace(line[len(dataPrefix):])
 			if bytes.Equal(payload, donePayload) {
@@ -434,16 +518,7 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 			}
 			content := contentEvent(payload)
 			if content && outputEvent(payload) {
-				if s.batchNow.IsZero() {
-					s.batchNow = s.now()
-				}
-				if s.contentN == 0 {
-					s.firstData = s.batchNow
-					res.TTFT = s.batchNow.Sub(s.start)
-					s.firstNow = true
-				}
-				s.contentN++
-				s.lastData = s.batchNow
+				s.output(res)
 			}
 			if _, ok := hasKey(payload, usageKey); ok {
 				s.inUsage = true
@@ -457,11 +532,15 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 				}
 			}
 		}
-	} else if s.inUsage && len(s.usageLine) < maxUsageLine {
+	} else if s.inUsage && (len(s.usageLine) < maxUsageLine || (s.responses && len(s.usageLine) < maxLastEvent)) {
 		s.usageLine = append(s.usageLine, wire.TrimEOL(chunk)...)
 	}
 	if s.inUsage && complete {
-		if res.Usage.Set(s.usageLine) {
+		if s.responses {
+			last, found := res.Usage.setResponseEvent(s.usageLine, s.named)
+			s.sawDone = s.sawDone || last
+			s.sawUsage = s.sawUsage || found
+		} else if res.Usage.Set(s.usageLine) {
 			s.sawUsage = true
 		}
 		s.inUsage = false

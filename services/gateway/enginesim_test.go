@@ -8,6 +8,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	gw "github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/simulator/engineserver"
@@ -85,4 +86,70 @@ func startEngines(t *testing.T, ctx context.Context, cancel context.CancelFunc, 
 		bases = append(bases, "http://"+s.Addr())
 	}
 	return bases
+}
+
+// TestResponsesThroughEnginesim drives the Responses API through a
+// gateway to enginesim engines with the OpenAI Go SDK: a whole response,
+// then a streamed follow-up naming it by previous_response_id; with the
+// same user both turns stay on one engine, and the stream ends at its
+// last event with the usage.
+func TestResponsesThroughEnginesim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := []string{"sim-a", "sim-b", "sim-c"}
+	var engines []gw.StaticEngine
+	for i, base := range startEngines(t, ctx, cancel, ids...) {
+		engines = append(engines, gw.StaticEngine{ID: ids[i], URL: base})
+	}
+	g, err := gw.New("local", gw.Listen("127.0.0.1:0"), gw.Engines(engines...), gw.HealthInterval(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gdone := make(chan error, 1)
+	go func() { gdone <- g.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-gdone })
+	<-g.Ready()
+
+	client := openai.NewClient(option.WithBaseURL("http://"+g.Addr()+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	var first *http.Response
+	r, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model:           engineserver.DefaultModel,
+		Instructions:    openai.String("You answer about trains."),
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("What is a switchyard?")},
+		MaxOutputTokens: openai.Int(5),
+		User:            openai.String("alice"),
+	}, option.WithResponseInto(&first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Usage.OutputTokens != 5 || r.OutputText() == "" {
+		t.Fatalf("response %s", r.RawJSON())
+	}
+	var second *http.Response
+	stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{
+		Model:              engineserver.DefaultModel,
+		PreviousResponseID: openai.String(r.ID),
+		Input:              responses.ResponseNewParamsInputUnion{OfString: openai.String("And a hump yard?")},
+		MaxOutputTokens:    openai.Int(4),
+		User:               openai.String("alice"),
+	}, option.WithResponseInto(&second))
+	var text string
+	var last responses.Response
+	for stream.Next() {
+		switch ev := stream.Current(); ev.Type {
+		case "response.output_text.delta":
+			text += ev.Delta
+		case "response.completed", "response.incomplete":
+			last = ev.Response
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if last.Usage.OutputTokens != 4 || text == "" || last.OutputText() != text {
+		t.Fatalf("last event %s, text %q", last.RawJSON(), text)
+	}
+	if a, b := first.Header.Get(gw.HeaderEngine), second.Header.Get(gw.HeaderEngine); a == "" || a != b {
+		t.Fatalf("turns on engines %q and %q", a, b)
+	}
 }

@@ -102,8 +102,9 @@ type sdkReport struct {
 // TestOpenAINodeSDK runs examples/openai-node/check.js (the official
 // OpenAI Node SDK, `npm ci` in .ci/run) against a gateway in front of two
 // enginesim engines, a gateway that sheds everything (its snapshot's shed
-// fraction is 1) and one whose only engine answers 429: chat and legacy
-// completions, streamed with and without usage, models, the SDK's typed
+// fraction is 1) and one whose only engine answers 429: chat, legacy
+// completions and the Responses API, streamed with and without usage
+// (and the SDK's stream helpers), models, the SDK's typed
 // errors, 429 retries by Retry-After, fields passed through to the engine
 // untouched, and an abort mid-stream that leaves nothing in flight at the
 // gateway or the engines. Skipped without node or its packages outside CI;
@@ -226,7 +227,8 @@ func TestOpenAINodeSDK(t *testing.T) {
 	for _, name := range []string{"chat_nonstream", "chat_stream", "chat_stream_usage", "chat_stream_helper", "completions_nonstream",
 		"completions_stream", "completions_stream_usage", "models_list", "error_model_unknown", "error_chat_model_unknown",
 		"error_malformed_json", "error_missing_model", "error_unknown_route", "passthrough", "passthrough_stream",
-		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "error_engine_flat", "concurrent", "abort_nonstream", "abort_mid_stream"} {
+		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "error_engine_flat", "concurrent", "abort_nonstream", "abort_mid_stream",
+		"responses_nonstream", "responses_stream", "responses_stream_helper", "error_responses_missing_input", "error_responses_bad_max_output_tokens"} {
 		if !seen[name] {
 			t.Errorf("check %s did not run", name)
 		}
