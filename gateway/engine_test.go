@@ -173,6 +173,11 @@ func (e *fakeEngine) serveResponses(w http.ResponseWriter, r *http.Request, stre
 				return
 			}
 		}
+		if e.mode.Load() == "slow" && i == 1 {
+			<-r.Context().Done()
+			e.canceled.Add(1)
+			return
+		}
 		fmt.Fprintf(w, "event: response.output_text.delta\ndata: {\"content_index\":0,\"delta\":\"t%d \",\"item_id\":\"m1\",\"output_index\":0,\"sequence_number\":%d,\"type\":\"response.output_text.delta\"}\n\n", i, i+1)
 		fl.Flush()
 	}

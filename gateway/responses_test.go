@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -310,4 +311,76 @@ func TestResponsesAffinity(t *testing.T) {
 	if k1 == k2 || k3 == k4 {
 		t.Fatalf("distinct requests share keys: %x %x %x %x", k1, k2, k3, k4)
 	}
+}
+
+// TestResponsesFailures: a Responses request fails as a chat request
+// does: a first-token timeout is retried on another engine, an engine's
+// 400 is passed through in OpenAI's shape, a stream gone idle after its
+// first delta ends with the gateway's error event, and a client that
+// leaves mid-stream cancels the engine's request.
+func TestResponsesFailures(t *testing.T) { forEachServer(t, testResponsesFailures) }
+
+func testResponsesFailures(t *testing.T, server string) {
+	t.Run("first token timeout", func(t *testing.T) {
+		bad, good := newFakeEngine(t, "bad"), newFakeEngine(t, "good")
+		bad.setMode("hang")
+		g, base := startGateway(t, HTTPServer(server), Engines(static(bad, good)...), FirstTokenTimeout(200*time.Millisecond))
+		for i := 0; i < 6; i++ {
+			for _, stream := range []bool{true, false} {
+				status, h, got := postPath(t, base, pathResponses, fmt.Sprintf(`{"model":"sim","stream":%v,"input":"%d"}`, stream, i), nil)
+				if status != 200 || h.Get(HeaderEngine) != "good" {
+					t.Fatalf("request %d: %d from %q: %s", i, status, h.Get(HeaderEngine), got)
+				}
+			}
+		}
+		if s := settled(t, g); s.Failed != 0 || s.Succeeded != 12 || s.Retries == 0 {
+			t.Fatalf("stats %+v", s)
+		}
+		if counter(g.m.upstreamFails.WithLabelValues("us-east", "first_token_timeout")) < 1 || bad.canceled.Load() == 0 {
+			t.Fatal("no first-token timeout counted, or the engine's request not canceled")
+		}
+	})
+	t.Run("engine 400", func(t *testing.T) {
+		e := newFakeEngine(t, "a")
+		e.setMode("400")
+		sink := make(eventSink, 4)
+		_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), Events(sink))
+		status, _, got := postPath(t, base, pathResponses, `{"model":"sim","input":"x","previous_response_id":"resp_gone"}`, nil)
+		if typ, _ := openAIError(t, got); status != 400 || typ != typeInvalid {
+			t.Fatalf("%d %s", status, got)
+		}
+		if ev := sink.next(t); ev.Status != statusClientErr || ev.EngineId != "a" || e.requests.Load() != 1 {
+			t.Fatalf("event %v, %d engine requests", ev, e.requests.Load())
+		}
+	})
+	t.Run("idle mid-stream", func(t *testing.T) {
+		e := newFakeEngine(t, "a")
+		e.setMode("slow") // one delta, then silence
+		g, base := startGateway(t, HTTPServer(server), Engines(static(e)...), IdleTimeout(200*time.Millisecond))
+		status, _, got := postPath(t, base, pathResponses, `{"model":"sim","stream":true,"input":"x"}`, nil)
+		if status != 200 || !strings.Contains(got, `"delta":"t0 "`) || !strings.Contains(got, `"code":"upstream_error"`) {
+			t.Fatalf("want the first delta then an error event, got %d %q", status, got)
+		}
+		if s := settled(t, g); s.Failed != 1 || s.Retries != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+	t.Run("client leaves", func(t *testing.T) {
+		e := newFakeEngine(t, "a")
+		e.setMode("slow")
+		g, base := startGateway(t, HTTPServer(server), Engines(static(e)...))
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+pathResponses, strings.NewReader(`{"model":"sim","stream":true,"input":"x"}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		resp.Body.Close()
+		waitFor(t, 5*time.Second, func() bool { return e.canceled.Load() == 1 }, "engine request not canceled")
+		waitFor(t, 5*time.Second, func() bool { return g.Stats().Canceled == 1 }, "request not counted as canceled")
+	})
 }
