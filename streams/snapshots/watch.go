@@ -269,7 +269,7 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	if err != nil {
 		return fmt.Errorf("watching %s/%s: %w", w.bucket, w.cluster, err)
 	}
-	defer kw.Stop()
+	defer stopWatch(nc, kw)
 	updates := kw.Updates()
 	if w.relay != nil {
 		updates = w.relay(updates)
@@ -298,6 +298,17 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			}
 			w.offerStored(&st, e.Value())
 		}
+	}
+}
+
+// stopWatch stops kw, a watch on nc, unless nc is not connected: then
+// stopping would wait out the JetStream API timeout (5 s) for the
+// server to delete the watch's consumer, holding up a shutdown with NATS
+// gone; closing nc drops the subscription, and the server removes the
+// ephemeral consumer once it is inactive.
+func stopWatch(nc *nats.Conn, kw jetstream.KeyWatcher) {
+	if nc.IsConnected() {
+		_ = kw.Stop()
 	}
 }
 
