@@ -29,9 +29,9 @@ type Prior struct {
 	PrefillTokensPerS, DecodeTokensPerS float64
 }
 
-// Priors per GPU class; unknown classes use "default".
+// Priors per GPU class (gpuFamily); unknown classes use "default".
 func priorFor(gpuClass string) Prior {
-	switch strings.ToLower(gpuClass) {
+	switch gpuFamily(gpuClass) {
 	case "h100":
 		return Prior{TTFTBaseMs: 40, TBOTBaseMs: 12, ReplicaRPS: 16, MaxBatch: 256, TokensPerRequest: 256,
 			PrefillTokensPerS: 20000, DecodeTokensPerS: 6000}
@@ -46,8 +46,40 @@ func priorFor(gpuClass string) Prior {
 		PrefillTokensPerS: 8000, DecodeTokensPerS: 2000}
 }
 
-// PriorFor returns the prior of gpuClass ("h100", "a100", "l4"; anything
-// else gets a middle-of-the-road default).
+// families maps the leading word of a GPU class label to the class
+// whose prior it takes: the chip's own, or, for a newer chip of the same
+// or a faster generation, H100's (a conservative start that the
+// windows' measurements then correct).
+var families = []struct{ prefix, family string }{
+	{"h100", "h100"}, {"h800", "h100"}, {"h200", "h100"}, {"gh200", "h100"},
+	{"b100", "h100"}, {"b200", "h100"}, {"gb200", "h100"}, {"mi300", "h100"},
+	{"a100", "a100"}, {"a800", "a100"},
+}
+
+// gpuFamily is the class whose prior a GPU class label takes: the label
+// lowercased, or, for a vendor product name such as Kubernetes' GPU
+// feature discovery label (NVIDIA-H100-80GB-HBM3, A100-SXM4-40GB,
+// NVIDIA-L4), the family of its chip word; "" when none is known.
+func gpuFamily(label string) string {
+	words := strings.FieldsFunc(strings.ToLower(label), func(r rune) bool {
+		return !('a' <= r && r <= 'z' || '0' <= r && r <= '9')
+	})
+	for _, w := range words {
+		if w == "l4" {
+			return "l4"
+		}
+		for _, f := range families {
+			if strings.HasPrefix(w, f.prefix) {
+				return f.family
+			}
+		}
+	}
+	return ""
+}
+
+// PriorFor returns the prior of gpuClass ("h100", "a100", "l4" and the
+// labels gpuFamily maps to them; anything else gets a middle-of-the-road
+// default).
 func PriorFor(gpuClass string) Prior { return priorFor(gpuClass) }
 
 // Kind says which latency a profile describes.
