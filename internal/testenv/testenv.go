@@ -52,7 +52,9 @@ func NATSWith(t testing.TB, opt server.Options) *server.Server {
 // returns a JetStream context.
 func JetStream(t testing.TB, s *server.Server, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL(), opts...)
+	// nats.go's 2-s connect timeout is short for a machine busy with
+	// other tests under -race; opts may set another.
+	nc, err := nats.Connect(s.ClientURL(), append([]nats.Option{nats.Timeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

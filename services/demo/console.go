@@ -19,7 +19,7 @@ import (
 // g, on its own NATS connection and Kafka client, closed when it stops.
 // It returns the address it listens on.
 func startConsole(ctx context.Context, g *errgroup.Group, listen string, kafka []string, natsURL string, log *slog.Logger) (string, error) {
-	nc, err := nats.Connect(natsURL, nats.Name("switchyard-console"))
+	nc, err := nats.Connect(natsURL, nats.Name("switchyard-console"), nats.Timeout(natsConnectTimeout))
 	if err != nil {
 		return "", fmt.Errorf("console: connecting to nats %s: %w", natsURL, err)
 	}

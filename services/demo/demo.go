@@ -282,7 +282,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	}
 	printReady(cfg, kafka[0], topics.Signals, pipe.gateways[0].addr, metricsAddr, consoleAddr)
 
-	nc, err := nats.Connect(natsURL)
+	nc, err := nats.Connect(natsURL, nats.Timeout(natsConnectTimeout))
 	if err != nil {
 		stopComponents()
 		_ = g.Wait()
@@ -346,6 +346,11 @@ loop:
 	}
 	return sum, nil
 }
+
+// natsConnectTimeout bounds connecting to the demo's own NATS server
+// (dial and its INFO line): nats.go's 2-s default is short on a loaded
+// machine, where the server answers on the cores the demo's load uses.
+const natsConnectTimeout = 10 * time.Second
 
 func ensureTopics(ctx context.Context, kafka []string, topics streams.Topics) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kafka...))

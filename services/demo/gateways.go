@@ -66,7 +66,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		return nil, err
 	}
 	if rg.nc, err = nats.Connect(natsURL, nats.Name("switchyard-gateway-peers-"+region),
-		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.NoEcho()); err != nil {
+		nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.NoEcho(), nats.Timeout(natsConnectTimeout)); err != nil {
 		rg.close()
 		return nil, fmt.Errorf("connecting to nats %s for peer load: %w", natsURL, err)
 	}

@@ -141,7 +141,7 @@ func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg 
 // startOptimizer runs the optimizer's control loop under g on its own
 // Kafka client and NATS connection, closed when it stops.
 func startOptimizer(ctx context.Context, g *errgroup.Group, kafka []string, natsURL string, cfg control.Config) (*control.Optimizer, error) {
-	nc, err := nats.Connect(natsURL, nats.Name("switchyard-optimizer"))
+	nc, err := nats.Connect(natsURL, nats.Name("switchyard-optimizer"), nats.Timeout(natsConnectTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to nats %s: %w", natsURL, err)
 	}
