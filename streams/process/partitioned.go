@@ -65,10 +65,11 @@ type Instance struct {
 	// hand-over, no leaving the group.
 	killed bool
 	// crash (a test hook), when set, is asked after each step of a
-	// publication ("chunks", "header", "checkpoint"; n records written);
-	// true stops the publication there and kills the instance, as a
-	// process killed at that point.
-	crash func(step string, n int) bool
+	// publication ("chunks", "header", "checkpoint"; n records written,
+	// replaced the chunks of earlier generations the publication
+	// replaces); true stops the publication there and kills the
+	// instance, as a process killed at that point.
+	crash func(step string, n, replaced int) bool
 	// stalledAfter: an owned partition with unread records that
 	// delivers none for this long is released (Shard.Release); the
 	// single processor's stalledAfter, shorter in tests. Polls end at
@@ -372,33 +373,35 @@ func (in *Instance) publish(ctx context.Context, cl *kgo.Client, pubs []publicat
 		ckpts = append(ckpts, p.ckpt...)
 		tombs = append(tombs, p.tombs...)
 	}
-	if err := in.produce(ctx, cl, data, "chunks"); err != nil {
+	replaced := len(tombs)
+	if err := in.produce(ctx, cl, data, "chunks", replaced); err != nil {
 		return fmt.Errorf("publishing partials: %w", err)
 	}
-	if err := in.produce(ctx, cl, headers, "header"); err != nil {
+	if err := in.produce(ctx, cl, headers, "header", replaced); err != nil {
 		return fmt.Errorf("publishing partials: %w", err)
 	}
 	for _, p := range pubs {
 		p.sh.gen, p.sh.chunks, p.sh.published = p.gen, p.chunks, true
 	}
-	if err := in.produce(ctx, cl, ckpts, "checkpoint"); err != nil {
+	if err := in.produce(ctx, cl, ckpts, "checkpoint", replaced); err != nil {
 		return fmt.Errorf("writing checkpoints: %w", err)
 	}
-	if err := in.produce(ctx, cl, tombs, ""); err != nil {
+	if err := in.produce(ctx, cl, tombs, "", replaced); err != nil {
 		return fmt.Errorf("deleting replaced partial chunks: %w", err)
 	}
 	return nil
 }
 
 // produce produces recs (if any) and waits for Kafka to have them; then
-// the crash hook may stop the instance after that step.
-func (in *Instance) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, step string) error {
+// the crash hook may stop the instance after that step of a publication
+// replacing replaced chunks.
+func (in *Instance) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, step string, replaced int) error {
 	if len(recs) > 0 {
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return err
 		}
 	}
-	if step != "" && in.crash != nil && in.crash(step, len(recs)) {
+	if step != "" && in.crash != nil && in.crash(step, len(recs), replaced) {
 		in.killed = true
 		return fmt.Errorf("killed after the %s (test hook)", step)
 	}

@@ -46,24 +46,25 @@ func TestTakeoverDeletesOrphanedChunks(t *testing.T) {
 		}
 		in.publishEvery = 100 * time.Millisecond
 		// The hook runs under the instance's lock, one call at a time.
-		// It kills the instance in a publication that replaces chunks
-		// (after one that wrote some), once one has been published.
+		// Once a publication with chunks has been published, it kills the
+		// instance after the step: after the chunks, in a publication
+		// that wrote some (they are named by no header); after the header
+		// or the checkpoint, in one that replaces chunks (the replaced
+		// ones are named no more).
 		published, killed := make(chan struct{}), make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
-		var last, cur int // chunks of the last publication and of this one
-		in.crash = func(s string, n int) bool {
+		var cur int // chunks of this publication
+		in.crash = func(s string, n, replaced int) bool {
 			if s == "chunks" {
 				cur = n
 			}
-			if s == step && cur > 0 && (step == "chunks" || last > 0) && isClosed(published) {
+			if s == step && isClosed(published) && (step == "chunks" && cur > 0 || step != "chunks" && replaced > 0) {
 				cancel()
 				close(killed)
 				return true
 			}
-			if s == "checkpoint" {
-				if last = cur; cur > 0 && !isClosed(published) {
-					close(published)
-				}
+			if s == "checkpoint" && cur > 0 && !isClosed(published) {
+				close(published)
 			}
 			return false
 		}
