@@ -212,48 +212,64 @@ func (rs responder) text(n int) string {
 	return text.String()
 }
 
-// whole waits for the request to finish and writes one JSON response. It
-// reports whether the request finished.
-func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
+// finished waits for the request's finish event and returns its result;
+// nil, after writing a 503, when the engine stopped, and false when ctx
+// ended first. It reports whether the request finished.
+func finished(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) (*engine.Result, bool) {
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return nil, false
 		case ev, ok := <-events:
 			if !ok {
 				writeError(w, &apiError{status: http.StatusServiceUnavailable, message: "engine stopped", typ: "server_error"})
-				return true
+				return nil, true
 			}
-			if ev.Kind != engine.EventFinished {
-				continue
+			if ev.Kind == engine.EventFinished {
+				return &ev.Result, true
 			}
-			text := rs.text(ev.Result.OutputTokens)
-			c := choice{Index: 0, FinishReason: rs.finishReason()}
-			if rs.chat {
-				c.Message = &message{Role: "assistant", Content: text}
-			} else {
-				c.Text = &text
-			}
-			rs.countSuccess()
-			writeJSON(w, http.StatusOK, completion{
-				ID: rs.respID(), Object: rs.object(false), Created: rs.s.created, Model: rs.s.cfg.Model,
-				Choices: []choice{c}, Usage: rs.usage(ev.Result),
-			})
-			return true
 		}
 	}
+}
+
+// startSSE writes the head of an event stream and returns the writer's
+// controller, to flush each event.
+func startSSE(w http.ResponseWriter) *http.ResponseController {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	return http.NewResponseController(w)
+}
+
+// whole waits for the request to finish and writes one JSON response. It
+// reports whether the request finished.
+func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
+	res, done := finished(ctx, w, events)
+	if res == nil {
+		return done
+	}
+	text := rs.text(res.OutputTokens)
+	c := choice{Index: 0, FinishReason: rs.finishReason()}
+	if rs.chat {
+		c.Message = &message{Role: "assistant", Content: text}
+	} else {
+		c.Text = &text
+	}
+	rs.countSuccess()
+	writeJSON(w, http.StatusOK, completion{
+		ID: rs.respID(), Object: rs.object(false), Created: rs.s.created, Model: rs.s.cfg.Model,
+		Choices: []choice{c}, Usage: rs.usage(*res),
+	})
+	return true
 }
 
 // stream writes one SSE chunk per token, a final chunk with the finish
 // reason, an optional usage chunk, and data: [DONE]. It reports whether
 // the request finished.
 func (rs responder) stream(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	rc := startSSE(w)
 	if rc.Flush() != nil {
 		return false
 	}

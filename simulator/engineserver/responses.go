@@ -109,23 +109,13 @@ func (rs responder) message(text, status string) outputItem {
 // wholeResponse waits for the request to finish and writes the response
 // object. It reports whether the request finished.
 func (rs responder) wholeResponse(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case ev, ok := <-events:
-			if !ok {
-				writeError(w, &apiError{status: http.StatusServiceUnavailable, message: "engine stopped", typ: "server_error"})
-				return true
-			}
-			if ev.Kind != engine.EventFinished {
-				continue
-			}
-			rs.countSuccess()
-			writeJSON(w, http.StatusOK, rs.response(&ev.Result))
-			return true
-		}
+	res, done := finished(ctx, w, events)
+	if res == nil {
+		return done
 	}
+	rs.countSuccess()
+	writeJSON(w, http.StatusOK, rs.response(res))
+	return true
 }
 
 // streamResponse writes response.created, the message's added events,
@@ -133,12 +123,7 @@ func (rs responder) wholeResponse(ctx context.Context, w http.ResponseWriter, ev
 // response.completed (or response.incomplete) with the usage. It reports
 // whether the request finished.
 func (rs responder) streamResponse(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
+	rc := startSSE(w)
 	seq := 0
 	send := func(e streamEvent) bool {
 		e.SequenceNumber = seq
