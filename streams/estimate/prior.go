@@ -52,7 +52,7 @@ func priorFor(gpuClass string) Prior {
 // windows' measurements then correct).
 var families = []struct{ prefix, family string }{
 	{"h100", "h100"}, {"h800", "h100"}, {"h200", "h100"}, {"gh200", "h100"},
-	{"b100", "h100"}, {"b200", "h100"}, {"gb200", "h100"}, {"mi300", "h100"},
+	{"b100", "h100"}, {"b200", "h100"}, {"gb200", "h100"},
 	{"a100", "a100"}, {"a800", "a100"},
 }
 
