@@ -1,6 +1,11 @@
 package policy
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/simulator/des"
+	"github.com/switchyard-llm/switchyard/simulator/workload"
+)
 
 func TestLRUSetMatchesLeadingPrefixAndEvictsOldest(t *testing.T) {
 	s := newLRUSet(4)
@@ -26,5 +31,28 @@ func TestLRUSetMatchesLeadingPrefixAndEvictsOldest(t *testing.T) {
 	}
 	if s.match([]uint64{1}) != 0 || s.match([]uint64{10, 11}) != 2 {
 		t.Fatal("eviction kept old entries or dropped new ones")
+	}
+}
+
+// TestGatewayChain: blocks finer than the gateway's are grouped into
+// blocks of about 64 tokens, each the chain hash at its group's end (so
+// two prompts share a grouped block exactly when they share its whole
+// group); coarser blocks are kept.
+func TestGatewayChain(t *testing.T) {
+	a := &des.Request{W: &workload.Request{Blocks: []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}}
+	b := &des.Request{W: &workload.Request{Blocks: []uint64{1, 2, 3, 4, 5, 6, 7, 99, 9, 10}}}
+	full := chainHashes(nil, a)
+	got, bt := gatewayChain(nil, a, 16)
+	if bt != 64 || len(got) != 2 || got[0] != full[3] || got[1] != full[7] {
+		t.Fatalf("16-token blocks: %v of %d tokens, want hashes 4 and 8 of %v as 64-token blocks", got, bt, full)
+	}
+	other, _ := gatewayChain(nil, b, 16)
+	if other[0] != got[0] || other[1] == got[1] {
+		t.Fatalf("prompts differing in block 8 share grouped blocks %v and %v", got, other)
+	}
+	for _, size := range []int{64, 512} {
+		if kept, bt := gatewayChain(nil, a, size); bt != size || len(kept) != len(full) || kept[9] != full[9] {
+			t.Errorf("%d-token blocks: %d hashes of %d tokens, want the trace's own", size, len(kept), bt)
+		}
 	}
 }

@@ -194,9 +194,10 @@ func (p *switchyard) Pick(now time.Duration, r *des.Request, exclude []int32) in
 			g.ex = append(g.ex, int32(i))
 		}
 	}
-	g.chain = chainHashes(g.chain[:0], r)
+	var blockTokens int
+	g.chain, blockTokens = gatewayChain(g.chain[:0], r, p.w.BlockTokens)
 	req := pick.Request{Key: r.Key, NowMs: now.Milliseconds(), PromptTokens: r.W.PromptTokens,
-		Blocks: g.chain, BlockTokens: p.w.BlockTokens}
+		Blocks: g.chain, BlockTokens: blockTokens}
 	i, _, tk := g.table.PickRequest(&req, g.ex)
 	if i < 0 {
 		p.record(r, -1, refused, des.Outcome{})
@@ -204,6 +205,31 @@ func (p *switchyard) Pick(now time.Duration, r *des.Request, exclude []int32) in
 	}
 	g.placed[r.Index] = placement{table: g.table, i: i, tk: tk}
 	return g.toWorld[i]
+}
+
+// gatewayBlockTokens is the size, in tokens, of the blocks a gateway
+// cuts a prompt into (gateway/blocks.go: 256 bytes, about 64 tokens),
+// whatever the engines' block size.
+const gatewayBlockTokens = 64
+
+// gatewayChain appends to dst r's prefix-block hashes as a gateway sees
+// them, and their size in tokens: the workload's blocks of blockTokens,
+// grouped into blocks of about gatewayBlockTokens when finer (a chain
+// hash covers the prompt up to its block's end, so every m-th hash is
+// the chain of m-times-larger blocks; a trailing partial group is not
+// hashed, as the gateway hashes no partial block).
+func gatewayChain(dst []uint64, r *des.Request, blockTokens int) ([]uint64, int) {
+	dst = chainHashes(dst, r)
+	m := gatewayBlockTokens / max(blockTokens, 1)
+	if m <= 1 {
+		return dst, blockTokens
+	}
+	n := 0
+	for k := m - 1; k < len(dst); k += m {
+		dst[n] = dst[k]
+		n++
+	}
+	return dst[:n], blockTokens * m
 }
 
 // FirstToken implements des.FirstTokenObserver: the engine's TTFT
