@@ -193,7 +193,7 @@ func chatRoot(root map[int64]int64, chat int64, parent *int64) int64 {
 
 // fitBlockTokens is the prefix-block size, a power of two up to 65,536,
 // that the requests' hash_ids fit (len(hash_ids) = ceil(input_length /
-// size)) most often (on a tie DefaultBlockTokens, else the smaller);
+// size), or the floor where a trace hashes whole blocks only) most often (on a tie DefaultBlockTokens, else the smaller);
 // DefaultBlockTokens when no request has hash_ids or no size fits half
 // of them.
 func fitBlockTokens(reqs []Request) int {
@@ -206,7 +206,7 @@ func fitBlockTokens(reqs []Request) int {
 		}
 		n++
 		for k := range sizes {
-			if b := 1 << k; (r.PromptTokens+b-1)/b == len(r.Blocks) {
+			if b := 1 << k; (r.PromptTokens+b-1)/b == len(r.Blocks) || r.PromptTokens/b == len(r.Blocks) {
 				fits[k]++
 			}
 		}

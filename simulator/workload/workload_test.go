@@ -220,6 +220,7 @@ func TestFitBlockTokens(t *testing.T) {
 		{"none", []Request{{PromptTokens: 100}}, DefaultBlockTokens},
 		{"mooncake", []Request{row(891, 2), row(6909, 14), row(100, 1)}, 512},
 		{"bailian", []Request{row(40, 3), row(16, 1), row(1000, 63)}, 16},
+		{"whole blocks only", []Request{row(40, 2), row(1000, 62), row(70, 4)}, 16},
 		{"one short row ties", []Request{row(10, 1)}, DefaultBlockTokens},
 		{"fits nothing", []Request{row(1000, 7), row(1000, 9), row(10, 3)}, DefaultBlockTokens},
 	} {
