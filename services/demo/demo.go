@@ -59,6 +59,8 @@ type Config struct {
 	Trace       string
 	TraceSpeed  float64
 	StrictTrace bool
+	// TraceFormat overrides what the trace readers infer.
+	TraceFormat workload.Format
 	Seed        uint64
 	// StatusInterval between status lines (default 5s).
 	StatusInterval time.Duration
@@ -131,6 +133,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&cfg.Trace, "trace", "", "replay this JSONL (Mooncake, Qwen-Bailian) or CSV (Azure, BurstGPT) trace instead of the built-in workload (docs/sim.md, trace formats)")
 	fs.Float64Var(&cfg.TraceSpeed, "trace-speed", 1, "replay the trace this many times faster than real time")
 	fs.BoolVar(&cfg.StrictTrace, "strict-trace", false, "fail on a malformed trace row instead of skipping it")
+	unit := fs.String("trace-time-unit", "", "unit of the trace's numeric times, ms or s (default: inferred, docs/sim.md, trace formats)")
+	blockTokens := fs.Int("trace-block-tokens", 0, "size in tokens of a JSONL trace's hash_ids blocks, or of a CSV trace's synthesised ones (default: inferred)")
 	seed := fs.Uint64("seed", 1, "seed of the workload and engines")
 	fs.DurationVar(&cfg.StatusInterval, "status-interval", 5*time.Second, "time between status lines")
 	fs.IntVar(&cfg.MaxPromptTokens, "max-prompt-tokens", 8192, "cap on each request's prompt tokens")
@@ -143,6 +147,10 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level: %v", cli.ErrUsage, err)
+	}
+	var err error
+	if cfg.TraceFormat, err = workload.ParseFormat(*unit, *blockTokens); err != nil {
+		return fmt.Errorf("%w: --trace-time-unit, --trace-block-tokens: %w", cli.ErrUsage, err)
 	}
 	cfg.Seed = *seed
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
@@ -393,7 +401,7 @@ func buildWorkload(cfg Config) ([]workload.Request, int, error) {
 		return nil, 0, fmt.Errorf("%w: --trace: %v", cli.ErrUsage, err)
 	}
 	defer f.Close()
-	reqs, rep, err := workload.ReadFile(f, cfg.StrictTrace, cfg.Seed)
+	reqs, rep, err := workload.ReadTrace(f, workload.TraceOptions{Strict: cfg.StrictTrace, Seed: cfg.Seed, Format: cfg.TraceFormat})
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading trace %s: %w", cfg.Trace, err)
 	}

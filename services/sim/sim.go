@@ -21,6 +21,7 @@ import (
 	"github.com/switchyard-llm/switchyard/simulator/plots"
 	"github.com/switchyard-llm/switchyard/simulator/policy"
 	"github.com/switchyard-llm/switchyard/simulator/scenario"
+	"github.com/switchyard-llm/switchyard/simulator/workload"
 )
 
 // Command returns the `sim` subcommand.
@@ -42,6 +43,8 @@ type Config struct {
 	JSON     bool
 	PlotsDir string
 	Strict   bool
+	// Format overrides what the trace readers infer.
+	Format workload.Format
 	// Parallel bounds the policies simulated at once (default GOMAXPROCS).
 	Parallel int
 }
@@ -57,8 +60,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object with every policy's metrics as the last line")
 	fs.StringVar(&cfg.PlotsDir, "plots", "", "directory to write PNG plots into (TTFT CDF, weights, utilization)")
 	fs.BoolVar(&cfg.Strict, "strict", false, "fail on the first malformed trace row instead of skipping it")
+	unit := fs.String("trace-time-unit", "", "unit of the trace's numeric times, ms or s (default: inferred, docs/sim.md#trace-formats)")
+	blockTokens := fs.Int("trace-block-tokens", 0, "size in tokens of a JSONL trace's hash_ids blocks, or of a CSV trace's synthesised ones (default: inferred)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	var err error
+	if cfg.Format, err = workload.ParseFormat(*unit, *blockTokens); err != nil {
+		return fmt.Errorf("%w: --trace-time-unit, --trace-block-tokens: %w", cli.ErrUsage, err)
 	}
 	if cfg.Scenario == "" {
 		return fmt.Errorf("%w: --scenario is required\n%s", cli.ErrUsage, cli.Usage(fs))
@@ -130,7 +139,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 	for i, name := range cfg.Policies {
 		factories[i], _ = policy.New(name, seed)
 	}
-	wl, err := sc.Build(scenario.BuildOptions{Seed: seed, Trace: cfg.Trace, Strict: cfg.Strict})
+	wl, err := sc.Build(scenario.BuildOptions{Seed: seed, Trace: cfg.Trace, Strict: cfg.Strict, Format: cfg.Format})
 	if errors.Is(err, scenario.ErrTraceOnGenerator) {
 		return fmt.Errorf("%w: --trace %s: %w", cli.ErrUsage, cfg.Trace, err)
 	}

@@ -155,6 +155,25 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+	t.Run("trace format flags override what is inferred", func(t *testing.T) {
+		out, _, err := runCmd(t, "--scenario", tr, "--policies", "round-robin", "--trace-time-unit", "s", "--trace-block-tokens", "512", "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The rows' 0 and 500 are seconds, not milliseconds: the second
+		// arrives after the scenario's 8 s.
+		if !strings.Contains(out, `"requests":1,`) || !strings.Contains(out, `"block_tokens":512`) {
+			t.Fatalf("output:\n%s", out)
+		}
+		if inferred, _, err := runCmd(t, "--scenario", tr, "--policies", "round-robin", "--json"); err != nil || !strings.Contains(inferred, `"requests":2,`) {
+			t.Fatalf("without the flags (milliseconds): %v\n%s", err, inferred)
+		}
+		for _, bad := range [][]string{{"--trace-time-unit", "h"}, {"--trace-block-tokens", "-1"}} {
+			if _, _, err := runCmd(t, append([]string{"--scenario", tr}, bad...)...); !errors.Is(err, cli.ErrUsage) {
+				t.Errorf("%v: got %v, want a usage error", bad, err)
+			}
+		}
+	})
 }
 
 func TestPlots(t *testing.T) {

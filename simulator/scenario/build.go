@@ -35,6 +35,9 @@ type BuildOptions struct {
 	Trace string
 	// Strict makes a malformed trace row an error instead of a skip.
 	Strict bool
+	// Format overrides what the trace readers infer (the time unit, the
+	// block size).
+	Format workload.Format
 }
 
 // generatorBlockTokens is the prefix-block size the generator uses.
@@ -208,7 +211,7 @@ func sniff(br *bufio.Reader) string {
 
 func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, workload.Report, error) {
 	if kind == KindMooncake {
-		reqs, rep, err := workload.ReadMooncake(r, opt.Strict)
+		reqs, rep, err := workload.ReadJSONL(r, opt.Strict, opt.Format)
 		if err != nil {
 			return nil, rep, err
 		}
@@ -228,7 +231,7 @@ func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, 
 		}
 		return reqs, rep, nil
 	}
-	return workload.ReadAzure(r, opt.Strict, workload.AzureConversations{Seed: opt.Seed})
+	return workload.ReadCSV(r, opt.Strict, workload.AzureConversations{Seed: opt.Seed, BlockTokens: opt.Format.BlockTokens}, opt.Format.TimeUnit)
 }
 
 // spreadTicks puts reqs in arrival order and, when the trace's arrivals

@@ -95,6 +95,49 @@ const maxTimestamp = 4e9
 // share a Session. Malformed rows are skipped and reported, or, with
 // strict, returned as an error naming the line.
 func ReadMooncake(r io.Reader, strict bool) ([]Request, Report, error) {
+	return ReadJSONL(r, strict, Format{})
+}
+
+// Format overrides what the trace readers infer; the zero value infers
+// everything.
+type Format struct {
+	// TimeUnit is the unit of the trace's numeric times, time.Millisecond
+	// or time.Second; 0 infers it (JSONL: ReadMooncake's rule; CSV:
+	// seconds, or milliseconds for a time column named so).
+	TimeUnit time.Duration
+	// BlockTokens is the size of a JSONL trace's hash_ids blocks, or of
+	// the blocks synthesised for a CSV trace's prompts; 0 infers it
+	// (JSONL: the size the hash_ids fit; CSV: DefaultBlockTokens).
+	BlockTokens int
+}
+
+// maxBlockTokens bounds Format.BlockTokens.
+const maxBlockTokens = 1 << 16
+
+// ParseFormat returns the Format of a time unit name ("" to infer it,
+// "ms" or "s") and a block size (0 to infer it, or 1 to 65,536 tokens),
+// as the --trace-time-unit and --trace-block-tokens flags give them.
+func ParseFormat(unit string, blockTokens int) (Format, error) {
+	var f Format
+	switch unit {
+	case "":
+	case "ms":
+		f.TimeUnit = time.Millisecond
+	case "s":
+		f.TimeUnit = time.Second
+	default:
+		return f, fmt.Errorf("time unit %q: want ms or s", unit)
+	}
+	if blockTokens < 0 || blockTokens > maxBlockTokens {
+		return f, fmt.Errorf("block tokens %d: want 0 (inferred) to %d", blockTokens, maxBlockTokens)
+	}
+	f.BlockTokens = blockTokens
+	return f, nil
+}
+
+// ReadJSONL is ReadMooncake with f's overrides of the time unit and the
+// block size.
+func ReadJSONL(r io.Reader, strict bool, f Format) ([]Request, Report, error) {
 	var rep Report
 	var out []Request
 	var stamps []float64
@@ -162,13 +205,19 @@ func ReadMooncake(r io.Reader, strict bool) ([]Request, Report, error) {
 		return nil, rep, fmt.Errorf("reading mooncake trace: %w", err)
 	}
 	unit := float64(time.Millisecond)
-	if seconds {
+	switch {
+	case f.TimeUnit > 0:
+		unit = float64(f.TimeUnit)
+	case seconds:
 		unit = float64(time.Second)
 	}
 	for i, ts := range stamps {
 		out[i].Arrival = time.Duration(math.Round(ts * unit))
 	}
-	rep.BlockTokens = fitBlockTokens(out)
+	rep.BlockTokens = f.BlockTokens
+	if rep.BlockTokens <= 0 {
+		rep.BlockTokens = fitBlockTokens(out)
+	}
 	if rep.SwitchyardRows == 0 { // exported traces have exact times
 		rep.Tick = arrivalTick(out)
 	}
@@ -329,14 +378,11 @@ func csvHeader(rec []string) (csvColumns, bool, error) {
 var csvTimeLayouts = []string{"2006-01-02 15:04:05Z07:00", "2006-01-02 15:04:05", time.RFC3339, "2006-01-02T15:04:05"}
 
 // parseCSVTime reads a CSV trace's time as a duration since the Unix
-// epoch (a date-time) or since the trace's origin (a number of seconds,
-// or milliseconds when ms).
-func parseCSVTime(s string, ms bool) (time.Duration, error) {
+// epoch (a date-time) or since the trace's origin (a number of units).
+func parseCSVTime(s string, unit time.Duration) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if ms {
-			f /= 1000
-		}
+		f *= unit.Seconds()
 		if !(f >= 0 && f <= maxTimestamp) {
 			return 0, fmt.Errorf("time %q negative or above %g s", s, float64(maxTimestamp))
 		}
@@ -361,14 +407,21 @@ type csvRow struct {
 	line           int
 }
 
-// readCSVRow reads rec, line of a CSV trace with columns c.
-func readCSVRow(rec []string, c csvColumns, line int) (csvRow, error) {
+// readCSVRow reads rec, line of a CSV trace with columns c and numeric
+// times in unit (0: seconds, or milliseconds for a column named so).
+func readCSVRow(rec []string, c csvColumns, line int, unit time.Duration) (csvRow, error) {
 	row := csvRow{line: line}
 	if need := max(c.time, c.prompt, c.output, c.session) + 1; len(rec) < need || c == azureColumns && len(rec) != 3 {
 		return row, fmt.Errorf("want %d fields, got %d", max(need, 3), len(rec))
 	}
 	var err error
-	if row.at, err = parseCSVTime(rec[c.time], c.timeMs); err != nil {
+	if unit <= 0 {
+		unit = time.Second
+		if c.timeMs {
+			unit = time.Millisecond
+		}
+	}
+	if row.at, err = parseCSVTime(rec[c.time], unit); err != nil {
 		return row, err
 	}
 	if row.ctxTok, err = strconv.Atoi(strings.TrimSpace(rec[c.prompt])); err != nil || row.ctxTok <= 0 {
@@ -393,6 +446,12 @@ func readCSVRow(rec []string, c csvColumns, line int) (csvRow, error) {
 // row with a session continues that session's conversation; without
 // one, a row continues a recent conversation at random (conv.FollowUp).
 func ReadAzure(r io.Reader, strict bool, conv AzureConversations) ([]Request, Report, error) {
+	return ReadCSV(r, strict, conv, 0)
+}
+
+// ReadCSV is ReadAzure with the unit of numeric times given (0: seconds,
+// or milliseconds for a time column named so).
+func ReadCSV(r io.Reader, strict bool, conv AzureConversations, unit time.Duration) ([]Request, Report, error) {
 	rep := Report{BlockTokens: DefaultBlockTokens}
 	if conv.BlockTokens > 0 {
 		rep.BlockTokens = conv.BlockTokens
@@ -420,7 +479,7 @@ func ReadAzure(r io.Reader, strict bool, conv AzureConversations) ([]Request, Re
 		}
 		var row csvRow
 		if err == nil {
-			row, err = readCSVRow(rec, cols, line)
+			row, err = readCSVRow(rec, cols, line, unit)
 		}
 		if err != nil {
 			if strict {
@@ -515,12 +574,29 @@ func (conv AzureConversations) synthesise(rows []csvRow) []Request {
 // trace (ReadAzure). A trace without a request row is an error
 // (Report.NoRows).
 func ReadFile(r io.Reader, strict bool, seed uint64) ([]Request, Report, error) {
+	return ReadTrace(r, TraceOptions{Strict: strict, Seed: seed})
+}
+
+// TraceOptions say how ReadTrace reads a trace.
+type TraceOptions struct {
+	// Strict makes a malformed row an error instead of a skip.
+	Strict bool
+	// Seed seeds a CSV trace's prefix synthesis.
+	Seed uint64
+	// Format overrides what the readers infer.
+	Format
+}
+
+// ReadTrace is ReadFile with o's options.
+func ReadTrace(r io.Reader, o TraceOptions) ([]Request, Report, error) {
 	br := bufio.NewReader(r)
 	peek, _ := br.Peek(len(bom) + 1)
 	peek = bytes.TrimPrefix(peek, []byte(bom))
-	read := func() ([]Request, Report, error) { return ReadAzure(br, strict, AzureConversations{Seed: seed}) }
+	read := func() ([]Request, Report, error) {
+		return ReadCSV(br, o.Strict, AzureConversations{Seed: o.Seed, BlockTokens: o.BlockTokens}, o.TimeUnit)
+	}
 	if len(peek) > 0 && peek[0] == '{' {
-		read = func() ([]Request, Report, error) { return ReadMooncake(br, strict) }
+		read = func() ([]Request, Report, error) { return ReadJSONL(br, o.Strict, o.Format) }
 	}
 	reqs, rep, err := read()
 	if err == nil {

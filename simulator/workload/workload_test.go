@@ -343,3 +343,43 @@ func TestByteOrderMarkIsSkipped(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatOverridesWhatIsInferred(t *testing.T) {
+	// Whole seconds without chat ids would be read as milliseconds.
+	rows := `{"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3]}
+{"timestamp": 2, "input_length": 40, "output_length": 5, "hash_ids": [1, 2, 3]}`
+	reqs, rep, err := ReadTrace(strings.NewReader(rows), TraceOptions{Format: Format{TimeUnit: time.Second, BlockTokens: 32}})
+	if err != nil || reqs[1].Arrival != 2*time.Second || rep.BlockTokens != 32 {
+		t.Fatalf("%v: second arrival %v, block tokens %d; want 2s and 32", err, reqs[1].Arrival, rep.BlockTokens)
+	}
+	reqs, rep, err = ReadTrace(strings.NewReader(rows), TraceOptions{})
+	if err != nil || reqs[1].Arrival != 2*time.Millisecond || rep.BlockTokens != 16 {
+		t.Fatalf("inferred: %v: second arrival %v, block tokens %d; want 2ms and 16", err, reqs[1].Arrival, rep.BlockTokens)
+	}
+	csv := "Timestamp,Request tokens,Response tokens\n0,600,5\n1500,600,5\n"
+	reqs, rep, err = ReadTrace(strings.NewReader(csv), TraceOptions{Format: Format{TimeUnit: time.Millisecond, BlockTokens: 64}})
+	if err != nil || reqs[1].Arrival != 1500*time.Millisecond || rep.BlockTokens != 64 || len(reqs[0].Blocks) != 10 {
+		t.Fatalf("csv: %v: second arrival %v, block tokens %d, %d blocks; want 1.5s, 64 and 10", err, reqs[1].Arrival, rep.BlockTokens, len(reqs[0].Blocks))
+	}
+}
+
+func TestParseFormat(t *testing.T) {
+	for _, c := range []struct {
+		unit   string
+		blocks int
+		want   Format
+		ok     bool
+	}{
+		{"", 0, Format{}, true},
+		{"ms", 16, Format{TimeUnit: time.Millisecond, BlockTokens: 16}, true},
+		{"s", 0, Format{TimeUnit: time.Second}, true},
+		{"h", 0, Format{}, false},
+		{"", -1, Format{}, false},
+		{"", 1 << 17, Format{}, false},
+	} {
+		got, err := ParseFormat(c.unit, c.blocks)
+		if (err == nil) != c.ok || c.ok && got != c.want {
+			t.Errorf("%q, %d: %+v, %v", c.unit, c.blocks, got, err)
+		}
+	}
+}
