@@ -16,10 +16,10 @@ import (
 // cache. A trailing partial block is not hashed (engines cache whole
 // blocks only).
 const (
-	blockBytes  = 256
-	blockTokens = 64
-	// maxBlocks bounds the chain (the first 128 KiB of a prompt).
-	maxBlocks = 512
+	blockBytes  = 4 * blockTokens
+	blockTokens = pick.PromptBlockTokens
+	// maxBlocks bounds the chain (the first 512 KiB of a prompt).
+	maxBlocks = pick.MaxPromptBlocks
 )
 
 // chain hashes text written in pieces into prefix blocks.

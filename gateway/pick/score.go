@@ -21,6 +21,16 @@ type Request struct {
 	BlockTokens int
 }
 
+// The prefix blocks a gateway cuts a prompt into (gateway/blocks.go),
+// and the simulator's gateways too: about PromptBlockTokens tokens each
+// (256 bytes of text), at most MaxPromptBlocks of them (the first
+// 512 KiB of text, about 128k tokens, a long model context), so a
+// long prompt's reuse is seen as deep as an engine could hold it.
+const (
+	PromptBlockTokens = 64
+	MaxPromptBlocks   = 2048
+)
+
 // Ticket is what the caller hands back about a placed request: the
 // prefill work it added to its engine's queue and the work that was
 // ahead of it (its own included), for FirstToken.

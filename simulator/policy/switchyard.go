@@ -207,25 +207,35 @@ func (p *switchyard) Pick(now time.Duration, r *des.Request, exclude []int32) in
 	return g.toWorld[i]
 }
 
-// gatewayBlockTokens is the size, in tokens, of the blocks a gateway
-// cuts a prompt into (gateway/blocks.go: 256 bytes, about 64 tokens),
-// whatever the engines' block size.
-const gatewayBlockTokens = 64
-
-// gatewayChain appends to dst r's prefix-block hashes as a gateway sees
-// them, and their size in tokens: the workload's blocks of blockTokens,
-// grouped into blocks of about gatewayBlockTokens when finer (a chain
+// gatewayChain appends to dst r's prefix-block hashes as a live gateway
+// sees them (gateway/blocks.go), and their size in tokens: blocks of
+// about pick.PromptBlockTokens, at most pick.MaxPromptBlocks of them.
+// The workload's blocks of blockTokens are grouped when finer (a chain
 // hash covers the prompt up to its block's end, so every m-th hash is
-// the chain of m-times-larger blocks; a trailing partial group is not
-// hashed, as the gateway hashes no partial block).
+// the chain of m-times-larger blocks) and split when coarser (block k's
+// parts hash its id, so two prompts share a part exactly when they share
+// the block); as live, a trailing partial block is not hashed.
 func gatewayChain(dst []uint64, r *des.Request, blockTokens int) ([]uint64, int) {
-	dst = chainHashes(dst, r)
-	m := gatewayBlockTokens / max(blockTokens, 1)
-	if m <= 1 {
-		return dst, blockTokens
+	blockTokens = max(blockTokens, 1)
+	if split := blockTokens / pick.PromptBlockTokens; split >= 2 {
+		part := blockTokens / split
+		var h uint64 = 0x51ed27
+		for k, b := range r.W.Blocks {
+			n := split
+			if k == len(r.W.Blocks)-1 {
+				n = min(split, (r.W.PromptTokens-k*blockTokens)/part)
+			}
+			for j := 0; j < n && len(dst) < pick.MaxPromptBlocks; j++ {
+				h = pick.Mix(h ^ (b*uint64(split) + uint64(j) + 0x9e3779b97f4a7c15))
+				dst = append(dst, h)
+			}
+		}
+		return dst, part
 	}
+	dst = chainHashes(dst, r)
+	m := max(pick.PromptBlockTokens/blockTokens, 1)
 	n := 0
-	for k := m - 1; k < len(dst); k += m {
+	for k := m - 1; k < len(dst) && n < pick.MaxPromptBlocks; k += m {
 		dst[n] = dst[k]
 		n++
 	}
