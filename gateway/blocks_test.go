@@ -114,3 +114,19 @@ func TestResponsesChain(t *testing.T) {
 		t.Fatalf("string input: %d blocks, prompt %d", len(s), len(p))
 	}
 }
+
+// BenchmarkPromptChain hashes a completion prompt of 4 KiB, 128 KiB (the
+// old cap of 512 blocks) and 1 MiB (past the cap of 2,048 blocks: only
+// its first 512 KiB are hashed).
+func BenchmarkPromptChain(b *testing.B) {
+	for _, size := range []int{4 << 10, 128 << 10, 1 << 20} {
+		prompt := []byte(`"` + strings.Repeat("the quick brown fox ", size/20) + `"`)
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			dst := make([]uint64, 0, maxBlocks)
+			b.SetBytes(int64(len(prompt)))
+			for b.Loop() {
+				dst, _ = promptChain(dst[:0], nil, prompt)
+			}
+		})
+	}
+}
