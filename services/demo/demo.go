@@ -54,7 +54,7 @@ type Config struct {
 	DataDir       string
 	// Rate is the offered load in requests/s over all regions.
 	Rate float64
-	// Trace replays a JSONL or CSV trace (workload.ReadFile) instead of the
+	// Trace replays a JSONL or CSV trace (workload.ReadTrace) instead of the
 	// built-in conversational workload; TraceSpeed compresses its time.
 	Trace       string
 	TraceSpeed  float64
