@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", engineserver.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
 	fs.StringVar(&cfg.Metrics, "metrics", engineserver.MetricsFull, `metrics on /metrics: "full" (vLLM's plus enginesim's batch limit, replicas and request counters) or "vllm" (only what vLLM exposes)`)
 	fs.Float64Var(&cfg.LatencyMultiplier, "latency-multiplier", 1, "make prefill and decode this many times slower than the GPU class's preset")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 0, "most requests a replica runs at once, as vLLM's --max-num-seqs (0: the GPU class preset's)")
+	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "KV-cache capacity of a replica in blocks of the preset's block size (0: the GPU class preset's)")
 	conn.Register(fs) // unused: the engine publishes nothing itself; every service takes them
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err

@@ -24,6 +24,9 @@ func TestCommandUsage(t *testing.T) {
 		{"bad metrics", []string{"--metrics", "prometheus"}},
 		{"zero latency multiplier", []string{"--latency-multiplier", "0"}},
 		{"negative latency multiplier", []string{"--latency-multiplier", "-2"}},
+		{"negative max num seqs", []string{"--max-num-seqs", "-1"}},
+		{"max num seqs over the step budget", []string{"--gpu-class", "l4", "--max-num-seqs", "1024"}},
+		{"negative kv blocks", []string{"--kv-blocks", "-1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,9 +46,13 @@ func TestCommandRuns(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Command().Run(ctx, []string{"--listen", "127.0.0.1:0", "--gpu-class", "l4", "--kafka-brokers", "x:1"}, io.Discard, &stderr)
+		done <- Command().Run(ctx, []string{"--listen", "127.0.0.1:0", "--gpu-class", "l4", "--kafka-brokers", "x:1",
+			"--max-num-seqs", "6", "--kv-blocks", "900"}, io.Discard, &stderr)
 	}()
 	waitFor(t, func() bool { return strings.Contains(stderr.String(), "enginesim listening") })
+	if s := stderr.String(); !strings.Contains(s, "max_num_seqs=6 kv_blocks=900") {
+		t.Errorf("--max-num-seqs 6 --kv-blocks 900 not in the engine it runs: %s", s)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

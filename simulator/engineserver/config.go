@@ -67,6 +67,14 @@ type Config struct {
 	// rate divided), e.g. 6 for a slow engine declared with the same GPU
 	// class as fast ones. Default 1; must be in [0.01, 1000].
 	LatencyMultiplier float64
+	// MaxNumSeqs is the most requests one replica runs at once (vLLM's
+	// --max-num-seqs); 0 keeps the GPU class preset's. At most 65,536 and
+	// below the preset's step token budget.
+	MaxNumSeqs int
+	// KVBlocks is one replica's KV-cache capacity in blocks of the
+	// preset's block size (vLLM's num_gpu_blocks); 0 keeps the preset's.
+	// At most 1<<24.
+	KVBlocks int
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, also receives the engine's metrics with an
@@ -108,8 +116,14 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// Upper bounds of Config.MaxNumSeqs and Config.KVBlocks.
+const (
+	maxMaxNumSeqs = 1 << 16
+	maxKVBlocks   = 1 << 24
+)
+
 // validate checks a defaulted config and returns its engine preset,
-// slowed down by LatencyMultiplier.
+// slowed down by LatencyMultiplier, with MaxNumSeqs and KVBlocks applied.
 func (c *Config) validate() (engine.Preset, error) {
 	p, err := engine.LookupPreset(c.GPUClass)
 	if err != nil {
@@ -122,6 +136,20 @@ func (c *Config) validate() (engine.Preset, error) {
 		return p, fmt.Errorf("%w: latency multiplier must be in [0.01, 1000], got %v", ErrInvalidConfig, c.LatencyMultiplier)
 	}
 	p = slower(p, c.LatencyMultiplier)
+	switch {
+	case c.MaxNumSeqs < 0 || c.MaxNumSeqs > maxMaxNumSeqs:
+		return p, fmt.Errorf("%w: max num seqs must be in [0, %d], got %d", ErrInvalidConfig, maxMaxNumSeqs, c.MaxNumSeqs)
+	case c.MaxNumSeqs >= p.MaxBatchedTokens:
+		return p, fmt.Errorf("%w: max num seqs must be below the %s preset's step token budget %d, got %d", ErrInvalidConfig, p.Name, p.MaxBatchedTokens, c.MaxNumSeqs)
+	case c.KVBlocks < 0 || c.KVBlocks > maxKVBlocks:
+		return p, fmt.Errorf("%w: kv blocks must be in [0, %d], got %d", ErrInvalidConfig, maxKVBlocks, c.KVBlocks)
+	}
+	if c.MaxNumSeqs > 0 {
+		p.MaxSeqs = c.MaxNumSeqs
+	}
+	if c.KVBlocks > 0 {
+		p.KVBlocks = c.KVBlocks
+	}
 	switch {
 	case !utf8.ValidString(c.ID) || !utf8.ValidString(c.Model):
 		return p, fmt.Errorf("%w: id and model must be valid UTF-8", ErrInvalidConfig)

@@ -171,7 +171,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.addr.Store(&addr)
 	s.readyOne.Do(func() { close(s.ready) })
 	s.log.Info("enginesim listening", "addr", addr, "gpu_class", s.preset.Name, "model", s.cfg.Model, "replicas", s.cfg.Replicas,
-		"metrics", s.cfg.Metrics, "latency_multiplier", s.cfg.LatencyMultiplier)
+		"metrics", s.cfg.Metrics, "latency_multiplier", s.cfg.LatencyMultiplier, "max_num_seqs", s.preset.MaxSeqs, "kv_blocks", s.preset.KVBlocks)
 
 	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
 	driveCtx, stopDrive := context.WithCancel(context.WithoutCancel(ctx))

@@ -1,8 +1,10 @@
 package engineserver
 
 import (
+	"errors"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +121,70 @@ func TestLatencyMultiplier(t *testing.T) {
 			if r := float64(c.got) / float64(c.base); math.Abs(r-m) > 0.01*m {
 				t.Errorf("x%v: %s %v vs %v, ratio %.4f", m, c.name, c.got, c.base, r)
 			}
+		}
+	}
+}
+
+// TestMaxNumSeqsAndKVBlocks checks that MaxNumSeqs and KVBlocks (enginesim's
+// --max-num-seqs and --kv-blocks) replace the preset's batch limit and KV
+// capacity in the model the engine runs (12 requests at once: all run under
+// the h100 preset's 256, 8 run and 4 wait at 8) and in what /metrics
+// reports (switchyard_enginesim_max_num_seqs, num_gpu_blocks of
+// vllm:cache_config_info, both over 2 replicas); and that out-of-range
+// values are refused.
+func TestMaxNumSeqsAndKVBlocks(t *testing.T) {
+	h100, err := engine.LookupPreset("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name                   string
+		maxNumSeqs, kvBlocks   int
+		wantSeqs, wantBlocks   int
+		wantRunning, wantQueue int
+	}{
+		{"preset", 0, 0, h100.MaxSeqs, h100.KVBlocks, 12, 0},
+		{"max num seqs 8", 8, 0, 8, h100.KVBlocks, 8, 4},
+		{"kv blocks 5000", 0, 5000, h100.MaxSeqs, 5000, 12, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{GPUClass: "h100", MaxNumSeqs: tc.maxNumSeqs, KVBlocks: tc.kvBlocks}
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 12 {
+				if err := s.eng.Submit(0, engine.Request{ID: uint64(i + 1), PromptTokens: 100, OutputTokens: 50}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			next, _ := s.eng.NextEvent()
+			s.eng.Advance(next)
+			if st := s.eng.Stats(); st.Running != tc.wantRunning || st.Waiting != tc.wantQueue || st.MaxSeqs != tc.wantSeqs || st.KVBlocksTotal != tc.wantBlocks {
+				t.Errorf("running %d waiting %d max seqs %d kv blocks %d, want %d %d %d %d",
+					st.Running, st.Waiting, st.MaxSeqs, st.KVBlocksTotal, tc.wantRunning, tc.wantQueue, tc.wantSeqs, tc.wantBlocks)
+			}
+
+			cfg.Replicas = 2
+			_, base := start(t, cfg)
+			fams := scrape(t, base)
+			if got := fams["switchyard_enginesim_max_num_seqs"].GetMetric()[0].GetGauge().GetValue(); got != float64(2*tc.wantSeqs) {
+				t.Errorf("switchyard_enginesim_max_num_seqs %v, want %d", got, 2*tc.wantSeqs)
+			}
+			var blocks string
+			for _, l := range fams["vllm:cache_config_info"].GetMetric()[0].GetLabel() {
+				if l.GetName() == "num_gpu_blocks" {
+					blocks = l.GetValue()
+				}
+			}
+			if want := strconv.Itoa(2 * tc.wantBlocks); blocks != want {
+				t.Errorf("num_gpu_blocks %q, want %s", blocks, want)
+			}
+		})
+	}
+	for _, cfg := range []Config{{MaxNumSeqs: -1}, {MaxNumSeqs: h100.MaxBatchedTokens}, {KVBlocks: -1}, {KVBlocks: 1<<24 + 1}} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v): err %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
 }
