@@ -94,7 +94,7 @@ func (s *Scenario) Build(opt BuildOptions) (*Stream, error) {
 		}
 		out.Report = rep
 		out.BlockTokens = rep.BlockTokens
-		spreadTicks(reqs, rep.Tick)
+		workload.SpreadTicks(reqs, rep.Tick)
 		scale := s.Workload.TimeScale
 		if scale == 0 {
 			scale = 1
@@ -215,42 +215,10 @@ func readTrace(r io.Reader, kind string, opt BuildOptions) ([]workload.Request, 
 		if err != nil {
 			return nil, rep, err
 		}
-		// Mooncake has no session ids: a conversation is the chain that
-		// shares its second block (the first is the shared system prompt).
-		for i := range reqs {
-			b := reqs[i].Blocks
-			switch {
-			case reqs[i].Session != "": // a Switchyard trace's affinity key
-			case len(b) >= 2:
-				reqs[i].Session = "mc" + strconv.FormatUint(b[1], 36)
-			case len(b) == 1:
-				reqs[i].Session = "mc" + strconv.FormatUint(b[0], 36)
-			default:
-				reqs[i].Session = "mc-row" + strconv.Itoa(i)
-			}
-		}
+		workload.InferSessions(reqs)
 		return reqs, rep, nil
 	}
 	return workload.ReadCSV(r, opt.Strict, workload.AzureConversations{Seed: opt.Seed, BlockTokens: opt.Format.BlockTokens}, opt.Format.TimeUnit)
-}
-
-// spreadTicks puts reqs in arrival order and, when the trace's arrivals
-// come in batches of equal times (tick > 0: Mooncake's 3-s ticks),
-// spreads each batch evenly over the tick, in trace order.
-func spreadTicks(reqs []workload.Request, tick time.Duration) {
-	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].Arrival < reqs[b].Arrival })
-	for i := 0; tick > 0 && i < len(reqs); {
-		j := i
-		for j < len(reqs) && reqs[j].Arrival == reqs[i].Arrival {
-			j++
-		}
-		n := j - i
-		for k := i; k < j; k++ {
-			reqs[k].Arrival += tick * time.Duration(k-i) / time.Duration(n)
-		}
-		i = j
-	}
-	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].Arrival < reqs[b].Arrival })
 }
 
 // assignClusters assigns trace requests to clusters by a hash of their

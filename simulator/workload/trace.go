@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sort"
+	"strconv"
 	"time"
 )
 
@@ -161,4 +163,44 @@ func ReadTrace(r io.Reader, o TraceOptions) ([]Request, Report, error) {
 		err = rep.NoRows()
 	}
 	return reqs, rep, err
+}
+
+// SpreadTicks puts reqs in arrival order and, when the trace's arrivals
+// come in batches of equal times (tick > 0: Mooncake's 3-s ticks,
+// Report.Tick), spreads each batch evenly over the tick, in trace order.
+func SpreadTicks(reqs []Request, tick time.Duration) {
+	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].Arrival < reqs[b].Arrival })
+	for i := 0; tick > 0 && i < len(reqs); {
+		j := i
+		for j < len(reqs) && reqs[j].Arrival == reqs[i].Arrival {
+			j++
+		}
+		n := j - i
+		for k := i; k < j; k++ {
+			reqs[k].Arrival += tick * time.Duration(k-i) / time.Duration(n)
+		}
+		i = j
+	}
+	sort.SliceStable(reqs, func(a, b int) bool { return reqs[a].Arrival < reqs[b].Arrival })
+}
+
+// InferSessions gives each request without a Session one from its prefix
+// blocks, as a JSONL trace without session ids (Mooncake) implies them: a
+// conversation is the chain that shares its second block (the first is
+// the shared system prompt), "mc" and the block id in base 36; a
+// one-block request is keyed by that block, a request without blocks by
+// its index ("mc-row" and the index).
+func InferSessions(reqs []Request) {
+	for i := range reqs {
+		b := reqs[i].Blocks
+		switch {
+		case reqs[i].Session != "": // a trace's own session or affinity key
+		case len(b) >= 2:
+			reqs[i].Session = "mc" + strconv.FormatUint(b[1], 36)
+		case len(b) == 1:
+			reqs[i].Session = "mc" + strconv.FormatUint(b[0], 36)
+		default:
+			reqs[i].Session = "mc-row" + strconv.Itoa(i)
+		}
+	}
 }

@@ -383,3 +383,64 @@ func TestParseFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestSpreadTicks: a batch of n equal arrivals is spread at tick/n steps
+// in trace order, the result sorted by arrival; tick 0 only sorts.
+func TestSpreadTicks(t *testing.T) {
+	s := time.Second
+	at := func(reqs []Request) []time.Duration {
+		var out []time.Duration
+		for _, r := range reqs {
+			out = append(out, r.Arrival)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		tick time.Duration
+		in   []time.Duration
+		want []time.Duration
+	}{
+		{"three in a tick, one in the next", 3 * s, []time.Duration{0, 0, 0, 3 * s}, []time.Duration{0, s, 2 * s, 3 * s}},
+		{"two in the second tick", 3 * s, []time.Duration{3 * s, 0, 3 * s}, []time.Duration{0, 3 * s, 3*s + 1500*time.Millisecond}},
+		{"no tick: sorted only", 0, []time.Duration{2 * s, 0, 2 * s}, []time.Duration{0, 2 * s, 2 * s}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reqs := make([]Request, len(tc.in))
+			for i, a := range tc.in {
+				reqs[i] = Request{Arrival: a, PromptTokens: i + 1}
+			}
+			SpreadTicks(reqs, tc.tick)
+			if got := at(reqs); !slices.Equal(got, tc.want) {
+				t.Errorf("arrivals %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// Trace order within a batch: the first row of the batch comes first.
+	reqs := []Request{{Arrival: 0, PromptTokens: 1}, {Arrival: 0, PromptTokens: 2}}
+	SpreadTicks(reqs, 3*s)
+	if reqs[0].PromptTokens != 1 || reqs[1].Arrival != 1500*time.Millisecond {
+		t.Errorf("batch order lost: %+v", reqs)
+	}
+}
+
+// TestInferSessions: requests sharing their second block share a session;
+// a session already set is kept.
+func TestInferSessions(t *testing.T) {
+	reqs := []Request{
+		{Blocks: []uint64{0, 46, 47}},
+		{Blocks: []uint64{0, 46, 47, 90}},
+		{Blocks: []uint64{0, 14}},
+		{Blocks: []uint64{7}},
+		{},
+		{Blocks: []uint64{0, 46}, Session: "chat3"},
+	}
+	InferSessions(reqs)
+	var got []string
+	for _, r := range reqs {
+		got = append(got, r.Session)
+	}
+	if want := []string{"mc1a", "mc1a", "mce", "mc7", "mc-row4", "chat3"}; !slices.Equal(got, want) {
+		t.Errorf("sessions %q, want %q", got, want)
+	}
+}
