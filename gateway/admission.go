@@ -14,17 +14,28 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-// Admission control (package admit): every engine has a concurrency
-// limit, adaptive (learned from its latency, see admit.Limiter) unless
-// AdaptiveConcurrency(false), and never above MaxInFlightPerEngine when
-// that is set; the picker never sends an engine more than its limit
-// (pick.State.SetLimit). In front of the engines a queue admits as many
-// requests as the limits of the available engines add up to and queues
-// the rest by priority for at most AdmissionQueue's timeout, so that
-// overload turns into fast 429s with Retry-After instead of engine queues
-// and first-token timeouts.
+// Admission control (package admit) works in the units an LLM engine
+// has: batch slots. An engine whose batch limit is known — the
+// snapshot's max_concurrency (the agent's max_batch over the ready
+// replicas), else its own signals' max_batch, else the requests it ran
+// while others waited in its own queue (it was full: what ran is what it
+// can run) — gets a limit of that many slots plus a queue of a quarter
+// of them (at least one), so it is never held below its free slots and a
+// slot that frees is refilled without waiting for the gateway; which
+// engine a request goes to is the picker's business (prefill work,
+// cached prefix, slot wait). Only an engine whose batch limit is unknown
+// falls back to a limit learned from its latency (admit.Limiter), unless
+// AdaptiveConcurrency(false). MaxInFlightPerEngine caps every limit. The
+// picker never sends an engine more than its limit (pick.State.SetLimit).
+// In front of the engines a queue admits as many requests as the limits
+// of the available engines add up to and queues the rest by priority,
+// rejecting with 429 + Retry-After only a request whose predicted wait
+// for a slot exceeds its deadline (AdmissionQueue), at once rather than
+// at the deadline, so that overload turns into fast 429s while below
+// capacity nothing is rejected.
 
 // admission is the gateway's admission state.
 type admission struct {
@@ -70,7 +81,7 @@ func newAdmission(c *cfg, reg prometheus.Registerer) (*admission, error) {
 	var err error
 	a.limit, err = obs.Register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "switchyard", Subsystem: "gateway", Name: "concurrency_limit",
-		Help: "Each engine's concurrency limit (adaptive, capped by --max-in-flight-per-engine; 0: none).",
+		Help: "Each engine's concurrency limit: its batch limit plus a quarter (learned from its latency when the batch limit is unknown), capped by --max-in-flight-per-engine; 0: none.",
 	}, []string{"cluster", "engine"}))
 	errs = append(errs, err)
 	h, err := obs.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -105,8 +116,9 @@ func newAdmission(c *cfg, reg prometheus.Registerer) (*admission, error) {
 // engineCap is an engine's limit as apply set it, next to its state: the
 // capacity is summed from them (setCapacity) without touching the table.
 type engineCap struct {
-	st  *pick.State
-	eff int64
+	st    *pick.State
+	eff   int64
+	slots int // the table's batch limit for the engine, which eff follows
 }
 
 // engineLimit is an engine's limiter and, once apply has set it, its
@@ -116,6 +128,10 @@ type engineCap struct {
 type engineLimit struct {
 	*admit.Limiter
 	gauge atomic.Pointer[prometheus.Gauge]
+	// batch is the engine's batch limit over its replicas as its signals
+	// tell it (max_batch, or inferred; 0: unknown), used when the
+	// snapshot gives none.
+	batch atomic.Int64
 }
 
 // limiter returns st's limiter, created at slots (the snapshot's
@@ -140,15 +156,19 @@ func (a *admission) setGauge(cluster string, e *pick.Engine, l *engineLimit, v f
 	(*g).Set(v)
 }
 
-// effective is an engine's limit from its limiter's (0: none).
-func (a *admission) effective(limit int) int64 {
-	switch {
-	case !a.adaptive:
-		return a.static
-	case a.static > 0:
-		return min(int64(limit), a.static)
+// effective is an engine's limit (0: none) from its batch limit (0:
+// unknown) or, when that is unknown, its limiter's (admit.Limits).
+func (a *admission) effective(slots int64, limit int) int64 {
+	return admit.Limits{Adaptive: a.adaptive, Static: a.static}.Limit(slots, limit)
+}
+
+// slots is e's batch limit: the snapshot's, else its signals' (0:
+// unknown).
+func slotsOf(e *pick.Engine, l *engineLimit) int64 {
+	if e.Slots > 0 {
+		return int64(e.Slots)
 	}
-	return int64(limit)
+	return l.batch.Load()
 }
 
 // apply sets the limits of t's engines (updating the adaptive limiters
@@ -188,18 +208,22 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 	}
 	for i, l := range a.lims {
 		e := t.Engine(i)
-		if i < len(held) && held[i].st == e.State {
+		if i < len(held) && held[i].st == e.State && held[i].slots == e.Slots {
 			a.caps = append(a.caps, held[i])
 			continue
 		}
-		n := l.Limit()
-		if update && a.adaptive {
-			n = l.Update(now)
+		slots := slotsOf(e, l)
+		n := 0
+		if slots <= 0 {
+			n = l.Limit()
+			if update && a.adaptive {
+				n = l.Update(now)
+			}
 		}
-		eff := a.effective(n)
+		eff := a.effective(slots, n)
 		e.State.SetLimit(eff)
 		a.setGauge(cluster, e, l, float64(eff))
-		a.caps = append(a.caps, engineCap{e.State, eff})
+		a.caps = append(a.caps, engineCap{e.State, eff, e.Slots})
 	}
 	a.last = t
 	a.setCapacity()
@@ -242,10 +266,13 @@ func (a *admission) setCapacity() {
 // attempt's Done: in flight includes it); began is the attempt's start,
 // rtt the network round trip.
 func (a *admission) sample(e *pick.Engine, res *attemptResult, began, end time.Time, rtt time.Duration) {
-	if !a.adaptive {
+	if !a.adaptive || e.Slots > 0 {
 		return
 	}
 	l := a.limiter(e.State, e.Slots)
+	if l.batch.Load() > 0 {
+		return // the limit comes from the batch limit
+	}
 	switch {
 	case res.saturated, res.failReason == "first_token_timeout", res.failReason == "idle_timeout":
 		l.Drop(began)
@@ -255,6 +282,13 @@ func (a *admission) sample(e *pick.Engine, res *attemptResult, began, end time.T
 		tokens := time.Duration(res.usage.OutputTokens) + 1
 		l.Sample(admit.PerToken, (end.Sub(began)-rtt)/tokens, began, e.State.InFlight())
 	}
+}
+
+// noteSignal learns st's batch limit from one of its engine signals
+// (admit.BatchFromSignal).
+func (a *admission) noteSignal(st *pick.State, s *schemas.EngineSignal, down bool) {
+	l := a.limiter(st, 0)
+	l.batch.Store(admit.BatchFromSignal(l.batch.Load(), s, down))
 }
 
 // admitReason maps an admit rejection to its metric reason.
@@ -271,6 +305,10 @@ func admitReason(err error) string {
 	}
 	return "other"
 }
+
+// expire rejects the queued requests whose predicted wait now exceeds
+// their deadline (admit.Queue.Expire); acquire counts them.
+func (a *admission) expire() { a.q.Expire() }
 
 // acquire admits a request of priority prio: nil, or the rejection (a
 // context error when the client left while queued).

@@ -185,7 +185,16 @@ func TestApplyLimitsAfterUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.ApplySnapshot(marshal(t, fullSnapshot(1, 30))); err != nil {
+	// Half the engines have no known batch limit: their limiters decide.
+	unknownSlots := func(s *schemas.WeightSnapshot) *schemas.WeightSnapshot {
+		for i, w := range s.Clusters[1].Weights {
+			if i%2 == 0 {
+				w.Explanation.MaxConcurrency = 0
+			}
+		}
+		return s
+	}
+	if err := g.ApplySnapshot(marshal(t, unknownSlots(fullSnapshot(1, 30)))); err != nil {
 		t.Fatal(err)
 	}
 	tb := g.cur.Load().table
@@ -201,7 +210,7 @@ func TestApplyLimitsAfterUpdates(t *testing.T) {
 		now = now.Add(time.Second)
 		g.tickAdmission()
 	}
-	s2 := fullSnapshot(2, 30)
+	s2 := unknownSlots(fullSnapshot(2, 30))
 	s2.Clusters[1].Weights[0].Weight, s2.Clusters[1].Weights[1].Weight = 0.01, 0.05
 	if err := g.ApplySnapshot(marshal(t, s2)); err != nil {
 		t.Fatal(err)
@@ -214,8 +223,15 @@ func TestApplyLimitsAfterUpdates(t *testing.T) {
 	distinct := map[int64]bool{}
 	for i := 0; i < tb2.Len(); i++ {
 		e := tb2.Engine(i)
-		want := g.admit.effective(g.admit.limiter(e.State, 0).Limit())
-		distinct[want] = true
+		l := g.admit.limiter(e.State, 0)
+		want := g.admit.effective(slotsOf(e, l), l.Limit())
+		if e.Slots > 0 {
+			if want != int64(e.Slots+e.Slots/4) {
+				t.Errorf("engine %s with %d slots: limit %d, want its slots and a quarter", e.ID, e.Slots, want)
+			}
+		} else {
+			distinct[want] = true
+		}
 		if e.State.Limit() != want {
 			t.Errorf("engine %s: limit %d, want %d", e.ID, e.State.Limit(), want)
 		}
@@ -286,7 +302,8 @@ func TestApplySequenceMatchesFresh(t *testing.T) {
 		sameTable(t, tb, f.cur.Load().table, false)
 		for i := 0; i < tb.Len(); i++ {
 			e := tb.Engine(i)
-			if want := g.admit.effective(g.admit.limiter(e.State, 0).Limit()); e.State.Limit() != want {
+			l := g.admit.limiter(e.State, 0)
+			if want := g.admit.effective(slotsOf(e, l), l.Limit()); e.State.Limit() != want {
 				t.Fatalf("version %d, engine %s: limit %d, want %d", v, e.ID, e.State.Limit(), want)
 			}
 		}

@@ -234,8 +234,10 @@ func (g *Gateway) setLimits(t *pick.Table) {
 	g.admit.apply(g.cfg.cluster, t, g.cfg.now(), false)
 }
 
-// tickAdmission updates the adaptive limits of the routed engines.
+// tickAdmission updates the limits of the routed engines and rejects
+// the queued requests that can no longer be admitted in time.
 func (g *Gateway) tickAdmission() {
+	g.admit.expire()
 	if rt := g.cur.Load(); rt != nil && rt.table != nil {
 		g.admit.apply(g.cfg.cluster, rt.table, g.cfg.now(), true)
 	}

@@ -82,6 +82,7 @@ func (g *Gateway) checkOne(ctx context.Context, e *pick.Engine) {
 		g.healthFail[e.ID] = 0
 		if e.State.Down() {
 			g.log.Info("engine healthy again", "engine", e.ID)
+			g.outlier.Restarted(e.State) // back from a restart: no ejection left over
 		}
 		e.State.SetDown(false)
 		return

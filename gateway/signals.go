@@ -47,8 +47,11 @@ func (g *Gateway) applySignal(b []byte) {
 		g.log.Info("engine signal changes availability", "engine", s.GetEngineId(), "down", down, "health", s.GetHealth().String())
 		if down {
 			st.Forget(g.cfg.now().UnixMilli())
+		} else {
+			g.outlier.Restarted(st) // back from a restart: no ejection left over
 		}
 	}
 	st.SetSignalDown(down)
+	g.admit.noteSignal(st, &s, down) // admission.go
 	g.m.signals.WithLabelValues(g.cfg.cluster, "applied").Inc()
 }

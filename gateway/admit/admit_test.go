@@ -149,6 +149,8 @@ type clock struct {
 
 func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 
+func (c *clock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
+
 // waitLen polls until n requests wait in q (or fails after 5 s).
 func waitLen(t *testing.T, q *Queue, n int) {
 	t.Helper()
@@ -161,16 +163,58 @@ func waitLen(t *testing.T, q *Queue, n int) {
 	}
 }
 
-// warm makes q see rate slot releases per second.
+// warm makes q see perSecond slot releases per second over its rate
+// window.
 func warm(q *Queue, c *clock, perSecond int) {
 	q.SetCapacity(0)
-	for range perSecond {
+	n := perSecond * rateBuckets * int(rateWidth/time.Second)
+	for range n {
 		if err := q.Acquire(context.Background(), 1); err != nil {
 			panic(err)
 		}
 	}
-	for range perSecond {
+	for range n {
 		q.Release()
+	}
+}
+
+// TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline: a queued
+// request whose predicted wait exceeds the time left to its deadline
+// (here because slots now free at half the rate they did when it was
+// queued) is rejected with ErrWait at the next Expire, not at the
+// deadline; one that can still make it stays queued.
+func TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: 6 * time.Second}, c.now)
+	warm(q, c, 1)
+	c.set(time.Unix(1006, 0))
+	warm(q, c, 1) // 2 slots/s over the window: half a second per place
+	q.SetCapacity(1)
+	if err := q.Offer(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []error
+	done := func(err error) { got = append(got, err) }
+	for i := range 6 { // places 1-6: 0.5 to 3 s predicted, within half the 6 s deadline
+		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+			t.Fatalf("offer %d: %v, want ErrQueued", i, err)
+		}
+	}
+	q.Expire()
+	if q.Len() != 6 {
+		t.Fatalf("Expire with 6 s left rejected: queue length %d, want 6", q.Len())
+	}
+	// 3.1 s left; the first warm-up's releases left the window: 1 slot/s,
+	// so places 1-3 make it and 4-6 do not.
+	c.set(time.Unix(1008, 900_000_000))
+	q.Expire()
+	if q.Len() != 3 || len(got) != 3 {
+		t.Fatalf("queue length %d, answers %v; want 3 kept and 3 rejected", q.Len(), got)
+	}
+	for _, err := range got {
+		if !errors.Is(err, ErrWait) {
+			t.Fatalf("answer %v, want ErrWait", err)
+		}
 	}
 }
 
@@ -316,5 +360,76 @@ func TestQueueCapacityRaiseAdmits(t *testing.T) {
 	q.SetCapacity(2)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOfferAnswersQueuedRequestsByCallback: Offer admits at once while
+// there is room, queues beyond it and answers by callback outside the
+// lock (the callback may call the queue again): nil when a Release
+// frees a slot, ErrTimeout from Expire once the deadline passed.
+func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: 10 * time.Second}, c.now)
+	warm(q, c, 1)
+	q.SetCapacity(1)
+	if err := q.Offer(1, nil); err != nil {
+		t.Fatalf("first offer: %v", err)
+	}
+	var got []error
+	done := func(err error) {
+		got = append(got, err)
+		_ = q.Len() // takes the lock: answered outside it
+	}
+	for i := range 2 {
+		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+			t.Fatalf("offer %d: %v, want ErrQueued", i, err)
+		}
+	}
+	q.Release()
+	if len(got) != 1 || got[0] != nil {
+		t.Fatalf("after a release: %v, want one admission", got)
+	}
+	c.set(c.now().Add(11 * time.Second))
+	q.Expire()
+	if len(got) != 2 || !errors.Is(got[1], ErrTimeout) {
+		t.Fatalf("after the deadline: %v, want ErrTimeout", got)
+	}
+	if q.Len() != 0 || q.InFlight() != 1 {
+		t.Fatalf("queued %d, in flight %d", q.Len(), q.InFlight())
+	}
+}
+
+// TestQueueStandingQueueShortensTheWait: a queue that drains lets a
+// request wait up to half its deadline (a burst is worth seconds); once
+// it has not drained for half the deadline (more arrives than is
+// served), a new request is queued only for an eighth of it, and Expire
+// drains the waiters predicted to wait longer.
+func TestQueueStandingQueueShortensTheWait(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: 8 * time.Second}, c.now)
+	warm(q, c, 1) // 1 slot/s: a second per place in the queue
+	q.SetCapacity(1)
+	if err := q.Offer(1, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []error
+	done := func(err error) { got = append(got, err) }
+	for i := range 3 { // places 1-3: within half the deadline (4 s)
+		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+			t.Fatalf("offer %d in a fresh queue: %v, want ErrQueued", i, err)
+		}
+	}
+	c.set(c.now().Add(4100 * time.Millisecond)) // standing for more than half the deadline
+	if err := q.Offer(1, done); !errors.Is(err, ErrWait) {
+		t.Fatalf("place 4 in a standing queue: %v, want ErrWait (an eighth of the deadline is 1 s)", err)
+	}
+	q.Expire()
+	if q.Len() != 1 || len(got) != 2 || !errors.Is(got[0], ErrWait) {
+		t.Fatalf("after Expire in a standing queue: %d waiting, answers %v; want place 1 kept, 2 and 3 rejected", q.Len(), got)
+	}
+	q.Release() // admits place 1: the queue drained
+	c.set(c.now().Add(time.Second))
+	if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+		t.Fatalf("after the queue drained: %v, want ErrQueued", err)
 	}
 }

@@ -1,12 +1,15 @@
-// Package admit is the gateway's admission control: an adaptive
-// concurrency limit per engine, learned from the latency the engine shows
-// this gateway (Limiter), and a bounded priority queue with a deadline in
-// front of the engines (Queue), so that overload turns into fast 429s
-// instead of engine queues and timeouts.
+// Package admit is the gateway's admission control: a concurrency limit
+// per engine in batch slots (Limits; learned from the engine's latency by
+// a Limiter only when its batch limit is unknown), and a bounded priority
+// queue with a deadline in front of the engines (Queue), so that overload
+// turns into fast 429s instead of engine queues and timeouts, while below
+// capacity nothing is rejected. The simulator runs the same code on its
+// virtual clock (Queue.Offer).
 //
 // # Limiter
 //
-// A Limiter is a gradient limiter in the style of Netflix's
+// A Limiter, the fallback for engines whose batch limit is unknown, is
+// a gradient limiter in the style of Netflix's
 // concurrency-limits and Envoy's adaptive concurrency filter, adapted to
 // LLM engines. An engine serves up to its batch limit at once; beyond it
 // requests wait in the engine's queue for whole requests to finish, so

@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 )
@@ -26,18 +27,28 @@ var (
 // Priorities are 0 (lowest) to Priorities-1 (highest).
 const Priorities = 3
 
+// DefaultTimeout is QueueConfig.Timeout's default.
+const DefaultTimeout = 4 * time.Second
+
 // QueueConfig tunes a Queue. Zero values take the defaults.
 type QueueConfig struct {
 	// MaxQueue bounds the requests waiting. Default 1024.
 	MaxQueue int
-	// Timeout is the longest a request waits for a slot. Default 1s.
+	// Timeout is the longest a request waits for a slot: its deadline.
+	// Default 4s (an LLM request holds a slot for seconds, so a full
+	// fleet frees one every few hundred milliseconds: a deadline of one
+	// second would reject bursts at the fleet's capacity that a proxy's
+	// engine queues serve a second or two later, and a longer one lets
+	// the wait of admitted requests grow to many times their prefill).
 	Timeout time.Duration
 }
 
-// rateBuckets × rateWidth is the window of the release rate.
+// rateBuckets × rateWidth is the window of the release rate: LLM
+// requests hold a slot for seconds, so a fleet of a few dozen slots
+// frees a handful a second, and a one-second count would often read 0.
 const (
-	rateBuckets = 4
-	rateWidth   = 250 * time.Millisecond
+	rateBuckets = 8
+	rateWidth   = time.Second
 )
 
 // Queue admits up to Capacity requests at once and queues the rest, by
@@ -45,9 +56,10 @@ const (
 // rejected at once when the queue is full of requests of its priority or
 // higher (a lower-priority one is evicted to make room otherwise), or
 // when the wait it would have, its place in the queue over the rate at
-// which slots were freed in the last second, exceeds half Timeout: so nearly
-// every rejection is immediate, and a queued request is nearly always
-// served. Safe for concurrent use.
+// which slots were freed in the last 8 seconds, exceeds half Timeout (an
+// eighth of it while the queue stands, see bound): so nearly every
+// rejection is immediate, and a queued request is nearly always served.
+// Safe for concurrent use.
 type Queue struct {
 	cfg QueueConfig
 	now func() time.Time
@@ -59,11 +71,23 @@ type Queue struct {
 	queued   int
 	relEpoch [rateBuckets]int64
 	relN     [rateBuckets]int
+	calls    []call // answers to make once q.mu is released (unlock)
+	// standing is when the queue last went from empty to not empty (zero
+	// while it is empty).
+	standing time.Time
 }
 
 type waiter struct {
-	ch   chan error // buffered; nil error: admitted
-	prio int
+	ch       chan error  // Acquire's: buffered; nil error: admitted
+	fn       func(error) // Offer's
+	prio     int
+	deadline time.Time
+}
+
+// call is an answer to an Offer's waiter, made after q.mu is released.
+type call struct {
+	fn  func(error)
+	err error
 }
 
 // NewQueue returns a queue without a capacity (everything admitted) until
@@ -73,7 +97,7 @@ func NewQueue(cfg QueueConfig, now func() time.Time) *Queue {
 		cfg.MaxQueue = 1024
 	}
 	if cfg.Timeout <= 0 {
-		cfg.Timeout = time.Second
+		cfg.Timeout = DefaultTimeout
 	}
 	if now == nil {
 		now = time.Now
@@ -90,7 +114,7 @@ func (q *Queue) SetCapacity(n int) {
 	q.mu.Lock()
 	q.capacity = n
 	q.grant()
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // Capacity returns the capacity.
@@ -119,39 +143,17 @@ func (q *Queue) InFlight() int {
 // It returns ErrQueueFull, ErrWait, ErrTimeout or ErrEvicted when the
 // request is rejected, or ctx's error when ctx ends first.
 func (q *Queue) Acquire(ctx context.Context, prio int) error {
-	prio = min(max(prio, 0), Priorities-1)
 	q.mu.Lock()
-	if q.capacity <= 0 || (q.inflight < q.capacity && q.queued == 0) {
-		q.inflight++
-		q.mu.Unlock()
-		return nil
+	w, err := q.enter(prio)
+	if w == nil {
+		q.unlock()
+		return err
 	}
-	ahead := 0
-	for p := prio; p < Priorities; p++ {
-		ahead += len(q.waiting[p])
-	}
-	if ahead >= q.cfg.MaxQueue {
-		q.mu.Unlock()
-		return ErrQueueFull
-	}
-	// Half the deadline: the prediction has a margin, so that a queued
-	// request is nearly always served (a rejection at the deadline is a
-	// slow one).
-	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.cfg.Timeout.Seconds()/2 {
-		q.mu.Unlock()
-		return ErrWait
-	}
-	if q.queued >= q.cfg.MaxQueue {
-		q.evictLowest(prio)
-	}
-	w := &waiter{ch: make(chan error, 1), prio: prio}
-	q.waiting[prio] = append(q.waiting[prio], w)
-	q.queued++
-	q.mu.Unlock()
+	w.ch = make(chan error, 1)
+	q.unlock()
 
 	t := time.NewTimer(q.cfg.Timeout)
 	defer t.Stop()
-	var err error
 	select {
 	case err = <-w.ch:
 		return err
@@ -162,7 +164,7 @@ func (q *Queue) Acquire(ctx context.Context, prio int) error {
 	}
 	q.mu.Lock()
 	removed := q.remove(w)
-	q.mu.Unlock()
+	q.unlock()
 	if !removed {
 		// Admitted or evicted while timing out: take that answer.
 		if granted := <-w.ch; granted == nil {
@@ -177,6 +179,77 @@ func (q *Queue) Acquire(ctx context.Context, prio int) error {
 	return err
 }
 
+// ErrQueued is Offer's answer for a request it queued.
+var ErrQueued = errors.New("queued for admission")
+
+// Offer is Acquire for callers that cannot block, such as a simulation
+// on a virtual clock: it admits a request of priority prio at once (nil),
+// rejects it at once (ErrQueueFull, ErrWait), or queues it (ErrQueued)
+// and later calls done exactly once, outside the queue's lock: with nil
+// when it is admitted (pair it with one Release), or with ErrWait or
+// ErrTimeout when Expire finds that it cannot be admitted by its
+// deadline, or ErrEvicted. The same rules decide as for Acquire; the
+// caller calls Expire at least as often as it wants deadlines kept.
+func (q *Queue) Offer(prio int, done func(error)) error {
+	q.mu.Lock()
+	w, err := q.enter(prio)
+	if w == nil {
+		q.unlock()
+		return err
+	}
+	w.fn = done
+	q.unlock()
+	return ErrQueued
+}
+
+// enter admits a request at once (nil waiter and error), rejects it
+// (nil waiter, the error), or queues it and returns its waiter; q.mu
+// held.
+func (q *Queue) enter(prio int) (*waiter, error) {
+	prio = min(max(prio, 0), Priorities-1)
+	if q.capacity <= 0 || (q.inflight < q.capacity && q.queued == 0) {
+		q.inflight++
+		return nil, nil
+	}
+	ahead := 0
+	for p := prio; p < Priorities; p++ {
+		ahead += len(q.waiting[p])
+	}
+	if ahead >= q.cfg.MaxQueue {
+		return nil, ErrQueueFull
+	}
+	now := q.now()
+	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.bound(now) {
+		return nil, ErrWait
+	}
+	if q.queued >= q.cfg.MaxQueue {
+		q.evictLowest(prio)
+	}
+	w := &waiter{prio: prio, deadline: now.Add(q.cfg.Timeout)}
+	q.waiting[prio] = append(q.waiting[prio], w)
+	if q.queued == 0 {
+		q.standing = now
+	}
+	q.queued++
+	return w, nil
+}
+
+// bound is the longest wait, in seconds, a request may be predicted to
+// have and still be queued: half its deadline (the prediction has a
+// margin, so that a queued request is nearly always served), or an
+// eighth of it once the queue has not drained for half the deadline. A
+// queue that drains absorbs a burst, which is worth a wait of seconds
+// to an LLM request; one that stands means more arrives than the
+// engines serve, and a long wait would only delay every admitted request
+// by it without serving one more (CoDel's standing-queue rule, as in
+// adaptive LIFO server queues). q.mu held.
+func (q *Queue) bound(now time.Time) float64 {
+	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Timeout/2 {
+		return q.cfg.Timeout.Seconds() / 8
+	}
+	return q.cfg.Timeout.Seconds() / 2
+}
+
 // Release ends an admitted request: its slot goes to the first waiting
 // request of the highest priority, if any fits.
 func (q *Queue) Release() {
@@ -184,7 +257,7 @@ func (q *Queue) Release() {
 	q.inflight--
 	q.countRelease()
 	q.grant()
-	q.mu.Unlock()
+	q.unlock()
 }
 
 // grant admits waiting requests while they fit; q.mu held.
@@ -199,9 +272,71 @@ func (q *Queue) grant() {
 			q.waiting[p] = q.waiting[p][1:]
 			q.queued--
 			q.inflight++
-			w.ch <- nil
+			q.answer(w, nil)
 			break
 		}
+	}
+}
+
+// answer gives w its answer: at once on its channel (buffered), or, for
+// Offer's waiters, by their callback once q.mu is released (unlock);
+// q.mu held.
+func (q *Queue) answer(w *waiter, err error) {
+	if w.fn == nil {
+		w.ch <- err
+		return
+	}
+	q.calls = append(q.calls, call{w.fn, err})
+}
+
+// unlock releases q.mu and then makes the callbacks answer queued.
+func (q *Queue) unlock() {
+	calls := q.calls
+	q.calls = nil
+	q.mu.Unlock()
+	for _, c := range calls {
+		c.fn(c.err)
+	}
+}
+
+// Expire rejects every waiting request whose deadline has passed (with
+// ErrTimeout; Acquire's own timer does it for its waiters too) or whose
+// predicted wait (its place among the waiting requests of its priority
+// or higher over the rate slots were freed lately) exceeds the time left
+// to its deadline (with ErrWait): it would be rejected at the deadline
+// anyway, and a 429 now lets its client retry elsewhere sooner. The
+// gateway calls it every tick.
+func (q *Queue) Expire() {
+	q.mu.Lock()
+	defer q.unlock()
+	if q.queued == 0 {
+		return
+	}
+	now, rate := q.now(), q.rate()
+	bound := math.Inf(1)
+	if b := q.bound(now); b < q.cfg.Timeout.Seconds()/2 {
+		bound = b // a standing queue: drain it to the short bound
+	}
+	ahead := 0
+	for p := Priorities - 1; p >= 0; p-- {
+		ws := q.waiting[p][:0]
+		for _, w := range q.waiting[p] {
+			left := min(w.deadline.Sub(now).Seconds(), bound)
+			switch {
+			case left <= 0:
+				q.queued--
+				q.answer(w, ErrTimeout)
+				continue
+			case rate > 0 && float64(ahead+1)/rate > left:
+				q.queued--
+				q.answer(w, ErrWait)
+				continue
+			}
+			ws = append(ws, w)
+			ahead++
+		}
+		clear(q.waiting[p][len(ws):])
+		q.waiting[p] = ws
 	}
 }
 
@@ -214,7 +349,7 @@ func (q *Queue) evictLowest(prio int) {
 			q.waiting[p][n-1] = nil
 			q.waiting[p] = q.waiting[p][:n-1]
 			q.queued--
-			w.ch <- ErrEvicted
+			q.answer(w, ErrEvicted)
 			return
 		}
 	}
@@ -246,8 +381,8 @@ func (q *Queue) countRelease() {
 	q.relN[i]++
 }
 
-// rate returns the slots freed per second over the last second; q.mu
-// held.
+// rate returns the slots freed per second over the last
+// rateBuckets×rateWidth; q.mu held.
 func (q *Queue) rate() float64 {
 	e := q.now().UnixNano() / int64(rateWidth)
 	n := 0

@@ -191,6 +191,29 @@ func (d *Detector) Saturated(st *pick.State) {
 // and it does not reset the count of consecutive failures either.
 func (d *Detector) Timeout(st *pick.State) { d.Saturated(st) }
 
+// Restarted forgets what st's failures taught: an engine that health
+// checks or its own signals had marked down and that answers again has
+// restarted (as Envoy's successful_active_health_check_uneject_host). Its
+// ejection ends now, its back-off starts again at BaseEjection and its
+// penalty and latency average are cleared: while it was down every
+// request that reached it failed, and an ejection doubled by each of
+// those would keep the engine out for minutes after it came back.
+func (d *Detector) Restarted(st *pick.State) {
+	r := d.rec(st)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ejected {
+		r.ejected = false
+		st.SetEjected(false)
+		d.ejected--
+	}
+	r.backoff, r.penalty, r.ewma, r.lastEject = 0, 0, 0, time.Time{}
+	r.consecutive.Store(0)
+	r.apply()
+}
+
 // apply stores the penalty in the state; r.mu held.
 func (r *record) apply() {
 	r.st.SetPenalty(1 - 1/(1+r.penalty))

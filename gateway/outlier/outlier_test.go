@@ -112,3 +112,34 @@ func TestSaturatedPenalizesWithoutEjecting(t *testing.T) {
 		t.Fatalf("penalty %v did not decay", p)
 	}
 }
+
+// TestRestartedEndsEjectionAndBackoff: an engine that failed while it
+// was down (ejected with a back-off doubled by each ejection, penalized)
+// and is seen up again serves at once: its ejection ends, its penalty is
+// cleared, and its next ejection starts again at BaseEjection.
+func TestRestartedEndsEjectionAndBackoff(t *testing.T) {
+	now := time.Unix(1000, 0)
+	d := New(Config{Consecutive: 1, BaseEjection: time.Second, MaxEjection: time.Minute, MaxEjectedShare: 1})
+	d.SetClusterSize(2)
+	st := states(2)
+	for range 4 { // ejections of 1, 2, 4 and 8 s while the engine is down
+		if !d.Failure(st[0], now) {
+			t.Fatal("not ejected")
+		}
+		d.Tick(now.Add(10 * time.Second))
+		now = now.Add(10 * time.Second)
+	}
+	if !d.Failure(st[0], now) || !st[0].Ejected() || st[0].Penalty() == 0 {
+		t.Fatal("not ejected and penalized before the restart")
+	}
+	d.Restarted(st[0])
+	if st[0].Ejected() || st[0].Penalty() != 0 || d.Ejected() != 0 {
+		t.Fatalf("after Restarted: ejected %v, penalty %v, engines ejected %d", st[0].Ejected(), st[0].Penalty(), d.Ejected())
+	}
+	if !d.Failure(st[0], now) {
+		t.Fatal("not ejected after the restart")
+	}
+	if d.Tick(now.Add(time.Second)); st[0].Ejected() {
+		t.Fatal("the first ejection after a restart lasted more than BaseEjection")
+	}
+}

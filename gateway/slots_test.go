@@ -1,0 +1,99 @@
+package gateway
+
+import (
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/gateway/admit"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// limitOf returns the concurrency limit the gateway set on engine id.
+func limitOf(t *testing.T, g *Gateway, id string) int64 {
+	t.Helper()
+	tb := g.cur.Load().table
+	for i := 0; i < tb.Len(); i++ {
+		if e := tb.Engine(i); e.ID == id {
+			return e.State.Limit()
+		}
+	}
+	t.Fatalf("engine %s not in the table", id)
+	return 0
+}
+
+// TestBatchLimitHoldsWhateverTheLatency: an engine whose batch limit
+// the snapshot gives keeps a limit of its slots and a quarter however
+// its requests' TTFT varies (prompt sizes that span two orders of
+// magnitude look like queueing to a latency gradient), so the gateway
+// never holds it below its free slots.
+func TestBatchLimitHoldsWhateverTheLatency(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g, err := New("c", HealthInterval(-1), Clock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fullSnapshot(1, 2)
+	s.Clusters[1].Weights[0].Explanation.MaxConcurrency = 8
+	if err := g.ApplySnapshot(marshal(t, s)); err != nil {
+		t.Fatal(err)
+	}
+	e := g.cur.Load().table.Engine(0)
+	for round := range 20 {
+		for k := range 16 { // 40 ms to 4 s, the later windows slower
+			ttft := time.Duration(40*(1+k*k*(round%4+1)/2)) * time.Millisecond
+			g.admit.sample(e, &attemptResult{firstToken: true, ttft: ttft}, now.Add(-time.Second), now, 0)
+		}
+		g.admit.limiter(e.State, 0).Drop(now.Add(-time.Second))
+		now = now.Add(250 * time.Millisecond)
+		g.tickAdmission()
+		if got := limitOf(t, g, e.ID); got != 10 {
+			t.Fatalf("round %d: limit %d, want 8 slots + 2", round, got)
+		}
+	}
+}
+
+// TestSignalBatchLimit: with no batch limit in the snapshot, the
+// engine's signals give it: the max_batch it advertises over its ready
+// replicas, else the most it ran while requests waited in its own queue;
+// a signal that says it is down forgets it.
+func TestSignalBatchLimit(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g, err := New("c", HealthInterval(-1), Clock(func() time.Time { return now }), MaxInFlightPerEngine(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fullSnapshot(1, 2)
+	for _, w := range s.Clusters[1].Weights {
+		w.Explanation.MaxConcurrency = 0
+	}
+	if err := g.ApplySnapshot(marshal(t, s)); err != nil {
+		t.Fatal(err)
+	}
+	signal := func(sig *schemas.EngineSignal) {
+		t.Helper()
+		sig.EngineId, sig.EventTimeUnixMs = "e-000", now.UnixMilli()
+		g.applySignal(marshal(t, sig))
+		g.tickAdmission()
+	}
+	unknown := limitOf(t, g, "e-000") // the limiter's, capped at 1000
+	if unknown != int64(admit.NewLimiter(admit.Config{}, 0).Limit()) {
+		t.Fatalf("no batch limit known: limit %d, want the limiter's initial", unknown)
+	}
+	cases := []struct {
+		name string
+		sig  *schemas.EngineSignal
+		want int64
+	}{
+		{"running without a queue tells nothing", &schemas.EngineSignal{Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, RunningRequests: 5}, unknown},
+		{"running while requests wait", &schemas.EngineSignal{Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, RunningRequests: 6, WaitingRequests: 3}, 6 + 1},
+		{"fewer running later keeps the most", &schemas.EngineSignal{Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, RunningRequests: 4, WaitingRequests: 1}, 6 + 1},
+		{"max_batch over ready replicas", &schemas.EngineSignal{Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 2, MaxBatch: 8}, 16 + 4},
+		{"down forgets", &schemas.EngineSignal{Health: schemas.Health_HEALTH_UNHEALTHY, MaxBatch: 8}, unknown},
+	}
+	for _, c := range cases {
+		signal(c.sig)
+		if got := limitOf(t, g, "e-000"); got != c.want {
+			t.Fatalf("%s: limit %d, want %d", c.name, got, c.want)
+		}
+	}
+}
