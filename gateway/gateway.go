@@ -88,6 +88,7 @@ type Gateway struct {
 	outlier *outlier.Detector
 	shedder *shed.Shedder
 	admit   *admission // admission.go
+	degrade *degrade   // degrade.go
 	models  map[string]bool
 	tracer  trace.Tracer
 	tracing bool // spans are made (TracerProvider is not the no-op default)
@@ -145,6 +146,9 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 	}
 	g.hot = g.m.hot(cfg.cluster)
 	if g.admit, err = newAdmission(&g.cfg, cfg.registerer); err != nil {
+		return nil, err
+	}
+	if g.degrade, err = newDegrade(cfg.cluster, cfg.registerer, g.log, cfg.now); err != nil {
 		return nil, err
 	}
 	_, noTracing := cfg.tracerProvider.(noop.TracerProvider)
@@ -438,6 +442,7 @@ func (g *Gateway) control(ctx context.Context, updates <-chan []byte) {
 			}
 			g.tickShed()
 			g.tickAdmission()
+			g.degrade.check(g.cfg.now())
 		}
 	}
 }
