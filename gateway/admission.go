@@ -58,6 +58,10 @@ type admission struct {
 
 	tenantRej *prometheus.CounterVec // cluster, tenant, reason
 	unauth    prometheus.Counter
+
+	// onHeld is told when an engine starts or stops being held below its
+	// batch limit while it has no queue (degrade.heldBelow); nil: nobody.
+	onHeld func(engine string, held bool)
 }
 
 func newAdmission(c *cfg, reg prometheus.Registerer) (*admission, error) {
@@ -132,6 +136,10 @@ type engineLimit struct {
 	// tell it (max_batch, or inferred; 0: unknown), used when the
 	// snapshot gives none.
 	batch atomic.Int64
+	// idle: the engine's last signal showed no request waiting in its own
+	// queue; held: apply last found the gateway holding it below its
+	// batch limit while idle (see heldBelow).
+	idle, held atomic.Bool
 }
 
 // limiter returns st's limiter, created at slots (the snapshot's
@@ -221,6 +229,9 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 			}
 		}
 		eff := a.effective(slots, n)
+		if update {
+			a.noteHeld(e, l, slots, eff)
+		}
 		e.State.SetLimit(eff)
 		a.setGauge(cluster, e, l, float64(eff))
 		a.caps = append(a.caps, engineCap{e.State, eff, e.Slots})
@@ -284,11 +295,24 @@ func (a *admission) sample(e *pick.Engine, res *attemptResult, began, end time.T
 	}
 }
 
+// noteHeld tells onHeld when engine e starts or stops being held below
+// its batch limit (slots) by its limit eff while it has no queue of its
+// own: the gateway has eff requests in flight there and the engine's
+// last signal showed none waiting. With batch limits known, only
+// --max-in-flight-per-engine set below them can do that.
+func (a *admission) noteHeld(e *pick.Engine, l *engineLimit, slots, eff int64) {
+	held := slots > 0 && eff > 0 && eff < slots && e.State.InFlight() >= eff && l.idle.Load()
+	if l.held.Swap(held) != held && a.onHeld != nil {
+		a.onHeld(e.ID, held)
+	}
+}
+
 // noteSignal learns st's batch limit from one of its engine signals
 // (admit.BatchFromSignal).
 func (a *admission) noteSignal(st *pick.State, s *schemas.EngineSignal, down bool) {
 	l := a.limiter(st, 0)
 	l.batch.Store(admit.BatchFromSignal(l.batch.Load(), s, down))
+	l.idle.Store(!down && s.GetWaitingRequests() < 1)
 }
 
 // admitReason maps an admit rejection to its metric reason.

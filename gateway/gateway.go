@@ -151,6 +151,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 	if g.degrade, err = newDegrade(cfg.cluster, cfg.registerer, g.log, cfg.now); err != nil {
 		return nil, err
 	}
+	g.admit.onHeld = g.degrade.heldBelow
 	_, noTracing := cfg.tracerProvider.(noop.TracerProvider)
 	g.tracing = !noTracing
 	g.bufs.New = func() any { b := make([]byte, relay.BufSize); return &b }

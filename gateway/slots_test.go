@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/gateway/admit"
+	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -95,5 +96,49 @@ func TestSignalBatchLimit(t *testing.T) {
 		if got := limitOf(t, g, "e-000"); got != c.want {
 			t.Fatalf("%s: limit %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// TestHeldBelowBatchLimitIsReported: a gateway whose
+// --max-in-flight-per-engine holds an engine below its batch limit,
+// with that many requests in flight there while the engine's signals
+// show nothing waiting in its own queue, reports it (and its end), so
+// that degrade can warn; an engine with a queue of its own is not held.
+func TestHeldBelowBatchLimitIsReported(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g, err := New("c", HealthInterval(-1), Clock(func() time.Time { return now }), MaxInFlightPerEngine(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []bool
+	g.admit.onHeld = func(engine string, held bool) { got = append(got, held) }
+	s := fullSnapshot(1, 1)
+	s.Clusters[1].Weights[0].Explanation.MaxConcurrency = 8
+	if err := g.ApplySnapshot(marshal(t, s)); err != nil {
+		t.Fatal(err)
+	}
+	tb := g.cur.Load().table
+	signal := func(waiting float64) {
+		sig := &schemas.EngineSignal{EngineId: "e-000", EventTimeUnixMs: now.UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY,
+			ReadyReplicas: 1, MaxBatch: 8, RunningRequests: 2, WaitingRequests: waiting}
+		g.applySignal(marshal(t, sig))
+		g.tickAdmission()
+	}
+	signal(0)
+	if len(got) != 0 {
+		t.Fatalf("nothing in flight: reported %v", got)
+	}
+	for range 2 {
+		if i, _, _ := tb.PickRequest(&pick.Request{Key: 1}, nil); i != 0 {
+			t.Fatalf("pick %d", i)
+		}
+	}
+	signal(0)
+	if len(got) != 1 || !got[0] {
+		t.Fatalf("at the cap of 2 below 8 slots with no engine queue: reported %v, want held", got)
+	}
+	signal(3)
+	if len(got) != 2 || got[1] {
+		t.Fatalf("with requests waiting at the engine: reported %v, want no longer held", got)
 	}
 }
