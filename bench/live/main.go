@@ -1,0 +1,155 @@
+// Command live is the load generator and reporter of bench/live/run.sh, the
+// live head-to-head of Switchyard against nginx and HAProxy on one fleet of
+// simulated engines. It replays the first -n requests of a public trace
+// (workload.ReadTrace; each tick's batch spread across its tick; sessions
+// inferred from the prefix blocks as the simulator does) as streaming chat
+// completions whose prompts share text where the trace's blocks are shared
+// (workload.Prompt), each carrying its session in the X-Switchyard-Session
+// header and the `user` field.
+//
+//	live capacity -target URL ...          closed loop; prints the fleet's completions per second
+//	live replay -target URL -load 0.9 ...  open loop at load x capacity; writes one cell's JSON
+//	live report -out all.json cell.json... the table of every cell and Switchyard's ratios to the best proxy
+//
+// A request fails when it gets no first token within -first-token-timeout
+// (30 s), a status other than 200, or a stream that ends before [DONE].
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report [flags]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "capacity":
+		err = capacityCmd(ctx, args)
+	case "replay":
+		err = replayCmd(ctx, args)
+	case "report":
+		err = reportCmd(args)
+	default:
+		err = fmt.Errorf("unknown command %q (capacity, replay, report)", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "live:", err)
+		os.Exit(1)
+	}
+}
+
+// workloadFlags are the flags that choose and shape the requests.
+type workloadFlags struct {
+	trace     string
+	n         int
+	maxPrompt int
+	maxOutput int
+	model     string
+	timeout   time.Duration
+}
+
+func (w *workloadFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&w.trace, "trace", "../shared/traces/mooncake_conversation_trace.jsonl", "JSONL (Mooncake) or CSV (Azure) trace")
+	fs.IntVar(&w.n, "n", 800, "requests taken from the start of the trace")
+	fs.IntVar(&w.maxPrompt, "max-prompt-tokens", 8192, "prompts cut to this many tokens")
+	fs.IntVar(&w.maxOutput, "max-output-tokens", 128, "outputs cut to this many tokens")
+	fs.StringVar(&w.model, "model", "switchyard-sim-8b", "model name sent")
+	fs.DurationVar(&w.timeout, "first-token-timeout", 30*time.Second, "a request without a first token this long after it was sent fails")
+}
+
+func capacityCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("capacity", flag.ContinueOnError)
+	var w workloadFlags
+	w.register(fs)
+	target := fs.String("target", "", "base URL the closed loop sends to (a least-connections proxy over the engines)")
+	clients := fs.Int("clients", 64, "closed-loop clients (well above the fleet's batch slots)")
+	warm := fs.Duration("warm", 20*time.Second, "warm-up, not counted")
+	window := fs.Duration("window", 60*time.Second, "measured window")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	reqs, err := loadRequests(w)
+	if err != nil {
+		return err
+	}
+	c := newClient(w)
+	rps, err := capacity(ctx, c, *target, reqs.reqs, *clients, *warm, *window)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%.3f\n", rps)
+	return nil
+}
+
+func replayCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	var w workloadFlags
+	w.register(fs)
+	target := fs.String("target", "", "base URL of the router under test")
+	router := fs.String("router", "", "router name in the report")
+	load := fs.Float64("load", 0.9, "offered rate as a multiple of -capacity")
+	capRPS := fs.Float64("capacity", 0, "the fleet's capacity in completions per second (live capacity)")
+	engines := fs.String("engines", "", "engines whose /metrics are read before and after: id=url,...")
+	out := fs.String("out", "", "file the cell's JSON is written to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !(*capRPS > 0) || !(*load > 0) || *target == "" || *router == "" || *out == "" {
+		return fmt.Errorf("replay needs -target, -router, -out and positive -capacity and -load")
+	}
+	reqs, err := loadRequests(w)
+	if err != nil {
+		return err
+	}
+	eng, err := parseEngines(*engines)
+	if err != nil {
+		return err
+	}
+	c := newClient(w)
+	before, err := scrapeAll(ctx, c.http, eng)
+	if err != nil {
+		return err
+	}
+	offered := *load * *capRPS
+	sched := reqs.rescaled(offered)
+	fmt.Fprintf(os.Stderr, "%s at %.2fx: %d requests at %.2f rps (%.0f s)\n", *router, *load, len(sched), offered, sched[len(sched)-1].Arrival.Seconds())
+	start := time.Now()
+	results := replay(ctx, c, *target, sched)
+	elapsed := time.Since(start)
+	after, err := scrapeAll(ctx, c.http, eng)
+	if err != nil {
+		return err
+	}
+	cell := summarise(*router, *load, results, counterDeltas(eng, before, after))
+	cell.OfferedRPS, cell.CapacityRPS, cell.DurationS = offered, *capRPS, elapsed.Seconds()
+	cell.Trace, cell.MaxPromptTokens, cell.MaxOutputTokens = w.trace, w.maxPrompt, w.maxOutput
+	return writeJSON(*out, cell)
+}
+
+func reportCmd(args []string) error {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	out := fs.String("out", "", "file the combined JSON is written to (empty: none)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cells, err := readCells(fs.Args())
+	if err != nil {
+		return err
+	}
+	rep := buildReport(cells)
+	printReport(os.Stdout, rep)
+	if *out == "" {
+		return nil
+	}
+	return writeJSON(*out, rep)
+}

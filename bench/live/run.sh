@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Live head-to-head: the same trace, on the same fresh fleet of simulated
+# engines, through nginx (round robin, least_conn, consistent hash on the
+# session header), HAProxy (leastconn) and Switchyard deployed as its docs
+# describe (brokers, agent, processor, optimizer, gateway as separate
+# processes, default flags but addresses).
+#
+# Fleet: 2 h100-class engines with 8 batch slots and 2 a100-class engines
+# with 4 (enginesim --max-num-seqs), each with its own prefix cache, served
+# with vLLM's metrics only (--metrics vllm); the agent is told each
+# engine's GPU class and batch limit, as docs/agent.md says operators do
+# for vLLM. Every router's run starts on new engine processes (empty
+# caches) and, for Switchyard, a new pipeline.
+#
+# Workload (bench/live): the first N requests of the Mooncake
+# conversation trace, prompts cut to 8,192 tokens and outputs to 128,
+# streaming chat completions with the session in X-Switchyard-Session and
+# `user`. Capacity is measured once per run: a closed loop of 64 clients
+# sending the same requests through nginx least_conn (20 s warm-up, 60 s
+# counted); each load cell replays the requests open-loop with arrivals
+# rescaled to LOAD x that capacity. A request fails on no first token in
+# 30 s, a status other than 200, or a broken stream.
+#
+# usage: bench/live/run.sh
+# env:   LOADS (default 0.7,0.9,1.1), ROUTERS (default "nginx-rr nginx-lc
+#        nginx-hash haproxy-lc switchyard"), N (default 800), TRACE
+#        (default ../shared/traces/mooncake_conversation_trace.jsonl from
+#        the repository root), MAX_PROMPT_TOKENS (8192), MAX_OUTPUT_TOKENS
+#        (128), CAPACITY (skip the measurement and use this many rps),
+#        SWITCHYARD_BIN (default: build /tmp/sy-live), BASE_PORT (19400).
+# needs: nginx and haproxy on PATH for their routers (apt-get install -y
+#        nginx haproxy), flock, curl, Go.
+# out:   /tmp/bench-live/ (logs per cell, cells/*.json, report.txt,
+#        report.json).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+LOADS=${LOADS:-0.7,0.9,1.1}
+ROUTERS=${ROUTERS:-nginx-rr nginx-lc nginx-hash haproxy-lc switchyard}
+N=${N:-800}
+TRACE=$(realpath -m "${TRACE:-$ROOT/../shared/traces/mooncake_conversation_trace.jsonl}")
+MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-8192}
+MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-128}
+PORT=${BASE_PORT:-19400}
+OUT=/tmp/bench-live
+LOCK=/tmp/bench.lock
+# id:gpu-class:batch-slots, one engine each, on ports PORT, PORT+1, ...
+FLEET=(h100-0:h100:8 h100-1:h100:8 a100-0:a100:4 a100-1:a100:4)
+PROXY=$((PORT + 10)) # nginx and HAProxy listen here
+GATEWAY=$((PORT + 20))
+KAFKA=$((PORT + 21))
+NATS=$((PORT + 22))
+
+need() { command -v "$1" >/dev/null || { echo "bench/live: $1 is not installed ($2)" >&2; exit 1; }; }
+need flock "util-linux"
+need curl "apt-get install -y curl"
+for r in $ROUTERS; do
+  case $r in
+  nginx-*) need nginx "apt-get install -y nginx" ;;
+  haproxy-*) need haproxy "apt-get install -y haproxy" ;;
+  switchyard) ;;
+  *) echo "bench/live: unknown router $r (nginx-rr nginx-lc nginx-hash haproxy-lc switchyard)" >&2; exit 2 ;;
+  esac
+done
+[ -r "$TRACE" ] || { echo "bench/live: no trace at $TRACE" >&2; exit 1; }
+
+BIN=${SWITCHYARD_BIN:-}
+if [ -z "$BIN" ]; then
+  BIN=/tmp/sy-live
+  go build -o "$BIN" ./services/switchyard
+fi
+rm -rf "$OUT"
+mkdir -p "$OUT/cells"
+LIVE=$OUT/live
+go build -o "$LIVE" ./bench/live
+WORKLOAD=(-trace "$TRACE" -n "$N" -max-prompt-tokens "$MAX_PROMPT_TOKENS" -max-output-tokens "$MAX_OUTPUT_TOKENS")
+
+PIDS=()
+stop_all() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+trap stop_all EXIT
+
+wait_http() { # url
+  for _ in $(seq 1 200); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "bench/live: not up: $1" >&2
+  return 1
+}
+
+engine_list() { # sep: id=url pairs joined by sep
+  local i=0 spec out=()
+  for spec in "${FLEET[@]}"; do
+    out+=("${spec%%:*}=http://127.0.0.1:$((PORT + i))")
+    i=$((i + 1))
+  done
+  (IFS=$1; echo "${out[*]}")
+}
+
+start_engines() { # logdir
+  local i=0 spec id rest class slots
+  for spec in "${FLEET[@]}"; do
+    IFS=: read -r id class slots <<<"$spec"
+    "$BIN" enginesim --listen "127.0.0.1:$((PORT + i))" --id "$id" --gpu-class "$class" --max-num-seqs "$slots" \
+      --metrics vllm --seed "$i" 2>"$1/engine-$id.log" &
+    PIDS+=($!)
+    i=$((i + 1))
+  done
+  for ((i = 0; i < ${#FLEET[@]}; i++)); do wait_http "http://127.0.0.1:$((PORT + i))/health"; done
+}
+
+start_nginx() { # logdir balance-directive
+  local i upstreams=""
+  for ((i = 0; i < ${#FLEET[@]}; i++)); do upstreams+="server 127.0.0.1:$((PORT + i)); "; done
+  mkdir -p "$1/nginx"
+  cat >"$1/nginx/nginx.conf" <<CONF
+worker_processes 1;
+pid $1/nginx/nginx.pid;
+error_log $1/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $1/nginx/body;
+  proxy_temp_path $1/nginx/proxy;
+  fastcgi_temp_path $1/nginx/fastcgi;
+  uwsgi_temp_path $1/nginx/uwsgi;
+  scgi_temp_path $1/nginx/scgi;
+  client_max_body_size 8m;
+  client_body_buffer_size 1m;
+  upstream engines { $2 ${upstreams}keepalive 256; }
+  server {
+    listen 127.0.0.1:$PROXY;
+    location / {
+      proxy_pass http://engines;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_read_timeout 300s;
+    }
+  }
+}
+CONF
+  nginx -p "$1/nginx" -c "$1/nginx/nginx.conf" -g 'daemon off;' 2>"$1/nginx/stderr.log" &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$PROXY/health"
+}
+
+start_haproxy() { # logdir
+  local i servers=""
+  for ((i = 0; i < ${#FLEET[@]}; i++)); do servers+="  server e$i 127.0.0.1:$((PORT + i))"$'\n'; done
+  cat >"$1/haproxy.cfg" <<CONF
+global
+  maxconn 4096
+  nbthread 1
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 300s
+  timeout server 300s
+frontend live
+  bind 127.0.0.1:$PROXY
+  default_backend engines
+backend engines
+  balance leastconn
+$servers
+CONF
+  haproxy -db -f "$1/haproxy.cfg" >"$1/haproxy.log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$PROXY/health"
+}
+
+metric() { # url name-and-labels-prefix: the values of matching series, one a line
+  curl -fsS "$1" 2>/dev/null | awk -v m="$2" 'index($0, m) == 1 { print $NF }'
+}
+
+start_switchyard() { # logdir
+  local i=0 spec id class slots agent_engines=() gw_engines
+  local brokers=(env "SWITCHYARD_KAFKA_BROKERS=127.0.0.1:$KAFKA" "SWITCHYARD_NATS_URL=nats://127.0.0.1:$NATS")
+  "$BIN" brokers --kafka-listen "127.0.0.1:$KAFKA" --nats-listen "127.0.0.1:$NATS" >"$1/brokers.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$NATS") 2>/dev/null && break; sleep 0.1; done
+  for spec in "${FLEET[@]}"; do
+    IFS=: read -r id class slots <<<"$spec"
+    agent_engines+=("$id=http://127.0.0.1:$((PORT + i)),region=live,gpu=$class,max_batch=$slots")
+    i=$((i + 1))
+  done
+  gw_engines=$(engine_list ,)
+  "${brokers[@]}" "$BIN" agent --engines "$(IFS=';'; echo "${agent_engines[*]}")" --metrics-listen "127.0.0.1:$((PORT + 23))" 2>"$1/agent.log" &
+  PIDS+=($!)
+  "${brokers[@]}" "$BIN" processor --metrics-listen "127.0.0.1:$((PORT + 24))" 2>"$1/processor.log" &
+  PIDS+=($!)
+  "${brokers[@]}" "$BIN" optimizer --clusters live --metrics-listen "127.0.0.1:$((PORT + 25))" 2>"$1/optimizer.log" &
+  PIDS+=($!)
+  "${brokers[@]}" "$BIN" gateway --cluster live --listen "127.0.0.1:$GATEWAY" --engines "$gw_engines" 2>"$1/gateway.log" &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$GATEWAY/health"
+  # Load starts once the gateway routes on a snapshot that weights every
+  # engine (the processor's first window with estimates of all of them).
+  local t0=$SECONDS n v
+  while :; do
+    n=$(metric "http://127.0.0.1:$((PORT + 25))/metrics" 'switchyard_optimizer_weight{cluster="live"' | wc -l)
+    v=$(metric "http://127.0.0.1:$GATEWAY/metrics" 'switchyard_gateway_snapshot_version{cluster="live"}' | head -1)
+    if [ "$n" -ge "${#FLEET[@]}" ] && [ "${v:-0}" != 0 ]; then break; fi
+    if ((SECONDS - t0 > 180)); then echo "bench/live: no snapshot weighting all engines in 180 s (logs in $1)" >&2; return 1; fi
+    sleep 1
+  done
+  echo "switchyard: snapshot with ${n} engine weights after $((SECONDS - t0)) s"
+}
+
+start_router() { # router logdir
+  case $1 in
+  nginx-rr) start_nginx "$2" "" ;;
+  nginx-lc) start_nginx "$2" "least_conn;" ;;
+  nginx-hash) start_nginx "$2" 'hash $http_x_switchyard_session consistent;' ;;
+  haproxy-lc) start_haproxy "$2" ;;
+  switchyard) start_switchyard "$2" ;;
+  esac
+}
+
+router_url() { # router
+  if [ "$1" = switchyard ]; then echo "http://127.0.0.1:$GATEWAY"; else echo "http://127.0.0.1:$PROXY"; fi
+}
+
+echo "bench/live: $N requests of $(basename "$TRACE"), prompts cut to $MAX_PROMPT_TOKENS tokens, outputs to $MAX_OUTPUT_TOKENS;" \
+  "fleet ${FLEET[*]} (id:class:slots); loads $LOADS; routers $ROUTERS; logs in $OUT"
+
+if [ -n "${CAPACITY:-}" ]; then
+  echo "capacity: $CAPACITY rps (given)"
+else
+  mkdir -p "$OUT/capacity"
+  start_engines "$OUT/capacity"
+  start_nginx "$OUT/capacity" "least_conn;"
+  CAPACITY=$(flock -o "$LOCK" "$LIVE" capacity "${WORKLOAD[@]}" -target "http://127.0.0.1:$PROXY" | tee "$OUT/capacity/out.txt" | tail -1)
+  stop_all
+  echo "capacity: $CAPACITY rps (closed loop of 64 clients through nginx least_conn, 60 s after 20 s of warm-up)"
+fi
+
+for load in ${LOADS//,/ }; do
+  for router in $ROUTERS; do
+    dir=$OUT/$router-$load
+    mkdir -p "$dir"
+    start_engines "$dir"
+    start_router "$router" "$dir"
+    flock -o "$LOCK" "$LIVE" replay "${WORKLOAD[@]}" -target "$(router_url "$router")" -router "$router" -load "$load" \
+      -capacity "$CAPACITY" -engines "$(engine_list ,)" -out "$OUT/cells/$router-$load.json"
+    stop_all
+  done
+done
+
+"$LIVE" report -out "$OUT/report.json" "$OUT"/cells/*.json | tee "$OUT/report.txt"

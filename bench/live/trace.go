@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/simulator/workload"
+)
+
+// request is one trace request ready to send.
+type request struct {
+	// Arrival is the time since the first request, after rescaling.
+	Arrival time.Duration
+	Session string
+	Body    []byte // the JSON chat completion
+}
+
+// requests are the first n requests of a trace with their natural
+// arrivals (ticks spread, the first at 0).
+type requests struct {
+	reqs []request
+}
+
+// loadRequests reads w.trace with the project's reader, gives Mooncake's
+// rows the sessions the simulator infers, spreads each tick's batch over
+// the tick and renders the first w.n requests.
+func loadRequests(w workloadFlags) (requests, error) {
+	f, err := os.Open(w.trace)
+	if err != nil {
+		return requests{}, fmt.Errorf("opening trace: %w", err)
+	}
+	defer f.Close()
+	all, rep, err := workload.ReadTrace(f, workload.TraceOptions{})
+	if err != nil {
+		return requests{}, fmt.Errorf("reading trace %s: %w", w.trace, err)
+	}
+	workload.InferSessions(all)
+	workload.SpreadTicks(all, rep.Tick)
+	if w.n < 2 || w.n > len(all) {
+		return requests{}, fmt.Errorf("-n %d: want 2 to the trace's %d requests", w.n, len(all))
+	}
+	all = all[:w.n]
+	out := requests{reqs: make([]request, len(all))}
+	for i, r := range all {
+		body, err := chatBody(w, r, rep.BlockTokens)
+		if err != nil {
+			return requests{}, err
+		}
+		out.reqs[i] = request{Arrival: r.Arrival - all[0].Arrival, Session: r.Session, Body: body}
+	}
+	return out, nil
+}
+
+// rescaled returns the requests with arrivals stretched or compressed so
+// that they come at rps on average over the span.
+func (r requests) rescaled(rps float64) []request {
+	out := make([]request, len(r.reqs))
+	copy(out, r.reqs)
+	span := r.reqs[len(r.reqs)-1].Arrival
+	if span <= 0 {
+		return out
+	}
+	natural := float64(len(r.reqs)-1) / span.Seconds()
+	f := natural / rps
+	for i := range out {
+		out[i].Arrival = time.Duration(float64(out[i].Arrival) * f)
+	}
+	return out
+}
