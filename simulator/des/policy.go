@@ -13,15 +13,25 @@ import (
 // Contract: Pick returns the index of an engine not in exclude — one
 // World.Healthy reports up, unless the policy deliberately falls back to
 // any engine (an attempt to a down engine fails and is retried) — or -1
-// to shed the request. Every
-// non-negative Pick is matched by exactly one Done for that engine when
-// the attempt ends (finished, failed or refused), so in-flight counts
-// balance. Tick is called every control tick with the current time.
+// to shed the request, or Held to decide later: the policy then calls
+// World.Dispatch (an engine, as if Pick had returned it then) or
+// World.Reject (as if Pick had returned -1 then) exactly once for the
+// request, from one of its callbacks (Done, Tick, FirstToken), at that
+// callback's virtual time; a request still held when the run ends
+// counts as failed. Every non-negative Pick and every Dispatch is
+// matched by exactly one Done for that engine when the attempt ends
+// (finished, failed or refused), so in-flight counts balance. Tick is
+// called every control tick with the current time.
 type Policy interface {
 	Pick(now time.Duration, r *Request, exclude []int32) int
 	Done(now time.Duration, r *Request, engine int, o Outcome)
 	Tick(now time.Duration)
 }
+
+// Held is Pick's answer for a request the policy neither places nor
+// sheds yet, as a gateway's admission queue holds one until an engine
+// slot frees (see Policy).
+const Held = -2
 
 // FirstTokenObserver is implemented by policies that observe each
 // attempt's first token when the engine produces it, as an engine's TTFT

@@ -73,6 +73,7 @@ const (
 	stDone
 	stShed
 	stFailed
+	stHeld // Pick answered Held: waiting for World.Dispatch or Reject
 )
 
 type reqState struct {
@@ -117,6 +118,14 @@ type sim struct {
 
 	hashReq int
 	hashBuf []uint64
+
+	// now is the virtual time of the event being handled, at which a
+	// held request is dispatched or rejected (World.Dispatch, Reject);
+	// left counts the held requests rejected since the run loop last
+	// took them; misuse is the first breach of the Policy contract.
+	now    time.Duration
+	left   int
+	misuse error
 }
 
 // Run simulates the workload under the policy made by mk and returns its
@@ -144,6 +153,9 @@ func Run(sc *scenario.Scenario, wl *scenario.Stream, name string, mk Factory, op
 	sample = max(tick, sample/tick*tick)
 	s.col = newCollector(name, s, opt.Series)
 	s.run(tick, sample)
+	if s.misuse != nil {
+		return nil, fmt.Errorf("policy %s: %w", name, s.misuse)
+	}
 	return s.col.result(s), nil
 }
 
@@ -338,6 +350,7 @@ func (s *sim) run(tick, sample time.Duration) {
 		if t > end {
 			break
 		}
+		s.now = t
 		switch t {
 		case tE:
 			outstanding -= s.engineEvents(kE, t)
@@ -371,11 +384,13 @@ func (s *sim) run(tick, sample time.Duration) {
 			}
 			nextTick += tick
 		}
+		outstanding -= s.left
+		s.left = 0
 	}
 	// Whatever is still in flight timed out.
 	for i := range s.reqs {
 		st := &s.reqs[i]
-		if st.state == stPending || st.state == stInFlight {
+		if st.state == stPending || st.state == stInFlight || st.state == stHeld {
 			st.state = stFailed
 			s.col.failed++
 		}
@@ -419,6 +434,19 @@ func (s *sim) route(i int, now time.Duration) bool {
 	st.attempt++
 	v.Attempt = int(st.attempt)
 	e := s.policy.Pick(now, v, st.tried[:st.attempt-1])
+	if e == Held {
+		st.state = stHeld
+		return false
+	}
+	return s.place(i, e, now)
+}
+
+// place sends request i's current attempt to engine e, or sheds it (or,
+// for a retry, fails it) when e is no engine; it reports whether the
+// request left the system.
+func (s *sim) place(i, e int, now time.Duration) bool {
+	st := &s.reqs[i]
+	v := &s.views[i]
 	if e < 0 || e >= len(s.slots) {
 		if st.attempt > 1 {
 			// A retry with nowhere left to go: the request failed.
@@ -603,4 +631,11 @@ func (s *sim) kill(k int, now time.Duration) int {
 		left++
 	}
 	return left
+}
+
+// breach records the first breach of the Policy contract; Run returns it.
+func (s *sim) breach(err error) {
+	if s.misuse == nil {
+		s.misuse = err
+	}
 }

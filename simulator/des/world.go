@@ -1,6 +1,8 @@
 package des
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/simulator/engine"
@@ -82,4 +84,51 @@ func (w *World) PrefixMatch(e int, r *Request) int {
 		return 0
 	}
 	return w.sim.insts[s.cur].eng.PrefixMatch(w.sim.hashesFor(r), r.W.PromptTokens)
+}
+
+// ErrNotHeld is the error Run returns when a policy dispatches or rejects
+// a request that Pick did not hold, or twice, or dispatches one to no
+// engine.
+var ErrNotHeld = errors.New("dispatch or reject of a request that is not held")
+
+// Dispatch sends r, which Pick held (Held), to engine e at the current
+// virtual time, as if Pick had returned e then: its attempt reaches the
+// engine half a round trip later and ends with one Done. Call it from a
+// Done, Tick or FirstToken callback.
+func (w *World) Dispatch(r *Request, e int) {
+	if !w.held(r) {
+		return
+	}
+	if e < 0 || e >= len(w.sim.slots) {
+		w.sim.breach(fmt.Errorf("%w: request %d dispatched to engine %d of %d", ErrNotHeld, r.Index, e, len(w.sim.slots)))
+		return
+	}
+	w.sim.place(r.Index, e, w.sim.now)
+}
+
+// Reject sheds r, which Pick held (Held), at the current virtual time, as
+// if Pick had returned -1 then (a held retry fails). Call it from a Done,
+// Tick or FirstToken callback.
+func (w *World) Reject(r *Request) {
+	if !w.held(r) {
+		return
+	}
+	if w.sim.place(r.Index, -1, w.sim.now) {
+		w.sim.left++
+	}
+}
+
+// held reports whether r is held, recording a breach of the contract
+// when it is not.
+func (w *World) held(r *Request) bool {
+	s := w.sim
+	if r == nil || r.Index < 0 || r.Index >= len(s.reqs) || s.reqs[r.Index].state != stHeld {
+		idx := -1
+		if r != nil {
+			idx = r.Index
+		}
+		s.breach(fmt.Errorf("%w: request %d", ErrNotHeld, idx))
+		return false
+	}
+	return true
 }
