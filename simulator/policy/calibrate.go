@@ -26,7 +26,7 @@ func calibrate(w *des.World) ([]float64, error) {
 	cache := map[string]float64{}
 	for k, info := range w.Engines {
 		e := w.Scenario.Engines[k]
-		key := fmt.Sprintf("%s/%d/%d/%d/%d", e.GPU, max(e.Replicas, 1), e.MaxWaiting, e.MaxModelLen, e.MaxSeqs)
+		key := fmt.Sprintf("%s/%d/%d/%d/%d/%g", e.GPU, max(e.Replicas, 1), e.MaxWaiting, e.MaxModelLen, e.MaxSeqs, e.LatencyMultiplier)
 		if c, ok := cache[key]; ok {
 			out[k] = c
 			continue
@@ -67,7 +67,8 @@ func loadTest(w *des.World, e scenario.Engine) (float64, error) {
 	sc := &scenario.Scenario{
 		Name: "calibrate", SLO: w.Scenario.SLO, Regions: []string{"r"}, DrainS: 30,
 		Clusters: []scenario.Cluster{{ID: "c", Region: "r"}},
-		Engines:  []scenario.Engine{{ID: "e", Region: "r", GPU: e.GPU, Replicas: e.Replicas, MaxWaiting: e.MaxWaiting, MaxModelLen: e.MaxModelLen, MaxSeqs: e.MaxSeqs}},
+		Engines: []scenario.Engine{{ID: "e", Region: "r", GPU: e.GPU, Replicas: e.Replicas, MaxWaiting: e.MaxWaiting,
+			MaxModelLen: e.MaxModelLen, MaxSeqs: e.MaxSeqs, LatencyMultiplier: e.LatencyMultiplier}},
 		Workload: scenario.Workload{Kind: scenario.KindGenerator},
 		Control:  w.Scenario.Control,
 	}
