@@ -26,9 +26,11 @@ import (
 // (gateway/pick's PickRequest: weighted Maglev with affinity and
 // bounded load, candidates scored by this gateway's queued prefill,
 // remembered prefix blocks, network latency and learned engine speed)
-// and sheds the planned fraction. Before the first snapshot gateways use
-// pick's least-loaded fallback table, as the gateway does without a
-// snapshot.
+// and sheds the planned fraction. In front of the picker each gateway
+// runs the gateway's admission (admission.go): per-engine limits in batch
+// slots and a queue that admits, holds or rejects a request's first
+// attempt. Before the first snapshot gateways use pick's least-loaded
+// fallback table, as the gateway does without a snapshot.
 type switchyard struct {
 	// peerEvery is the peer load sharing period (0: off), nextPeer the
 	// next share, peerSum its scratch.
@@ -39,8 +41,14 @@ type switchyard struct {
 		signal, slide, window, lateness time.Duration
 	}
 	rng *rand.Rand
+	// now is the virtual time of the call being handled: the clock of
+	// the gateways' admission queues.
+	now time.Duration
 
 	gw []*gateway
+	// batch[e] is engine e's batch limit as its signals show it
+	// (admit.BatchFromSignal; 0: unknown), which every gateway follows.
+	batch []int64
 
 	// agent state per engine: the previous scrape and what finished since.
 	// The agent library (agent.Scraper) reads an engine's Prometheus text
@@ -67,6 +75,9 @@ type switchyard struct {
 	// capacity (rps, with its configured replicas) for the planner (the
 	// switchyard-calibrated diagnostic).
 	capacity []float64
+	// observe, when set, sees every routing event the gateways record
+	// (tests).
+	observe func(*schemas.RoutingEvent)
 }
 
 type acc struct{ n, sum float64 }
@@ -99,6 +110,7 @@ type gateway struct {
 	// peers are the clusters whose gateways it hears (the installed
 	// snapshot's peer_clusters, by index); nil: every cluster's.
 	peers []int
+	adm   *admission
 }
 
 type placement struct {
@@ -124,6 +136,7 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 	p.prev = make([]engine.Stats, n)
 	p.ttft = make([]acc, n)
 	p.tbot = make([]acc, n)
+	p.batch = make([]int64, n)
 	p.nextSig = p.ctl.signal
 	proc, err := newSimProcessor(window.Spec{Size: p.ctl.window, Slide: p.ctl.slide, AllowedLateness: p.ctl.lateness})
 	if err != nil {
@@ -143,7 +156,7 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 		p.planSet.RegionRTTms[ci.ID] = row
 	}
 	for range w.Clusters {
-		g := &gateway{pool: pick.NewPool(), placed: map[int]placement{}}
+		g := &gateway{pool: pick.NewPool(), placed: map[int]placement{}, adm: newAdmission(n, p.clock)}
 		for _, e := range w.Engines {
 			g.states = append(g.states, g.pool.State(e.ID))
 			g.up = append(g.up, true)
@@ -177,15 +190,28 @@ func (g *gateway) install(t *pick.Table, w *des.World) {
 	}
 }
 
+// Pick is gateway/proxy.go's order: the snapshot's shed, then admission
+// (admission.go), then the picker; a retry goes to the picker directly,
+// its request holding its admission slot.
 func (p *switchyard) Pick(now time.Duration, r *des.Request, exclude []int32) int {
+	p.now = now
 	g := p.gw[r.Cluster]
-	// Shed, or for a retry with nowhere left to go, failed.
-	refused := schemas.RequestStatus_REQUEST_STATUS_SHED
 	if r.Attempt > 1 {
-		refused = schemas.RequestStatus_REQUEST_STATUS_ERROR
+		return p.place(g, r, exclude)
 	}
-	if g.table == nil || (g.shed > 0 && r.Attempt == 1 && p.rng.Float64() < g.shed) {
-		p.record(r, -1, refused, des.Outcome{})
+	if g.table == nil || (g.shed > 0 && p.rng.Float64() < g.shed) {
+		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT, des.Outcome{})
+		return -1
+	}
+	return p.admit(g, r)
+}
+
+// place picks an engine for r's current attempt, r holding an admission
+// slot, or returns -1: r is then shed (a first attempt) or failed (a
+// retry with nowhere left to go), and its slot released.
+func (p *switchyard) place(g *gateway, r *des.Request, exclude []int32) int {
+	if g.table == nil {
+		p.refuse(g, r)
 		return -1
 	}
 	g.ex = g.ex[:0]
@@ -196,15 +222,26 @@ func (p *switchyard) Pick(now time.Duration, r *des.Request, exclude []int32) in
 	}
 	var blockTokens int
 	g.chain, blockTokens = gatewayChain(g.chain[:0], r, p.w.BlockTokens)
-	req := pick.Request{Key: r.Key, NowMs: now.Milliseconds(), PromptTokens: r.W.PromptTokens,
+	req := pick.Request{Key: r.Key, NowMs: p.now.Milliseconds(), PromptTokens: r.W.PromptTokens,
 		Blocks: g.chain, BlockTokens: blockTokens}
 	i, _, tk := g.table.PickRequest(&req, g.ex)
 	if i < 0 {
-		p.record(r, -1, refused, des.Outcome{})
+		p.refuse(g, r)
 		return -1
 	}
 	g.placed[r.Index] = placement{table: g.table, i: i, tk: tk}
 	return g.toWorld[i]
+}
+
+// refuse ends r, which holds an admission slot, without an engine: shed
+// for capacity on its first attempt, failed on a retry.
+func (p *switchyard) refuse(g *gateway, r *des.Request) {
+	if r.Attempt > 1 {
+		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_ERROR, schemas.FailureReason_FAILURE_REASON_UNSPECIFIED, des.Outcome{})
+	} else {
+		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, schemas.FailureReason_FAILURE_REASON_SHED_CAPACITY, des.Outcome{})
+	}
+	g.adm.q.Release()
 }
 
 // gatewayChain appends to dst r's prefix-block hashes as a live gateway
@@ -245,7 +282,8 @@ func gatewayChain(dst []uint64, r *des.Request, blockTokens int) ([]uint64, int)
 // FirstToken implements des.FirstTokenObserver: the engine's TTFT
 // histogram observes a request when its first token is produced, as
 // vLLM's does.
-func (p *switchyard) FirstToken(_ time.Duration, r *des.Request, e int, engineTTFT time.Duration) {
+func (p *switchyard) FirstToken(now time.Duration, r *des.Request, e int, engineTTFT time.Duration) {
+	p.now = now
 	p.ttft[e].n++
 	p.ttft[e].sum += engineTTFT.Seconds()
 	g := p.gw[r.Cluster]
@@ -256,7 +294,8 @@ func (p *switchyard) FirstToken(_ time.Duration, r *des.Request, e int, engineTT
 	}
 }
 
-func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome) {
+func (p *switchyard) Done(now time.Duration, r *des.Request, e int, o des.Outcome) {
+	p.now = now
 	g := p.gw[r.Cluster]
 	g.states[e].Release()
 	if pl, ok := g.placed[r.Index]; ok {
@@ -282,17 +321,19 @@ func (p *switchyard) Done(_ time.Duration, r *des.Request, e int, o des.Outcome)
 			p.tbot[e].sum += o.MeanTBOT.Seconds() * n
 		}
 	}
-	p.record(r, e, status, o)
+	p.record(r, e, status, schemas.FailureReason_FAILURE_REASON_UNSPECIFIED, o)
+	g.adm.q.Release() // the request ends: its admission slot goes to the next
 }
 
 // record emits the gateway's routing event into the processor's pane:
 // one per request, after its last attempt, as gateway/proxy.go does.
-func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus, o des.Outcome) {
+func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus, why schemas.FailureReason, o des.Outcome) {
 	ev := &p.ev
 	*ev = schemas.RoutingEvent{
 		SchemaVersion: schemas.Version,
 		Cluster:       p.w.Clusters[r.Cluster].ID,
 		Status:        status,
+		FailureReason: why,
 		Attempts:      uint32(r.Attempt),
 		PromptTokens:  uint32(min(r.W.PromptTokens, math.MaxUint32)),
 		OutputTokens:  uint32(min(r.W.OutputTokens, math.MaxUint32)),
@@ -315,10 +356,14 @@ func (p *switchyard) record(r *des.Request, e int, status schemas.RequestStatus,
 	// from above, is the event time too: the policy is not told the
 	// virtual time of a request's end.)
 	ev.EventTimeUnixMs = simEpochMs + r.W.Arrival.Milliseconds()
+	if p.observe != nil {
+		p.observe(ev)
+	}
 	p.proc.produce(partEvents, ev, r.W.Arrival)
 }
 
 func (p *switchyard) Tick(now time.Duration) {
+	p.now = now
 	if p.peerEvery > 0 && now >= p.nextPeer {
 		p.sharePeerLoad()
 		p.nextPeer = now + p.peerEvery
@@ -343,6 +388,10 @@ func (p *switchyard) Tick(now time.Duration) {
 	p.ctlp.advance(now, p.proc.core.Fire())
 	for _, s := range p.ctlp.due(now) {
 		p.installSnap(p.tables(s.snap))
+	}
+	for _, g := range p.gw {
+		g.adm.q.Expire()
+		p.setLimits(g)
 	}
 }
 
@@ -422,6 +471,7 @@ func (p *switchyard) scrape(now time.Duration) {
 		if p.tbotH.Count > 0 {
 			p.sig.TbotSeconds = &p.tbotH
 		}
+		p.noteBatch(e, &p.sig)
 		p.proc.produce(partSignals, &p.sig, now)
 	}
 }
