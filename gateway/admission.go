@@ -140,6 +140,10 @@ type engineLimit struct {
 	// queue; held: apply last found the gateway holding it below its
 	// batch limit while idle (see heldBelow).
 	idle, held atomic.Bool
+	// probe is slots added to a batch limit that an idle engine showed to
+	// be too low (see probe); signals counts the engine's signals, and
+	// probed is signals when probe last grew.
+	probe, signals, probed atomic.Int64
 }
 
 // limiter returns st's limiter, created at slots (the snapshot's
@@ -170,13 +174,35 @@ func (a *admission) effective(slots int64, limit int) int64 {
 	return admit.Limits{Adaptive: a.adaptive, Static: a.static}.Limit(slots, limit)
 }
 
-// slots is e's batch limit: the snapshot's, else its signals' (0:
-// unknown).
+// slotsOf is e's batch limit (0: unknown): the larger of the snapshot's
+// and its signals' (a snapshot may give an engine its GPU class peers'
+// limit until its own shows, and the gateway must not hold it below its
+// own), plus what probing found missing (see probe).
 func slotsOf(e *pick.Engine, l *engineLimit) int64 {
-	if e.Slots > 0 {
-		return int64(e.Slots)
+	n := max(int64(e.Slots), l.batch.Load())
+	if n <= 0 {
+		return 0
 	}
-	return l.batch.Load()
+	return n + l.probe.Load()
+}
+
+// probe raises e's batch limit by a quarter (at most to four times the
+// known one) when the limit binds while the engine has no queue: this
+// gateway has requests waiting for a slot and the limit's worth in
+// flight on e, and e's latest signal, one not probed on yet, showed none
+// waiting in its own queue. Its batch limit is then higher than known
+// (the snapshot's came from its class peers, or from a saturation that
+// KV-cache pressure capped), and only more requests show by how much:
+// once requests wait in e's own queue, its signals tell the limit
+// (admit.BatchFromSignal) and the probe ends (noteSignal).
+func (a *admission) probe(e *pick.Engine, l *engineLimit, slots, eff int64) {
+	base := max(int64(e.Slots), l.batch.Load())
+	if base <= 0 || !l.idle.Load() || e.State.InFlight() < eff || a.q.Len() == 0 || a.static > 0 && eff >= a.static {
+		return
+	}
+	if seq := l.signals.Load(); l.probed.Swap(seq) != seq && slots < 4*base {
+		l.probe.Add(max(base/4, 1))
+	}
 }
 
 // apply sets the limits of t's engines (updating the adaptive limiters
@@ -221,6 +247,10 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 			continue
 		}
 		slots := slotsOf(e, l)
+		if update {
+			a.probe(e, l, slots, a.effective(slots, 0))
+			slots = slotsOf(e, l)
+		}
 		n := 0
 		if slots <= 0 {
 			n = l.Limit()
@@ -313,6 +343,10 @@ func (a *admission) noteSignal(st *pick.State, s *schemas.EngineSignal, down boo
 	l := a.limiter(st, 0)
 	l.batch.Store(admit.BatchFromSignal(l.batch.Load(), s, down))
 	l.idle.Store(!down && s.GetWaitingRequests() < 1)
+	if down || s.GetWaitingRequests() >= 1 {
+		l.probe.Store(0) // its limit shows (or it restarts): probing is over
+	}
+	l.signals.Add(1)
 }
 
 // admitReason maps an admit rejection to its metric reason.

@@ -142,3 +142,80 @@ func TestHeldBelowBatchLimitIsReported(t *testing.T) {
 		t.Fatalf("with requests waiting at the engine: reported %v, want no longer held", got)
 	}
 }
+
+// TestProbeRaisesALimitThatBindsOnAnIdleEngine: a snapshot may give an
+// engine its GPU class peers' batch limit until its own shows. When
+// that limit binds (the gateway has requests queued and the limit's
+// worth in flight on the engine) while the engine's signals show no
+// queue of its own, each new signal raises the limit by a quarter of the
+// known batch; once requests wait at the engine, its signals give the
+// real batch limit and the probe ends.
+func TestProbeRaisesALimitThatBindsOnAnIdleEngine(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	g, err := New("c", HealthInterval(-1), Clock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fullSnapshot(1, 1)
+	s.Clusters[1].Weights[0].Explanation.MaxConcurrency = 4 // its class peers'
+	if err := g.ApplySnapshot(marshal(t, s)); err != nil {
+		t.Fatal(err)
+	}
+	tb := g.cur.Load().table
+	signal := func(running, waiting float64) {
+		sig := &schemas.EngineSignal{EngineId: "e-000", EventTimeUnixMs: now.UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY,
+			ReadyReplicas: 1, RunningRequests: running, WaitingRequests: waiting}
+		g.applySignal(marshal(t, sig))
+	}
+	tick := func(want int64, what string) {
+		t.Helper()
+		g.tickAdmission()
+		if got := limitOf(t, g, "e-000"); got != want {
+			t.Fatalf("%s: limit %d, want %d", what, got, want)
+		}
+	}
+	tick(5, "4 slots from the snapshot")
+	for range 20 { // slots freed lately, so that a request can queue
+		if err := g.admit.q.Offer(1, nil); err != nil {
+			t.Fatal(err)
+		}
+		g.admit.q.Release()
+	}
+	for range 5 {
+		if err := g.admit.q.Offer(1, nil); err != nil {
+			t.Fatal(err)
+		}
+		if i, _, _ := tb.PickRequest(&pick.Request{Key: 1}, nil); i != 0 {
+			t.Fatalf("pick %d", i)
+		}
+	}
+	signal(5, 0)
+	tick(5, "nothing queued at the gateway")
+	if err := g.admit.q.Offer(1, func(error) {}); err != admit.ErrQueued {
+		t.Fatalf("offer: %v, want it queued", err)
+	}
+	tick(6, "bound on an idle engine: a quarter more")
+	// The queued request was admitted to the new slot: it binds again.
+	if i, _, _ := tb.PickRequest(&pick.Request{Key: 1}, nil); i != 0 {
+		t.Fatalf("pick %d", i)
+	}
+	if err := g.admit.q.Offer(1, func(error) {}); err != admit.ErrQueued {
+		t.Fatalf("offer: %v, want it queued", err)
+	}
+	tick(6, "no new signal: no new probe")
+	signal(6, 0)
+	tick(7, "bound again after a new signal")
+	signal(7, 2)
+	tick(8, "requests wait at the engine: its 7 slots and a quarter")
+	signal(8, 1)
+	tick(10, "requests wait at the engine: its 8 slots and a quarter")
+	for range 4 { // binding again, but the engine has a queue: no probe
+		if i, _, _ := tb.PickRequest(&pick.Request{Key: 1}, nil); i != 0 {
+			t.Fatalf("pick %d", i)
+		}
+	}
+	for g.admit.q.Offer(1, func(error) {}) == nil { // fill the gateway's slots, then queue one
+	}
+	signal(8, 1)
+	tick(10, "bound while requests wait at the engine: its 8 slots and a quarter, no probe")
+}
