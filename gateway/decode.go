@@ -281,11 +281,53 @@ func readCluster(b []byte, prev *clusterView, keep bool) (cv *clusterView, name 
 			if num == 3 && keep {
 				cv.shed = math.Float64frombits(x)
 			}
+		case num == 7 && typ == protowire.BytesType: // demand_estimate: checked, not kept
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 || !plainDemand(m) {
+				return nil, nil, false
+			}
+			b = b[n:]
 		default:
 			return nil, nil, false
 		}
 	}
 	return cv, name, true
+}
+
+// plainDemand reports whether b is a DemandEstimate of known fields with
+// their wire types and a UTF-8 cluster name, which proto.Unmarshal would
+// accept as it is.
+func plainDemand(b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 2 && typ == protowire.BytesType:
+			m, n := protowire.ConsumeBytes(b)
+			if n < 0 || !utf8.Valid(m) {
+				return false
+			}
+			b = b[n:]
+		case (num >= 5 && num <= 8) && typ == protowire.Fixed64Type:
+			_, n := protowire.ConsumeFixed64(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+		case (num == 1 || num == 3 || num == 4 || (num >= 9 && num <= 12)) && typ == protowire.VarintType:
+			_, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return false
+			}
+			b = b[n:]
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // readEngine reads an EngineWeight into e, taking prev's strings where

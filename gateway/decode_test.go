@@ -18,7 +18,9 @@ import (
 func fullSnapshot(version uint64, engines int) *schemas.WeightSnapshot {
 	cw := func(name string, shift float64) *schemas.ClusterWeights {
 		c := &schemas.ClusterWeights{Cluster: name, ShedFraction: 0.1, DemandRps: 12.5, ExpectedLatencyMs: 250,
-			PeerClusters: []string{"c", "d"}}
+			PeerClusters: []string{"c", "d"}, DemandEstimate: &schemas.DemandEstimate{SchemaVersion: 1, Cluster: name,
+				WindowStartUnixMs: 1_699_999_970_000, WindowEndUnixMs: 1_700_000_000_000, DemandRps: 12, MeanPromptTokens: 500,
+				MeanOutputTokens: 100, ForecastRps: 12.5, RequestCount: 360, RejectedCount: 40, ShedSnapshotCount: 30, ShedAdmissionCount: 9}}
 		for i := range engines {
 			c.Weights = append(c.Weights, &schemas.EngineWeight{
 				EngineId: fmt.Sprintf("e-%03d", i), EndpointUrl: fmt.Sprintf("http://e-%03d.example:8000/", i),
@@ -106,6 +108,10 @@ func decodeSeeds(t testing.TB) (seeds [][]byte, plain int) {
 		clusterWith(withField(nil, 2, protowire.BytesType, lenPrefixed([]byte{0x19, 1, 2}))),              // short weight
 		clusterWith(withField(nil, 3, protowire.VarintType, []byte{1})),                                   // shed as a varint
 		clusterWith(withField(nil, 9, protowire.BytesType, lenPrefixed(nil))),                             // unknown cluster field
+		clusterWith(withField(nil, 7, protowire.BytesType, lenPrefixed([]byte{0x12, 0x01, 0xff}))),        // bad UTF-8 demand cluster
+		clusterWith(withField(nil, 7, protowire.BytesType, lenPrefixed([]byte{0x68, 0x01}))),              // unknown demand field
+		clusterWith(withField(nil, 7, protowire.BytesType, lenPrefixed([]byte{0x29, 1, 2}))),              // short demand_rps
+		clusterWith(withField(nil, 7, protowire.VarintType, []byte{1})),                                   // demand estimate as a varint
 		clusterWith(withField(nil, 2, protowire.BytesType, lenPrefixed([]byte{0x30, 0x01}))),              // unknown engine field
 		withField(full, 6, protowire.BytesType, lenPrefixed([]byte{0x0a, 0x01, 0xff})),                    // bad UTF-8 solver
 		withField(full, 7, protowire.StartGroupType, protowire.AppendTag(nil, 7, protowire.EndGroupType)), // a group

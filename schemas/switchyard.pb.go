@@ -1525,7 +1525,11 @@ type DemandEstimate struct {
 	// Window bounds, Unix ms; window_end_unix_ms is the event time.
 	WindowStartUnixMs int64 `protobuf:"varint,3,opt,name=window_start_unix_ms,json=windowStartUnixMs,proto3" json:"window_start_unix_ms,omitempty"`
 	WindowEndUnixMs   int64 `protobuf:"varint,4,opt,name=window_end_unix_ms,json=windowEndUnixMs,proto3" json:"window_end_unix_ms,omitempty"`
-	// Requests per second that arrived in the window (by event time).
+	// Requests per second that arrived in the window (by event time): the
+	// offered demand, every request a gateway received, the ones it
+	// answered 429 included (see rejected_count); not a gateway's own 4xx
+	// for a malformed or unauthenticated request, nor a tenant over its
+	// quota.
 	DemandRps float64 `protobuf:"fixed64,5,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
 	// Mean prompt and output tokens per request.
 	MeanPromptTokens float64 `protobuf:"fixed64,6,opt,name=mean_prompt_tokens,json=meanPromptTokens,proto3" json:"mean_prompt_tokens,omitempty"`
@@ -1533,9 +1537,21 @@ type DemandEstimate struct {
 	// Requests per second expected in the next window (Holt smoothing).
 	ForecastRps float64 `protobuf:"fixed64,8,opt,name=forecast_rps,json=forecastRps,proto3" json:"forecast_rps,omitempty"`
 	// Requests counted in the window.
-	RequestCount  uint32 `protobuf:"varint,9,opt,name=request_count,json=requestCount,proto3" json:"request_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestCount uint32 `protobuf:"varint,9,opt,name=request_count,json=requestCount,proto3" json:"request_count,omitempty"`
+	// Of request_count, the requests a gateway answered 429 itself (status
+	// SHED): shed by the snapshot's shed_fraction, by admission control, or
+	// with every engine at its limit. The observed shed is
+	// rejected_count / request_count.
+	RejectedCount uint32 `protobuf:"varint,10,opt,name=rejected_count,json=rejectedCount,proto3" json:"rejected_count,omitempty"`
+	// Of rejected_count, those shed by the snapshot's shed_fraction
+	// (failure_reason SHED_SNAPSHOT): the plan's own shed.
+	ShedSnapshotCount uint32 `protobuf:"varint,11,opt,name=shed_snapshot_count,json=shedSnapshotCount,proto3" json:"shed_snapshot_count,omitempty"`
+	// Of rejected_count, those rejected by the gateway's admission control
+	// (failure_reason SHED_ADMISSION). The rest found every engine at its
+	// limit (SHED_CAPACITY).
+	ShedAdmissionCount uint32 `protobuf:"varint,12,opt,name=shed_admission_count,json=shedAdmissionCount,proto3" json:"shed_admission_count,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *DemandEstimate) Reset() {
@@ -1627,6 +1643,27 @@ func (x *DemandEstimate) GetForecastRps() float64 {
 func (x *DemandEstimate) GetRequestCount() uint32 {
 	if x != nil {
 		return x.RequestCount
+	}
+	return 0
+}
+
+func (x *DemandEstimate) GetRejectedCount() uint32 {
+	if x != nil {
+		return x.RejectedCount
+	}
+	return 0
+}
+
+func (x *DemandEstimate) GetShedSnapshotCount() uint32 {
+	if x != nil {
+		return x.ShedSnapshotCount
+	}
+	return 0
+}
+
+func (x *DemandEstimate) GetShedAdmissionCount() uint32 {
+	if x != nil {
+		return x.ShedAdmissionCount
 	}
 	return 0
 }
@@ -2035,9 +2072,15 @@ type ClusterWeights struct {
 	// from their gateways (docs/gateway.md, "Peer load sharing"). Empty
 	// from optimizers built before it: the gateway then hears every
 	// cluster.
-	PeerClusters  []string `protobuf:"bytes,6,rep,name=peer_clusters,json=peerClusters,proto3" json:"peer_clusters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PeerClusters []string `protobuf:"bytes,6,rep,name=peer_clusters,json=peerClusters,proto3" json:"peer_clusters,omitempty"`
+	// The demand estimate the plan was made from (the cluster's latest
+	// fresh one): the offered rate of its window and the requests the
+	// gateways rejected in it, the observed shed beside the planned
+	// shed_fraction. Absent when the cluster had none (it was planned at
+	// the minimum demand) and from optimizers built before it.
+	DemandEstimate *DemandEstimate `protobuf:"bytes,7,opt,name=demand_estimate,json=demandEstimate,proto3" json:"demand_estimate,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterWeights) Reset() {
@@ -2108,6 +2151,13 @@ func (x *ClusterWeights) GetExpectedLatencyMs() float64 {
 func (x *ClusterWeights) GetPeerClusters() []string {
 	if x != nil {
 		return x.PeerClusters
+	}
+	return nil
+}
+
+func (x *ClusterWeights) GetDemandEstimate() *DemandEstimate {
+	if x != nil {
+		return x.DemandEstimate
 	}
 	return nil
 }
@@ -2582,7 +2632,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x0fcapacity_source\x18\x14 \x01(\tR\x0ecapacitySource\x12,\n" +
 	"\x12kv_capacity_tokens\x18\x15 \x01(\x01R\x10kvCapacityTokens\x12*\n" +
 	"\x11cache_residency_s\x18\x16 \x01(\x01R\x0fcacheResidencyS\x12+\n" +
-	"\x12work_per_request_s\x18\x17 \x01(\x01R\x0fworkPerRequestS\"\xf2\x02\n" +
+	"\x12work_per_request_s\x18\x17 \x01(\x01R\x0fworkPerRequestS\"\xfb\x03\n" +
 	"\x0eDemandEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12/\n" +
@@ -2593,7 +2643,11 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x12mean_prompt_tokens\x18\x06 \x01(\x01R\x10meanPromptTokens\x12,\n" +
 	"\x12mean_output_tokens\x18\a \x01(\x01R\x10meanOutputTokens\x12!\n" +
 	"\fforecast_rps\x18\b \x01(\x01R\vforecastRps\x12#\n" +
-	"\rrequest_count\x18\t \x01(\rR\frequestCount\"\xcd\x01\n" +
+	"\rrequest_count\x18\t \x01(\rR\frequestCount\x12%\n" +
+	"\x0erejected_count\x18\n" +
+	" \x01(\rR\rrejectedCount\x12.\n" +
+	"\x13shed_snapshot_count\x18\v \x01(\rR\x11shedSnapshotCount\x120\n" +
+	"\x14shed_admission_count\x18\f \x01(\rR\x12shedAdmissionCount\"\xcd\x01\n" +
 	"\x0fNetworkEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1b\n" +
@@ -2622,7 +2676,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\fendpoint_url\x18\x02 \x01(\tR\vendpointUrl\x12\x16\n" +
 	"\x06weight\x18\x03 \x01(\x01R\x06weight\x12<\n" +
 	"\vexplanation\x18\x04 \x01(\v2\x1a.switchyard.v1.ExplanationR\vexplanation\x12/\n" +
-	"\x13planned_utilization\x18\x05 \x01(\x01R\x12plannedUtilization\"\xfa\x01\n" +
+	"\x13planned_utilization\x18\x05 \x01(\x01R\x12plannedUtilization\"\xc2\x02\n" +
 	"\x0eClusterWeights\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x125\n" +
 	"\aweights\x18\x02 \x03(\v2\x1b.switchyard.v1.EngineWeightR\aweights\x12#\n" +
@@ -2630,7 +2684,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\n" +
 	"demand_rps\x18\x04 \x01(\x01R\tdemandRps\x12.\n" +
 	"\x13expected_latency_ms\x18\x05 \x01(\x01R\x11expectedLatencyMs\x12#\n" +
-	"\rpeer_clusters\x18\x06 \x03(\tR\fpeerClusters\"\xc9\x01\n" +
+	"\rpeer_clusters\x18\x06 \x03(\tR\fpeerClusters\x12F\n" +
+	"\x0fdemand_estimate\x18\a \x01(\v2\x1d.switchyard.v1.DemandEstimateR\x0edemandEstimate\"\xc9\x01\n" +
 	"\n" +
 	"SolveStats\x12\x16\n" +
 	"\x06solver\x18\x01 \x01(\tR\x06solver\x12!\n" +
@@ -2767,14 +2822,15 @@ var file_switchyard_proto_depIdxs = []int32{
 	13, // 16: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
 	15, // 17: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
 	16, // 18: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
-	17, // 19: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
-	18, // 20: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
-	21, // 21: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	12, // 19: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
+	17, // 20: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
+	18, // 21: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
+	21, // 22: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_proto_init() }

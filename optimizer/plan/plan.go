@@ -13,6 +13,8 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	opt "github.com/switchyard-llm/switchyard/optimizer"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -147,6 +149,9 @@ type planContext struct {
 	// idle clusters (demand at the floor) whose weights are spread by
 	// capacity after the solve.
 	idle map[string]bool
+	// demand is each cluster's demand estimate the instance was built
+	// from, published with its weights (ClusterWeights.demand_estimate).
+	demand map[string]*schemas.DemandEstimate
 }
 
 // NewState returns an empty state.
@@ -238,6 +243,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	var outTok, outW float64
 	demand := map[string]float64{}
 	raw := map[string]float64{}
+	used := map[string]*schemas.DemandEstimate{}
 	for _, id := range set.Clusters {
 		demand[id] = set.MinDemandRPS
 	}
@@ -252,6 +258,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		}
 		rps = math.Min(rps, opt.MaxValue) // one absurd estimate must not fail the whole plan
 		raw[id] = rps
+		used[id] = d
 		demand[id] = math.Max(rps, set.MinDemandRPS)
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
 			outTok += float64(mo * rps)
@@ -348,7 +355,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	if err := in.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("building instance: %w", err)
 	}
-	s.planned = &planContext{in: in, set: set, region: region, idle: idleClusters(in, raw, set)}
+	s.planned = &planContext{in: in, set: set, region: region, idle: idleClusters(in, raw, set), demand: used}
 	return in, endpoints, nil
 }
 
@@ -388,7 +395,8 @@ func Solve(in *opt.Instance, endpoints map[string]string, version uint64, now ti
 // which needs the engines' regions from the state's estimates: idle
 // clusters spread by capacity (idle.go), the failover split (spill.go)
 // and the probe floors (probe.go); then each cluster's peer clusters
-// (peerclusters.go). It is what the optimizer service,
+// (peerclusters.go), and each cluster's demand estimate (what was offered
+// and what the gateways rejected, for explain). It is what the optimizer service,
 // replay and the simulator publish. The idle spreading and probe floors
 // apply when in is the instance this state's Instance built last.
 func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uint64, now time.Time) (*schemas.WeightSnapshot, error) {
@@ -421,6 +429,13 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 	}
 	explainCapacity(s.engines, s.capacity, snap.GetClusters())
 	fillPeerClusters(snap.GetClusters())
+	if pc != nil && pc.in == in {
+		for _, cw := range snap.GetClusters() {
+			if d := pc.demand[cw.GetCluster()]; d != nil {
+				cw.DemandEstimate = proto.CloneOf(d)
+			}
+		}
+	}
 	return snap, nil
 }
 

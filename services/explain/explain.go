@@ -148,8 +148,14 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 		fmt.Fprintf(tw, "solver\t%s: objective %.3f ms, duality gap %.3g, %d iterations%s, %.3f rps shed in total\n",
 			st.GetSolver(), st.GetObjectiveMs(), st.GetDualityGap(), st.GetIterations(), took, st.GetTotalShedRps())
 	}
-	fmt.Fprintf(tw, "cluster\t%s: demand %.3f rps, shed %.2f%%, expected latency %.2f ms\n\n",
+	fmt.Fprintf(tw, "cluster\t%s: demand %.3f rps, shed %.2f%%, expected latency %.2f ms\n",
 		cw.GetCluster(), cw.GetDemandRps(), 100*cw.GetShedFraction(), cw.GetExpectedLatencyMs())
+	offered, rejected := Observed(cw.GetDemandEstimate())
+	fmt.Fprintf(tw, "offered\t%s\n", offered)
+	if rejected != "" {
+		fmt.Fprintf(tw, "rejected\t%s\n", rejected)
+	}
+	fmt.Fprintln(tw)
 	ws := append([]*schemas.EngineWeight(nil), cw.GetWeights()...)
 	sort.SliceStable(ws, func(a, b int) bool {
 		if ws[a].GetWeight() != ws[b].GetWeight() {
@@ -172,6 +178,8 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\t\n", cw.GetShedFraction(), "demand above capacity*max_utilization")
 	}
 	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "demand and shed are what the plan was made for; offered is every request the gateways received in")
+	fmt.Fprintln(tw, "the demand window the plan used, those they answered 429 (rejected) included.")
 	fmt.Fprintln(tw, "marginal ms is the end-to-end latency of one more request from this cluster on that engine")
 	fmt.Fprintln(tw, "(the dual price); engines with traffic share the cluster's lowest marginal ms.")
 	fmt.Fprintln(tw, "max batch is the per-replica batch limit the capacity estimate used and where it came from:")
@@ -179,6 +187,30 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 	fmt.Fprintln(tw, "cache s is how long a prefix stays in the engine's prefix cache (free KV capacity over the rate")
 	fmt.Fprintln(tw, "of new tokens); gateways credit no prefix sent to the engine longer ago.")
 	return tw.Flush()
+}
+
+// Observed describes a cluster's demand estimate (the snapshot's
+// demand_estimate, nil when it has none): the offered line, every
+// request the gateways received in the estimate's window with its rate,
+// and the rejected line, the share of them the gateways answered 429 by
+// reason ("" without requests). The console shows the same.
+func Observed(d *schemas.DemandEstimate) (offered, rejected string) {
+	if d == nil {
+		return "unknown: the snapshot carries no demand estimate (none was fresh, or an older optimizer made it)", ""
+	}
+	window := fmt.Sprintf("%s-%s UTC", time.UnixMilli(d.GetWindowStartUnixMs()).UTC().Format("15:04:05"),
+		time.UnixMilli(d.GetWindowEndUnixMs()).UTC().Format("15:04:05"))
+	offered = fmt.Sprintf("%.3f rps in the window %s (%d requests; forecast %.3f rps)", d.GetDemandRps(), window,
+		d.GetRequestCount(), d.GetForecastRps())
+	n := float64(d.GetRequestCount())
+	if n == 0 {
+		return offered, ""
+	}
+	r, snap, adm := float64(d.GetRejectedCount()), float64(d.GetShedSnapshotCount()), float64(d.GetShedAdmissionCount())
+	capacity := max(r-snap-adm, 0)
+	rejected = fmt.Sprintf("%.2f%% answered 429 by the gateways: %.2f%% shed by the snapshot, %.2f%% by admission, %.2f%% with every engine at its limit",
+		100*r/n, 100*snap/n, 100*adm/n, 100*capacity/n)
+	return offered, rejected
 }
 
 // residency is the CACHE S cell: the engine's prefix-cache residency in

@@ -183,3 +183,45 @@ func TestResidencyCell(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainOfferedAndRejected: explain shows the offered demand of the
+// snapshot's demand estimate (every request received, the rejected ones
+// included) and the share the gateways answered 429, by reason, beside
+// the planned demand and shed; "unknown" without an estimate.
+func TestExplainOfferedAndRejected(t *testing.T) {
+	snap := seedSnapshot(t)
+	var cw *schemas.ClusterWeights
+	for _, c := range snap.GetClusters() {
+		if c.GetCluster() == "region-b" {
+			cw = c
+		}
+	}
+	start := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	cw.DemandEstimate = &schemas.DemandEstimate{SchemaVersion: schemas.Version, Cluster: "region-b",
+		WindowStartUnixMs: start.UnixMilli(), WindowEndUnixMs: start.Add(30 * time.Second).UnixMilli(),
+		DemandRps: 10.5, ForecastRps: 10.6, RequestCount: 315, RejectedCount: 126, ShedSnapshotCount: 31, ShedAdmissionCount: 94}
+	b, err := protojson.Marshal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runExplain(t, "--cluster", "region-b", "--snapshot-file", writeFile(t, string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, out)
+	for _, want := range []string{
+		"offered        10.500 rps in the window 12:00:00-12:00:30 UTC (315 requests; forecast 10.600 rps)",
+		"rejected       40.00% answered 429 by the gateways: 9.84% shed by the snapshot, 29.84% by admission, 0.32% with every engine at its limit",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runExplain(t, "--cluster", "region-c", "--snapshot-file", writeFile(t, string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "offered        unknown") || strings.Contains(out, "rejected  ") {
+		t.Errorf("region-c has no estimate:\n%s", out)
+	}
+}

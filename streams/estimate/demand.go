@@ -15,16 +15,30 @@ type Demand struct {
 	// prompt_tokens (the others' prompt size comes from the engines'
 	// counters, see demandEstimate).
 	prompted float64
+	// Of requests, those a gateway answered 429 itself (status SHED), and
+	// of those the snapshot's and admission control's.
+	rejected, shedSnapshot, shedAdmission uint32
 }
 
 // Add folds a validated routing event in. A request counts toward demand
 // once, at its arrival, whatever its outcome (shed, rejected and failed
-// requests were demand too; see CountsAsDemand); the token mix comes from
-// successful ones. prompt_tokens 0 means the gateway did not learn the
-// usage, not an empty prompt.
+// requests were demand too; see CountsAsDemand): demand is what was
+// offered, not what was served. Those the gateway answered 429 are also
+// counted as rejected, by reason. The token mix comes from successful
+// ones. prompt_tokens 0 means the gateway did not learn the usage, not an
+// empty prompt.
 func (d *Demand) Add(ev *schemas.RoutingEvent) {
 	if CountsAsDemand(ev) {
 		d.requests++
+		if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_SHED {
+			d.rejected++
+			switch ev.GetFailureReason() {
+			case schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT:
+				d.shedSnapshot++
+			case schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION:
+				d.shedAdmission++
+			}
+		}
 	}
 	if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_OK {
 		d.tokened++
@@ -78,11 +92,7 @@ func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*De
 	for i, p := range panes {
 		var rate float64
 		if p != nil {
-			tot.requests += p.requests
-			tot.tokened += p.tokened
-			tot.promptSum += p.promptSum
-			tot.prompted += p.prompted
-			tot.outputSum += p.outputSum
+			tot.merge(p)
 			rate = float64(p.requests) / slide
 		}
 		if i == 0 {
@@ -95,9 +105,10 @@ func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*De
 	}
 	out := &schemas.DemandEstimate{
 		SchemaVersion: schemas.Version, Cluster: cluster, WindowStartUnixMs: start, WindowEndUnixMs: end,
-		RequestCount: tot.requests,
-		DemandRps:    float64(tot.requests) / (float64(end-start) / 1000),
-		ForecastRps:  math.Max(0, level+trend),
+		RequestCount:  tot.requests,
+		RejectedCount: tot.rejected, ShedSnapshotCount: tot.shedSnapshot, ShedAdmissionCount: tot.shedAdmission,
+		DemandRps:   float64(tot.requests) / (float64(end-start) / 1000),
+		ForecastRps: math.Max(0, level+trend),
 	}
 	if tot.tokened > 0 {
 		out.MeanOutputTokens = tot.outputSum / tot.tokened

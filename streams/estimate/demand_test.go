@@ -7,7 +7,8 @@ import (
 )
 
 // TestDemandCountsArrivalsOnce: each request counts once as demand, at
-// arrival: shed and failed requests count, a long request's arrival
+// arrival: shed and failed requests count (the shed also as rejected, by
+// reason), a long request's arrival
 // record counts and its final record does not, and requests the gateway
 // refused itself as malformed or unauthenticated, or over their tenant's
 // quota, never count.
@@ -27,6 +28,7 @@ func TestDemandCountsArrivalsOnce(t *testing.T) {
 		{"ok", &schemas.RoutingEvent{Status: ok, EngineId: "a", OutputTokens: 10}, true},
 		{"shed by snapshot", &schemas.RoutingEvent{Status: shed, FailureReason: schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT}, true},
 		{"rejected by admission", &schemas.RoutingEvent{Status: shed, FailureReason: schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION}, true},
+		{"every engine at its limit", &schemas.RoutingEvent{Status: shed, FailureReason: schemas.FailureReason_FAILURE_REASON_SHED_CAPACITY}, true},
 		{"failed", &schemas.RoutingEvent{Status: failed, EngineId: "a"}, true},
 		{"engine's 4xx", &schemas.RoutingEvent{Status: clientErr, EngineId: "a", HttpStatus: 400}, true},
 		{"arrival record", &schemas.RoutingEvent{Status: inProgress}, true},
@@ -43,6 +45,16 @@ func TestDemandCountsArrivalsOnce(t *testing.T) {
 			d.Add(tc.ev)
 			if want := map[bool]uint32{true: 1}[tc.demand]; d.requests != want {
 				t.Fatalf("requests %d, want %d", d.requests, want)
+			}
+			// Rejected: the counted requests the gateway answered 429.
+			rejected := tc.demand && tc.ev.GetStatus() == shed
+			if want := map[bool]uint32{true: 1}[rejected]; d.rejected != want {
+				t.Fatalf("rejected %d, want %d", d.rejected, want)
+			}
+			snap := rejected && tc.ev.GetFailureReason() == schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
+			adm := rejected && tc.ev.GetFailureReason() == schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION
+			if d.shedSnapshot != map[bool]uint32{true: 1}[snap] || d.shedAdmission != map[bool]uint32{true: 1}[adm] {
+				t.Fatalf("shed by snapshot %d, by admission %d", d.shedSnapshot, d.shedAdmission)
 			}
 		})
 	}

@@ -223,7 +223,10 @@ func appendDemand(b []byte, m demandMsg) ([]byte, bool) {
 	b = appendDouble(b, 6, m.MeanPromptTokens)
 	b = appendDouble(b, 7, m.MeanOutputTokens)
 	b = appendDouble(b, 8, m.ForecastRps)
-	return appendUint(b, 9, uint64(m.RequestCount)), true
+	b = appendUint(b, 9, uint64(m.RequestCount))
+	b = appendUint(b, 10, uint64(m.RejectedCount))
+	b = appendUint(b, 11, uint64(m.ShedSnapshotCount))
+	return appendUint(b, 12, uint64(m.ShedAdmissionCount)), true
 }
 
 func appendNetwork(b []byte, m networkMsg) ([]byte, bool) {

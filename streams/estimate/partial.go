@@ -67,4 +67,7 @@ func (d *Demand) merge(o *Demand) {
 	d.promptSum += o.promptSum
 	d.outputSum += o.outputSum
 	d.prompted += o.prompted
+	d.rejected += o.rejected
+	d.shedSnapshot += o.shedSnapshot
+	d.shedAdmission += o.shedAdmission
 }

@@ -42,7 +42,7 @@ func PaneParts(p *Pane, maxBytes int) [][]byte {
 	for _, name := range sortedKeys(p.clusters) {
 		c := p.clusters[name]
 		// The cluster's name, demand and network count.
-		head := binaryMaxVarint + len(name) + 2*binaryMaxVarint + 4*8
+		head := binaryMaxVarint + len(name) + 5*binaryMaxVarint + 4*8
 		fits(head)
 		cur.clusters = append(cur.clusters, partCluster{name: name, demand: &c.demand, c: c})
 		ids := make([]string, 0, len(c.network))

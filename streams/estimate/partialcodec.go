@@ -13,11 +13,12 @@ import (
 
 // paneCodecVersion is the first byte of an encoded pane. Version 2
 // added the attempt counts (Tries) at the end, version 3 each engine's
-// KV-cache capacity after its sums; DecodePane still reads versions 1 (a
-// pane without attempts) and 2, so partials written before an upgrade
+// KV-cache capacity after its sums, version 4 each cluster's rejected
+// requests after its demand sums; DecodePane still reads versions 1 (a
+// pane without attempts), 2 and 3, so partials written before an upgrade
 // are not lost.
 const (
-	paneCodecVersion   = 3
+	paneCodecVersion   = 4
 	paneCodecVersionV1 = 1
 )
 
@@ -60,6 +61,9 @@ func appendPaneCluster(buf []byte, name string, d *Demand, network map[string]*N
 	buf = appendPaneString(buf, name)
 	buf = binary.AppendUvarint(buf, uint64(d.requests))
 	buf = appendPaneFloats(buf, d.tokened, d.promptSum, d.outputSum, d.prompted)
+	for _, v := range []uint32{d.rejected, d.shedSnapshot, d.shedAdmission} {
+		buf = binary.AppendUvarint(buf, uint64(v))
+	}
 	buf = binary.AppendUvarint(buf, uint64(len(ids)))
 	for _, id := range ids {
 		n := network[id]
@@ -196,6 +200,9 @@ func DecodePane(b []byte) (*Pane, error) {
 		c := &clusterPane{network: map[string]*Network{}}
 		c.demand.requests = r.u32("demand")
 		r.floats("demand", &c.demand.tokened, &c.demand.promptSum, &c.demand.outputSum, &c.demand.prompted)
+		if b[0] >= 4 {
+			c.demand.rejected, c.demand.shedSnapshot, c.demand.shedAdmission = r.u32("rejected"), r.u32("rejected"), r.u32("rejected")
+		}
 		for range r.count("network count", 2) {
 			id := r.str("network engine")
 			n := &Network{rttSum: r.Varint("network"), diffSum: r.Varint("network"), ttftSum: r.Varint("network")}

@@ -16,7 +16,7 @@ func TestPaneCodecCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Engine{}, 33}, {Demand{}, 5}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
+	}{{Engine{}, 33}, {Demand{}, 8}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the pane codec carries %d: update partialcodec.go and this test", c.v, n, c.want)
 		}
@@ -31,7 +31,7 @@ func FuzzDecodePane(f *testing.F) {
 	p := NewPane()
 	p.engines["e1"] = &Engine{lastMs: 5, gpuClass: "h100", signals: 2, running: 3.5}
 	p.engines["e1"].ttft[3] = bin{w: 1, wu: 0.5, wl: 20}
-	p.clusters["us"] = &clusterPane{demand: Demand{requests: 3, tokened: 2, outputSum: 200},
+	p.clusters["us"] = &clusterPane{demand: Demand{requests: 3, tokened: 2, outputSum: 200, rejected: 2, shedSnapshot: 1, shedAdmission: 1},
 		network: map[string]*Network{"e1": {rttSum: 1 << 22, rttN: 2, unsized: 1}}}
 	p.networks = 1
 	p.tries["e1"] = &Tries{attempts: 7, failures: 4}
@@ -84,7 +84,38 @@ func TestDecodePaneV2(t *testing.T) {
 	if !bytes.Equal(AppendPane(nil, q), AppendPane(nil, p)) {
 		t.Fatal("version 2 pane decodes to another pane")
 	}
-	if _, err := DecodePane(append([]byte{4}, v3[1:]...)); !errors.Is(err, ErrPaneEncoding) {
-		t.Fatalf("version 4: %v, want ErrPaneEncoding", err)
+	if _, err := DecodePane(append([]byte{paneCodecVersion + 1}, v3[1:]...)); !errors.Is(err, ErrPaneEncoding) {
+		t.Fatalf("version %d: %v, want ErrPaneEncoding", paneCodecVersion+1, err)
+	}
+}
+
+// TestDecodePaneV3: a pane written by version 3 of the codec (before
+// clusters carried their rejected requests) decodes to the same pane
+// with none rejected; version 4 carries them.
+func TestDecodePaneV3(t *testing.T) {
+	p := NewPane()
+	p.clusters["us"] = &clusterPane{demand: Demand{requests: 9, tokened: 2, rejected: 5, shedSnapshot: 2, shedAdmission: 3}, network: map[string]*Network{}}
+	v4 := AppendPane(nil, p)
+	q, err := DecodePane(v4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := q.clusters["us"].demand; d != p.clusters["us"].demand {
+		t.Fatalf("version 4 round trip: %+v, want %+v", d, p.clusters["us"].demand)
+	}
+	// Version 3: the three counts (one byte each) after the four demand
+	// floats are not there.
+	at := bytes.Index(v4, []byte{5, 2, 3, 0}) // rejected, snapshot, admission, network count
+	if at < 0 {
+		t.Fatal("rejected counts not found in the encoding")
+	}
+	v3 := append(append([]byte{3}, v4[1:at]...), v4[at+3:]...)
+	q, err = DecodePane(v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.clusters["us"].demand.rejected, p.clusters["us"].demand.shedSnapshot, p.clusters["us"].demand.shedAdmission = 0, 0, 0
+	if !bytes.Equal(AppendPane(nil, q), AppendPane(nil, p)) {
+		t.Fatal("version 3 pane decodes to another pane")
 	}
 }
