@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 )
 
@@ -25,7 +26,7 @@ func TestParseFlags(t *testing.T) {
 	if cfg.HTTPServer != "fast" {
 		t.Errorf("default http server %q", cfg.HTTPServer)
 	}
-	if !cfg.AdaptiveConcurrency || cfg.AdmissionQueue.MaxQueue != 1024 || cfg.AdmissionQueue.Timeout != time.Second || cfg.PriorityHeader || cfg.APIKeys != "" || cfg.AdminListen != "" {
+	if !cfg.AdaptiveConcurrency || cfg.AdmissionQueue.MaxQueue != 1024 || cfg.AdmissionQueue.Timeout != admit.DefaultTimeout || cfg.PriorityHeader || cfg.APIKeys != "" || cfg.AdminListen != "" {
 		t.Errorf("admission defaults %+v", cfg)
 	}
 	cfg, err = ParseFlags([]string{"--cluster", "eu", "--adaptive-concurrency=false", "--admission-queue", "8", "--admission-timeout", "250ms",
