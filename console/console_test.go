@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
 
@@ -33,6 +34,10 @@ func TestPages(t *testing.T) {
 			fmt.Sprintf("diff?a=%d&amp;b=%d", prev, last),
 			"last snapshot", "watermark", "processor lag",
 			"<svg class=\"bar\"",
+			// region-b's gateways rejected about 6 of the last minute's 60
+			// requests (one a second, every tenth rejected).
+			`<p class="banner" role="alert">Gateways of <a href="/cluster?id=region-b">region-b</a> answered 429 to <b>`,
+			`requests of the last minute (shed by the snapshot 0.0%, admission `,
 		}},
 		{"cluster: weights table, history chart, rates", "/cluster?id=region-a", 200, []string{
 			"Cluster region-a", "0.9000", "0.1000", // a-h100-0 and a-a100-1 weights
@@ -40,9 +45,13 @@ func TestPages(t *testing.T) {
 			"planned demand (snapshot)",
 			`errors/s</th><td class="num bad">`, // region-a had errors in the last minute
 		}},
-		{"cluster with shed", "/cluster?id=region-b", 200, []string{"(shed)", "0.1500", "capacity", ">shed<"}},
-		{"engines: every engine with its estimate", "/engines", 200, []string{
+		{"cluster with shed", "/cluster?id=region-b", 200, []string{"(shed)", "0.1500", "capacity", ">shed<",
+			"offered 1.50 rps (45 requests), <b>20.0%</b> answered 429 by the gateways (shed by the snapshot 6.7%, admission 11.1%, every engine at its limit 2.2%)",
+			">rejected (observed)<", "answered 429/s",
+		}},
+		{"engines: every engine with its estimate, and the banner", "/engines", 200, []string{
 			`engine?id=a-h100-0`, `engine?id=a-a100-1`, `engine?id=b-l4-0`, "h100", "configured", "healthy",
+			`class="banner"`,
 		}},
 		{"engine: both profiles against observations", "/engine?id=a-h100-0", 200, []string{
 			"TTFT profile", "TBOT profile", "fitted profile", "observed (40 signals", "<circle", "region-a", "region-b",
@@ -50,7 +59,9 @@ func TestPages(t *testing.T) {
 		}},
 		{"explain a cluster", "/explain?cluster=region-b", 200, []string{
 			"b-l4-0", "capacity", "marginal ms", "16 (configured)", "cache s", `<td class="num">37.5</td>`, "(shed) 0.1500", "newton",
+			"Offered 1.500 rps in the window", "(45 requests; forecast 1.600 rps); 20.0% answered 429 by the gateways",
 		}},
+		{"explain a cluster without a demand estimate", "/explain?cluster=region-a", 200, []string{"Offered: unknown"}},
 		{"explain an engine everywhere", "/explain?engine=a-h100-0", 200, []string{"Engine <b>a-h100-0</b> in every cluster", "region-a", "region-b", "40.00", "130.00"}},
 		{"explain highlights an engine", "/explain?cluster=region-a&engine=a-a100-1", 200, []string{`class="highlight"`}},
 		{"diff: latest against previous by default", "/diff", 200, []string{
@@ -112,6 +123,56 @@ func TestRates(t *testing.T) {
 	rb, _ := f.console.live.clusterRates("region-b", f.console.cfg.Now())
 	if rb.ShedRPS <= 0 || rb.ErrorRPS != 0 {
 		t.Errorf("region-b rates %+v: want shed and no errors", rb)
+	}
+	if rb.Offered < 59 || rb.Offered > 61 || rb.Rejected < 5 || rb.Rejected > 7 || rb.RejAdmissionRatio != rb.RejectedRatio || !rb.Rejecting() || r.Rejecting() {
+		t.Errorf("region-b rates %+v: want about 6 of 60 offered requests rejected by admission, a banner for region-b only", rb)
+	}
+}
+
+// TestOfferedCountsEachRequestOnce: the console's offered requests are
+// the processor's demand: a long request counts once (its arrival
+// record, not its final record), a 429 counts as offered and rejected,
+// a malformed request and a tenant over its quota not at all; the
+// banner needs more than 5% of at least 20 requests rejected.
+func TestOfferedCountsEachRequestOnce(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 5, 0, time.UTC)
+	l := newLive(time.Hour)
+	at := now.Add(-30 * time.Second).UnixMilli()
+	ev := func(status schemas.RequestStatus, reason schemas.FailureReason, engine string, arrival bool) *schemas.RoutingEvent {
+		return &schemas.RoutingEvent{Cluster: "c", Status: status, FailureReason: reason, EngineId: engine, CountedAtArrival: arrival, EventTimeUnixMs: at}
+	}
+	const (
+		ok   = schemas.RequestStatus_REQUEST_STATUS_OK
+		shed = schemas.RequestStatus_REQUEST_STATUS_SHED
+	)
+	for range 10 { // long requests: arrival and final records
+		l.addEvent(ev(schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS, 0, "", false), now)
+		l.addEvent(ev(ok, 0, "e", true), now)
+	}
+	for range 8 {
+		l.addEvent(ev(ok, 0, "e", false), now)
+	}
+	l.addEvent(ev(shed, schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION, "", false), now)
+	l.addEvent(ev(shed, schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT, "", false), now)
+	l.addEvent(ev(schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR, schemas.FailureReason_FAILURE_REASON_INVALID_REQUEST, "", false), now)
+	l.addEvent(ev(shed, schemas.FailureReason_FAILURE_REASON_TENANT_LIMIT, "", false), now)
+	r, _ := l.clusterRates("c", now)
+	if r.Offered != 20 || r.Rejected != 2 || r.RejSnapshotRatio != 0.05 || r.RejAdmissionRatio != 0.05 || r.RejCapacityRatio != 0 {
+		t.Fatalf("rates %+v: want 20 offered (10 long, 8 short, 2 rejected), 2 rejected", r)
+	}
+	if r.RPS*rateSpan.Seconds() != 22 {
+		t.Fatalf("%v requests answered, want 22 (the final records, the malformed and over-quota ones included)", r.RPS*rateSpan.Seconds())
+	}
+	if !r.Rejecting() {
+		t.Fatalf("10%% of 20 requests rejected: no banner")
+	}
+	l.addEvent(ev(ok, 0, "e", false), now)
+	l.addEvent(ev(ok, 0, "e", false), now)
+	for range 20 {
+		l.addEvent(ev(ok, 0, "e", false), now)
+	}
+	if r, _ := l.clusterRates("c", now); r.Rejecting() {
+		t.Fatalf("2 of 42 rejected (4.8%%): a banner")
 	}
 }
 

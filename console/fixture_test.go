@@ -44,7 +44,7 @@ const (
 	fixtureSignals   = 40 // per engine
 	fixtureEvents    = 90 // per cluster
 	fixtureErrors    = 6  // region-a's failed requests
-	fixtureShed      = 9  // region-b's shed requests
+	fixtureShed      = 9  // region-b's requests rejected by admission
 )
 
 type fixture struct {
@@ -125,7 +125,8 @@ func newFixture(t testing.TB, opts ...func(*Config)) *fixture {
 			case c == "region-a" && j%(fixtureEvents/fixtureErrors) == 0:
 				ev.Status = schemas.RequestStatus_REQUEST_STATUS_ERROR
 			case c == "region-b" && j%(fixtureEvents/fixtureShed) == 0:
-				ev.Status = schemas.RequestStatus_REQUEST_STATUS_SHED
+				ev.Status, ev.EngineId = schemas.RequestStatus_REQUEST_STATUS_SHED, ""
+				ev.FailureReason = schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION
 			}
 			add(topics.RoutingEvents, ev)
 		}
@@ -186,7 +187,10 @@ func fixtureSnapshot(v uint64, i int) *schemas.WeightSnapshot {
 				{EngineId: "a-h100-0", EndpointUrl: "http://127.0.0.1:1/a-h100-0", Weight: h, PlannedUtilization: 0.6, Explanation: explain(1, 70)},
 				{EngineId: "a-a100-1", EndpointUrl: "http://127.0.0.1:1/a-a100-1", Weight: 1 - h, PlannedUtilization: 0.4, Explanation: explain(1, 95)},
 			}},
-			{Cluster: "region-b", DemandRps: 3, ShedFraction: shed, ExpectedLatencyMs: 160, Weights: []*schemas.EngineWeight{
+			{Cluster: "region-b", DemandRps: 3, ShedFraction: shed, ExpectedLatencyMs: 160, DemandEstimate: &schemas.DemandEstimate{
+				SchemaVersion: schemas.Version, Cluster: "region-b", WindowStartUnixMs: int64(v) - 30_000, WindowEndUnixMs: int64(v),
+				DemandRps: 1.5, ForecastRps: 1.6, RequestCount: 45, RejectedCount: 9, ShedSnapshotCount: 3, ShedAdmissionCount: 5,
+			}, Weights: []*schemas.EngineWeight{
 				{EngineId: "b-l4-0", EndpointUrl: "http://127.0.0.1:1/b-l4-0", Weight: 0.9 - shed, PlannedUtilization: 0.9, Explanation: explain(1, 150, "capacity")},
 				{EngineId: "a-h100-0", EndpointUrl: "http://127.0.0.1:1/a-h100-0", Weight: 0.1, PlannedUtilization: 0.6, Explanation: explain(40, 70)},
 			}},

@@ -79,9 +79,14 @@ type clusterLive struct {
 	demand  *schemas.DemandEstimate
 }
 
-// rateBucket counts one bucket's requests by outcome.
+// rateBucket counts one bucket's requests: answered, by outcome (Total:
+// every request answered, from its final record), and offered (the
+// requests that count as demand, estimate.CountsAsDemand, once each: a
+// long request's arrival record counts, its final record does not) with
+// those of them the gateways answered 429 (Rejected), by reason.
 type rateBucket struct {
 	Total, OK, Errors, Shed, ClientErrors, Canceled uint64
+	Offered, Rejected, RejSnapshot, RejAdmission    uint64
 }
 
 func newLive(history time.Duration) *live {
@@ -169,6 +174,21 @@ func (l *live) addEvent(ev *schemas.RoutingEvent, now time.Time) {
 			}
 		}
 	}
+	if estimate.CountsAsDemand(ev) {
+		b.Offered++
+		if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_SHED {
+			b.Rejected++
+			switch ev.GetFailureReason() {
+			case schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT:
+				b.RejSnapshot++
+			case schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION:
+				b.RejAdmission++
+			}
+		}
+	}
+	if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS {
+		return // an arrival record: the request's final record answers it
+	}
 	b.Total++
 	switch ev.GetStatus() {
 	case schemas.RequestStatus_REQUEST_STATUS_OK:
@@ -195,6 +215,27 @@ type rates struct {
 	RPS, ErrorRPS, ShedRPS, ClientErrorRPS float64
 	// ErrorRatio is errors over requests (0 without requests).
 	ErrorRatio float64
+	// Offered requests (those that count as demand) and their rate; of
+	// them, the share the gateways answered 429, in all and by reason
+	// (shed by the snapshot, by admission, every engine at its limit).
+	Offered, Rejected                                                    uint64
+	OfferedRPS                                                           float64
+	RejectedRatio, RejSnapshotRatio, RejAdmissionRatio, RejCapacityRatio float64
+}
+
+// The console's banner says a cluster's gateways are rejecting when, as
+// a gateway's own degradation check does (gateway/degrade.go), more than
+// bannerRatio of at least bannerMinRequests requests over the last
+// minute were answered 429.
+const (
+	bannerRatio       = 0.05
+	bannerMinRequests = 20
+)
+
+// Rejecting reports whether the gateways rejected more than bannerRatio
+// of the last minute's offered requests.
+func (r rates) Rejecting() bool {
+	return r.Offered >= bannerMinRequests && r.RejectedRatio > bannerRatio
 }
 
 // rateSeries is one bucket of a cluster's rate chart.
@@ -223,6 +264,10 @@ func (l *live) clusterRates(cluster string, now time.Time) (rates, []ratePoint) 
 			sum.Errors += b.Errors
 			sum.Shed += b.Shed
 			sum.ClientErrors += b.ClientErrors
+			sum.Offered += b.Offered
+			sum.Rejected += b.Rejected
+			sum.RejSnapshot += b.RejSnapshot
+			sum.RejAdmission += b.RejAdmission
 		}
 		if k >= oldest && k < end {
 			pts = append(pts, ratePoint{at: time.UnixMilli(k * bucketMs), rateBucket: *b})
@@ -237,7 +282,26 @@ func (l *live) clusterRates(cluster string, now time.Time) (rates, []ratePoint) 
 	if sum.Total > 0 {
 		r.ErrorRatio = float64(sum.Errors) / float64(sum.Total)
 	}
+	r.Offered, r.Rejected, r.OfferedRPS = sum.Offered, sum.Rejected, float64(sum.Offered)/span
+	if n := float64(sum.Offered); n > 0 {
+		r.RejectedRatio = float64(sum.Rejected) / n
+		r.RejSnapshotRatio, r.RejAdmissionRatio = float64(sum.RejSnapshot)/n, float64(sum.RejAdmission)/n
+		r.RejCapacityRatio = float64(sum.Rejected-min(sum.Rejected, sum.RejSnapshot+sum.RejAdmission)) / n
+	}
 	return r, pts
+}
+
+// clusterIDs lists the clusters with routing events or a demand
+// estimate, sorted.
+func (l *live) clusterIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, 0, len(l.clusters))
+	for id := range l.clusters {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 // engineView is a copy of one engine's state.

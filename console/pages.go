@@ -27,16 +27,17 @@ var files embed.FS
 var pageNames = []string{"overview", "cluster", "engines", "engine", "explain", "diff", "pipeline", "error"}
 
 var funcs = template.FuncMap{
-	"pct":  func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
-	"f1":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
-	"f2":   func(v float64) string { return fmt.Sprintf("%.2f", v) },
-	"f3":   func(v float64) string { return fmt.Sprintf("%.3f", v) },
-	"f4":   func(v float64) string { return fmt.Sprintf("%.4f", v) },
-	"sign": func(v float64) string { return fmt.Sprintf("%+.4f", v) },
-	"ms":   unixMs,
-	"ver":  func(v uint64) string { return unixMs(int64(v)) },
-	"age":  fmtAge,
-	"join": strings.Join,
+	"pct":      func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) },
+	"f1":       func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f2":       func(v float64) string { return fmt.Sprintf("%.2f", v) },
+	"f3":       func(v float64) string { return fmt.Sprintf("%.3f", v) },
+	"f4":       func(v float64) string { return fmt.Sprintf("%.4f", v) },
+	"sign":     func(v float64) string { return fmt.Sprintf("%+.4f", v) },
+	"ms":       unixMs,
+	"ver":      func(v uint64) string { return unixMs(int64(v)) },
+	"age":      fmtAge,
+	"join":     strings.Join,
+	"observed": observedOf,
 	"health": func(h schemas.Health) string {
 		return strings.ToLower(strings.TrimPrefix(h.String(), "HEALTH_"))
 	},
@@ -85,7 +86,56 @@ type layout struct {
 	Refresh int
 	Now     string
 	Err     string
+	// Banners: the clusters whose gateways are rejecting (see
+	// rates.Rejecting), shown on every page.
+	Banners []banner
 	Body    any
+}
+
+// banner is one cluster whose gateways answered 429 to more than
+// bannerRatio of the last minute's requests.
+type banner struct {
+	Cluster string
+	Rates   rates
+}
+
+// banners lists the clusters whose gateways are rejecting now, from the
+// routing events (none without Kafka).
+func (c *Console) banners(now time.Time) []banner {
+	if c.cfg.Kafka == nil {
+		return nil
+	}
+	var out []banner
+	for _, id := range c.live.clusterIDs() {
+		if r, _ := c.live.clusterRates(id, now); r.Rejecting() {
+			out = append(out, banner{Cluster: id, Rates: r})
+		}
+	}
+	return out
+}
+
+// observed is what a snapshot's demand estimate says was offered and
+// rejected in the window the plan was made from (explain's offered and
+// rejected lines).
+type observed struct {
+	Known                                   bool
+	OfferedRPS, ForecastRPS                 float64
+	Start, End                              int64
+	Requests                                uint32
+	Rejected, Snapshot, Admission, Capacity float64 // shares of Requests
+}
+
+func observedOf(d *schemas.DemandEstimate) observed {
+	if d == nil {
+		return observed{}
+	}
+	o := observed{Known: true, OfferedRPS: d.GetDemandRps(), ForecastRPS: d.GetForecastRps(),
+		Start: d.GetWindowStartUnixMs(), End: d.GetWindowEndUnixMs(), Requests: d.GetRequestCount()}
+	if n := float64(d.GetRequestCount()); n > 0 {
+		r, snap, adm := float64(d.GetRejectedCount()), float64(d.GetShedSnapshotCount()), float64(d.GetShedAdmissionCount())
+		o.Rejected, o.Snapshot, o.Admission, o.Capacity = r/n, snap/n, adm/n, max(r-snap-adm, 0)/n
+	}
+	return o
 }
 
 func (c *Console) routes() {
@@ -110,7 +160,8 @@ func (c *Console) routes() {
 
 // render writes page name with body.
 func (c *Console) render(w http.ResponseWriter, status int, name, title, nav string, body any, pageErr error) {
-	l := layout{Title: title, Nav: nav, Base: c.cfg.BasePath, Now: c.cfg.Now().UTC().Format("15:04:05 UTC"), Body: body}
+	now := c.cfg.Now()
+	l := layout{Title: title, Nav: nav, Base: c.cfg.BasePath, Now: now.UTC().Format("15:04:05 UTC"), Banners: c.banners(now), Body: body}
 	if c.cfg.Refresh > 0 && status == http.StatusOK {
 		l.Refresh = int(math.Ceil(c.cfg.Refresh.Seconds()))
 	}
@@ -257,7 +308,7 @@ func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[strin
 	}
 	lo, hi := c.timeRange(now, first)
 	byEngine := map[string][]pt{}
-	var shed, lat []pt
+	var shed, rejected, lat []pt
 	served := map[string]bool{}
 	var prevEngines map[string]bool
 	for _, e := range es {
@@ -285,6 +336,9 @@ func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[strin
 		}
 		prevEngines = seen
 		shed = append(shed, pt{X: t, Y: cw.GetShedFraction(), Title: title("shed", cw.GetShedFraction())})
+		if o := observedOf(cw.GetDemandEstimate()); o.Known {
+			rejected = append(rejected, pt{X: t, Y: o.Rejected, Title: title("rejected (observed)", o.Rejected)})
+		}
 		lat = append(lat, pt{X: t, Y: cw.GetExpectedLatencyMs(), Title: title("expected ms", cw.GetExpectedLatencyMs())})
 	}
 	ids := make([]string, 0, len(byEngine))
@@ -302,6 +356,9 @@ func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[strin
 	if len(shed) > 0 {
 		wc.Series = append(wc.Series, series{Name: "shed", Color: shedColor, Points: shed, Step: true, Dashed: true})
 	}
+	if len(rejected) > 0 {
+		wc.Series = append(wc.Series, series{Name: "rejected (observed)", Color: rejectedColor, Points: rejected, Step: true, Dashed: true})
+	}
 	lc := chart{XMin: lo, XMax: hi, YMin: 0, YMax: niceMax(maxY(lat)), XTime: true, XLabel: "time (UTC)", YLabel: "expected latency (ms)", W: 720, H: 220,
 		Empty: wc.Empty}
 	if len(lat) > 0 {
@@ -310,8 +367,8 @@ func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[strin
 	return wc.svg(), lc.svg()
 }
 
-// rateChart draws cluster's requests, errors and shed per second by
-// bucket, and the demand the snapshots planned for.
+// rateChart draws cluster's offered requests, errors and 429s per
+// second by bucket, and the demand the snapshots planned for.
 func (c *Console) rateChart(es []snapEntry, cluster string, pts []ratePoint, now time.Time) template.HTML {
 	first := 0.0
 	if len(pts) > 0 {
@@ -326,9 +383,9 @@ func (c *Console) rateChart(es []snapEntry, cluster string, pts []ratePoint, now
 	for _, p := range pts {
 		t := float64(p.at.Unix()) + per/2
 		at := p.at.UTC().Format("15:04:05")
-		total = append(total, pt{X: t, Y: float64(p.Total) / per, Title: fmt.Sprintf("%s: %.2f requests/s", at, float64(p.Total)/per)})
+		total = append(total, pt{X: t, Y: float64(p.Offered) / per, Title: fmt.Sprintf("%s: %.2f offered requests/s", at, float64(p.Offered)/per)})
 		errs = append(errs, pt{X: t, Y: float64(p.Errors) / per, Title: fmt.Sprintf("%s: %.2f errors/s", at, float64(p.Errors)/per)})
-		shed = append(shed, pt{X: t, Y: float64(p.Shed) / per, Title: fmt.Sprintf("%s: %.2f shed/s", at, float64(p.Shed)/per)})
+		shed = append(shed, pt{X: t, Y: float64(p.Rejected) / per, Title: fmt.Sprintf("%s: %.2f answered 429/s", at, float64(p.Rejected)/per)})
 	}
 	for _, e := range es {
 		if cw := findCluster(e.Snap, cluster); cw != nil {
@@ -342,9 +399,9 @@ func (c *Console) rateChart(es []snapEntry, cluster string, pts []ratePoint, now
 	}
 	if len(total) > 0 {
 		ch.Series = append(ch.Series,
-			series{Name: "requests/s", Color: palette[0], Points: total},
+			series{Name: "offered/s", Color: palette[0], Points: total},
 			series{Name: "errors/s", Color: palette[2], Points: errs},
-			series{Name: "shed/s", Color: shedColor, Points: shed})
+			series{Name: "answered 429/s", Color: shedColor, Points: shed})
 	}
 	if len(demand) > 0 {
 		ch.Series = append(ch.Series, series{Name: "planned demand (snapshot)", Color: palette[4], Points: demand, Step: true, Dashed: true})

@@ -21,6 +21,10 @@ func colorAt(i int) string { return palette[i%len(palette)] }
 // shedColor is the colour of shed traffic.
 const shedColor = "#7f7f7f"
 
+// rejectedColor draws the share of requests the gateways answered 429
+// (observed), beside the planned shed.
+const rejectedColor = "#d62728"
+
 // pt is one point of a series; Title is its tooltip, R its dot radius.
 type pt struct {
 	X, Y, R float64
