@@ -130,20 +130,8 @@ type engineCap struct {
 // and one by labels for the gauge (with 200 gateways in one process
 // they were a fifth to a third of applying a snapshot).
 type engineLimit struct {
-	*admit.Limiter
+	*admit.Engine
 	gauge atomic.Pointer[prometheus.Gauge]
-	// batch is the engine's batch limit over its replicas as its signals
-	// tell it (max_batch, or inferred; 0: unknown), used when the
-	// snapshot gives none.
-	batch atomic.Int64
-	// idle: the engine's last signal showed no request waiting in its own
-	// queue; held: apply last found the gateway holding it below its
-	// batch limit while idle (see heldBelow).
-	idle, held atomic.Bool
-	// probe is slots added to a batch limit that an idle engine showed to
-	// be too low (see probe); signals counts the engine's signals, and
-	// probed is signals when probe last grew.
-	probe, signals, probed atomic.Int64
 }
 
 // limiter returns st's limiter, created at slots (the snapshot's
@@ -152,7 +140,7 @@ func (a *admission) limiter(st *pick.State, slots int) *engineLimit {
 	if l, ok := a.limiters.Load(st); ok {
 		return l.(*engineLimit)
 	}
-	l, _ := a.limiters.LoadOrStore(st, &engineLimit{Limiter: admit.NewLimiter(a.cfg, slots)})
+	l, _ := a.limiters.LoadOrStore(st, &engineLimit{Engine: admit.NewEngine(a.cfg, slots)})
 	return l.(*engineLimit)
 }
 
@@ -168,41 +156,9 @@ func (a *admission) setGauge(cluster string, e *pick.Engine, l *engineLimit, v f
 	(*g).Set(v)
 }
 
-// effective is an engine's limit (0: none) from its batch limit (0:
-// unknown) or, when that is unknown, its limiter's (admit.Limits).
-func (a *admission) effective(slots int64, limit int) int64 {
-	return admit.Limits{Adaptive: a.adaptive, Static: a.static}.Limit(slots, limit)
-}
-
-// slotsOf is e's batch limit (0: unknown): the larger of the snapshot's
-// and its signals' (a snapshot may give an engine its GPU class peers'
-// limit until its own shows, and the gateway must not hold it below its
-// own), plus what probing found missing (see probe).
-func slotsOf(e *pick.Engine, l *engineLimit) int64 {
-	n := max(int64(e.Slots), l.batch.Load())
-	if n <= 0 {
-		return 0
-	}
-	return n + l.probe.Load()
-}
-
-// probe raises e's batch limit by a quarter (at most to four times the
-// known one) when the limit binds while the engine has no queue: this
-// gateway has requests waiting for a slot and the limit's worth in
-// flight on e, and e's latest signal, one not probed on yet, showed none
-// waiting in its own queue. Its batch limit is then higher than known
-// (the snapshot's came from its class peers, or from a saturation that
-// KV-cache pressure capped), and only more requests show by how much:
-// once requests wait in e's own queue, its signals tell the limit
-// (admit.BatchFromSignal) and the probe ends (noteSignal).
-func (a *admission) probe(e *pick.Engine, l *engineLimit, slots, eff int64) {
-	base := max(int64(e.Slots), l.batch.Load())
-	if base <= 0 || !l.idle.Load() || e.State.InFlight() < eff || a.q.Len() == 0 || a.static > 0 && eff >= a.static {
-		return
-	}
-	if seq := l.signals.Load(); l.probed.Swap(seq) != seq && slots < 4*base {
-		l.probe.Add(max(base/4, 1))
-	}
+// limits is the gateway's per-engine limit policy.
+func (a *admission) limits() admit.Limits {
+	return admit.Limits{Adaptive: a.adaptive, Static: a.static}
 }
 
 // apply sets the limits of t's engines (updating the adaptive limiters
@@ -246,21 +202,12 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 			a.caps = append(a.caps, held[i])
 			continue
 		}
-		slots := slotsOf(e, l)
+		ld := admit.Load{InFlight: e.State.InFlight(), Queued: a.q.Len()}
+		eff, slots := l.Limit(a.limits(), e.Slots, ld, now, update)
 		if update {
-			a.probe(e, l, slots, a.effective(slots, 0))
-			slots = slotsOf(e, l)
-		}
-		n := 0
-		if slots <= 0 {
-			n = l.Limit()
-			if update && a.adaptive {
-				n = l.Update(now)
+			if held, changed := l.Held(slots, eff, ld.InFlight); changed && a.onHeld != nil {
+				a.onHeld(e.ID, held)
 			}
-		}
-		eff := a.effective(slots, n)
-		if update {
-			a.noteHeld(e, l, slots, eff)
 		}
 		e.State.SetLimit(eff)
 		a.setGauge(cluster, e, l, float64(eff))
@@ -290,63 +237,36 @@ func (a *admission) refresh(cluster string, t *pick.Table, now time.Time) {
 // setCapacity sets the queue's capacity from the limits apply set on
 // the last table's engines (a.caps, under a.mu).
 func (a *admission) setCapacity() {
-	var sum, sumAll int64
-	for _, c := range a.caps {
-		sumAll += c.eff
-		if c.st.Available() {
-			sum += c.eff
-		}
+	var c admit.Capacity
+	for _, x := range a.caps {
+		c.Add(x.eff, x.st.Available())
 	}
-	if sum == 0 {
-		sum = sumAll
-	}
-	a.q.SetCapacity(int(sum))
+	a.q.SetCapacity(c.Total())
 }
 
 // sample feeds one attempt's outcome on e to its limiter (before the
 // attempt's Done: in flight includes it); began is the attempt's start,
 // rtt the network round trip.
 func (a *admission) sample(e *pick.Engine, res *attemptResult, began, end time.Time, rtt time.Duration) {
-	if !a.adaptive || e.Slots > 0 {
+	if !a.adaptive {
 		return
 	}
-	l := a.limiter(e.State, e.Slots)
-	if l.batch.Load() > 0 {
-		return // the limit comes from the batch limit
-	}
-	switch {
-	case res.saturated, res.failReason == "first_token_timeout", res.failReason == "idle_timeout":
-		l.Drop(began)
-	case res.firstToken:
-		l.Sample(admit.TTFT, res.ttft-res.queued-rtt, began, e.State.InFlight())
-	case res.complete && !res.sse:
-		tokens := time.Duration(res.usage.OutputTokens) + 1
-		l.Sample(admit.PerToken, (end.Sub(began)-rtt)/tokens, began, e.State.InFlight())
-	}
-}
-
-// noteHeld tells onHeld when engine e starts or stops being held below
-// its batch limit (slots) by its limit eff while it has no queue of its
-// own: the gateway has eff requests in flight there and the engine's
-// last signal showed none waiting. With batch limits known, only
-// --max-in-flight-per-engine set below them can do that.
-func (a *admission) noteHeld(e *pick.Engine, l *engineLimit, slots, eff int64) {
-	held := slots > 0 && eff > 0 && eff < slots && e.State.InFlight() >= eff && l.idle.Load()
-	if l.held.Swap(held) != held && a.onHeld != nil {
-		a.onHeld(e.ID, held)
-	}
+	a.limiter(e.State, e.Slots).Observe(e.Slots, admit.Attempt{
+		Started:      began,
+		Refused:      res.saturated || res.failReason == "first_token_timeout" || res.failReason == "idle_timeout",
+		FirstToken:   res.firstToken,
+		TTFT:         res.ttft - res.queued - rtt,
+		Whole:        res.complete && !res.sse,
+		Duration:     end.Sub(began) - rtt,
+		OutputTokens: int(res.usage.OutputTokens),
+		InFlight:     e.State.InFlight(),
+	})
 }
 
 // noteSignal learns st's batch limit from one of its engine signals
 // (admit.BatchFromSignal).
 func (a *admission) noteSignal(st *pick.State, s *schemas.EngineSignal, down bool) {
-	l := a.limiter(st, 0)
-	l.batch.Store(admit.BatchFromSignal(l.batch.Load(), s, down))
-	l.idle.Store(!down && s.GetWaitingRequests() < 1)
-	if down || s.GetWaitingRequests() >= 1 {
-		l.probe.Store(0) // its limit shows (or it restarts): probing is over
-	}
-	l.signals.Add(1)
+	a.limiter(st, 0).NoteSignal(s, down)
 }
 
 // admitReason maps an admit rejection to its metric reason.

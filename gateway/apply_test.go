@@ -202,9 +202,9 @@ func TestApplyLimitsAfterUpdates(t *testing.T) {
 		for i := 0; i < tb.Len(); i++ {
 			l := g.admit.limiter(tb.Engine(i).State, 0)
 			if (i+round)%3 == 0 {
-				l.Drop(now.Add(-time.Second))
+				l.Limiter().Drop(now.Add(-time.Second))
 			} else {
-				l.Sample(admit.TTFT, time.Duration(50+i)*time.Millisecond, now.Add(-time.Second), 1)
+				l.Limiter().Sample(admit.TTFT, time.Duration(50+i)*time.Millisecond, now.Add(-time.Second), 1)
 			}
 		}
 		now = now.Add(time.Second)
@@ -224,7 +224,7 @@ func TestApplyLimitsAfterUpdates(t *testing.T) {
 	for i := 0; i < tb2.Len(); i++ {
 		e := tb2.Engine(i)
 		l := g.admit.limiter(e.State, 0)
-		want := g.admit.effective(slotsOf(e, l), l.Limit())
+		want := g.admit.limits().Limit(l.Slots(e.Slots), l.Limiter().Limit())
 		if e.Slots > 0 {
 			if want != int64(e.Slots+e.Slots/4) {
 				t.Errorf("engine %s with %d slots: limit %d, want its slots and a quarter", e.ID, e.Slots, want)
@@ -303,7 +303,7 @@ func TestApplySequenceMatchesFresh(t *testing.T) {
 		for i := 0; i < tb.Len(); i++ {
 			e := tb.Engine(i)
 			l := g.admit.limiter(e.State, 0)
-			if want := g.admit.effective(slotsOf(e, l), l.Limit()); e.State.Limit() != want {
+			if want := g.admit.limits().Limit(l.Slots(e.Slots), l.Limiter().Limit()); e.State.Limit() != want {
 				t.Fatalf("version %d, engine %s: limit %d, want %d", v, e.ID, e.State.Limit(), want)
 			}
 		}

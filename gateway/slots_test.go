@@ -44,7 +44,7 @@ func TestBatchLimitHoldsWhateverTheLatency(t *testing.T) {
 			ttft := time.Duration(40*(1+k*k*(round%4+1)/2)) * time.Millisecond
 			g.admit.sample(e, &attemptResult{firstToken: true, ttft: ttft}, now.Add(-time.Second), now, 0)
 		}
-		g.admit.limiter(e.State, 0).Drop(now.Add(-time.Second))
+		g.admit.limiter(e.State, 0).Limiter().Drop(now.Add(-time.Second))
 		now = now.Add(250 * time.Millisecond)
 		g.tickAdmission()
 		if got := limitOf(t, g, e.ID); got != 10 {
