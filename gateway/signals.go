@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -41,8 +42,7 @@ func (g *Gateway) applySignal(b []byte) {
 		g.m.signals.WithLabelValues(g.cfg.cluster, "unknown_engine").Inc()
 		return
 	}
-	down := s.GetHealth() == schemas.Health_HEALTH_UNHEALTHY ||
-		(s.GetHealth() != schemas.Health_HEALTH_UNSPECIFIED && s.GetReadyReplicas() == 0)
+	down := admit.SignalDown(&s)
 	if down != st.SignalDown() {
 		g.log.Info("engine signal changes availability", "engine", s.GetEngineId(), "down", down, "health", s.GetHealth().String())
 		if down {

@@ -60,3 +60,10 @@ func BatchFromSignal(known int64, s *schemas.EngineSignal, down bool) int64 {
 	}
 	return known
 }
+
+// SignalDown reports whether an engine signal says the engine is down:
+// unhealthy, or a known health with no ready replica.
+func SignalDown(s *schemas.EngineSignal) bool {
+	return s.GetHealth() == schemas.Health_HEALTH_UNHEALTHY ||
+		(s.GetHealth() != schemas.Health_HEALTH_UNSPECIFIED && s.GetReadyReplicas() == 0)
+}

@@ -12,23 +12,20 @@ import (
 
 // The simulated gateway's admission is the gateway's (gateway/admit, as
 // gateway/admission.go and gateway/proxy.go use it), on the virtual
-// clock: every engine of a gateway's table gets a concurrency limit in
-// batch slots (admit.Limits: the snapshot's max_concurrency, else the
-// batch limit the engine's signals show, admit.BatchFromSignal; an
-// admit.Limiter's limit only while neither is known), set on the
-// gateway's pick state so that the picker never exceeds it; in front, an
-// admit.Queue whose capacity is the sum of the available engines'
-// limits admits a request's first attempt at once, queues it (des.Held,
-// then dispatched when a slot frees) or rejects it with a 429 (shed,
-// recorded as SHED_ADMISSION). An admitted request holds its queue slot
-// across its retries and releases it when it ends. Limits are set and
-// the queue's deadlines kept (Expire) at every tick, after snapshot and
-// health changes, as the gateway does every admission tick.
-//
-// The gateway's limiters learn only from samples that gateway/admission.go
-// takes from an attempt's result (admission.sample, unexported in
-// package gateway): here they are not fed, so an engine whose batch
-// limit is not known yet keeps the limiter's initial limit.
+// clock: every engine of a gateway's table has an admit.Engine, which
+// sets its concurrency limit in batch slots (the larger of the
+// snapshot's max_concurrency and the batch limit the engine's signals
+// show, probed upwards when it binds on an engine without a queue; a
+// limit learned by its admit.Limiter, fed each attempt's outcome, only
+// while no batch limit is known), set on the gateway's pick state so
+// that the picker never exceeds it; in front, an admit.Queue whose
+// capacity (admit.Capacity) is the sum of the available engines' limits
+// admits a request's first attempt at once, queues it (des.Held, then
+// dispatched when a slot frees) or rejects it with a 429 (shed, recorded
+// as SHED_ADMISSION). An admitted request holds its queue slot across its
+// retries and releases it when it ends. Limits are set and the queue's
+// deadlines kept (Expire) at every tick, after snapshot and health
+// changes, as the gateway does every admission tick.
 
 // gatewayPriority is the priority of the simulated requests: the live
 // gateway's default class (no tenant, no priority header).
@@ -37,13 +34,22 @@ const gatewayPriority = int(shed.Normal)
 // admission is one simulated gateway's admission state.
 type admission struct {
 	q *admit.Queue
-	// lims[e] is engine e's limiter, made when e is first in a table
-	// (at the table's batch limit for it, as the gateway makes it).
-	lims []*admit.Limiter
+	// engs[e] is engine e's admission state, made when e is first in a
+	// table or signals (at the table's batch limit for it, as the
+	// gateway makes it).
+	engs []*admit.Engine
 }
 
 func newAdmission(engines int, now func() time.Time) *admission {
-	return &admission{q: admit.NewQueue(admit.QueueConfig{}, now), lims: make([]*admit.Limiter, engines)}
+	return &admission{q: admit.NewQueue(admit.QueueConfig{}, now), engs: make([]*admit.Engine, engines)}
+}
+
+// engine returns engine e's admission state, made at slots.
+func (a *admission) engine(e, slots int) *admit.Engine {
+	if a.engs[e] == nil {
+		a.engs[e] = admit.NewEngine(admit.Config{}, slots)
+	}
+	return a.engs[e]
 }
 
 // admissionLimits is the gateway's default: limits from batch slots,
@@ -54,50 +60,45 @@ var admissionLimits = admit.Limits{Adaptive: true}
 func (p *switchyard) clock() time.Time { return time.UnixMilli(simEpochMs).Add(p.now) }
 
 // setLimits sets the limits of g's table's engines and its queue's
-// capacity: the sum of the available engines' limits, or of all of them
-// when none is available, as gateway/admission.go's apply and
-// setCapacity do (package gateway, which the simulator cannot import).
+// capacity, as gateway/admission.go's apply does at every tick.
 func (p *switchyard) setLimits(g *gateway) {
 	if g.table == nil {
 		return
 	}
 	now := p.clock()
-	var sum, all int64
+	var c admit.Capacity
+	queued := g.adm.q.Len()
 	for i := range g.table.Len() {
 		e := g.table.Engine(i)
-		w := g.toWorld[i]
-		l := g.adm.lims[w]
-		if l == nil {
-			l = admit.NewLimiter(admit.Config{}, e.Slots)
-			g.adm.lims[w] = l
-		}
-		slots := int64(e.Slots)
-		if slots <= 0 {
-			slots = p.batch[w]
-		}
-		learned := 0
-		if slots <= 0 {
-			learned = l.Update(now)
-		}
-		lim := admissionLimits.Limit(slots, learned)
+		ld := admit.Load{InFlight: e.State.InFlight(), Queued: queued}
+		lim, _ := g.adm.engine(g.toWorld[i], e.Slots).Limit(admissionLimits, e.Slots, ld, now, true)
 		e.State.SetLimit(lim)
-		all += lim
-		if e.State.Available() {
-			sum += lim
-		}
+		c.Add(lim, e.State.Available())
 	}
-	if sum == 0 {
-		sum = all
-	}
-	g.adm.q.SetCapacity(int(sum))
+	g.adm.q.SetCapacity(c.Total())
 }
 
-// noteBatch learns engine e's batch limit from its signal, as every
-// gateway does from the signals it follows.
-func (p *switchyard) noteBatch(e int, s *schemas.EngineSignal) {
-	down := s.GetHealth() == schemas.Health_HEALTH_UNHEALTHY ||
-		(s.GetHealth() != schemas.Health_HEALTH_UNSPECIFIED && s.GetReadyReplicas() == 0)
-	p.batch[e] = admit.BatchFromSignal(p.batch[e], s, down)
+// noteSignal gives engine e's signal to every gateway's admission, as
+// every gateway follows the signals.
+func (p *switchyard) noteSignal(e int, s *schemas.EngineSignal) {
+	for _, g := range p.gw {
+		g.adm.engine(e, 0).NoteSignal(s, admit.SignalDown(s))
+	}
+}
+
+// feedAdmission feeds an attempt's outcome on engine e to its admission
+// state, as gateway/admission.go's sample does.
+func (p *switchyard) feedAdmission(g *gateway, e, slots int, r *des.Request, o des.Outcome) {
+	g.adm.engine(e, slots).Observe(slots, admit.Attempt{
+		Started:      p.clock().Add(-o.E2E),
+		Refused:      !o.OK,
+		FirstToken:   o.OK && !r.W.NonStreaming,
+		TTFT:         o.EngineTTFT,
+		Whole:        o.OK && r.W.NonStreaming,
+		Duration:     max(o.E2E-p.w.RTT[r.Cluster][e], 0),
+		OutputTokens: o.OutputTokens,
+		InFlight:     g.states[e].InFlight() + 1,
+	})
 }
 
 // admit offers r's first attempt to its gateway's queue: the engine to

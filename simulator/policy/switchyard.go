@@ -46,9 +46,6 @@ type switchyard struct {
 	now time.Duration
 
 	gw []*gateway
-	// batch[e] is engine e's batch limit as its signals show it
-	// (admit.BatchFromSignal; 0: unknown), which every gateway follows.
-	batch []int64
 
 	// agent state per engine: the previous scrape and what finished since.
 	// The agent library (agent.Scraper) reads an engine's Prometheus text
@@ -136,7 +133,6 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 	p.prev = make([]engine.Stats, n)
 	p.ttft = make([]acc, n)
 	p.tbot = make([]acc, n)
-	p.batch = make([]int64, n)
 	p.nextSig = p.ctl.signal
 	proc, err := newSimProcessor(window.Spec{Size: p.ctl.window, Slide: p.ctl.slide, AllowedLateness: p.ctl.lateness})
 	if err != nil {
@@ -299,6 +295,7 @@ func (p *switchyard) Done(now time.Duration, r *des.Request, e int, o des.Outcom
 	g := p.gw[r.Cluster]
 	g.states[e].Release()
 	if pl, ok := g.placed[r.Index]; ok {
+		p.feedAdmission(g, e, pl.table.Engine(pl.i).Slots, r, o)
 		delete(g.placed, r.Index)
 		tbot, e2e := 0.0, 0.0
 		if o.OK && o.OutputTokens > 1 {
@@ -471,7 +468,7 @@ func (p *switchyard) scrape(now time.Duration) {
 		if p.tbotH.Count > 0 {
 			p.sig.TbotSeconds = &p.tbotH
 		}
-		p.noteBatch(e, &p.sig)
+		p.noteSignal(e, &p.sig)
 		p.proc.produce(partSignals, &p.sig, now)
 	}
 }
