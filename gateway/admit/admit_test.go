@@ -401,33 +401,37 @@ func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
 
 // TestQueueStandingQueueShortensTheWait: a queue that drains lets a
 // request wait up to half its deadline (a burst is worth seconds); once
-// it has not drained for half the deadline (more arrives than is
+// it has not drained for a whole deadline (more arrives than is
 // served), a new request is queued only for an eighth of it, and Expire
 // drains the waiters predicted to wait longer.
 func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	q := NewQueue(QueueConfig{Timeout: 8 * time.Second}, c.now)
-	warm(q, c, 1) // 1 slot/s: a second per place in the queue
+	q := NewQueue(QueueConfig{Timeout: 4 * time.Second}, c.now)
+	warm(q, c, 2) // 2 slots/s: half a second per place in the queue
 	q.SetCapacity(1)
 	if err := q.Offer(1, nil); err != nil {
 		t.Fatal(err)
 	}
 	var got []error
 	done := func(err error) { got = append(got, err) }
-	for i := range 3 { // places 1-3: within half the deadline (4 s)
+	if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+		t.Fatalf("place 1 in a fresh queue: %v, want ErrQueued", err)
+	}
+	c.set(c.now().Add(3 * time.Second)) // not drained for 3 s: not yet standing
+	for i := range 2 {                  // places 2 and 3: 1 and 1.5 s, within half the deadline (2 s)
 		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
-			t.Fatalf("offer %d in a fresh queue: %v, want ErrQueued", i, err)
+			t.Fatalf("offer %d after 3 s: %v, want ErrQueued", i, err)
 		}
 	}
-	c.set(c.now().Add(4100 * time.Millisecond)) // standing for more than half the deadline
+	c.set(c.now().Add(1100 * time.Millisecond)) // standing for more than the deadline
 	if err := q.Offer(1, done); !errors.Is(err, ErrWait) {
-		t.Fatalf("place 4 in a standing queue: %v, want ErrWait (an eighth of the deadline is 1 s)", err)
+		t.Fatalf("place 4 in a standing queue: %v, want ErrWait (an eighth of the deadline is 0.5 s)", err)
 	}
-	q.Expire()
-	if q.Len() != 1 || len(got) != 2 || !errors.Is(got[0], ErrWait) {
-		t.Fatalf("after Expire in a standing queue: %d waiting, answers %v; want place 1 kept, 2 and 3 rejected", q.Len(), got)
+	q.Expire() // place 1: past its deadline; 2: 0.5 s, kept; 3: 1 s, rejected
+	if q.Len() != 1 || len(got) != 2 || !errors.Is(got[0], ErrTimeout) || !errors.Is(got[1], ErrWait) {
+		t.Fatalf("after Expire in a standing queue: %d waiting, answers %v; want place 2 kept, 1 timed out, 3 rejected", q.Len(), got)
 	}
-	q.Release() // admits place 1: the queue drained
+	q.Release() // admits place 2: the queue drained
 	c.set(c.now().Add(time.Second))
 	if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
 		t.Fatalf("after the queue drained: %v, want ErrQueued", err)

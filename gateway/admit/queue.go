@@ -28,18 +28,18 @@ var (
 const Priorities = 3
 
 // DefaultTimeout is QueueConfig.Timeout's default.
-const DefaultTimeout = 4 * time.Second
+const DefaultTimeout = 8 * time.Second
 
 // QueueConfig tunes a Queue. Zero values take the defaults.
 type QueueConfig struct {
 	// MaxQueue bounds the requests waiting. Default 1024.
 	MaxQueue int
 	// Timeout is the longest a request waits for a slot: its deadline.
-	// Default 4s (an LLM request holds a slot for seconds, so a full
-	// fleet frees one every few hundred milliseconds: a deadline of one
-	// second would reject bursts at the fleet's capacity that a proxy's
-	// engine queues serve a second or two later, and a longer one lets
-	// the wait of admitted requests grow to many times their prefill).
+	// Default 8s (an LLM request holds a slot for seconds, so a burst at
+	// the fleet's capacity takes seconds to clear: a deadline of one
+	// second would reject what a proxy's engine queues serve a few
+	// seconds later; under sustained overload the standing-queue rule,
+	// see bound, keeps admitted requests' waits to an eighth of it).
 	Timeout time.Duration
 }
 
@@ -237,14 +237,15 @@ func (q *Queue) enter(prio int) (*waiter, error) {
 // bound is the longest wait, in seconds, a request may be predicted to
 // have and still be queued: half its deadline (the prediction has a
 // margin, so that a queued request is nearly always served), or an
-// eighth of it once the queue has not drained for half the deadline. A
+// eighth of it once the queue has not drained for a whole deadline. A
 // queue that drains absorbs a burst, which is worth a wait of seconds
-// to an LLM request; one that stands means more arrives than the
-// engines serve, and a long wait would only delay every admitted request
-// by it without serving one more (CoDel's standing-queue rule, as in
-// adaptive LIFO server queues). q.mu held.
+// to an LLM request (whose requests hold their slots for seconds, so a
+// burst at the fleet's capacity takes seconds to clear); one that stands
+// means more arrives than the engines serve, and a long wait would only
+// delay every admitted request by it without serving one more (CoDel's
+// standing-queue rule, as in adaptive LIFO server queues). q.mu held.
 func (q *Queue) bound(now time.Time) float64 {
-	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Timeout/2 {
+	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Timeout {
 		return q.cfg.Timeout.Seconds() / 8
 	}
 	return q.cfg.Timeout.Seconds() / 2
