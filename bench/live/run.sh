@@ -27,11 +27,13 @@
 #        (default ../shared/traces/mooncake_conversation_trace.jsonl from
 #        the repository root), MAX_PROMPT_TOKENS (8192), MAX_OUTPUT_TOKENS
 #        (128), CAPACITY (skip the measurement and use this many rps),
-#        SWITCHYARD_BIN (default: build /tmp/sy-live), BASE_PORT (19400).
+#        SWITCHYARD_BIN (default: build one from this tree into the run's
+#        directory), BASE_PORT (19400; ports BASE_PORT to BASE_PORT+25).
 # needs: nginx and haproxy on PATH for their routers (apt-get install -y
 #        nginx haproxy), flock, curl, Go.
-# out:   /tmp/bench-live/ (logs per cell, cells/*.json, report.txt,
-#        report.json).
+# out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
+#        per cell (and the gateway's /metrics at the end of its cells),
+#        cells/*.json, report.txt, report.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -42,7 +44,7 @@ TRACE=$(realpath -m "${TRACE:-$ROOT/../shared/traces/mooncake_conversation_trace
 MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-8192}
 MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-128}
 PORT=${BASE_PORT:-19400}
-OUT=/tmp/bench-live
+OUT=/tmp/bench-live/$(date +%Y%m%d-%H%M%S)
 LOCK=/tmp/bench.lock
 # id:gpu-class:batch-slots, one engine each, on ports PORT, PORT+1, ...
 FLEET=(h100-0:h100:8 h100-1:h100:8 a100-0:a100:4 a100-1:a100:4)
@@ -63,14 +65,20 @@ for r in $ROUTERS; do
   esac
 done
 [ -r "$TRACE" ] || { echo "bench/live: no trace at $TRACE" >&2; exit 1; }
+for p in "$PORT" "$PROXY" "$GATEWAY" "$KAFKA"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+    echo "bench/live: port $p is in use (another bench/live run?); set BASE_PORT" >&2
+    exit 1
+  fi
+done
 
+mkdir -p "$OUT/cells"
+ln -sfn "$OUT" /tmp/bench-live/latest
 BIN=${SWITCHYARD_BIN:-}
 if [ -z "$BIN" ]; then
-  BIN=/tmp/sy-live
+  BIN=$OUT/switchyard
   go build -o "$BIN" ./services/switchyard
 fi
-rm -rf "$OUT"
-mkdir -p "$OUT/cells"
 LIVE=$OUT/live
 go build -o "$LIVE" ./bench/live
 WORKLOAD=(-trace "$TRACE" -n "$N" -max-prompt-tokens "$MAX_PROMPT_TOKENS" -max-output-tokens "$MAX_OUTPUT_TOKENS")
@@ -248,6 +256,10 @@ for load in ${LOADS//,/ }; do
     start_router "$router" "$dir"
     flock -o "$LOCK" "$LIVE" replay "${WORKLOAD[@]}" -target "$(router_url "$router")" -router "$router" -load "$load" \
       -capacity "$CAPACITY" -engines "$(engine_list ,)" -out "$OUT/cells/$router-$load.json"
+    if [ "$router" = switchyard ]; then # what its 429s were
+      curl -fsS "http://127.0.0.1:$GATEWAY/metrics" >"$dir/gateway-metrics.txt" || true
+      grep -E '^switchyard_gateway_(shed_total|admission_rejected_total)' "$dir/gateway-metrics.txt" | sed 's/^/  /' || true
+    fi
     stop_all
   done
 done
