@@ -161,8 +161,9 @@ func (a *admission) limits() admit.Limits {
 	return admit.Limits{Adaptive: a.adaptive, Static: a.static}
 }
 
-// apply sets the limits of t's engines (updating the adaptive limiters
-// first when update) and the queue's capacity: the sum of the available
+// apply sets the limits of t's engines (probing and updating the
+// fallback limiters first when update: admit.Engine.Limit) and the
+// queue's capacity: the sum of the available
 // engines' limits (of all engines when none is available; no capacity
 // when the engines have no limits).
 func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update bool) {
@@ -170,8 +171,9 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 	defer a.mu.Unlock()
 	// held[i]: engine i of t is engine i of the last table, whose limit
 	// and gauge the last call set to a.caps[i].eff. Without update that
-	// is still its limit (a limiter's limit changes only in Update), so
-	// there is nothing to set.
+	// stays its limit: what moves it (the limiter's Update, the probe, a
+	// batch limit learned from signals) is taken in at the next tick's
+	// update, within 250 ms, so there is nothing to set.
 	var held []engineCap
 	if a.last != t {
 		// A new plan lists mostly the same engines in the same order:
@@ -218,9 +220,9 @@ func (a *admission) apply(cluster string, t *pick.Table, now time.Time, update b
 }
 
 // refresh is apply(cluster, t, now, false) when apply's last call was on
-// t (else it calls it): a limiter's limit changes only in its Update,
-// which apply calls, so the limits and gauges are where that call set
-// them, and only the capacity, which follows the engines' availability,
+// t (else it calls it): limits move only at apply's update (every
+// tick), so the limits and gauges are where that call set them, and
+// only the capacity, which follows the engines' availability,
 // is computed again. A snapshot that keeps the table so costs no lock
 // and no gauge an engine.
 func (a *admission) refresh(cluster string, t *pick.Table, now time.Time) {
