@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -35,14 +36,35 @@ func TestMain(m *testing.M) {
 // once it has returned.
 const returnedMarker = "switchyard-test: command returned"
 
+// handedOut holds every port freePort has returned in this test binary.
+// The kernel may hand a just-closed ephemeral port out again, so two
+// calls in one test could otherwise name the same port for two servers
+// (CI once saw the gateway's port given to NATS).
+var handedOut = struct {
+	sync.Mutex
+	ports map[string]bool
+}{ports: map[string]bool{}}
+
+// freePort returns a loopback address no listener holds now and that no
+// earlier call returned.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if !handedOut.ports[addr] {
+			handedOut.ports[addr] = true
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatal("no fresh loopback port in 100 tries")
+	return ""
 }
 
 // TestServicesAsSeparateProcesses runs the pipeline the way the README's
