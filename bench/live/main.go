@@ -10,6 +10,7 @@
 //	live capacity -target URL ...          closed loop; prints the fleet's completions per second
 //	live replay -target URL -load 0.9 ...  open loop at load x capacity; writes one cell's JSON
 //	live report -out all.json cell.json... the table of every cell and Switchyard's ratios to the best proxy
+//	live snapshots -nats-url URL           the audit stream's snapshots: demand, shed, weights, implied capacity
 //
 // A request fails when it gets no first token within -first-token-timeout
 // (30 s), a status other than 200, or a stream that ends before [DONE].
@@ -26,7 +27,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -39,8 +40,10 @@ func main() {
 		err = replayCmd(ctx, args)
 	case "report":
 		err = reportCmd(args)
+	case "snapshots":
+		err = snapshotsCmd(ctx, args)
 	default:
-		err = fmt.Errorf("unknown command %q (capacity, replay, report)", cmd)
+		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "live:", err)

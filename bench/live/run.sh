@@ -32,7 +32,9 @@
 # needs: nginx and haproxy on PATH for their routers (apt-get install -y
 #        nginx haproxy), flock, curl, Go.
 # out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
-#        per cell (and the gateway's /metrics at the end of its cells),
+#        per cell (and, for Switchyard's cells, the gateway's /metrics and
+#        every snapshot's demand, shed and weights: snapshots.txt, and
+#        the processor's estimates: estimates.jsonl),
 #        cells/*.json, report.txt, report.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -259,6 +261,8 @@ for load in ${LOADS//,/ }; do
     if [ "$router" = switchyard ]; then # what its 429s were
       curl -fsS "http://127.0.0.1:$GATEWAY/metrics" >"$dir/gateway-metrics.txt" || true
       grep -E '^switchyard_gateway_(shed_total|admission_rejected_total)' "$dir/gateway-metrics.txt" | sed 's/^/  /' || true
+      "$LIVE" snapshots -nats-url "nats://127.0.0.1:$NATS" >"$dir/snapshots.txt" || true
+      "$BIN" tap estimates --kafka-brokers "127.0.0.1:$KAFKA" >"$dir/estimates.jsonl" 2>/dev/null || true
     fi
     stop_all
   done
