@@ -325,6 +325,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 			in.Engines[i].CapacityRPS += float64(t * (his[i] - in.Engines[i].CapacityRPS))
 		}
 	}
+	in.MaxUtilization = spendHeadroom(set.MaxUtilization, total, sumHi)
 	netCutoff := now.Add(-set.NetworkTTL).UnixMilli()
 	for _, c := range in.Clusters {
 		row := map[string]float64{}

@@ -147,3 +147,39 @@ func TestPlannerVersionsAreWindowEnds(t *testing.T) {
 		t.Fatal("same history, different snapshot bytes")
 	}
 }
+
+// TestPlanShedsOnlyAboveCapacity: MaxUtilization is headroom spent before
+// shedding. Two engines of 100 rps: 190 rps of demand (above 0.9 × 200,
+// within 200) is routed whole; 250 rps sheds the 50 above capacity.
+func TestPlanShedsOnlyAboveCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		demand, shed float64
+	}{
+		{150, 0},   // within the headroom
+		{190, 0},   // above 0.9 × capacity, within capacity
+		{250, 0.2}, // 50 of 250 above capacity
+	} {
+		now := time.Unix(1000, 0)
+		s := NewState()
+		s.Apply(engineEst("b-0", "region-b", 100, now))
+		s.Apply(engineEst("b-1", "region-b", 100, now))
+		s.Apply(demandEst("region-b", tc.demand, now))
+		in, eps, err := s.Instance(now, Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := Solve(in, eps, 3, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cw := snap.GetClusters()[0]
+		if got := cw.GetShedFraction(); math.Abs(got-tc.shed) > 1e-3 {
+			t.Errorf("demand %v rps on 200 rps of capacity: shed %.4f, want %.4f", tc.demand, got, tc.shed)
+		}
+		for _, w := range cw.GetWeights() {
+			if u := w.GetPlannedUtilization(); u > 1+1e-6 {
+				t.Errorf("demand %v: %s planned at utilization %v", tc.demand, w.GetEngineId(), u)
+			}
+		}
+	}
+}

@@ -175,7 +175,7 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 			residency(ex), ew.GetEndpointUrl())
 	}
 	if cw.GetShedFraction() > 0 {
-		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\t\n", cw.GetShedFraction(), "demand above capacity*max_utilization")
+		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\t\n", cw.GetShedFraction(), "demand above capacity")
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "demand and shed are what the plan was made for; offered is every request the gateways received in")
