@@ -35,7 +35,9 @@ import (
 // rejecting with 429 + Retry-After only a request whose predicted wait
 // for a slot exceeds its deadline (AdmissionQueue), at once rather than
 // at the deadline, so that overload turns into fast 429s while below
-// capacity nothing is rejected.
+// capacity nothing is rejected. Within a priority the queue is fair
+// between tenants (weighted by the key file's weight): a tenant that
+// floods it gets the 429s, not the others (admit.Queue).
 
 // admission is the gateway's admission state.
 type admission struct {
@@ -290,11 +292,12 @@ func admitReason(err error) string {
 // their deadline (admit.Queue.Expire); acquire counts them.
 func (a *admission) expire() { a.q.Expire() }
 
-// acquire admits a request of priority prio: nil, or the rejection (a
-// context error when the client left while queued).
-func (a *admission) acquire(ctx context.Context, cluster string, prio int, now func() time.Time) error {
+// acquire admits a request of priority prio from tenant ("": none) of
+// the given weight: nil, or the rejection (a context error when the
+// client left while queued).
+func (a *admission) acquire(ctx context.Context, cluster string, prio int, tenant string, weight float64, now func() time.Time) error {
 	t0 := now()
-	err := a.q.Acquire(ctx, prio)
+	err := a.q.Acquire(ctx, admit.Request{Priority: prio, Tenant: tenant, Weight: weight})
 	a.wait.Observe(now().Sub(t0).Seconds())
 	if err != nil && ctx.Err() == nil {
 		a.rej.WithLabelValues(cluster, admitReason(err)).Inc()

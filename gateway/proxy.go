@@ -237,7 +237,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	} else {
 		w.Header().Set(HeaderRequestID, reqID)
 	}
-	prio, tenantDone, out, ok := g.authorize(w, r, ev) // tenants.go
+	prio, weight, tenantDone, out, ok := g.authorize(w, r, ev) // tenants.go
 	if !ok {
 		return out
 	}
@@ -296,7 +296,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 			return g.shed(w, "snapshot", prio)
 		}
 	}
-	if err := g.admit.acquire(ctx, g.cfg.cluster, int(prio), g.cfg.now); err != nil { // admission.go
+	if err := g.admit.acquire(ctx, g.cfg.cluster, int(prio), ev.Tenant, weight, g.cfg.now); err != nil { // admission.go
 		if r.Context().Err() != nil {
 			return outcome{statusCanceled, 499}
 		}

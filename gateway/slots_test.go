@@ -176,13 +176,13 @@ func TestProbeRaisesALimitThatBindsOnAnIdleEngine(t *testing.T) {
 	}
 	tick(5, "4 slots from the snapshot")
 	for range 20 { // slots freed lately, so that a request can queue
-		if err := g.admit.q.Offer(1, nil); err != nil {
+		if err := g.admit.q.Offer(admit.Request{Priority: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		g.admit.q.Release()
 	}
 	for range 5 {
-		if err := g.admit.q.Offer(1, nil); err != nil {
+		if err := g.admit.q.Offer(admit.Request{Priority: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if i, _, _ := tb.PickRequest(&pick.Request{Key: 1}, nil); i != 0 {
@@ -191,7 +191,7 @@ func TestProbeRaisesALimitThatBindsOnAnIdleEngine(t *testing.T) {
 	}
 	signal(5, 0)
 	tick(5, "nothing queued at the gateway")
-	if err := g.admit.q.Offer(1, func(error) {}); err != admit.ErrQueued {
+	if err := g.admit.q.Offer(admit.Request{Priority: 1}, func(error) {}); err != admit.ErrQueued {
 		t.Fatalf("offer: %v, want it queued", err)
 	}
 	tick(6, "bound on an idle engine: a quarter more")
@@ -199,7 +199,7 @@ func TestProbeRaisesALimitThatBindsOnAnIdleEngine(t *testing.T) {
 	if i, _, _ := tb.PickRequest(&pick.Request{Key: 1}, nil); i != 0 {
 		t.Fatalf("pick %d", i)
 	}
-	if err := g.admit.q.Offer(1, func(error) {}); err != admit.ErrQueued {
+	if err := g.admit.q.Offer(admit.Request{Priority: 1}, func(error) {}); err != admit.ErrQueued {
 		t.Fatalf("offer: %v, want it queued", err)
 	}
 	tick(6, "no new signal: no new probe")
@@ -214,7 +214,7 @@ func TestProbeRaisesALimitThatBindsOnAnIdleEngine(t *testing.T) {
 			t.Fatalf("pick %d", i)
 		}
 	}
-	for g.admit.q.Offer(1, func(error) {}) == nil { // fill the gateway's slots, then queue one
+	for g.admit.q.Offer(admit.Request{Priority: 1}, func(error) {}) == nil { // fill the gateway's slots, then queue one
 	}
 	signal(8, 1)
 	tick(10, "bound while requests wait at the engine: its 8 slots and a quarter, no probe")

@@ -40,26 +40,27 @@ func bearer(h http.Header) string {
 	return ""
 }
 
-// authorize finds the request's tenant and priority. It answers the
+// authorize finds the request's tenant (into ev), priority and the
+// tenant's admission weight (1 without a tenant). It answers the
 // request itself (ok false) when keys are configured and the key is
 // unknown (401), or the tenant is over its rate or concurrency (429),
 // or the priority header is trusted and invalid (400). done ends the
 // tenant's request in flight (nil when none was counted).
-func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ev *schemas.RoutingEvent) (prio shed.Priority, done func(), out outcome, ok bool) {
-	prio = shed.Normal
+func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ev *schemas.RoutingEvent) (prio shed.Priority, weight float64, done func(), out outcome, ok bool) {
+	prio, weight = shed.Normal, 1
 	t, known := g.keyTenant(w, r)
 	if !known {
 		ev.FailureReason = schemas.FailureReason_FAILURE_REASON_UNAUTHENTICATED
-		return prio, nil, outcome{statusClientErr, http.StatusUnauthorized}, false
+		return prio, weight, nil, outcome{statusClientErr, http.StatusUnauthorized}, false
 	}
 	if t != nil {
 		ev.Tenant = t.Name
-		prio = t.Priority
+		prio, weight = t.Priority, t.Weight
 	}
 	if g.cfg.priorityHeader {
 		p, err := shed.ParsePriority(r.Header.Get(HeaderPriority))
 		if err != nil {
-			return prio, nil, clientError(w, 400, "invalid_header", HeaderPriority, "header "+HeaderPriority+": "+err.Error()), false
+			return prio, weight, nil, clientError(w, 400, "invalid_header", HeaderPriority, "header "+HeaderPriority+": "+err.Error()), false
 		}
 		if t == nil || p < prio {
 			prio = p
@@ -67,15 +68,15 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ev *schemas.
 	}
 	ev.Priority = schemas.Priority(int32(prio) + 1) // shed.Low..High -> PRIORITY_LOW..HIGH
 	if t == nil {
-		return prio, nil, outcome{}, true
+		return prio, weight, nil, outcome{}, true
 	}
 	if allowed, after := t.Allow(g.cfg.now()); !allowed {
-		return prio, nil, g.tenantLimited(w, ev, t, "tenant_rate", after), false
+		return prio, weight, nil, g.tenantLimited(w, ev, t, "tenant_rate", after), false
 	}
 	if !t.Start() {
-		return prio, nil, g.tenantLimited(w, ev, t, "tenant_concurrency", time.Second), false
+		return prio, weight, nil, g.tenantLimited(w, ev, t, "tenant_concurrency", time.Second), false
 	}
-	return prio, t.Done, outcome{}, true
+	return prio, weight, t.Done, outcome{}, true
 }
 
 // keyTenant returns the tenant of r's API key (nil without Tenants); with

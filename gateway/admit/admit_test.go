@@ -169,7 +169,7 @@ func warm(q *Queue, c *clock, perSecond int) {
 	q.SetCapacity(0)
 	n := perSecond * rateBuckets * int(rateWidth/time.Second)
 	for range n {
-		if err := q.Acquire(context.Background(), 1); err != nil {
+		if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 			panic(err)
 		}
 	}
@@ -190,13 +190,13 @@ func TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline(t *testing.T) {
 	c.set(time.Unix(1006, 0))
 	warm(q, c, 1) // 2 slots/s over the window: half a second per place
 	q.SetCapacity(1)
-	if err := q.Offer(1, nil); err != nil {
+	if err := q.Offer(Request{Priority: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var got []error
 	done := func(err error) { got = append(got, err) }
 	for i := range 6 { // places 1-6: 0.5 to 3 s predicted, within half the 6 s deadline
-		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+		if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 			t.Fatalf("offer %d: %v, want ErrQueued", i, err)
 		}
 	}
@@ -223,12 +223,12 @@ func TestQueueAdmitsToCapacityThenRejectsAtOnceWithoutReleases(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
 	q.SetCapacity(2)
 	for range 2 {
-		if err := q.Acquire(context.Background(), 1); err != nil {
+		if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Nothing was released lately: waiting would be a guess, reject now.
-	if err := q.Acquire(context.Background(), 1); !errors.Is(err, ErrWait) {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); !errors.Is(err, ErrWait) {
 		t.Fatalf("third acquire: %v, want ErrWait", err)
 	}
 }
@@ -238,14 +238,14 @@ func TestQueueOrder(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
 	warm(q, c, 100)
 	q.SetCapacity(1)
-	if err := q.Acquire(context.Background(), 1); err != nil {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	admitted := make([]chan struct{}, 3)
 	for i, p := range []int{0, 2, 1} {
 		admitted[i] = make(chan struct{})
 		go func() {
-			if err := q.Acquire(context.Background(), p); err != nil {
+			if err := q.Acquire(context.Background(), Request{Priority: p}); err != nil {
 				t.Errorf("priority %d: %v", p, err)
 			}
 			close(admitted[i])
@@ -268,20 +268,20 @@ func TestQueueRejectsPredictedLongWait(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: 200 * time.Millisecond}, c.now)
 	warm(q, c, 20) // 20 slots/s: 50 ms per place in the queue
 	q.SetCapacity(1)
-	if err := q.Acquire(context.Background(), 1); err != nil {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	errs := make(chan error, 2)
 	for i := range 2 { // places 1 and 2: 50 and 100 ms
-		go func() { errs <- q.Acquire(context.Background(), 1) }()
+		go func() { errs <- q.Acquire(context.Background(), Request{Priority: 1}) }()
 		waitLen(t, q, i+1)
 	}
-	if err := q.Acquire(context.Background(), 1); !errors.Is(err, ErrWait) {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); !errors.Is(err, ErrWait) {
 		t.Fatalf("third in line (150 ms predicted, half the deadline 100 ms): %v", err)
 	}
 	// A high-priority request goes ahead of both: admitted to the queue.
 	high := make(chan error, 1)
-	go func() { high <- q.Acquire(context.Background(), 2) }()
+	go func() { high <- q.Acquire(context.Background(), Request{Priority: 2}) }()
 	waitLen(t, q, 3)
 	q.Release()
 	if err := <-high; err != nil {
@@ -301,18 +301,18 @@ func TestQueueTimeoutAndFull(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: 20 * time.Millisecond, MaxQueue: 1}, c.now)
 	warm(q, c, 1000)
 	q.SetCapacity(1)
-	if err := q.Acquire(context.Background(), 1); err != nil {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- q.Acquire(context.Background(), 0) }()
+	go func() { done <- q.Acquire(context.Background(), Request{Priority: 0}) }()
 	waitLen(t, q, 1)
-	if err := q.Acquire(context.Background(), 0); !errors.Is(err, ErrQueueFull) {
+	if err := q.Acquire(context.Background(), Request{Priority: 0}); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("second waiter in a queue of 1: %v", err)
 	}
 	// A higher priority evicts the low one.
 	hi := make(chan error, 1)
-	go func() { hi <- q.Acquire(context.Background(), 2) }()
+	go func() { hi <- q.Acquire(context.Background(), Request{Priority: 2}) }()
 	if err := <-done; !errors.Is(err, ErrEvicted) {
 		t.Fatalf("low waiter: %v, want ErrEvicted", err)
 	}
@@ -329,12 +329,12 @@ func TestQueueCanceled(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
 	warm(q, c, 1000)
 	q.SetCapacity(1)
-	if err := q.Acquire(context.Background(), 1); err != nil {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- q.Acquire(ctx, 1) }()
+	go func() { done <- q.Acquire(ctx, Request{Priority: 1}) }()
 	waitLen(t, q, 1)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -351,11 +351,11 @@ func TestQueueCapacityRaiseAdmits(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
 	warm(q, c, 1000)
 	q.SetCapacity(1)
-	if err := q.Acquire(context.Background(), 1); err != nil {
+	if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- q.Acquire(context.Background(), 1) }()
+	go func() { done <- q.Acquire(context.Background(), Request{Priority: 1}) }()
 	waitLen(t, q, 1)
 	q.SetCapacity(2)
 	if err := <-done; err != nil {
@@ -372,7 +372,7 @@ func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: 10 * time.Second}, c.now)
 	warm(q, c, 1)
 	q.SetCapacity(1)
-	if err := q.Offer(1, nil); err != nil {
+	if err := q.Offer(Request{Priority: 1}, nil); err != nil {
 		t.Fatalf("first offer: %v", err)
 	}
 	var got []error
@@ -381,7 +381,7 @@ func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
 		_ = q.Len() // takes the lock: answered outside it
 	}
 	for i := range 2 {
-		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+		if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 			t.Fatalf("offer %d: %v, want ErrQueued", i, err)
 		}
 	}
@@ -409,22 +409,22 @@ func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	q := NewQueue(QueueConfig{Timeout: 4 * time.Second}, c.now)
 	warm(q, c, 2) // 2 slots/s: half a second per place in the queue
 	q.SetCapacity(1)
-	if err := q.Offer(1, nil); err != nil {
+	if err := q.Offer(Request{Priority: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var got []error
 	done := func(err error) { got = append(got, err) }
-	if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 		t.Fatalf("place 1 in a fresh queue: %v, want ErrQueued", err)
 	}
 	c.set(c.now().Add(3 * time.Second)) // not drained for 3 s: not yet standing
 	for i := range 2 {                  // places 2 and 3: 1 and 1.5 s, within half the deadline (2 s)
-		if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+		if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 			t.Fatalf("offer %d after 3 s: %v, want ErrQueued", i, err)
 		}
 	}
 	c.set(c.now().Add(1100 * time.Millisecond)) // standing for more than the deadline
-	if err := q.Offer(1, done); !errors.Is(err, ErrWait) {
+	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrWait) {
 		t.Fatalf("place 4 in a standing queue: %v, want ErrWait (an eighth of the deadline is 0.5 s)", err)
 	}
 	q.Expire() // place 1: past its deadline; 2: 0.5 s, kept; 3: 1 s, rejected
@@ -433,7 +433,7 @@ func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	}
 	q.Release() // admits place 2: the queue drained
 	c.set(c.now().Add(time.Second))
-	if err := q.Offer(1, done); !errors.Is(err, ErrQueued) {
+	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 		t.Fatalf("after the queue drained: %v, want ErrQueued", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -11,7 +13,8 @@ import (
 // Rejections of Acquire, matched with errors.Is.
 var (
 	// ErrQueueFull: the queue holds MaxQueue requests of the same or a
-	// higher priority.
+	// higher priority, and none of another tenant with more waiting for
+	// its weight.
 	ErrQueueFull = errors.New("admission queue full")
 	// ErrWait: the predicted wait for a slot exceeds the deadline (or
 	// no slot has been freed lately), so the request is rejected at once
@@ -19,9 +22,10 @@ var (
 	ErrWait = errors.New("predicted admission wait exceeds the deadline")
 	// ErrTimeout: the request waited its deadline without a slot.
 	ErrTimeout = errors.New("admission deadline passed")
-	// ErrEvicted: a higher-priority request took the queued request's
-	// place in a full queue.
-	ErrEvicted = errors.New("evicted from the admission queue by a higher priority")
+	// ErrEvicted: a higher-priority request, or one of a tenant with
+	// fewer waiting for its weight, took the queued request's place in a
+	// full queue.
+	ErrEvicted = errors.New("evicted from the admission queue by a higher priority or a lighter tenant")
 )
 
 // Priorities are 0 (lowest) to Priorities-1 (highest).
@@ -52,14 +56,30 @@ const (
 )
 
 // Queue admits up to Capacity requests at once and queues the rest, by
-// priority and then arrival, for at most Timeout each. A request is
-// rejected at once when the queue is full of requests of its priority or
-// higher (a lower-priority one is evicted to make room otherwise), or
-// when the wait it would have, its place in the queue over the rate at
-// which slots were freed in the last 8 seconds, exceeds half Timeout (an
+// priority and, within a priority, fairly between tenants (see Request),
+// for at most Timeout each. A request is rejected at once when the queue
+// is full (a lower-priority waiter, else the newest waiter of the tenant
+// with the most waiting for its weight, is evicted to make room when
+// that is not the request's own), or when the wait it would have — its
+// place in the order the queue would admit its waiters, over the rate at
+// which slots were freed in the last 8 seconds — exceeds half Timeout (an
 // eighth of it while the queue stands, see bound): so nearly every
 // rejection is immediate, and a queued request is nearly always served.
 // Safe for concurrent use.
+//
+// Fairness is start-time fair queuing (SFQ) over one queue per tenant
+// within each priority, as Kubernetes API Priority and Fairness queues
+// per flow: a request queued by tenant f gets the start tag max(V,
+// F_f), where V is the tag of the request last admitted from its
+// priority and F_f the tag after f's previous one, and F_f becomes the
+// start tag plus 1/weight; the waiter with the lowest tag is admitted
+// first. So backlogged tenants are admitted in proportion to their
+// weights, a tenant that asks less than its share waits behind at most
+// one request of each other tenant, and a tenant alone (or with the
+// others idle) is admitted as fast as slots free: the idle share is
+// borrowed, and banks no credit while idle. Tenants come from the
+// operator's key file, so there is a queue per tenant rather than
+// shuffle sharding (which APF needs for unbounded flows).
 type Queue struct {
 	cfg QueueConfig
 	now func() time.Time
@@ -67,8 +87,9 @@ type Queue struct {
 	mu       sync.Mutex
 	capacity int // <= 0: no limit
 	inflight int
-	waiting  [Priorities][]*waiter // FIFO per priority
+	bands    [Priorities]band
 	queued   int
+	seq      uint64 // arrival order, for ties between equal tags
 	relEpoch [rateBuckets]int64
 	relN     [rateBuckets]int
 	calls    []call // answers to make once q.mu is released (unlock)
@@ -77,11 +98,49 @@ type Queue struct {
 	standing time.Time
 }
 
+// Request is what the queue knows of a request.
+type Request struct {
+	// Priority is 0 (lowest) to Priorities-1 (highest), clamped.
+	Priority int
+	// Tenant names the request's flow: requests of one tenant and
+	// priority wait in one FIFO, and the flows of a priority share its
+	// admissions by Weight. "" is a flow too (requests without a tenant).
+	Tenant string
+	// Weight is the tenant's share relative to the other tenants of its
+	// priority; <= 0 (or not finite) is 1.
+	Weight float64
+}
+
+// band is the waiters of one priority, a FIFO per tenant.
+type band struct {
+	flows  map[string]*flow
+	active []*flow // the flows with waiters
+	n      int     // waiters
+	v      float64 // virtual time: the start tag of the last admitted
+}
+
+// flow is one tenant's queue in a band.
+type flow struct {
+	tenant  string
+	weight  float64
+	finish  float64   // the tag after its last queued request
+	waiting []*waiter // by start tag (= arrival)
+}
+
 type waiter struct {
 	ch       chan error  // Acquire's: buffered; nil error: admitted
 	fn       func(error) // Offer's
 	prio     int
+	flow     *flow
+	start    float64 // SFQ start tag
+	seq      uint64
 	deadline time.Time
+	gone     bool // answered by Expire (while it rebuilds the flows)
+}
+
+// before reports whether w is admitted before x (same band).
+func (w *waiter) before(x *waiter) bool {
+	return w.start < x.start || (w.start == x.start && w.seq < x.seq)
 }
 
 // call is an answer to an Offer's waiter, made after q.mu is released.
@@ -131,6 +190,16 @@ func (q *Queue) Len() int {
 	return q.queued
 }
 
+// Waiting returns the requests of tenant waiting at priority prio.
+func (q *Queue) Waiting(prio int, tenant string) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if f := q.bands[min(max(prio, 0), Priorities-1)].flows[tenant]; f != nil {
+		return len(f.waiting)
+	}
+	return 0
+}
+
 // InFlight returns the requests admitted and not released.
 func (q *Queue) InFlight() int {
 	q.mu.Lock()
@@ -138,13 +207,13 @@ func (q *Queue) InFlight() int {
 	return q.inflight
 }
 
-// Acquire admits a request of priority prio (clamped to 0..Priorities-1),
-// waiting if it must; every nil return must be paired with one Release.
-// It returns ErrQueueFull, ErrWait, ErrTimeout or ErrEvicted when the
-// request is rejected, or ctx's error when ctx ends first.
-func (q *Queue) Acquire(ctx context.Context, prio int) error {
+// Acquire admits r, waiting if it must; every nil return must be paired
+// with one Release. It returns ErrQueueFull, ErrWait, ErrTimeout or
+// ErrEvicted when the request is rejected, or ctx's error when ctx ends
+// first.
+func (q *Queue) Acquire(ctx context.Context, r Request) error {
 	q.mu.Lock()
-	w, err := q.enter(prio)
+	w, err := q.enter(r)
 	if w == nil {
 		q.unlock()
 		return err
@@ -183,16 +252,16 @@ func (q *Queue) Acquire(ctx context.Context, prio int) error {
 var ErrQueued = errors.New("queued for admission")
 
 // Offer is Acquire for callers that cannot block, such as a simulation
-// on a virtual clock: it admits a request of priority prio at once (nil),
-// rejects it at once (ErrQueueFull, ErrWait), or queues it (ErrQueued)
-// and later calls done exactly once, outside the queue's lock: with nil
-// when it is admitted (pair it with one Release), or with ErrWait or
-// ErrTimeout when Expire finds that it cannot be admitted by its
-// deadline, or ErrEvicted. The same rules decide as for Acquire; the
-// caller calls Expire at least as often as it wants deadlines kept.
-func (q *Queue) Offer(prio int, done func(error)) error {
+// on a virtual clock: it admits r at once (nil), rejects it at once
+// (ErrQueueFull, ErrWait), or queues it (ErrQueued) and later calls done
+// exactly once, outside the queue's lock: with nil when it is admitted
+// (pair it with one Release), or with ErrWait or ErrTimeout when Expire
+// finds that it cannot be admitted by its deadline, or ErrEvicted. The
+// same rules decide as for Acquire; the caller calls Expire at least as
+// often as it wants deadlines kept.
+func (q *Queue) Offer(r Request, done func(error)) error {
 	q.mu.Lock()
-	w, err := q.enter(prio)
+	w, err := q.enter(r)
 	if w == nil {
 		q.unlock()
 		return err
@@ -204,34 +273,78 @@ func (q *Queue) Offer(prio int, done func(error)) error {
 
 // enter admits a request at once (nil waiter and error), rejects it
 // (nil waiter, the error), or queues it and returns its waiter; q.mu
-// held.
-func (q *Queue) enter(prio int) (*waiter, error) {
-	prio = min(max(prio, 0), Priorities-1)
+// held. A request whose predicted wait exceeds the bound is rejected
+// here, on entry, by the rule Expire applies to waiters every tick.
+func (q *Queue) enter(r Request) (*waiter, error) {
+	prio := min(max(r.Priority, 0), Priorities-1)
 	if q.capacity <= 0 || (q.inflight < q.capacity && q.queued == 0) {
 		q.inflight++
 		return nil, nil
 	}
-	ahead := 0
-	for p := prio; p < Priorities; p++ {
-		ahead += len(q.waiting[p])
+	b := &q.bands[prio]
+	f := b.flow(r.Tenant, r.Weight)
+	start := max(b.v, f.finish)
+	ahead := b.ahead(start, f)
+	for p := prio + 1; p < Priorities; p++ {
+		ahead += q.bands[p].n
 	}
-	if ahead >= q.cfg.MaxQueue {
-		return nil, ErrQueueFull
+	var vb *band // full: the band and flow whose newest waiter makes room
+	var vf *flow
+	if q.queued >= q.cfg.MaxQueue {
+		if vb, vf = q.victim(prio, f); vf == nil {
+			return nil, ErrQueueFull
+		}
 	}
 	now := q.now()
 	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.bound(now) {
 		return nil, ErrWait
 	}
-	if q.queued >= q.cfg.MaxQueue {
-		q.evictLowest(prio)
+	if vf != nil {
+		q.evict(vb, vf)
 	}
-	w := &waiter{prio: prio, deadline: now.Add(q.cfg.Timeout)}
-	q.waiting[prio] = append(q.waiting[prio], w)
+	q.seq++
+	w := &waiter{prio: prio, flow: f, start: start, seq: q.seq, deadline: now.Add(q.cfg.Timeout)}
+	f.finish = start + 1/f.weight
+	if len(f.waiting) == 0 {
+		b.active = append(b.active, f)
+	}
+	f.waiting = append(f.waiting, w)
+	b.n++
 	if q.queued == 0 {
 		q.standing = now
 	}
 	q.queued++
 	return w, nil
+}
+
+// flow returns tenant's flow in b, made if new, with its weight set.
+func (b *band) flow(tenant string, weight float64) *flow {
+	if !(weight > 0) || math.IsInf(weight, 1) {
+		weight = 1
+	}
+	f := b.flows[tenant]
+	if f == nil {
+		if b.flows == nil {
+			b.flows = map[string]*flow{}
+		}
+		f = &flow{tenant: tenant, finish: b.v}
+		b.flows[tenant] = f
+	}
+	f.weight = weight
+	return f
+}
+
+// ahead counts the waiters of b that would be admitted before a new
+// request of f with start tag start: all of f's, and those of the other
+// flows with a tag up to start (a tie goes to the earlier arrival).
+func (b *band) ahead(start float64, f *flow) int {
+	n := len(f.waiting)
+	for _, g := range b.active {
+		if g != f {
+			n += sort.Search(len(g.waiting), func(i int) bool { return g.waiting[i].start > start })
+		}
+	}
+	return n
 }
 
 // bound is the longest wait, in seconds, a request may be predicted to
@@ -251,8 +364,8 @@ func (q *Queue) bound(now time.Time) float64 {
 	return q.cfg.Timeout.Seconds() / 2
 }
 
-// Release ends an admitted request: its slot goes to the first waiting
-// request of the highest priority, if any fits.
+// Release ends an admitted request: its slot goes to the waiting request
+// of the highest priority with the lowest start tag, if any fits.
 func (q *Queue) Release() {
 	q.mu.Lock()
 	q.inflight--
@@ -265,17 +378,53 @@ func (q *Queue) Release() {
 func (q *Queue) grant() {
 	for q.queued > 0 && (q.capacity <= 0 || q.inflight < q.capacity) {
 		for p := Priorities - 1; p >= 0; p-- {
-			if len(q.waiting[p]) == 0 {
+			b := &q.bands[p]
+			if b.n == 0 {
 				continue
 			}
-			w := q.waiting[p][0]
-			q.waiting[p][0] = nil
-			q.waiting[p] = q.waiting[p][1:]
+			var next *flow
+			for _, f := range b.active {
+				if next == nil || f.waiting[0].before(next.waiting[0]) {
+					next = f
+				}
+			}
+			w := next.waiting[0]
+			b.v = w.start
+			b.take(next, 0)
 			q.queued--
 			q.inflight++
 			q.answer(w, nil)
 			break
 		}
+	}
+}
+
+// take removes f's i-th waiter from b; q.mu held.
+func (b *band) take(f *flow, i int) {
+	w := f.waiting[i]
+	copy(f.waiting[i:], f.waiting[i+1:])
+	f.waiting[len(f.waiting)-1] = nil
+	f.waiting = f.waiting[:len(f.waiting)-1]
+	b.n--
+	if i == len(f.waiting) && f.finish == w.start+1/f.weight {
+		// Its newest left unserved: give its virtual time back.
+		f.finish = w.start
+	}
+	if len(f.waiting) == 0 {
+		b.deactivate(f)
+	}
+}
+
+// deactivate takes f, which has no waiters left, out of b's active
+// flows, and forgets it once it holds no credit ahead of b's virtual
+// time (it is made again, equal, when its tenant next queues).
+func (b *band) deactivate(f *flow) {
+	if i := slices.Index(b.active, f); i >= 0 {
+		b.active = slices.Delete(b.active, i, i+1)
+	}
+	f.waiting = nil
+	if f.finish <= b.v {
+		delete(b.flows, f.tenant)
 	}
 }
 
@@ -302,11 +451,12 @@ func (q *Queue) unlock() {
 
 // Expire rejects every waiting request whose deadline has passed (with
 // ErrTimeout; Acquire's own timer does it for its waiters too) or whose
-// predicted wait (its place among the waiting requests of its priority
-// or higher over the rate slots were freed lately) exceeds the time left
-// to its deadline (with ErrWait): it would be rejected at the deadline
-// anyway, and a 429 now lets its client retry elsewhere sooner. The
-// gateway calls it every tick.
+// predicted wait (its place in the order the queue admits its waiters,
+// over the rate slots were freed lately) exceeds the time left to its
+// deadline (with ErrWait): it would be rejected at the deadline anyway,
+// and a 429 now lets its client retry elsewhere sooner. enter applies
+// the same rule, with the bound for the time left, to a request as it
+// arrives. The gateway calls it every tick.
 func (q *Queue) Expire() {
 	q.mu.Lock()
 	defer q.unlock()
@@ -319,55 +469,105 @@ func (q *Queue) Expire() {
 		bound = b // a standing queue: drain it to the short bound
 	}
 	ahead := 0
+	var order []*waiter
 	for p := Priorities - 1; p >= 0; p-- {
-		ws := q.waiting[p][:0]
-		for _, w := range q.waiting[p] {
+		b := &q.bands[p]
+		if b.n == 0 {
+			continue
+		}
+		order = order[:0]
+		for _, f := range b.active {
+			order = append(order, f.waiting...)
+		}
+		slices.SortFunc(order, func(x, y *waiter) int {
+			if x.before(y) {
+				return -1
+			}
+			return 1
+		})
+		rejected := false
+		for _, w := range order {
 			left := min(w.deadline.Sub(now).Seconds(), bound)
 			switch {
 			case left <= 0:
-				q.queued--
+				w.gone = true
 				q.answer(w, ErrTimeout)
-				continue
 			case rate > 0 && float64(ahead+1)/rate > left:
-				q.queued--
+				w.gone = true
 				q.answer(w, ErrWait)
+			default:
+				ahead++
 				continue
 			}
-			ws = append(ws, w)
-			ahead++
+			rejected = true
+			q.queued--
 		}
-		clear(q.waiting[p][len(ws):])
-		q.waiting[p] = ws
+		if rejected {
+			b.sweep()
+		}
 	}
 }
 
-// evictLowest rejects the newest waiter of the lowest priority below
-// prio, if any; q.mu held.
-func (q *Queue) evictLowest(prio int) {
-	for p := 0; p < prio; p++ {
-		if n := len(q.waiting[p]); n > 0 {
-			w := q.waiting[p][n-1]
-			q.waiting[p][n-1] = nil
-			q.waiting[p] = q.waiting[p][:n-1]
-			q.queued--
-			q.answer(w, ErrEvicted)
-			return
+// sweep takes the waiters Expire answered out of b's flows; q.mu held.
+func (b *band) sweep() {
+	for _, f := range slices.Clone(b.active) {
+		for i := len(f.waiting) - 1; i >= 0; i-- {
+			if f.waiting[i].gone {
+				b.take(f, i)
+			}
 		}
 	}
+}
+
+// victim picks the waiter a request of priority prio and flow f takes
+// the place of in a full queue, as the band and flow whose newest waiter
+// it is (nil flow: none): the newest of the lowest priority below prio,
+// else, in f's band, the newest of the flow with the most waiters for
+// its weight if that is another flow and heavier than f would be with
+// the request, so that a tenant flooding the queue loses its own newest
+// waiters to the others' requests; q.mu held.
+func (q *Queue) victim(prio int, f *flow) (*band, *flow) {
+	for p := 0; p < prio; p++ {
+		b := &q.bands[p]
+		if b.n == 0 {
+			continue
+		}
+		var last *flow
+		for _, g := range b.active {
+			if last == nil || last.waiting[len(last.waiting)-1].before(g.waiting[len(g.waiting)-1]) {
+				last = g
+			}
+		}
+		return b, last
+	}
+	b := &q.bands[prio]
+	var heavy *flow
+	for _, g := range b.active {
+		if heavy == nil || float64(len(g.waiting))/g.weight > float64(len(heavy.waiting))/heavy.weight {
+			heavy = g
+		}
+	}
+	if heavy == nil || heavy == f || float64(len(heavy.waiting))/heavy.weight <= float64(len(f.waiting)+1)/f.weight {
+		return nil, nil
+	}
+	return b, heavy
+}
+
+// evict rejects f's newest waiter with ErrEvicted; q.mu held.
+func (q *Queue) evict(b *band, f *flow) {
+	w := f.waiting[len(f.waiting)-1]
+	b.take(f, len(f.waiting)-1)
+	q.queued--
+	q.answer(w, ErrEvicted)
 }
 
 // remove takes w out of the queue, reporting whether it was there; q.mu
 // held.
 func (q *Queue) remove(w *waiter) bool {
-	ws := q.waiting[w.prio]
-	for i, x := range ws {
-		if x == w {
-			copy(ws[i:], ws[i+1:])
-			ws[len(ws)-1] = nil
-			q.waiting[w.prio] = ws[:len(ws)-1]
-			q.queued--
-			return true
-		}
+	if i := slices.Index(w.flow.waiting, w); i >= 0 {
+		q.bands[w.prio].take(w.flow, i)
+		q.queued--
+		return true
 	}
 	return false
 }

@@ -12,6 +12,7 @@
 //	    rate: 20                # requests per second; 0: unlimited
 //	    burst: 40               # bucket size; default max(rate, 1)
 //	    max_concurrency: 10     # requests in flight; 0: unlimited
+//	    weight: 2               # share of admission among its priority's tenants; default 1
 //	    keys:                   # sha256 hex of each API key
 //	      - 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
 //
@@ -45,7 +46,11 @@ type Tenant struct {
 	Rate           float64 // requests per second; 0: unlimited
 	Burst          float64
 	MaxConcurrency int64 // 0: unlimited
-	st             *state
+	// Weight is the tenant's share of the admission queue's slots
+	// relative to the other tenants of its priority while they contend
+	// (admit.Request.Weight); default 1.
+	Weight float64
+	st     *state
 }
 
 // state is a tenant's live state, kept across reloads by name.
@@ -120,6 +125,7 @@ type fileTenant struct {
 	Rate           float64  `yaml:"rate"`
 	Burst          float64  `yaml:"burst"`
 	MaxConcurrency int64    `yaml:"max_concurrency"`
+	Weight         *float64 `yaml:"weight"`
 	Keys           []string `yaml:"keys"`
 }
 
@@ -158,7 +164,14 @@ func Parse(b []byte, prev *Set) (*Set, error) {
 		if !(ft.Rate >= 0) || math.IsInf(ft.Rate, 0) || !(ft.Burst >= 0) || math.IsInf(ft.Burst, 0) || ft.MaxConcurrency < 0 {
 			return nil, fmt.Errorf("%w: tenant %q: rate, burst and max_concurrency must be finite and >= 0", ErrInvalid, ft.Name)
 		}
-		t := &Tenant{Name: ft.Name, Priority: prio, Rate: ft.Rate, Burst: ft.Burst, MaxConcurrency: ft.MaxConcurrency, st: old[ft.Name]}
+		weight := 1.0
+		if ft.Weight != nil {
+			weight = *ft.Weight
+			if !(weight > 0) || math.IsInf(weight, 0) {
+				return nil, fmt.Errorf("%w: tenant %q: weight must be finite and > 0", ErrInvalid, ft.Name)
+			}
+		}
+		t := &Tenant{Name: ft.Name, Priority: prio, Rate: ft.Rate, Burst: ft.Burst, MaxConcurrency: ft.MaxConcurrency, Weight: weight, st: old[ft.Name]}
 		if t.Burst == 0 {
 			t.Burst = max(t.Rate, 1)
 		}

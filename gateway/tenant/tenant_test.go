@@ -21,10 +21,10 @@ func TestParseGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	acme, free := s.Lookup("sk-acme"), s.Lookup("sk-free")
-	if acme == nil || acme.Name != "acme" || acme.Priority != shed.High || acme.MaxConcurrency != 2 {
+	if acme == nil || acme.Name != "acme" || acme.Priority != shed.High || acme.MaxConcurrency != 2 || acme.Weight != 3 {
 		t.Fatalf("acme: %+v", acme)
 	}
-	if free == nil || free.Name != "free" || free.Priority != shed.Low || free.Rate != 1 || free.Burst != 2 {
+	if free == nil || free.Name != "free" || free.Priority != shed.Low || free.Rate != 1 || free.Burst != 2 || free.Weight != 1 {
 		t.Fatalf("free: %+v", free)
 	}
 	if s.Lookup("sk-other") != nil || s.Lookup("") != nil {
@@ -35,18 +35,21 @@ func TestParseGood(t *testing.T) {
 func TestParseBad(t *testing.T) {
 	key := HashKey("k")
 	for name, file := range map[string]string{
-		"not yaml":       "tenants: [",
-		"unknown field":  "tenants:\n  - name: a\n    keys: [" + key + "]\n    colour: red\n",
-		"no name":        "tenants:\n  - keys: [" + key + "]\n",
-		"twice":          "tenants:\n  - name: a\n    keys: [" + key + "]\n  - name: a\n    keys: [" + HashKey("j") + "]\n",
-		"no keys":        "tenants:\n  - name: a\n",
-		"raw key":        "tenants:\n  - name: a\n    keys: [sk-live-123]\n",
-		"long key":       "tenants:\n  - name: a\n    keys: [" + key + "00]\n",
-		"not hex":        "tenants:\n  - name: a\n    keys: [" + strings.Repeat("z", 64) + "]\n",
-		"shared key":     "tenants:\n  - name: a\n    keys: [" + key + "]\n  - name: b\n    keys: [" + key + "]\n",
-		"bad priority":   "tenants:\n  - name: a\n    priority: urgent\n    keys: [" + key + "]\n",
-		"negative rate":  "tenants:\n  - name: a\n    rate: -1\n    keys: [" + key + "]\n",
-		"negative limit": "tenants:\n  - name: a\n    max_concurrency: -1\n    keys: [" + key + "]\n",
+		"not yaml":        "tenants: [",
+		"unknown field":   "tenants:\n  - name: a\n    keys: [" + key + "]\n    colour: red\n",
+		"no name":         "tenants:\n  - keys: [" + key + "]\n",
+		"twice":           "tenants:\n  - name: a\n    keys: [" + key + "]\n  - name: a\n    keys: [" + HashKey("j") + "]\n",
+		"no keys":         "tenants:\n  - name: a\n",
+		"raw key":         "tenants:\n  - name: a\n    keys: [sk-live-123]\n",
+		"long key":        "tenants:\n  - name: a\n    keys: [" + key + "00]\n",
+		"not hex":         "tenants:\n  - name: a\n    keys: [" + strings.Repeat("z", 64) + "]\n",
+		"shared key":      "tenants:\n  - name: a\n    keys: [" + key + "]\n  - name: b\n    keys: [" + key + "]\n",
+		"bad priority":    "tenants:\n  - name: a\n    priority: urgent\n    keys: [" + key + "]\n",
+		"negative rate":   "tenants:\n  - name: a\n    rate: -1\n    keys: [" + key + "]\n",
+		"negative limit":  "tenants:\n  - name: a\n    max_concurrency: -1\n    keys: [" + key + "]\n",
+		"zero weight":     "tenants:\n  - name: a\n    weight: 0\n    keys: [" + key + "]\n",
+		"negative weight": "tenants:\n  - name: a\n    weight: -2\n    keys: [" + key + "]\n",
+		"infinite weight": "tenants:\n  - name: a\n    weight: .inf\n    keys: [" + key + "]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Parse([]byte(file), nil); !errors.Is(err, ErrInvalid) {

@@ -105,7 +105,7 @@ func (p *switchyard) feedAdmission(g *gateway, e, slots int, r *des.Request, o d
 // send it to, des.Held while it waits, or -1 when it is rejected or no
 // engine can take it.
 func (p *switchyard) admit(g *gateway, r *des.Request) int {
-	err := g.adm.q.Offer(gatewayPriority, func(err error) { p.admitted(g, r, err) })
+	err := g.adm.q.Offer(admit.Request{Priority: gatewayPriority}, func(err error) { p.admitted(g, r, err) })
 	switch {
 	case err == nil:
 		return p.place(g, r, nil)
