@@ -3,9 +3,12 @@ package httpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -117,9 +120,26 @@ func Harden(srv *http.Server, l BodyLimits) {
 
 // writeJSONError writes an OpenAI-style error.
 func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
+	b := errorBody(code, msg)
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(`{"error":{"message":"` + msg + `","type":"invalid_request_error","param":null,"code":"` + code + `"}}` + "\n"))
+	_, _ = w.Write(b)
+}
+
+// errorBody is an OpenAI-style error body of type invalid_request_error,
+// ending in a newline.
+func errorBody(code, msg string) []byte {
+	type apiError struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	}
+	b, _ := json.Marshal(struct {
+		Error apiError `json:"error"`
+	}{apiError{Message: strings.ToValidUTF8(msg, ""), Type: "invalid_request_error", Code: code}})
+	return append(b, '\n')
 }
 
 type guardKey struct{}
@@ -197,6 +217,95 @@ func (c *guardConn) Read(p []byte) (int, error) {
 		c.conflict.Store(true)
 	}
 	return n, err
+}
+
+// Write passes p on, except the error responses net/http writes itself
+// before any handler runs (a malformed head: two Content-Lengths, an
+// unknown Transfer-Encoding, no Host, a head too large, an Expect it
+// does not know), which it rewrites from text/plain into OpenAI-style
+// JSON (stdErrorJSON), so that every error the HTTP layer answers is one
+// an OpenAI SDK reads.
+func (c *guardConn) Write(p []byte) (int, error) {
+	if out, ok := stdErrorJSON(p); ok {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// stdErrorHeaders follow the status line of net/http's own error
+// responses (net/http server.go, conn.serve): in this order no handler's
+// response has them, since net/http sorts a response's header lines
+// (Connection before Content-Type).
+const stdErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+
+// stdExpectationFailed starts net/http's answer to an Expect other than
+// 100-continue: 417, Connection: close, a Date, an empty body
+// (stdEmptyEnd). A handler's empty 417 that closes the connection reads
+// the same and is rewritten too.
+const (
+	stdExpectationFailed = "HTTP/1.1 417 Expectation Failed\r\nConnection: close\r\n"
+	stdEmptyEnd          = "\r\nContent-Length: 0\r\n\r\n"
+)
+
+// stdErrorJSON returns the OpenAI-style equivalent of p when p is one of
+// net/http's own error responses (see guardConn.Write): the same status
+// and Connection: close, the text net/http gives as the message.
+func stdErrorJSON(p []byte) ([]byte, bool) {
+	const proto = "HTTP/1.1 "
+	if len(p) < len(proto)+3 || string(p[:len(proto)]) != proto {
+		return nil, false
+	}
+	status, err := strconv.Atoi(string(p[len(proto) : len(proto)+3]))
+	if err != nil || status < 400 || status > 599 {
+		return nil, false
+	}
+	var msg string
+	switch {
+	case bytes.HasPrefix(p, []byte(stdExpectationFailed)) && bytes.HasSuffix(p, []byte(stdEmptyEnd)) &&
+		bytes.Count(p, []byte("\r\n\r\n")) == 1 && !bytes.Contains(p, []byte("\r\nContent-Type:")):
+		msg = "the Expect header must be 100-continue or absent"
+	default:
+		eol := bytes.Index(p, []byte("\r\n"))
+		if eol < 0 || !bytes.HasPrefix(p[eol:], []byte(stdErrorHeaders)) {
+			return nil, false
+		}
+		msg = string(p[eol+len(stdErrorHeaders):])
+		// "400 Bad Request: missing required Host header" -> the part
+		// after the status.
+		if i := strings.Index(msg, ": "); i >= 0 && strings.HasPrefix(msg, strconv.Itoa(status)+" ") {
+			msg = msg[i+2:]
+		}
+	}
+	body := errorBody(stdErrorCode(status), msg)
+	out := make([]byte, 0, 128+len(body))
+	out = append(out, proto...)
+	out = strconv.AppendInt(out, int64(status), 10)
+	out = append(out, ' ')
+	out = append(out, http.StatusText(status)...)
+	out = append(out, "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: "...)
+	out = strconv.AppendInt(out, int64(len(body)), 10)
+	out = append(out, "\r\n\r\n"...)
+	return append(out, body...), true
+}
+
+// stdErrorCode is the OpenAI error code of a status net/http answers a
+// malformed request with.
+func stdErrorCode(status int) string {
+	switch status {
+	case http.StatusRequestHeaderFieldsTooLarge:
+		return "request_header_too_large"
+	case http.StatusNotImplemented:
+		return "unsupported_transfer_encoding"
+	case http.StatusExpectationFailed:
+		return "expectation_failed"
+	case http.StatusHTTPVersionNotSupported:
+		return "http_version_not_supported"
+	default:
+		return "invalid_request"
+	}
 }
 
 // CloseWrite lets net/http half-close as it does with a *net.TCPConn.
