@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 )
 
@@ -46,6 +47,9 @@ func (g *Gateway) applyViewErr(v snapView) error {
 			checked = old.cw
 		}
 		if err := validateCluster(v.cw, checked); err != nil {
+			return err
+		}
+		if err := checkRegistered(g.cfg.registry, v.cw); err != nil {
 			return err
 		}
 	}
@@ -125,6 +129,21 @@ func (g *Gateway) applyViewErr(v snapView) error {
 	}
 	g.cur.Store(rt)
 	g.log.Info("snapshot applied", "version", rt.version, "engines", len(specs), "shed_fraction", rt.shed)
+	return nil
+}
+
+// checkRegistered reports the first engine of cw that reg (nil: none)
+// does not hold at its endpoint.
+func checkRegistered(reg *fleet.Registry, cw *clusterView) error {
+	if reg == nil {
+		return nil
+	}
+	for i := range cw.engines {
+		e := &cw.engines[i]
+		if err := reg.Check(e.id, e.url); err != nil {
+			return fmt.Errorf("%w: %w", ErrSnapshotUnregistered, err)
+		}
+	}
 	return nil
 }
 

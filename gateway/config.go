@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/httpserver"
@@ -113,6 +114,7 @@ type cfg struct {
 	snapshots         SnapshotSource
 	initial           *schemas.WeightSnapshot
 	snap              snapshotTrust // snapshot.go
+	registry          *fleet.Registry
 	events            EventSink
 	signals           SignalFetcher
 	engines           []StaticEngine
@@ -158,6 +160,13 @@ func Snapshots(src SnapshotSource) Opt { return opt(func(c *cfg) { c.snapshots =
 func InitialSnapshot(snap *schemas.WeightSnapshot) Opt {
 	return opt(func(c *cfg) { c.initial = snap })
 }
+
+// Registry is the engine registry: a snapshot naming an engine it does
+// not hold, or a registered engine at another endpoint, is rejected
+// (reason "unregistered") and the gateway keeps the one it holds, so it
+// never dials an endpoint outside the registry (docs/security.md#engine-registry).
+// Default nil: any engine a valid snapshot names.
+func Registry(reg *fleet.Registry) Opt { return opt(func(c *cfg) { c.registry = reg }) }
 
 // Events receives the routing events. Default none: events are dropped
 // and counted (switchyard_gateway_events_dropped_total).

@@ -39,6 +39,9 @@ var (
 	// ErrSnapshotFuture: the version or creation time is beyond the
 	// gateway's clock plus the maximum skew.
 	ErrSnapshotFuture = errors.New("snapshot dated in the future")
+	// ErrSnapshotUnregistered: a registry is configured and the snapshot
+	// names an engine it does not hold, or one at another endpoint.
+	ErrSnapshotUnregistered = errors.New("snapshot names an engine outside the registry")
 )
 
 // snapshotTrust is what the gateway checks of the snapshots it receives,
@@ -351,6 +354,8 @@ func rejectReason(err error) string {
 		return "signature"
 	case errors.Is(err, ErrSnapshotFuture):
 		return "future"
+	case errors.Is(err, ErrSnapshotUnregistered):
+		return "unregistered"
 	}
 	return "invalid"
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
@@ -50,6 +52,17 @@ type Config struct {
 	Settle time.Duration
 	// Settings configure the planner.
 	Settings plan.Settings
+	// Registry, when set, is the engine registry: estimates of engines it
+	// does not hold, or at another endpoint, are never planned, and a
+	// registered engine is planned at its registered endpoint, region
+	// and class. Default nil: any engine the estimates name.
+	Registry *fleet.Registry
+	// MaxGain bounds how much better than its baseline an engine's
+	// estimate may look before it is quarantined (fleet.Guard). Default
+	// 0: fleet.DefaultMaxGain with a registry, no bounds without one;
+	// above 1: these bounds, with or without a registry; negative: no
+	// plausibility bounds.
+	MaxGain float64
 	// Logger defaults to a discarding logger.
 	Logger *slog.Logger
 	// Registerer receives the loop's metrics; nil registers nothing.
@@ -100,6 +113,8 @@ type Optimizer struct {
 	tracer trace.Tracer
 
 	estimates, published, latest, dead atomic.Uint64
+	// guard filters every window's estimates (nil: none, see Config.MaxGain).
+	guard *fleet.Guard
 }
 
 // New returns an optimizer that consumes and dead-letters through cl,
@@ -121,7 +136,17 @@ func New(cl *kgo.Client, store Store, cfg Config) (*Optimizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
-	return &Optimizer{cfg: cfg, cl: cl, store: store, topics: topics, log: cfg.Logger, m: m, tracer: cfg.tracer()}, nil
+	o := &Optimizer{cfg: cfg, cl: cl, store: store, topics: topics, log: cfg.Logger, m: m, tracer: cfg.tracer()}
+	if cfg.MaxGain > 0 || cfg.Registry != nil {
+		gain := cfg.MaxGain
+		if gain < 0 {
+			gain = math.Inf(1)
+		}
+		if o.guard, err = fleet.NewGuard(cfg.Registry, gain); err != nil {
+			return nil, fmt.Errorf("optimizer: %w", err)
+		}
+	}
+	return o, nil
 }
 
 // Stats returns the counters.
@@ -210,6 +235,7 @@ func (o *Optimizer) loop(ctx context.Context, planner *plan.Planner, records <-c
 
 // round plans and publishes the window ending at end.
 func (o *Optimizer) round(ctx context.Context, planner *plan.Planner, end time.Time, ests []*schemas.Estimate) {
+	ests = o.screen(ests)
 	if uint64(end.UnixMilli()) <= o.latest.Load() {
 		planner.Apply(ests...) // already published (e.g. before a restart)
 		return

@@ -16,6 +16,10 @@ type metrics struct {
 	version    prometheus.Gauge
 	estimates  prometheus.Counter
 	deadLetter prometheus.Counter
+	// Engine registry and plausibility (registry.go).
+	rejected     *prometheus.CounterVec // reason
+	quarantined  prometheus.Counter
+	inQuarantine prometheus.Gauge
 
 	// The latest plan, per cluster and engine (reset on each snapshot so
 	// engines and clusters that left it disappear).
@@ -38,6 +42,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		version:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_snapshot_version", Help: "Version of the latest published snapshot (its window end, Unix ms)."}),
 		estimates:  prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_estimates_consumed_total", Help: "Estimate records consumed."}),
 		deadLetter: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_dead_letter_total", Help: "Estimate records sent to the dead-letter topic."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_optimizer_estimates_unregistered_total",
+			Help: "Engine estimates not planned because the engine registry does not hold the engine (unregistered_engine) or holds it at another endpoint (endpoint_mismatch)."}, []string{"reason"}),
+		quarantined: prometheus.NewCounter(prometheus.CounterOpts{Name: "switchyard_optimizer_estimates_quarantined_total",
+			Help: "Engine estimates whose claims were implausible (above the registry's bounds or far better than the engine's baseline): the engine's last trusted estimate was planned instead."}),
+		inQuarantine: prometheus.NewGauge(prometheus.GaugeOpts{Name: "switchyard_optimizer_engines_quarantined",
+			Help: "Engines whose latest estimate is quarantined."}),
 
 		weight:      prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_weight", Help: "Share of a cluster's routed traffic the latest plan sends to an engine."}, []string{"cluster", "engine"}),
 		shedFrac:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_optimizer_shed_fraction", Help: "Fraction of a cluster's demand the latest plan sheds."}, []string{"cluster"}),
@@ -50,6 +60,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var err error
 	if m.published, err = obs.Register(reg, m.published); err != nil {
+		return nil, err
+	}
+	if m.rejected, err = obs.Register(reg, m.rejected); err != nil {
+		return nil, err
+	}
+	if m.quarantined, err = obs.Register(reg, m.quarantined); err != nil {
+		return nil, err
+	}
+	if m.inQuarantine, err = obs.Register(reg, m.inQuarantine); err != nil {
 		return nil, err
 	}
 	if m.failures, err = obs.Register(reg, m.failures); err != nil {

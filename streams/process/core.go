@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
@@ -53,6 +54,9 @@ type Core struct {
 	// futureLimit: event times after it (Unix ms) are dead-lettered;
 	// wmCap: the watermark never passes it; 0 means no limit (recovery.go).
 	futureLimit, wmCap int64
+	// reg, when set, is the engine registry signals are checked against
+	// (SetRegistry).
+	reg *fleet.Registry
 
 	// parts tracks, per input partition, how far it is read, the largest
 	// event time seen in it (see watermark), and where the restored
@@ -104,6 +108,11 @@ func (c *Core) part(k tp) *partState {
 	}
 	return p
 }
+
+// SetRegistry makes the core dead-letter every signal for an engine reg
+// does not hold, or for a registered engine at another endpoint (reason
+// codes "unregistered_engine", "endpoint_mismatch"); nil: no check.
+func (c *Core) SetRegistry(reg *fleet.Registry) { c.reg = reg }
 
 // Track tells the core where reading of a partition starts and where its
 // log currently ends, so the watermark waits for the partition while it has
@@ -207,6 +216,9 @@ func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 	case c.topics.Signals:
 		if sig, err = c.dec.Signal(rec.Value, rec.Timestamp); err != nil {
 			return c.bad(isReplay, err)
+		}
+		if err = c.reg.Check(sig.GetEngineId(), sig.GetEndpointUrl()); err != nil {
+			return c.bad(isReplay, &estimate.Invalid{Code: fleet.Reason(err), Detail: err.Error()})
 		}
 		t = sig.GetEventTimeUnixMs()
 	case c.topics.RoutingEvents:

@@ -18,7 +18,9 @@ type runner struct {
 	cl   *kgo.Client
 	core *Core
 	dlq  *streams.DeadLetter
-	acks *acks
+	// alarm logs registry dead-letters (registry.go).
+	alarm *alarm
+	acks  *acks
 	// encs encode the writer's estimates (marshalAll), one per core.
 	encs []*estimate.Encoder
 
@@ -40,7 +42,7 @@ type runner struct {
 }
 
 func newRunner(p *Processor, core *Core) *runner {
-	r := &runner{p: p, cl: p.cl, core: core, dlq: streams.NewDeadLetter(p.cl, p.topics.DeadLetter), acks: newAcks(),
+	r := &runner{p: p, cl: p.cl, core: core, dlq: streams.NewDeadLetter(p.cl, p.topics.DeadLetter), alarm: newAlarm(p.log), acks: newAcks(),
 		lastCkpt: time.Now(), progress: map[tp]time.Time{}}
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		r.encs = append(r.encs, &estimate.Encoder{})
@@ -263,8 +265,11 @@ func (r *runner) handle(rec *kgo.Record) {
 		r.counts[in][out]++ // counted in flushCounts
 	}
 	if out == DeadLettered {
-		code, _, _ := cutReason(reason)
+		code, detail, _ := cutReason(reason)
 		p.m.deadLetters.WithLabelValues(code).Inc()
+		if registryCode(code) {
+			r.alarm.note(time.Now(), keyOf(rec.Key), code, detail)
+		}
 		p.log.Debug("dead-lettering record", "topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "reason", reason)
 		r.dirty = true
 		r.acks.add(r.epoch, 1)

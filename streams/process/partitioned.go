@@ -83,6 +83,8 @@ type Instance struct {
 	// (publishEvery in tests); nextPublish is when the next may go.
 	publishEvery time.Duration
 	nextPublish  time.Time
+	// alarm logs registry dead-letters (registry.go).
+	alarm *alarm
 }
 
 // publishEvery bounds how often an instance publishes its partitions'
@@ -133,7 +135,7 @@ func NewInstance(cfg Config) (*Instance, error) {
 		return nil, fmt.Errorf("processor config: %w", err)
 	}
 	return &Instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, shards: map[tp]*instShard{},
-		stalledAfter: stalledAfter, progress: map[tp]time.Time{}, publishEvery: publishEvery}, nil
+		stalledAfter: stalledAfter, progress: map[tp]time.Time{}, publishEvery: publishEvery, alarm: newAlarm(cfg.Logger)}, nil
 }
 
 // ClientOpts are ClientOpts(cfg) plus the cooperative-sticky balancer,
@@ -210,6 +212,7 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 				in.fail(err)
 				return
 			}
+			s.SetRegistry(in.cfg.Registry)
 			cp, found := cps[ckptKey(in.cfg.Group, k)]
 			if found {
 				s.Restore(cp.Checkpoint)
@@ -506,6 +509,9 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 			out, reason, err := sh.s.Handle(rec)
 			if err == nil && out == DeadLettered {
 				dead = append(dead, dlq.Record(rec, reason))
+				if code, detail, _ := cutReason(reason); registryCode(code) {
+					in.alarm.note(now, keyOf(rec.Key), code, detail)
+				}
 			}
 		}
 	})

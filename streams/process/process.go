@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 	"github.com/switchyard-llm/switchyard/streams/window"
@@ -72,6 +73,12 @@ type Config struct {
 	// standby with another id waits SessionTimeout. Default "": dynamic
 	// membership.
 	InstanceID string
+	// Registry, when set, is the engine registry: signals for engines it
+	// does not hold, or at another endpoint, are dead-lettered (reason
+	// unregistered_engine or endpoint_mismatch), counted and logged at
+	// WARN (docs/security.md#engine-registry). Default nil: every
+	// engine's signals are taken.
+	Registry *fleet.Registry
 	// Fitter fits latency profiles. Default estimate.ConvexFit.
 	Fitter estimate.Fitter
 	// Logger defaults to slog.Default().
@@ -282,6 +289,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	core.SetRegistry(p.cfg.Registry)
 	if err := p.resume(ctx, core); err != nil {
 		return err
 	}

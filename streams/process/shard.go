@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 	"github.com/switchyard-llm/switchyard/streams/window"
@@ -45,6 +46,9 @@ func (s *Shard) Handle(rec *kgo.Record) (Outcome, string, error) {
 	out, reason := s.core.Handle(rec)
 	return out, reason, nil
 }
+
+// SetRegistry is Core.SetRegistry.
+func (s *Shard) SetRegistry(reg *fleet.Registry) { s.core.SetRegistry(reg) }
 
 // Track, SetEnd and SetClock are Core's, for the shard's partition.
 func (s *Shard) Track(start, end int64) { s.core.Track(s.key.Topic, s.key.Partition, start, end) }
