@@ -304,3 +304,8 @@ func (a *admission) acquire(ctx context.Context, cluster string, prio int, tenan
 	}
 	return err
 }
+
+// release ends a request acquire admitted.
+func (a *admission) release(prio int, tenant string) {
+	a.q.Release(admit.Request{Priority: prio, Tenant: tenant})
+}

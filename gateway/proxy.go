@@ -303,7 +303,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION
 		return g.shed(w, "admission", prio)
 	}
-	defer g.admit.q.Release()
+	defer g.admit.release(int(prio), ev.Tenant)
 	arr := g.startArrival(ev) // arrival.go
 	defer arr.finish(ev)
 	var blk [32]uint64

@@ -179,7 +179,7 @@ func TestProbeRaisesALimitThatBindsOnAnIdleEngine(t *testing.T) {
 		if err := g.admit.q.Offer(admit.Request{Priority: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
-		g.admit.q.Release()
+		g.admit.q.Release(admit.Request{Priority: 1})
 	}
 	for range 5 {
 		if err := g.admit.q.Offer(admit.Request{Priority: 1}, nil); err != nil {

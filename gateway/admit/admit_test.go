@@ -174,7 +174,7 @@ func warm(q *Queue, c *clock, perSecond int) {
 		}
 	}
 	for range n {
-		q.Release()
+		q.Release(Request{Priority: 1})
 	}
 }
 
@@ -254,10 +254,10 @@ func TestQueueOrder(t *testing.T) {
 	}
 	// High (index 1), then normal (2), then low (0).
 	for _, i := range []int{1, 2, 0} {
-		q.Release()
+		q.Release(Request{Priority: 1})
 		<-admitted[i]
 	}
-	q.Release()
+	q.Release(Request{Priority: 1})
 	if q.InFlight() != 0 || q.Len() != 0 {
 		t.Fatalf("in flight %d, queued %d", q.InFlight(), q.Len())
 	}
@@ -283,12 +283,12 @@ func TestQueueRejectsPredictedLongWait(t *testing.T) {
 	high := make(chan error, 1)
 	go func() { high <- q.Acquire(context.Background(), Request{Priority: 2}) }()
 	waitLen(t, q, 3)
-	q.Release()
+	q.Release(Request{Priority: 1})
 	if err := <-high; err != nil {
 		t.Fatal(err)
 	}
-	q.Release()
-	q.Release()
+	q.Release(Request{Priority: 1})
+	q.Release(Request{Priority: 1})
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -340,7 +340,7 @@ func TestQueueCanceled(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("canceled waiter: %v", err)
 	}
-	q.Release()
+	q.Release(Request{Priority: 1})
 	if q.InFlight() != 0 || q.Len() != 0 {
 		t.Fatalf("in flight %d, queued %d", q.InFlight(), q.Len())
 	}
@@ -385,7 +385,7 @@ func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
 			t.Fatalf("offer %d: %v, want ErrQueued", i, err)
 		}
 	}
-	q.Release()
+	q.Release(Request{Priority: 1})
 	if len(got) != 1 || got[0] != nil {
 		t.Fatalf("after a release: %v, want one admission", got)
 	}
@@ -402,8 +402,10 @@ func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
 // TestQueueStandingQueueShortensTheWait: a queue that drains lets a
 // request wait up to half its deadline (a burst is worth seconds); once
 // it has not drained for a whole deadline (more arrives than is
-// served), a new request is queued only for an eighth of it, and Expire
-// drains the waiters predicted to wait longer.
+// served), a new request is queued only for an eighth of it; the
+// waiters queued before keep their places (rejecting them now would
+// make them 429s that waited), and Expire rejects only those that can
+// no longer make their deadline.
 func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	q := NewQueue(QueueConfig{Timeout: 4 * time.Second}, c.now)
@@ -427,11 +429,12 @@ func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrWait) {
 		t.Fatalf("place 4 in a standing queue: %v, want ErrWait (an eighth of the deadline is 0.5 s)", err)
 	}
-	q.Expire() // place 1: past its deadline; 2: 0.5 s, kept; 3: 1 s, rejected
-	if q.Len() != 1 || len(got) != 2 || !errors.Is(got[0], ErrTimeout) || !errors.Is(got[1], ErrWait) {
-		t.Fatalf("after Expire in a standing queue: %d waiting, answers %v; want place 2 kept, 1 timed out, 3 rejected", q.Len(), got)
+	q.Expire() // place 1: past its deadline; 2 and 3: 0.5 and 1 s, within their 2.9 s left
+	if q.Len() != 2 || len(got) != 1 || !errors.Is(got[0], ErrTimeout) {
+		t.Fatalf("after Expire in a standing queue: %d waiting, answers %v; want place 1 timed out, 2 and 3 kept", q.Len(), got)
 	}
-	q.Release() // admits place 2: the queue drained
+	q.Release(Request{Priority: 1}) // admits place 2
+	q.Release(Request{Priority: 1}) // and 3: the queue drained
 	c.set(c.now().Add(time.Second))
 	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 		t.Fatalf("after the queue drained: %v, want ErrQueued", err)

@@ -80,6 +80,16 @@ const (
 // borrowed, and banks no credit while idle. Tenants come from the
 // operator's key file, so there is a queue per tenant rather than
 // shuffle sharding (which APF needs for unbounded flows).
+//
+// A borrower leaves headroom: while another tenant of its priority that
+// holds less than its share of the slots is active (it has requests
+// waiting or admitted, or arrived in the last 8 s), a tenant at or over
+// its share (Capacity × its weight over the active tenants' weights)
+// does not take the last free slots: two for each such tenant, at most
+// a quarter of Capacity. So a light tenant's request finds a free slot
+// instead of waiting for one of the flooder's to end (in an LLM fleet,
+// slots free tens of milliseconds apart, more than an unloaded time to
+// first token can spare); a tenant alone has every slot.
 type Queue struct {
 	cfg QueueConfig
 	now func() time.Time
@@ -111,6 +121,10 @@ type Request struct {
 	Weight float64
 }
 
+// activeFor is how long after its last arrival a tenant holds headroom
+// (see Queue): the release rate's window.
+const activeFor = rateBuckets * rateWidth
+
 // band is the waiters of one priority, a FIFO per tenant.
 type band struct {
 	flows  map[string]*flow
@@ -123,8 +137,15 @@ type band struct {
 type flow struct {
 	tenant  string
 	weight  float64
-	finish  float64   // the tag after its last queued request
-	waiting []*waiter // by start tag (= arrival)
+	finish   float64   // the tag after its last queued request
+	waiting  []*waiter // by start tag (= arrival)
+	inflight int       // admitted and not released
+	seen     time.Time // last arrival
+}
+
+// active reports whether f counts in its band's shares at now.
+func (f *flow) active(now time.Time) bool {
+	return len(f.waiting) > 0 || f.inflight > 0 || now.Sub(f.seen) < activeFor
 }
 
 type waiter struct {
@@ -208,7 +229,7 @@ func (q *Queue) InFlight() int {
 }
 
 // Acquire admits r, waiting if it must; every nil return must be paired
-// with one Release. It returns ErrQueueFull, ErrWait, ErrTimeout or
+// with one Release(r). It returns ErrQueueFull, ErrWait, ErrTimeout or
 // ErrEvicted when the request is rejected, or ctx's error when ctx ends
 // first.
 func (q *Queue) Acquire(ctx context.Context, r Request) error {
@@ -240,7 +261,7 @@ func (q *Queue) Acquire(ctx context.Context, r Request) error {
 			if ctx.Err() == nil {
 				return nil
 			}
-			q.Release()
+			q.Release(r)
 		} else {
 			err = granted
 		}
@@ -255,7 +276,7 @@ var ErrQueued = errors.New("queued for admission")
 // on a virtual clock: it admits r at once (nil), rejects it at once
 // (ErrQueueFull, ErrWait), or queues it (ErrQueued) and later calls done
 // exactly once, outside the queue's lock: with nil when it is admitted
-// (pair it with one Release), or with ErrWait or ErrTimeout when Expire
+// (pair it with one Release(r)), or with ErrWait or ErrTimeout when Expire
 // finds that it cannot be admitted by its deadline, or ErrEvicted. The
 // same rules decide as for Acquire; the caller calls Expire at least as
 // often as it wants deadlines kept.
@@ -277,12 +298,18 @@ func (q *Queue) Offer(r Request, done func(error)) error {
 // here, on entry, by the rule Expire applies to waiters every tick.
 func (q *Queue) enter(r Request) (*waiter, error) {
 	prio := min(max(r.Priority, 0), Priorities-1)
-	if q.capacity <= 0 || (q.inflight < q.capacity && q.queued == 0) {
-		q.inflight++
-		return nil, nil
-	}
 	b := &q.bands[prio]
 	f := b.flow(r.Tenant, r.Weight)
+	now := q.now()
+	f.seen = now
+	// Every waiter that fits a free slot has been admitted (grant), and
+	// one of f's that does not means f does not either: so a request
+	// that fits is admitted at once, queue or not.
+	if q.fits(b, f, now) {
+		q.inflight++
+		f.inflight++
+		return nil, nil
+	}
 	start := max(b.v, f.finish)
 	ahead := b.ahead(start, f)
 	for p := prio + 1; p < Priorities; p++ {
@@ -295,7 +322,6 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 			return nil, ErrQueueFull
 		}
 	}
-	now := q.now()
 	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.bound(now) {
 		return nil, ErrWait
 	}
@@ -334,6 +360,38 @@ func (b *band) flow(tenant string, weight float64) *flow {
 	return f
 }
 
+// fits reports whether a request of f may take a free slot now: there
+// is one beyond the headroom f must leave (see Queue); q.mu held.
+func (q *Queue) fits(b *band, f *flow, now time.Time) bool {
+	if q.capacity <= 0 {
+		return true
+	}
+	free := q.capacity - q.inflight
+	if free <= 0 {
+		return false
+	}
+	if free > q.capacity/4 {
+		return true // more than any headroom
+	}
+	var total float64 // the active flows' weights
+	for _, g := range b.flows {
+		if g == f || g.active(now) {
+			total += g.weight
+		}
+	}
+	share := func(g *flow) float64 { return float64(q.capacity) * g.weight / total }
+	if float64(f.inflight+1) <= share(f) {
+		return true
+	}
+	headroom := 0
+	for _, g := range b.flows {
+		if g != f && g.active(now) && float64(g.inflight) < share(g) {
+			headroom += 2
+		}
+	}
+	return free > min(headroom, q.capacity/4)
+}
+
 // ahead counts the waiters of b that would be admitted before a new
 // request of f with start tag start: all of f's, and those of the other
 // flows with a tag up to start (a tie goes to the earlier arrival).
@@ -356,7 +414,9 @@ func (b *band) ahead(start float64, f *flow) int {
 // burst at the fleet's capacity takes seconds to clear); one that stands
 // means more arrives than the engines serve, and a long wait would only
 // delay every admitted request by it without serving one more (CoDel's
-// standing-queue rule, as in adaptive LIFO server queues). q.mu held.
+// standing-queue rule, as in adaptive LIFO server queues). It bounds the
+// waits of requests as they arrive; those already queued keep their
+// place (Expire). q.mu held.
 func (q *Queue) bound(now time.Time) float64 {
 	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Timeout {
 		return q.cfg.Timeout.Seconds() / 8
@@ -364,38 +424,48 @@ func (q *Queue) bound(now time.Time) float64 {
 	return q.cfg.Timeout.Seconds() / 2
 }
 
-// Release ends an admitted request: its slot goes to the waiting request
-// of the highest priority with the lowest start tag, if any fits.
-func (q *Queue) Release() {
+// Release ends an admitted request r: its slot goes to the waiting
+// request of the highest priority with the lowest start tag that fits.
+func (q *Queue) Release(r Request) {
 	q.mu.Lock()
 	q.inflight--
+	if f := q.bands[min(max(r.Priority, 0), Priorities-1)].flows[r.Tenant]; f != nil && f.inflight > 0 {
+		f.inflight--
+	}
 	q.countRelease()
 	q.grant()
 	q.unlock()
 }
 
-// grant admits waiting requests while they fit; q.mu held.
+// grant admits waiting requests while they fit: from the highest
+// priority with waiters, the one with the lowest start tag among the
+// flows that may take a slot (fits); q.mu held.
 func (q *Queue) grant() {
-	for q.queued > 0 && (q.capacity <= 0 || q.inflight < q.capacity) {
-		for p := Priorities - 1; p >= 0; p-- {
-			b := &q.bands[p]
-			if b.n == 0 {
-				continue
-			}
-			var next *flow
+	if q.queued == 0 {
+		return
+	}
+	now := q.now()
+	for q.capacity <= 0 || q.inflight < q.capacity {
+		var next *flow
+		var b *band
+		for p := Priorities - 1; p >= 0 && next == nil; p-- {
+			b = &q.bands[p]
 			for _, f := range b.active {
-				if next == nil || f.waiting[0].before(next.waiting[0]) {
+				if (next == nil || f.waiting[0].before(next.waiting[0])) && q.fits(b, f, now) {
 					next = f
 				}
 			}
-			w := next.waiting[0]
-			b.v = w.start
-			b.take(next, 0)
-			q.queued--
-			q.inflight++
-			q.answer(w, nil)
-			break
 		}
+		if next == nil {
+			return
+		}
+		w := next.waiting[0]
+		b.v = w.start
+		b.take(next, 0)
+		q.queued--
+		q.inflight++
+		next.inflight++
+		q.answer(w, nil)
 	}
 }
 
@@ -416,15 +486,22 @@ func (b *band) take(f *flow, i int) {
 }
 
 // deactivate takes f, which has no waiters left, out of b's active
-// flows, and forgets it once it holds no credit ahead of b's virtual
-// time (it is made again, equal, when its tenant next queues).
+// flows (prune forgets it later).
 func (b *band) deactivate(f *flow) {
 	if i := slices.Index(b.active, f); i >= 0 {
 		b.active = slices.Delete(b.active, i, i+1)
 	}
 	f.waiting = nil
-	if f.finish <= b.v {
-		delete(b.flows, f.tenant)
+}
+
+// prune forgets the flows that are no longer active and hold no credit
+// ahead of b's virtual time: one is made again, equal, when its tenant
+// next arrives. So the flows are at most the tenants active lately.
+func (b *band) prune(now time.Time) {
+	for t, f := range b.flows {
+		if !f.active(now) && f.finish <= b.v {
+			delete(b.flows, t)
+		}
 	}
 }
 
@@ -455,18 +532,22 @@ func (q *Queue) unlock() {
 // over the rate slots were freed lately) exceeds the time left to its
 // deadline (with ErrWait): it would be rejected at the deadline anyway,
 // and a 429 now lets its client retry elsewhere sooner. enter applies
-// the same rule, with the bound for the time left, to a request as it
-// arrives. The gateway calls it every tick.
+// the same rule to a request as it arrives, with bound, at most half the
+// deadline, for the time left: so a waiter has a margin of at least as
+// much again, and a rejection after waiting is rare (a queue that starts
+// to stand is not cut to the short bound: its waiters were queued within
+// their deadline's half and are served; new requests are queued only
+// within the short bound). The gateway calls it every tick.
 func (q *Queue) Expire() {
 	q.mu.Lock()
 	defer q.unlock()
+	now, rate := q.now(), q.rate()
+	for p := range q.bands {
+		q.bands[p].prune(now)
+	}
+	q.grant() // a tenant that went idle leaves no headroom
 	if q.queued == 0 {
 		return
-	}
-	now, rate := q.now(), q.rate()
-	bound := math.Inf(1)
-	if b := q.bound(now); b < q.cfg.Timeout.Seconds()/2 {
-		bound = b // a standing queue: drain it to the short bound
 	}
 	ahead := 0
 	var order []*waiter
@@ -487,7 +568,7 @@ func (q *Queue) Expire() {
 		})
 		rejected := false
 		for _, w := range order {
-			left := min(w.deadline.Sub(now).Seconds(), bound)
+			left := w.deadline.Sub(now).Seconds()
 			switch {
 			case left <= 0:
 				w.gone = true

@@ -44,6 +44,9 @@ func newAdmission(engines int, now func() time.Time) *admission {
 	return &admission{q: admit.NewQueue(admit.QueueConfig{}, now), engs: make([]*admit.Engine, engines)}
 }
 
+// release ends an admitted request: its queue slot goes to the next.
+func (a *admission) release() { a.q.Release(admit.Request{Priority: gatewayPriority}) }
+
 // engine returns engine e's admission state, made at slots.
 func (a *admission) engine(e, slots int) *admit.Engine {
 	if a.engs[e] == nil {

@@ -237,7 +237,7 @@ func (p *switchyard) refuse(g *gateway, r *des.Request) {
 	} else {
 		p.record(r, -1, schemas.RequestStatus_REQUEST_STATUS_SHED, schemas.FailureReason_FAILURE_REASON_SHED_CAPACITY, des.Outcome{})
 	}
-	g.adm.q.Release()
+	g.adm.release()
 }
 
 // gatewayChain appends to dst r's prefix-block hashes as a live gateway
@@ -319,7 +319,7 @@ func (p *switchyard) Done(now time.Duration, r *des.Request, e int, o des.Outcom
 		}
 	}
 	p.record(r, e, status, schemas.FailureReason_FAILURE_REASON_UNSPECIFIED, o)
-	g.adm.q.Release() // the request ends: its admission slot goes to the next
+	g.adm.release() // the request ends: its admission slot goes to the next
 }
 
 // record emits the gateway's routing event into the processor's pane:
