@@ -9,6 +9,11 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
+// Warmup is the number of an engine's first estimates taken as its
+// baseline (within the registry's bounds): three slides, one 30 s window
+// at the processor's defaults.
+const Warmup = 3
+
 // DefaultMaxGain is how much better than its baseline an engine's
 // estimate may look before it is quarantined (Guard).
 const DefaultMaxGain = 2.0
@@ -29,7 +34,9 @@ const DefaultMaxGain = 2.0
 //     (Verdict Quarantined). An engine with no trusted estimate yet is
 //     left out of the plan while its claim is implausible.
 //
-// The baseline capacity is the first trusted estimate's, raised to the
+// The baseline capacity is the largest of the engine's first Warmup
+// estimates' (a window's worth: the first windows of a processor are
+// partial, and these are taken as they are), raised to the
 // rate the gateways observed the engine serving (its network estimates'
 // samples over the window): gateways confirm a capacity by routing that
 // much to the engine, so an engine that really grew gets there by
@@ -46,6 +53,7 @@ type Guard struct {
 
 type history struct {
 	trusted          *schemas.EngineEstimate
+	seen             int // estimates trusted, up to Warmup
 	baseCap          float64
 	baseTTFT         float64 // ms, 0 unknown
 	baseTBOT         float64
@@ -217,8 +225,9 @@ func (g *Guard) engine(e *schemas.EngineEstimate) (*schemas.EngineEstimate, Verd
 func (g *Guard) trust(h *history, e *schemas.EngineEstimate) {
 	h.quarantined = false
 	h.trusted = e
-	if h.baseCap == 0 {
-		h.baseCap = e.GetCapacityRps()
+	if h.seen < Warmup {
+		h.seen++
+		h.baseCap = math.Max(h.baseCap, e.GetCapacityRps())
 	}
 	if l, ok := lowest(e.GetTtftProfile()); ok && l > 0 && (h.baseTTFT == 0 || l < h.baseTTFT) {
 		h.baseTTFT = l
@@ -236,8 +245,8 @@ func (g *Guard) implausible(e *schemas.EngineEstimate, reg Engine, h *history) s
 	if reg.MaxReplicas > 0 && e.GetReadyReplicas() > reg.MaxReplicas {
 		return fmt.Sprintf("ready_replicas %d above the registry's %d", e.GetReadyReplicas(), reg.MaxReplicas)
 	}
-	if h.trusted == nil {
-		return "" // the first estimate is the baseline
+	if h.seen < Warmup {
+		return "" // the first estimates are the baseline
 	}
 	if c := e.GetCapacityRps(); c > g.gain*h.baseCap {
 		return fmt.Sprintf("capacity %.3g rps above %g x its baseline %.3g rps (gateways observed %.3g rps)", c, g.gain, h.baseCap, h.servedRPS)

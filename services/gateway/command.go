@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
@@ -66,6 +67,7 @@ type Flags struct {
 	PriorityHeader       bool
 	AdminListen          string
 	ArrivalRecordAfter   time.Duration
+	EngineRegistry       string
 	PeerLoadInterval     time.Duration // 0: no peer load sharing
 	GatewayID            string
 	LogLevel             string
@@ -99,6 +101,7 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.StringVar(&f.APIKeys, "api-keys", "", "tenant file (YAML: sha256 hex of each API key -> tenant, priority, rate, concurrency), reloaded on change; every request then needs a key (empty: no keys)")
 	fs.BoolVar(&f.PriorityHeader, "priority-header", false, "trust the client's X-Switchyard-Priority header (never above its API key's priority); otherwise priority comes from the key only")
 	fs.StringVar(&f.AdminListen, "admin-listen", "", "serve /health and /metrics on this address instead of --listen (empty: on --listen)")
+	fs.StringVar(&f.EngineRegistry, "engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): a snapshot naming an engine outside it, or one at another endpoint, is refused (empty: any engine a valid snapshot names)")
 	fs.DurationVar(&f.ArrivalRecordAfter, "arrival-record-after", gateway.DefaultArrivalRecordAfter, "publish an arrival record (counted as demand) for a request still running after this long (negative: never)")
 	fs.DurationVar(&f.HealthInterval, "health-interval", gateway.DefaultHealthInterval, "active /health check interval (negative: off)")
 	fs.Float64Var(&f.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
@@ -213,6 +216,13 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		opts = append(opts, gateway.InitialSnapshot(snap))
 	}
 	trustOpts, err := f.Trust.GatewayOpts()
+	if f.EngineRegistry != "" {
+		er, err := fleet.Load(f.EngineRegistry)
+		if err != nil {
+			return fmt.Errorf("%w: --engine-registry: %w", cli.ErrUsage, err)
+		}
+		opts = append(opts, gateway.Registry(er))
+	}
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
@@ -50,6 +51,8 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	strict := fs.Bool("strict-residency", false, "a cluster may only use engines with a --region-rtt entry or a measured latency")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9102", "address of the /metrics endpoint (empty: off)")
 	consoleListen := fs.String("console-listen", "", "also serve the web console, as switchyard console does, on this address (empty: off)")
+	registry := fs.String("engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): only its engines are planned, at its endpoints (empty: any engine the estimates name)")
+	maxGain := fs.Float64("max-claim-gain", 0, "an engine estimate claiming more than this times its baseline capacity, or less than its baseline latency over it, is quarantined until gateways confirm it (0: 2 with --engine-registry, off without; negative: off)")
 	compression := fs.String("snapshot-compression", snapshots.CompressionNone, "how snapshots are written under the cluster keys: none (the signed protobuf) or s2 (S2-compressed, about half the bytes to every gateway; gateways read both)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
@@ -84,6 +87,12 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var engines *fleet.Registry
+	if *registry != "" {
+		if engines, err = fleet.Load(*registry); err != nil {
+			return fmt.Errorf("%w: --engine-registry: %w", cli.ErrUsage, err)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	cfg := control.Config{
@@ -91,7 +100,7 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 		Settings: plan.Settings{MaxUtilization: *maxUtil, ChurnWeight: *churn, ChurnRelative: *churnRel, EstimateTTL: *ttl,
 			NetworkTTL: *netTTL, ProbeShare: *probe, Clusters: cl,
 			MinDemandRPS: *minDemand, RegionRTTms: matrix, DefaultRTTms: *defRTT, StrictResidency: *strict},
-		Logger: logger, Registerer: reg,
+		Registry: engines, MaxGain: *maxGain, Logger: logger, Registerer: reg,
 	}
 	tel, err := obs.StartTelemetry(ctx, "optimizer", reg, nil) // OTLP export by the OTEL_* variables
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/streams"
@@ -49,6 +50,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.StringVar(&cfg.InstanceID, "instance-id", "", "static group membership: a processor restarted with the same id takes its partitions back at once (empty: dynamic)")
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
+	registry := fs.String("engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): signals for engines outside it, or at another endpoint, are dead-lettered (empty: every engine's signals are taken)")
 	mode := fs.String("mode", ModeSingle, "single: the only active member of its group (others are hot standbys); partitioned: one of several instances sharing the input partitions, publishing partition states for `switchyard combiner`")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
@@ -58,6 +60,13 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
+	if *registry != "" {
+		er, err := fleet.Load(*registry)
+		if err != nil {
+			return fmt.Errorf("%w: --engine-registry: %w", cli.ErrUsage, err)
+		}
+		cfg.Registry = er
+	}
 	repl, err := conn.Replication.Kafka()
 	if err != nil {
 		return err
