@@ -65,8 +65,7 @@ func (a *arrival) send() {
 		a.state.Store(arrivalSent)
 		return
 	}
-	a.g.dropped.Add(1)
-	a.g.hot.dropped.Inc()
+	a.g.eventDropped()
 	a.state.Store(arrivalDropped)
 }
 

@@ -60,9 +60,20 @@ type SnapshotSource interface {
 
 // EventSink takes one RoutingEvent per request, keyed by cluster. Emit
 // must not block; it reports false when the event was dropped (the
-// gateway counts those). *streams.Emitter satisfies it.
+// gateway counts those, unless the sink is a DropCounter).
+// *streams.Emitter satisfies it.
 type EventSink interface {
 	Emit(key string, ev proto.Message) bool
+}
+
+// DropCounter is an EventSink that counts every event it loses, those
+// Emit refused and those lost later (Kafka failed them and no spool had
+// room): Dropped is the number so far. The gateway's
+// switchyard_gateway_events_dropped_total is then its own drops (no
+// sink) plus Dropped, so one metric counts every routing event lost.
+// *streams.Emitter satisfies it.
+type DropCounter interface {
+	Dropped() uint64
 }
 
 // SignalFetcher polls engine signals: each record's value is a
@@ -363,15 +374,20 @@ func SignalConsumeOpts(topic string, now time.Time) []kgo.Opt {
 }
 
 // EventProduceOpts are the options of a Kafka client producing a
-// gateway's routing events with an emitter of buffer records.
+// gateway's routing events with an emitter of buffer records. Records
+// have no delivery timeout: while Kafka is away they wait in the client
+// (the emitter's bound keeps them to buffer) and the emitter spools the
+// rest, so they reach Kafka in the order emitted. The client's own bound
+// is twice the emitter's: a record's place is freed in the client only
+// after its promise ran, so a bound equal to the emitter's would refuse
+// records the emitter counts as gone.
 func EventProduceOpts(buffer int) []kgo.Opt {
 	if buffer <= 0 {
 		buffer = DefaultEventBuffer
 	}
 	return []kgo.Opt{
 		kgo.ProducerLinger(5 * time.Millisecond),
-		kgo.RecordDeliveryTimeout(30 * time.Second),
-		kgo.MaxBufferedRecords(buffer),
+		kgo.MaxBufferedRecords(2 * buffer),
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	}
 }

@@ -223,9 +223,32 @@ func (g *Gateway) registerGauges(reg prometheus.Registerer) error {
 		}
 		return 0
 	})
+	_, err := obs.Register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "events_dropped_total", ConstLabels: labels,
+		Help: "Routing events lost: every one not delivered to Kafka and not spooled (no sink, buffer or spool full, Kafka failed it), the sink's drops included.",
+	}, func() float64 { return float64(g.eventsDropped()) }))
+	errs = append(errs, err)
 	gauge("in_flight", "Requests in flight to engines.", func() float64 { return float64(g.pool.InFlight()) })
 	gauge("ejected_engines", "Engines ejected now.", func() float64 { return float64(g.outlier.Ejected()) })
 	return errors.Join(errs...)
+}
+
+// eventDropped counts a routing event the sink refused (or none
+// configured), unless the sink counts its own drops (DropCounter).
+func (g *Gateway) eventDropped() {
+	if _, ok := g.cfg.events.(DropCounter); !ok {
+		g.dropped.Add(1)
+	}
+}
+
+// eventsDropped is every routing event lost: the gateway's own count
+// and the sink's (DropCounter).
+func (g *Gateway) eventsDropped() uint64 {
+	n := g.dropped.Load()
+	if dc, ok := g.cfg.events.(DropCounter); ok {
+		n += dc.Dropped()
+	}
+	return n
 }
 
 // apply validates snap and swaps it in.
@@ -309,7 +332,7 @@ func (g *Gateway) Stats() Stats {
 		ClientErrors:  g.clientErr.Load(),
 		Canceled:      g.canceled.Load(),
 		Retries:       g.retries.Load(),
-		EventsDropped: g.dropped.Load(),
+		EventsDropped: g.eventsDropped(),
 		InFlight:      g.pool.InFlight(),
 	}
 	if rt := g.cur.Load(); rt != nil {

@@ -24,7 +24,6 @@ type metrics struct {
 	picks         *prometheus.CounterVec   // cluster, reason
 	applied       *prometheus.CounterVec   // cluster
 	rejected      *prometheus.CounterVec   // cluster, reason
-	dropped       *prometheus.CounterVec   // cluster
 	signals       *prometheus.CounterVec   // cluster, result
 }
 
@@ -58,7 +57,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		picks:         cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
 		applied:       cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
 		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale, unsigned, signature, future.", "cluster", "reason"),
-		dropped:       cv("events_dropped_total", "Routing events dropped (event sink full or none configured).", "cluster"),
 		signals:       cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine.", "cluster", "result"),
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -73,7 +71,6 @@ type hotMetrics struct {
 	ttft, e2e prometheus.Observer
 	requests  map[string]prometheus.Counter // by outcome
 	picks     [pick.Panic + 1]prometheus.Counter
-	dropped   prometheus.Counter
 }
 
 func (m *metrics) hot(cluster string) hotMetrics {
@@ -81,7 +78,6 @@ func (m *metrics) hot(cluster string) hotMetrics {
 		ttft:     m.ttft.WithLabelValues(cluster),
 		e2e:      m.e2e.WithLabelValues(cluster),
 		requests: map[string]prometheus.Counter{},
-		dropped:  m.dropped.WithLabelValues(cluster),
 	}
 	for _, o := range []string{"ok", "error", "shed", "client_error", "canceled"} {
 		h.requests[o] = m.requests.WithLabelValues(cluster, o)

@@ -192,8 +192,7 @@ func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time)
 	g.hot.requests[label].Inc()
 	g.degrade.observe(rejectionOf(ev, out)) // degrade.go
 	if g.cfg.events == nil || !g.cfg.events.Emit(eventKey(ev), ev) {
-		g.dropped.Add(1)
-		g.hot.dropped.Inc()
+		g.eventDropped()
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
+	"github.com/switchyard-llm/switchyard/streams/spool"
 )
 
 // Command returns `switchyard gateway`.
@@ -57,6 +58,8 @@ type Flags struct {
 	HealthInterval       time.Duration
 	RetryBudget          budget.Config
 	EventBuffer          int
+	EventSpoolDir        string
+	EventSpoolMaxBytes   int64
 	HTTPServer           string
 	BodyTimeout          time.Duration
 	MinBodyRate          int64
@@ -64,10 +67,10 @@ type Flags struct {
 	AdaptiveConcurrency  bool
 	AdmissionQueue       admit.QueueConfig
 	APIKeys              string
+	EngineRegistry       string
 	PriorityHeader       bool
 	AdminListen          string
 	ArrivalRecordAfter   time.Duration
-	EngineRegistry       string
 	PeerLoadInterval     time.Duration // 0: no peer load sharing
 	GatewayID            string
 	LogLevel             string
@@ -98,15 +101,17 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.BoolVar(&f.AdaptiveConcurrency, "adaptive-concurrency", true, "learn the concurrency limit of an engine whose batch limit is unknown from its latency (false: --max-in-flight-per-engine only); known batch limits always apply")
 	fs.IntVar(&f.AdmissionQueue.MaxQueue, "admission-queue", 1024, "requests that may wait for an engine slot; more get 429")
 	fs.DurationVar(&f.AdmissionQueue.Timeout, "admission-timeout", admit.DefaultTimeout, "longest wait for an engine slot; a request predicted to wait more than half of it gets 429 at once")
+	fs.StringVar(&f.EngineRegistry, "engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): a snapshot naming an engine outside it, or one at another endpoint, is refused (empty: any engine a valid snapshot names)")
 	fs.StringVar(&f.APIKeys, "api-keys", "", "tenant file (YAML: sha256 hex of each API key -> tenant, priority, rate, concurrency), reloaded on change; every request then needs a key (empty: no keys)")
 	fs.BoolVar(&f.PriorityHeader, "priority-header", false, "trust the client's X-Switchyard-Priority header (never above its API key's priority); otherwise priority comes from the key only")
 	fs.StringVar(&f.AdminListen, "admin-listen", "", "serve /health and /metrics on this address instead of --listen (empty: on --listen)")
-	fs.StringVar(&f.EngineRegistry, "engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): a snapshot naming an engine outside it, or one at another endpoint, is refused (empty: any engine a valid snapshot names)")
 	fs.DurationVar(&f.ArrivalRecordAfter, "arrival-record-after", gateway.DefaultArrivalRecordAfter, "publish an arrival record (counted as demand) for a request still running after this long (negative: never)")
 	fs.DurationVar(&f.HealthInterval, "health-interval", gateway.DefaultHealthInterval, "active /health check interval (negative: off)")
 	fs.Float64Var(&f.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
 	fs.IntVar(&f.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
 	fs.IntVar(&f.EventBuffer, "event-buffer", gateway.DefaultEventBuffer, "routing events buffered for Kafka before dropping")
+	fs.StringVar(&f.EventSpoolDir, "event-spool-dir", "", "directory of the on-disk spool keeping the routing events Kafka cannot take (down, or slower than the requests) until it takes them again, also across restarts; one gateway per directory (empty: no spool, such events are dropped and counted)")
+	fs.Int64Var(&f.EventSpoolMaxBytes, "event-spool-max-bytes", DefaultEventSpoolMaxBytes, "bound of the event spool's files; events beyond it are dropped and counted")
 	fs.StringVar(&f.HTTPServer, "http-server", gateway.ServerFast, "server for the proxy routes: fast (own HTTP/1.1 loop, net/http for the rest) or std (net/http)")
 	fs.DurationVar(&f.BodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "longest wait for a request body after its head (408 after; negative: none)")
 	fs.Int64Var(&f.MinBodyRate, "min-body-rate", gateway.DefaultMinBodyRate, "least average request body rate in bytes/s after the first 5s (408 below; negative: none)")
@@ -133,6 +138,9 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	}
 	if len(f.GatewayID) > peers.MaxIDBytes {
 		return f, fmt.Errorf("%w: --gateway-id of %d bytes: want at most %d", cli.ErrUsage, len(f.GatewayID), peers.MaxIDBytes)
+	}
+	if f.EventSpoolDir != "" && f.EventSpoolMaxBytes < 1<<20 {
+		return f, fmt.Errorf("%w: --event-spool-max-bytes %d: want at least 1 MiB", cli.ErrUsage, f.EventSpoolMaxBytes)
 	}
 	if f.HTTPServer != gateway.ServerFast && f.HTTPServer != gateway.ServerStd {
 		return f, fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, f.HTTPServer)
@@ -208,6 +216,13 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		opts = append(opts, gateway.Tenants(keys))
 	}
+	if f.EngineRegistry != "" {
+		er, err := fleet.Load(f.EngineRegistry)
+		if err != nil {
+			return fmt.Errorf("%w: --engine-registry: %w", cli.ErrUsage, err)
+		}
+		opts = append(opts, gateway.Registry(er))
+	}
 	if f.SnapshotFile != "" {
 		snap, err := readSnapshotFile(f.SnapshotFile)
 		if err != nil {
@@ -216,23 +231,16 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		opts = append(opts, gateway.InitialSnapshot(snap))
 	}
 	trustOpts, err := f.Trust.GatewayOpts()
-	if f.EngineRegistry != "" {
-		er, err := fleet.Load(f.EngineRegistry)
-		if err != nil {
-			return fmt.Errorf("%w: --engine-registry: %w", cli.ErrUsage, err)
-		}
-		opts = append(opts, gateway.Registry(er))
-	}
 	if err != nil {
 		return err
 	}
 	opts = append(opts, trustOpts...)
 	var k *kafka
 	if len(f.KafkaBrokers) > 0 {
-		if k, err = dialKafka(f, reg); err != nil {
+		if k, err = dialKafka(f, log, reg); err != nil {
 			return err
 		}
-		defer k.close()
+		defer k.close(log)
 		opts = append(opts, gateway.Events(k.emitter), gateway.Signals(k.signals))
 	}
 	var w *snapshots.Watcher
@@ -319,7 +327,12 @@ type kafka struct {
 	emitter           *streams.Emitter
 }
 
-func dialKafka(f Flags, reg prometheus.Registerer) (*kafka, error) {
+// DefaultEventSpoolMaxBytes is --event-spool-max-bytes' default: 1 GiB,
+// about 45 minutes of routing events at 1,000 requests/s (~400 bytes
+// each; docs/gateway.md).
+const DefaultEventSpoolMaxBytes = 1 << 30
+
+func dialKafka(f Flags, log *slog.Logger, reg prometheus.Registerer) (*kafka, error) {
 	topics := streams.TopicsFor(f.TopicPrefix)
 	prod, err := f.Conn.NewKafka(append(gateway.EventProduceOpts(f.EventBuffer),
 		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-"+f.Cluster))...)
@@ -332,10 +345,23 @@ func dialKafka(f Flags, reg prometheus.Registerer) (*kafka, error) {
 		prod.Close()
 		return nil, fmt.Errorf("creating kafka signal client: %w", err)
 	}
-	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", f.EventBuffer, reg)
+	emOpts := []streams.EmitterOpt{streams.EmitterLogger(log)}
+	var sp *spool.Spool
+	if f.EventSpoolDir != "" {
+		if sp, err = spool.Open(f.EventSpoolDir, f.EventSpoolMaxBytes); err != nil {
+			prod.Close()
+			sig.Close()
+			return nil, fmt.Errorf("--event-spool-dir: %w", err)
+		}
+		emOpts = append(emOpts, streams.Spool(sp))
+	}
+	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", f.EventBuffer, reg, emOpts...)
 	if err != nil {
 		prod.Close()
 		sig.Close()
+		if sp != nil {
+			_ = sp.Close()
+		}
 		return nil, err
 	}
 	return &kafka{producer: prod, signals: sig, emitter: em}, nil
@@ -366,7 +392,12 @@ func (k *kafka) runEmitter(ctx context.Context) (stop func()) {
 	}
 }
 
-func (k *kafka) close() {
+// close closes the clients, then the emitter's spool: closing the
+// producer fails the events it still holds, which go to the spool.
+func (k *kafka) close(log *slog.Logger) {
 	k.signals.Close()
 	k.producer.Close()
+	if err := k.emitter.Close(); err != nil {
+		log.Warn("closing the event spool", "err", err)
+	}
 }
