@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
@@ -68,11 +69,18 @@ type badRequest struct {
 
 func (e *badRequest) Error() string { return e.msg }
 
-// parseInference decodes and checks body.
+// parseInference decodes and checks body. A body that is not valid
+// UTF-8 is refused (RFC 8259 section 8.1: JSON text exchanged between
+// systems must be UTF-8) rather than passed on: encoding/json would
+// accept it, and the engine would see bytes its tokenizer may read in
+// any way.
 func parseInference(body []byte) (*inference, error) {
 	trim := bytes.TrimLeft(body, " \t\r\n")
 	if len(trim) == 0 || trim[0] != '{' {
 		return nil, &badRequest{400, "invalid_json", "", "request body must be a JSON object"}
+	}
+	if !utf8.Valid(body) {
+		return nil, &badRequest{400, "invalid_utf8", "", fmt.Sprintf("request body is not valid UTF-8 (first invalid byte at offset %d)", firstInvalidUTF8(body))}
 	}
 	in, ok := scanInference(body)
 	if !ok {
@@ -89,6 +97,23 @@ func parseInference(body []byte) (*inference, error) {
 		return nil, &badRequest{400, "missing_required_parameter", "model", "you must provide a model parameter"}
 	}
 	return in, nil
+}
+
+// firstInvalidUTF8 is the offset of the first byte of b that does not
+// start a valid UTF-8 sequence (len(b) when there is none).
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
 }
 
 // inferenceFields are the JSON names of inference's fields, in the order
