@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"strings"
 
 	embedded "github.com/switchyard-llm/switchyard/internal/brokers"
+	"github.com/switchyard-llm/switchyard/internal/brokers/roles"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams"
 )
@@ -29,6 +31,10 @@ type securityFlags struct {
 	cert, key, clientCA  string
 	user, password       string
 	natsToken, natsNKeys string
+	// rolePasswords are the passwords of the role users (roles.Roles
+	// order); a role without one has no user.
+	rolePasswords []string
+	prefix, group string
 }
 
 func (s *securityFlags) register(fs *flag.FlagSet) {
@@ -39,6 +45,13 @@ func (s *securityFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.password, "password", "", "password of --user (prefer SWITCHYARD_PASSWORD)")
 	fs.StringVar(&s.natsToken, "nats-token", "", "token NATS requires (when no --user or --nats-nkeys; prefer SWITCHYARD_NATS_TOKEN)")
 	fs.StringVar(&s.natsNKeys, "nats-nkeys", "", "comma-separated nkey user public keys (U...) NATS accepts")
+	s.rolePasswords = make([]string, len(roles.Roles()))
+	for i, r := range roles.Roles() {
+		fs.StringVar(&s.rolePasswords[i], string(r)+"-password", "",
+			fmt.Sprintf("password of the user %q, holding only the %s role's NATS permissions and Kafka ACLs (docs/security.md; prefer SWITCHYARD_%s_PASSWORD)",
+				r, r, strings.ToUpper(string(r))))
+	}
+	fs.StringVar(&s.group, "processor-group", "switchyard-processor", "consumer group the processor user may read")
 }
 
 func (s *securityFlags) security() (embedded.Security, error) {
@@ -73,6 +86,15 @@ func (s *securityFlags) security() (embedded.Security, error) {
 	if s.user != "" {
 		sec.Users = []embedded.User{{Name: s.user, Password: s.password}}
 	}
+	for i, r := range roles.Roles() {
+		if s.rolePasswords[i] == "" {
+			continue
+		}
+		if string(r) == s.user {
+			return sec, fmt.Errorf("%w: --user %q is also a role user", cli.ErrUsage, s.user)
+		}
+		sec.Users = append(sec.Users, r.User(s.rolePasswords[i], s.prefix, s.group))
+	}
 	for _, k := range strings.Split(s.natsNKeys, ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			sec.NATSNKeys = append(sec.NATSNKeys, k)
@@ -90,14 +112,23 @@ func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	partitions := fs.Int("partitions", 3, "partitions of each Switchyard topic")
 	maxPayload := fs.Int("nats-max-payload", embedded.DefaultNATSMaxPayload, "largest NATS message in bytes (NATS's own default is 1 MiB; a 20,000-engine snapshot is ~2 MB)")
 	prefix := fs.String("topic-prefix", streams.DefaultPrefix, "prefix of the Switchyard topics to create")
+	allowOpen := fs.Bool("allow-open", false, "allow listening on a non-loopback address without credentials (anyone who reaches the port can then route every prompt)")
 	var sf securityFlags
 	sf.register(fs)
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
+	sf.prefix = *prefix
 	sec, err := sf.security()
 	if err != nil {
 		return err
+	}
+	if !*allowOpen && len(sec.Users) == 0 && len(sec.NATSNKeys) == 0 && sec.NATSToken == "" {
+		for _, addr := range []string{*kafkaListen, *natsListen} {
+			if !loopback(addr) {
+				return fmt.Errorf("%w: %s is not a loopback address and no credentials are required: give role passwords (--gateway-password, ...) or --user, or --allow-open", cli.ErrUsage, addr)
+			}
+		}
 	}
 	b, err := embedded.Start(ctx, embedded.Config{
 		KafkaListen: *kafkaListen, NATSListen: *natsListen, DataDir: *dataDir, KafkaPartitions: *partitions, Security: sec,
@@ -113,4 +144,18 @@ func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fmt.Fprintf(stdout, "kafka: %s\nnats: %s\n", b.KafkaAddrs()[0], b.NATSURL())
 	<-ctx.Done()
 	return nil
+}
+
+// loopback reports whether the listen address addr (host:port) is on
+// loopback only; an empty host is all interfaces.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/switchyard-llm/switchyard/internal/brokers"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
 	"github.com/switchyard-llm/switchyard/streams/settings"
@@ -16,8 +17,7 @@ import (
 
 // NATSRole is the least NATS permission set of a Switchyard service with
 // the default snapshot bucket and audit stream (docs/security.md shows
-// them as nats-server configuration). explain and console open the
-// bucket with create-or-update, so today they need NATSOptimizer.
+// them as nats-server configuration).
 type NATSRole string
 
 // The NATS roles.
@@ -29,6 +29,12 @@ const (
 	// publishes and subscribes to the gateways' load reports
 	// (PeerLoadSubjects, gateway/peers).
 	NATSGateway NATSRole = "gateway"
+	// NATSReader looks the bucket up and reads it and the audit stream
+	// (console, explain, replay --verify).
+	NATSReader NATSRole = "reader"
+	// NATSNone may neither publish nor subscribe (the agent and the
+	// processor use no NATS).
+	NATSNone NATSRole = "none"
 )
 
 // PeerLoadSubjects is the subject of every gateway's load reports with
@@ -61,8 +67,15 @@ func (r NATSRole) Permissions() *server.Permissions {
 	case NATSGateway:
 		return &server.Permissions{Publish: &server.SubjectPermission{Allow: append(readKV, PeerLoadSubjects)},
 			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", PeerLoadSubjects}}}
-	default:
-		return &server.Permissions{Publish: &server.SubjectPermission{Allow: readKV}, Subscribe: sub}
+	case NATSReader:
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: append(readKV,
+			"$JS.API.STREAM.INFO."+audit,
+			"$JS.API.CONSUMER.CREATE."+audit+".>", "$JS.API.CONSUMER.DELETE."+audit+".>",
+			"$JS.API.CONSUMER.INFO."+audit+".>", "$JS.API.CONSUMER.MSG.NEXT."+audit+".>",
+		)}, Subscribe: sub}
+	default: // NATSNone, and any role this package does not know
+		deny := &server.SubjectPermission{Deny: []string{">"}}
+		return &server.Permissions{Publish: deny, Subscribe: deny}
 	}
 }
 
@@ -75,6 +88,9 @@ const (
 	KafkaGateway   KafkaRole = "gateway"
 	KafkaProcessor KafkaRole = "processor"
 	KafkaOptimizer KafkaRole = "optimizer"
+	// KafkaReader reads and describes every Switchyard topic and writes
+	// none (tap, console, replay, explain).
+	KafkaReader KafkaRole = "reader"
 )
 
 // ACLs returns r's ACLs for the topics under prefix and the processor's
@@ -83,7 +99,7 @@ const (
 // goes on.
 func (r KafkaRole) ACLs(prefix, group string) []kfake.ACL {
 	t := streams.TopicsFor(prefix)
-	checkpoints, recorded := process.CheckpointTopic(prefix), settings.Topic(prefix)
+	checkpoints, recorded, partials := process.CheckpointTopic(prefix), settings.Topic(prefix), process.PartialsTopic(prefix)
 	topic := func(name string, ops ...kmsg.ACLOperation) []kfake.ACL {
 		var out []kfake.ACL
 		for _, op := range ops {
@@ -110,11 +126,65 @@ func (r KafkaRole) ACLs(prefix, group string) []kfake.ACL {
 		acls = append(acls, topic(t.DeadLetter, write, describe)...)
 		acls = append(acls, topic(checkpoints, read, write, describe)...)
 		acls = append(acls, topic(recorded, write, describe)...)
+		// Partitioned processing: the instances write partials, the
+		// combiner reads them (and writes tombstones).
+		acls = append(acls, topic(partials, read, write, describe)...)
 		acls = append(acls, kfake.ACL{Resource: kmsg.ACLResourceTypeGroup, Name: group,
 			Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: read, Allow: true})
 	case KafkaOptimizer:
 		acls = append(topic(t.Estimates, read, describe), topic(t.DeadLetter, write, describe)...)
 		acls = append(acls, topic(recorded, write, describe)...)
+	case KafkaReader:
+		for _, name := range append(t.All(), checkpoints, recorded, partials) {
+			acls = append(acls, topic(name, read, describe)...)
+		}
 	}
 	return acls
+}
+
+// Role is a Switchyard service's user on both brokers: its NATS
+// permissions and its Kafka ACLs.
+type Role string
+
+// The roles `switchyard brokers` makes a user for (docs/security.md).
+const (
+	Agent     Role = "agent"
+	Processor Role = "processor" // also the partitioned instances and the combiner
+	Optimizer Role = "optimizer"
+	Gateway   Role = "gateway"
+	Reader    Role = "reader" // tap, console, replay, explain
+)
+
+// Roles returns every role, in a fixed order.
+func Roles() []Role { return []Role{Agent, Processor, Optimizer, Gateway, Reader} }
+
+// NATS returns r's NATS role.
+func (r Role) NATS() NATSRole {
+	switch r {
+	case Optimizer:
+		return NATSOptimizer
+	case Gateway:
+		return NATSGateway
+	case Reader:
+		return NATSReader
+	default:
+		return NATSNone
+	}
+}
+
+// Kafka returns r's Kafka role.
+func (r Role) Kafka() KafkaRole { return KafkaRole(r) }
+
+// User returns the broker user named after r with password, holding
+// only r's permissions for the topics under prefix and the processor's
+// consumer group.
+func (r Role) User(password, prefix, group string) brokers.User {
+	acls := r.Kafka().ACLs(prefix, group)
+	if len(acls) == 0 {
+		// kfake treats a user without ACLs as a superuser: give an
+		// unknown role a grant that allows nothing useful instead.
+		acls = []kfake.ACL{{Resource: kmsg.ACLResourceTypeTopic, Name: "switchyard.none", Pattern: kmsg.ACLResourcePatternTypeLiteral,
+			Operation: kmsg.ACLOperationDescribe, Allow: true}}
+	}
+	return brokers.User{Name: string(r), Password: password, NATSPermissions: r.NATS().Permissions(), KafkaACLs: acls}
 }

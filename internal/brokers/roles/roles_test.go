@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/gateway/peers"
@@ -33,13 +32,9 @@ func TestLeastPrivilege(t *testing.T) {
 	defer cancel()
 	topics := streams.TopicsFor("")
 	group, ckpt := "switchyard-processor", process.CheckpointTopic("")
-	acls := func(r KafkaRole) []kfake.ACL { return r.ACLs("", group) }
-	users := []brokers.User{
-		{Name: "optimizer", Password: "o", NATSPermissions: NATSOptimizer.Permissions(), KafkaACLs: acls(KafkaOptimizer)},
-		{Name: "gateway", Password: "g", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: acls(KafkaGateway)},
-		{Name: "agent", Password: "a", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: acls(KafkaAgent)},
-		{Name: "processor", Password: "p", NATSPermissions: NATSGateway.Permissions(), KafkaACLs: acls(KafkaProcessor)},
-	}
+	// The users `switchyard brokers` makes with role passwords.
+	users := []brokers.User{Optimizer.User("o", "", group), Gateway.User("g", "", group), Agent.User("a", "", group),
+		Processor.User("p", "", group), Reader.User("r", "", group)}
 	b, err := brokers.Start(ctx, brokers.Config{KafkaPartitions: 1, Security: brokers.Security{Users: users}})
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +102,32 @@ func TestLeastPrivilege(t *testing.T) {
 		defer pcancel()
 		if _, err := kv.Put(pctx, "eu", []byte("forged")); err == nil {
 			t.Fatal("gateway wrote a snapshot")
+		}
+
+		rs, err := snapshots.Lookup(ctx, natsAs("reader", "r"))
+		if err != nil {
+			t.Fatalf("reader looking the store up: %v", err)
+		}
+		if got, err := rs.Get(ctx, "eu"); err != nil || got.GetVersion() != v {
+			t.Fatalf("reader reading the snapshot: %v, %v", got, err)
+		}
+		audited := 0
+		if err := rs.ReadAudit(ctx, snapshots.AuditFrom{}, func(snapshots.AuditEntry) bool { audited++; return true }); err != nil || audited != 1 {
+			t.Fatalf("reader reading the audit stream: %d entries, %v", audited, err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		defer rcancel()
+		if err := rs.Publish(rctx, &schemas.WeightSnapshot{SchemaVersion: schemas.Version, Version: v + 1,
+			Clusters: []*schemas.ClusterWeights{{Cluster: "eu"}}}); err == nil {
+			t.Fatal("reader published a snapshot")
+		}
+		for _, user := range []string{"agent", "processor"} {
+			actx, acancel := context.WithTimeout(ctx, time.Second)
+			_, err := natsAs(user, user[:1]).KeyValue(actx, snapshots.DefaultBucket)
+			acancel()
+			if err == nil {
+				t.Fatalf("%s bound the snapshot bucket", user)
+			}
 		}
 	})
 
@@ -193,6 +214,17 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 		if err := produce(gw, topics.Estimates); err == nil {
 			t.Fatal("gateway wrote estimates")
+		}
+		reader := kafkaAs("reader", "r", kgo.RequestRetries(0), kgo.ConsumeTopics(topics.Signals),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err := produce(reader, topics.Signals); err == nil {
+			t.Fatal("reader wrote signals")
+		}
+		fctx, fcancel := context.WithTimeout(ctx, 5*time.Second)
+		fs := reader.PollFetches(fctx)
+		fcancel()
+		if err := fs.Err0(); err != nil || fs.NumRecords() == 0 {
+			t.Fatalf("reader reading signals: %d records, %v", fs.NumRecords(), err)
 		}
 		cfg := process.Config{Window: 2 * time.Second, Slide: time.Second, AllowedLateness: 100 * time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler)}
