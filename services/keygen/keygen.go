@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams/snapshots/trust"
@@ -20,9 +21,14 @@ func Command() cli.Command {
 
 func run(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	out := fs.String("out", "snapshot-signing.key", "private key file to create (mode 0600, must not exist); the public key goes to FILE.pub")
+	out := fs.String("out", "snapshot-signing.key", "private key file to create (mode 0600, must not exist); the public key goes to --public-out")
+	pubOut := fs.String("public-out", "", "public key file to create (default: --out followed by .pub)")
+	keep := fs.Bool("keep-existing", false, "when both files exist already, keep them and succeed (a deployment's init step, run at every start)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	if *pubOut == "" {
+		*pubOut = *out + ".pub"
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
@@ -30,10 +36,19 @@ func run(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if *out == "" {
 		return fmt.Errorf("%w: --out is empty", cli.ErrUsage)
 	}
-	id, err := trust.WriteKeyPair(*out, *out+".pub")
+	if *keep && exists(*out) && exists(*pubOut) {
+		fmt.Fprintf(stdout, "keeping the existing key pair: %s, %s\n", *out, *pubOut)
+		return nil
+	}
+	id, err := trust.WriteKeyPair(*out, *pubOut)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "private key: %s (optimizer --signing-key)\npublic key:  %s.pub (gateway --snapshot-public-keys)\nkey id:      %s\n", *out, *out, id)
+	fmt.Fprintf(stdout, "private key: %s (optimizer --signing-key)\npublic key:  %s (gateway --snapshot-public-keys)\nkey id:      %s\n", *out, *pubOut, id)
 	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
