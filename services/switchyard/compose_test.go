@@ -165,7 +165,7 @@ func TestComposeMatchesBinary(t *testing.T) {
 		// or exposed.
 		ports := containerPorts(s)
 		listening[name] = map[string]bool{}
-		for _, f := range []string{"listen", "metrics-listen"} {
+		for _, f := range []string{"listen", "metrics-listen", "admin-listen"} {
 			v, ok := values[f]
 			if !ok || v == "" {
 				continue
@@ -256,7 +256,7 @@ func TestComposeBrokers(t *testing.T) {
 		}
 		uses := brokerHosts(t, s)
 		if len(uses) == 0 {
-			if len(s.Command) > 0 && s.Command[0] != "enginesim" {
+			if len(s.Command) > 0 && s.Command[0] != "enginesim" && s.Command[0] != "keygen" {
 				t.Errorf("service %s (%s) uses no broker", name, s.Command[0])
 			}
 			continue

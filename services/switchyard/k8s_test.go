@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,6 +37,7 @@ type rendered struct {
 	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	namespaces  map[string]*corev1.Namespace
+	netpols     map[string]*networkingv1.NetworkPolicy
 }
 
 // render runs kustomize on dir (as kubectl apply -k does) and decodes
@@ -52,7 +54,7 @@ func render(t *testing.T, dir string) rendered {
 		stateful:   map[string]*appsv1.StatefulSet{},
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
-		namespaces: map[string]*corev1.Namespace{},
+		namespaces: map[string]*corev1.Namespace{}, netpols: map[string]*networkingv1.NetworkPolicy{},
 	}
 	for _, res := range m.Resources() {
 		b, err := res.AsYAML()
@@ -81,6 +83,8 @@ func render(t *testing.T, dir string) rendered {
 			name, derr = decodeInto(b, r.pdbs)
 		case "v1 Namespace":
 			name, derr = decodeInto(b, r.namespaces)
+		case "networking.k8s.io/v1 NetworkPolicy":
+			name, derr = decodeInto(b, r.netpols)
 		default:
 			t.Errorf("%s: not a kind and version this test knows", where)
 			continue
@@ -126,7 +130,13 @@ func (r rendered) envOf(t *testing.T, where string, c corev1.Container) map[stri
 			}
 		case from.SecretRef != nil:
 			s, ok := r.secrets[from.SecretRef.Name]
-			if !ok && (from.SecretRef.Optional == nil || !*from.SecretRef.Optional) {
+			if keys, required := operatorSecrets[from.SecretRef.Name]; !ok && required {
+				// Created by the operator (docs/deploy.md#credentials):
+				// its documented keys, with placeholder values.
+				for _, k := range keys {
+					env[k] = "<" + from.SecretRef.Name + ">"
+				}
+			} else if !ok && (from.SecretRef.Optional == nil || !*from.SecretRef.Optional) {
 				t.Errorf("%s: envFrom Secret %s does not exist", where, from.SecretRef.Name)
 			}
 			if ok {
@@ -166,6 +176,8 @@ func (r rendered) envOf(t *testing.T, where string, c corev1.Container) map[stri
 			has := false
 			if ok {
 				v, has = s.StringData[ref.Key]
+			} else if keys, required := operatorSecrets[ref.Name]; required && slices.Contains(keys, ref.Key) {
+				v, has = "<"+ref.Name+">", true
 			}
 			if !has && (ref.Optional == nil || !*ref.Optional) {
 				t.Errorf("%s: env %s: Secret %s has no key %s", where, e.Name, ref.Name, ref.Key)
