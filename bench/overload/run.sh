@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Overload benchmark (issue 12's goals): one L4-class enginesim engine
+# Overload benchmark (issues 12 and 22): one L4-class enginesim engine
 # (batch limit 48) behind `switchyard gateway` with default flags (static
 # engine, no control plane); bench/overload measures the engine's capacity
 # directly, then offers 2x and 10x that rate to the gateway and prints
 # goodput, the share of rejections that were 429 with Retry-After, and
-# rejection and served latencies. Exits non-zero if a goal is missed.
+# rejection and served latencies. Exits non-zero if a goal is missed
+# (goodput >= 90% of capacity; every rejection 429 + Retry-After, 0 5xx;
+# rejection p99 <= 50 ms).
 #
 # usage: bench/overload/run.sh [window=20s] [mults=2,10]
 # env:   SWITCHYARD_BIN (default: build /tmp/switchyard-overload), BASE_PORT
