@@ -414,7 +414,9 @@ func (b *band) ahead(start float64, f *flow) int {
 // burst at the fleet's capacity takes seconds to clear); one that stands
 // means more arrives than the engines serve, and a long wait would only
 // delay every admitted request by it without serving one more (CoDel's
-// standing-queue rule, as in adaptive LIFO server queues). q.mu held.
+// standing-queue rule, as in adaptive LIFO server queues). It bounds the
+// waits of requests as they arrive; those already queued keep their
+// place (Expire). q.mu held.
 func (q *Queue) bound(now time.Time) float64 {
 	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Timeout {
 		return q.cfg.Timeout.Seconds() / 8
@@ -532,12 +534,10 @@ func (q *Queue) unlock() {
 // and a 429 now lets its client retry elsewhere sooner. enter applies
 // the same rule to a request as it arrives, with bound, at most half the
 // deadline, for the time left: so a waiter has a margin of at least as
-// much again, and a rejection after waiting is rare. A queue that
-// stands (see bound) is drained to twice the short bound, once: new
-// requests are queued within the short bound, so the margin keeps the
-// estimate's noise from rejecting them after they waited (cut to the
-// short bound itself, 8% of the rejections at 2x overload came after
-// waiting). The gateway calls it every tick.
+// much again, and a rejection after waiting is rare (a queue that starts
+// to stand is not cut to the short bound: its waiters were queued within
+// their deadline's half and are served; new requests are queued only
+// within the short bound). The gateway calls it every tick.
 func (q *Queue) Expire() {
 	q.mu.Lock()
 	defer q.unlock()
@@ -548,10 +548,6 @@ func (q *Queue) Expire() {
 	q.grant() // a tenant that went idle leaves no headroom
 	if q.queued == 0 {
 		return
-	}
-	cut := math.Inf(1)
-	if b := q.bound(now); b < q.cfg.Timeout.Seconds()/2 {
-		cut = 2 * b // a standing queue: drain it to twice the short bound
 	}
 	ahead := 0
 	var order []*waiter
@@ -572,7 +568,7 @@ func (q *Queue) Expire() {
 		})
 		rejected := false
 		for _, w := range order {
-			left := min(w.deadline.Sub(now).Seconds(), cut)
+			left := w.deadline.Sub(now).Seconds()
 			switch {
 			case left <= 0:
 				w.gone = true
