@@ -135,8 +135,8 @@ type band struct {
 
 // flow is one tenant's queue in a band.
 type flow struct {
-	tenant  string
-	weight  float64
+	tenant   string
+	weight   float64
 	finish   float64   // the tag after its last queued request
 	waiting  []*waiter // by start tag (= arrival)
 	inflight int       // admitted and not released
