@@ -228,6 +228,25 @@ func (g *Gateway) registerGauges(reg prometheus.Registerer) error {
 		Help: "Routing events lost: every one not delivered to Kafka and not spooled (no sink, buffer or spool full, Kafka failed it), the sink's drops included.",
 	}, func() float64 { return float64(g.eventsDropped()) }))
 	errs = append(errs, err)
+	gauge("snapshot_too_old", "1 while the snapshot routed on is older than the maximum age (--snapshot-max-age), else 0.", func() float64 {
+		if g.snapshotTooOld() {
+			return 1
+		}
+		return 0
+	})
+	// The source counts rollbacks (snapshots.Watcher with Check); 0 when
+	// it does not.
+	rb, _ := g.cfg.snapshots.(interface{ Rollbacks() uint64 })
+	_, err = obs.Register(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: "switchyard", Subsystem: "gateway", Name: "snapshot_rollbacks_total", ConstLabels: labels,
+		Help: "Snapshots not applied because a newer one was seen (an old snapshot re-put into the bucket).",
+	}, func() float64 {
+		if rb == nil {
+			return 0
+		}
+		return float64(rb.Rollbacks())
+	}))
+	errs = append(errs, err)
 	gauge("in_flight", "Requests in flight to engines.", func() float64 { return float64(g.pool.InFlight()) })
 	gauge("ejected_engines", "Engines ejected now.", func() float64 { return float64(g.outlier.Ejected()) })
 	return errors.Join(errs...)
@@ -467,6 +486,7 @@ func (g *Gateway) control(ctx context.Context, updates <-chan []byte) {
 			g.tickShed()
 			g.tickAdmission()
 			g.degrade.check(g.cfg.now())
+			g.checkSnapshotAge() // snapshot.go
 		}
 	}
 }

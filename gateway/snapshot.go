@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,47 @@ type snapshotTrust struct {
 	verifier *trust.Verifier // nil: signatures not checked
 	maxSkew  time.Duration
 	cache    string
+	maxAge   time.Duration
+	oldWarn  time.Time // the last too-old warning; zero while fresh (control's)
+}
+
+// DefaultSnapshotMaxAge is SnapshotMaxAge's default: six of the
+// optimizer's 30 s windows.
+const DefaultSnapshotMaxAge = 3 * time.Minute
+
+// SnapshotMaxAge is the age (since its creation) past which the snapshot
+// the gateway routes on is called too old: it still routes on it (static
+// stability), but warns (a WARN log when it becomes too old and every
+// minute after, and switchyard_gateway_snapshot_too_old = 1), since the
+// optimizer is down or the newest snapshot the gateway can see is an old
+// one. Default DefaultSnapshotMaxAge; <= 0 means the default.
+func SnapshotMaxAge(d time.Duration) Opt { return opt(func(c *cfg) { c.snap.maxAge = d }) }
+
+// snapshotTooOld reports whether the snapshot routed on is older than
+// the maximum age.
+func (g *Gateway) snapshotTooOld() bool {
+	rt := g.cur.Load()
+	if rt == nil || rt.fallback {
+		return false
+	}
+	return g.cfg.now().Sub(rt.created) > cmp.Or(max(g.cfg.snap.maxAge, 0), DefaultSnapshotMaxAge)
+}
+
+// checkSnapshotAge warns when the snapshot routed on is too old: when it
+// becomes so, then at most once a minute (control's tick).
+func (g *Gateway) checkSnapshotAge() {
+	if !g.snapshotTooOld() {
+		g.cfg.snap.oldWarn = time.Time{}
+		return
+	}
+	now := g.cfg.now()
+	if last := g.cfg.snap.oldWarn; !last.IsZero() && now.Sub(last) < time.Minute {
+		return
+	}
+	g.cfg.snap.oldWarn = now
+	rt := g.cur.Load()
+	g.log.Warn("routing on a snapshot older than --snapshot-max-age: the optimizer is not publishing, or the newest snapshot this gateway can see is old",
+		"version", rt.version, "age", now.Sub(rt.created).Round(time.Second), "max_age", cmp.Or(max(g.cfg.snap.maxAge, 0), DefaultSnapshotMaxAge))
 }
 
 // SnapshotKeys makes the gateway apply only snapshots signed by one of

@@ -41,6 +41,7 @@ type SnapshotTrust struct {
 	KeyFiles string // comma-separated
 	Cache    string
 	MaxSkew  time.Duration
+	MaxAge   time.Duration
 }
 
 // Register adds the flags to fs.
@@ -48,6 +49,7 @@ func (t *SnapshotTrust) Register(fs *flag.FlagSet) {
 	fs.StringVar(&t.KeyFiles, "snapshot-public-keys", "", "comma-separated PEM files of the optimizers' ed25519 public keys: only snapshots signed by one of them are applied (empty: signatures not checked)")
 	fs.StringVar(&t.Cache, "snapshot-cache", "", "file keeping the last applied snapshot; applied at start, so the gateway routes on it while NATS is down")
 	fs.DurationVar(&t.MaxSkew, "max-clock-skew", trust.DefaultMaxSkew, "snapshots whose version or creation time is further ahead of this clock are rejected")
+	fs.DurationVar(&t.MaxAge, "snapshot-max-age", gateway.DefaultSnapshotMaxAge, "warn (log and switchyard_gateway_snapshot_too_old) while the snapshot routed on is older than this; it is still routed on")
 }
 
 // Keys loads the public keys.
@@ -74,5 +76,21 @@ func (t SnapshotTrust) GatewayOpts() ([]gateway.Opt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []gateway.Opt{gateway.SnapshotKeys(keys...), gateway.SnapshotCache(t.Cache), gateway.SnapshotMaxSkew(t.MaxSkew)}, nil
+	return []gateway.Opt{gateway.SnapshotKeys(keys...), gateway.SnapshotCache(t.Cache), gateway.SnapshotMaxSkew(t.MaxSkew),
+		gateway.SnapshotMaxAge(t.MaxAge)}, nil
+}
+
+// WatchOpts returns the snapshot watcher options of the flags: the
+// watcher offers no snapshot older than the newest one the keys vouch
+// for in the key's history (by version and clock alone without keys).
+func (t SnapshotTrust) WatchOpts() ([]snapshots.WatchOpt, error) {
+	keys, err := t.Keys()
+	if err != nil {
+		return nil, err
+	}
+	var v *trust.Verifier
+	if len(keys) > 0 {
+		v = trust.NewVerifier(keys...)
+	}
+	return []snapshots.WatchOpt{snapshots.Check(trust.Checker(v, t.MaxSkew, time.Now))}, nil
 }

@@ -249,7 +249,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		w = snapshots.NewWatcher(f.NATSURL, f.SnapshotBucket, f.Cluster, natsOpts...)
+		watchOpts, err := f.Trust.WatchOpts()
+		if err != nil {
+			return err
+		}
+		w = snapshots.NewWatcher(f.NATSURL, f.SnapshotBucket, f.Cluster, natsOpts...).With(append(watchOpts, snapshots.WatchLogger(log))...)
 		opts = append(opts, gateway.Snapshots(w))
 	}
 	g, err := gateway.New(f.Cluster, opts...)

@@ -59,6 +59,10 @@ type Watcher struct {
 	fast    bool
 	denied  atomic.Bool // the server refused the key's subscription
 	stats   watchCounters
+	// check, when set, vouches for a value and reads its version (see
+	// Check); floor is the newest version it vouched for (Run's).
+	check func([]byte) (uint64, error)
+	floor uint64
 	// relay, when set (tests), stands between the KV watch and the loop.
 	relay func(<-chan jetstream.KeyValueEntry) <-chan jetstream.KeyValueEntry
 }
@@ -85,6 +89,22 @@ func WatchLogger(l *slog.Logger) WatchOpt {
 // $KV.<bucket>.> (refused, the watcher logs it once and watches alone).
 func FastPath(on bool) WatchOpt { return watchOpt(func(w *Watcher) { w.fast = on }) }
 
+// Check makes the watcher deliver no snapshot older than the newest it
+// can see: each watch reads the key's whole history (the bucket keeps 64
+// revisions) and offers the newest value check vouches for, not the
+// key's current value when that one is older (an old snapshot re-put);
+// later puts are offered only when check rejects them (the reader
+// rejects and counts them too) or their version is at least the newest
+// vouched for so far. A vouched-for value older than that is a rollback:
+// not offered, counted (WatchStats.Rollbacks) and logged at WARN. check
+// returns the value's version, or an error when it is not one the reader
+// would apply (unsigned, badly signed, dated in the future): such values
+// never raise the floor, so a forged version cannot hold real snapshots
+// back. Default none: the current value and every put are offered.
+func Check(check func(b []byte) (version uint64, err error)) WatchOpt {
+	return watchOpt(func(w *Watcher) { w.check = check })
+}
+
 // WatchStats counts what a watcher offered and skipped.
 type WatchStats struct {
 	// Fast: values the key's subscription offered first.
@@ -101,9 +121,15 @@ type WatchStats struct {
 	// ErrValue), from either source; each is logged, and offered as
 	// stored when it is offered at all.
 	Invalid uint64
+	// Rollbacks: values Check vouched for that are older than the newest
+	// it vouched for (an old snapshot re-put), not offered.
+	Rollbacks uint64
 }
 
-type watchCounters struct{ fast, watch, dup, notNewer, invalid atomic.Uint64 }
+type watchCounters struct{ fast, watch, dup, notNewer, invalid, rollback atomic.Uint64 }
+
+// Rollbacks is WatchStats.Rollbacks (for a gateway's metric).
+func (w *Watcher) Rollbacks() uint64 { return w.stats.rollback.Load() }
 
 // NewWatcher returns a watcher of cluster's key in bucket ("" means
 // DefaultBucket) on the NATS server at url. It owns its own connection so
@@ -128,7 +154,8 @@ func (w *Watcher) With(opts ...WatchOpt) *Watcher {
 // Stats returns the watcher's counts so far.
 func (w *Watcher) Stats() WatchStats {
 	return WatchStats{Fast: w.stats.fast.Load(), Watch: w.stats.watch.Load(),
-		Duplicates: w.stats.dup.Load(), NotNewer: w.stats.notNewer.Load(), Invalid: w.stats.invalid.Load()}
+		Duplicates: w.stats.dup.Load(), NotNewer: w.stats.notNewer.Load(), Invalid: w.stats.invalid.Load(),
+		Rollbacks: w.stats.rollback.Load()}
 }
 
 // Updates delivers the protobuf bytes of every value put under the key
@@ -265,7 +292,11 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	// Subscribed before the watch starts, so no put falls between them.
 	fast, unsubscribe := w.subscribe(nc)
 	defer unsubscribe()
-	kw, err := kv.Watch(ctx, w.cluster)
+	var wopts []jetstream.WatchOpt
+	if w.check != nil {
+		wopts = append(wopts, jetstream.IncludeHistory())
+	}
+	kw, err := kv.Watch(ctx, w.cluster, wopts...)
 	if err != nil {
 		return fmt.Errorf("watching %s/%s: %w", w.bucket, w.cluster, err)
 	}
@@ -278,6 +309,9 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 	if fast != nil {
 		st.keep = recent
 	}
+	// With a check, the initial values (the key's history, oldest first)
+	// are gathered and the newest vouched for offered at their end.
+	hist := history{active: w.check != nil}
 	for {
 		select {
 		case <-ctx.Done():
@@ -293,12 +327,99 @@ func (w *Watcher) watchKV(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			if !ok {
 				return fmt.Errorf("watch of %s/%s ended", w.bucket, w.cluster)
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // end of initial values, or a delete
+			if e == nil {
+				if hist.active {
+					w.endHistory(&st, &hist)
+				}
+				continue // end of initial values
 			}
-			w.offerStored(&st, e.Value())
+			if e.Operation() != jetstream.KeyValuePut {
+				continue // a delete
+			}
+			if hist.active {
+				w.noteHistory(&hist, e.Value(), e.Revision())
+				continue
+			}
+			w.offerChecked(&st, e.Value(), e.Revision())
 		}
 	}
+}
+
+// history is what a watch with a check gathered of the key's history.
+type history struct {
+	active  bool
+	best    []byte // the newest value vouched for, decoded
+	bestVer uint64
+	last    []byte // the current value, decoded
+	lastRev uint64
+	lastOK  bool // the current value vouched for
+	lastVer uint64
+}
+
+// noteHistory takes one initial value of a watch with a check.
+func (w *Watcher) noteHistory(h *history, v []byte, rev uint64) {
+	v = w.decoded(v, "watch")
+	h.last, h.lastRev, h.lastOK = v, rev, false
+	ver, err := w.check(v)
+	if err != nil {
+		return
+	}
+	h.lastOK, h.lastVer = true, ver
+	if h.best == nil || ver >= h.bestVer {
+		h.best, h.bestVer = v, ver
+	}
+}
+
+// endHistory offers what the history holds: the newest value vouched
+// for (at least the floor), unless the current value is not vouched for
+// at all (then that, for the reader to reject; the newest is offered
+// after it, as newest-wins keeps it).
+func (w *Watcher) endHistory(st *offered, h *history) {
+	h.active = false
+	if h.last == nil {
+		return
+	}
+	if !h.lastOK {
+		w.offerStored(st, h.last)
+	}
+	if h.best == nil {
+		return
+	}
+	if h.bestVer < w.floor {
+		w.rollback(h.bestVer, h.lastRev, "history")
+		return
+	}
+	w.floor = h.bestVer
+	if h.lastOK && h.lastVer < h.bestVer {
+		w.rollback(h.lastVer, h.lastRev, "current value")
+	}
+	w.offerStored(st, h.best)
+}
+
+// offerChecked offers v, a put the KV watch delivered, unless the check
+// vouches for it and it is older than the newest vouched for.
+func (w *Watcher) offerChecked(st *offered, v []byte, rev uint64) {
+	if w.check == nil {
+		w.offerStored(st, v)
+		return
+	}
+	d := w.decoded(v, "watch")
+	ver, err := w.check(d)
+	if err == nil {
+		if ver < w.floor {
+			w.rollback(ver, rev, "put")
+			return
+		}
+		w.floor = ver
+	}
+	w.offerStored(st, v)
+}
+
+// rollback counts and logs a value older than the newest vouched for.
+func (w *Watcher) rollback(ver, rev uint64, what string) {
+	w.stats.rollback.Add(1)
+	w.log.Warn("snapshot older than the newest seen, not applied (an old snapshot re-put?)",
+		"bucket", w.bucket, "cluster", w.cluster, "source", what, "version", ver, "revision", rev, "newest_version", w.floor)
 }
 
 // stopWatch stops kw, a watch on nc, unless nc is not connected: then
@@ -401,7 +522,7 @@ func (w *Watcher) offerFast(st *offered, v []byte) {
 		return
 	}
 	ver, ok := versionOf(v)
-	if !ok || st.stored && ver <= st.storedVer {
+	if !ok || st.stored && ver <= st.storedVer || w.check != nil && ver < w.floor {
 		w.stats.notNewer.Add(1)
 		return
 	}

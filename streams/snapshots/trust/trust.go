@@ -193,6 +193,56 @@ func CheckTime(snap *schemas.WeightSnapshot, now time.Time, maxSkew time.Duratio
 	return nil
 }
 
+// Checker returns a check of encoded snapshots for a snapshot watcher
+// (snapshots.Check): the signature against v (not checked when v is
+// nil), and the version and creation time bounded by now() plus maxSkew
+// (DefaultMaxSkew when <= 0); it returns the version.
+func Checker(v *Verifier, maxSkew time.Duration, now func() time.Time) func(b []byte) (uint64, error) {
+	if maxSkew <= 0 {
+		maxSkew = DefaultMaxSkew
+	}
+	return func(b []byte) (uint64, error) {
+		if v != nil {
+			if err := v.Verify(b); err != nil {
+				return 0, err
+			}
+		}
+		var snap schemas.WeightSnapshot
+		for rest := b; len(rest) > 0; {
+			num, typ, n := protowire.ConsumeTag(rest)
+			if n < 0 {
+				return 0, fmt.Errorf("%w: %w", ErrMalformed, protowire.ParseError(n))
+			}
+			rest = rest[n:]
+			if (num == 2 || num == 3) && typ == protowire.VarintType {
+				x, m := protowire.ConsumeVarint(rest)
+				if m < 0 {
+					return 0, fmt.Errorf("%w: %w", ErrMalformed, protowire.ParseError(m))
+				}
+				if num == 2 {
+					snap.Version = x
+				} else {
+					snap.CreatedUnixMs = int64(x)
+				}
+				rest = rest[m:]
+				continue
+			}
+			m := protowire.ConsumeFieldValue(num, typ, rest)
+			if m < 0 {
+				return 0, fmt.Errorf("%w: %w", ErrMalformed, protowire.ParseError(m))
+			}
+			rest = rest[m:]
+		}
+		if snap.Version == 0 {
+			return 0, fmt.Errorf("%w: version 0", ErrMalformed)
+		}
+		if err := CheckTime(&snap, now(), maxSkew); err != nil {
+			return 0, err
+		}
+		return snap.Version, nil
+	}
+}
+
 // GenerateKey returns a new key pair.
 func GenerateKey() (ed25519.PublicKey, ed25519.PrivateKey, error) {
 	return ed25519.GenerateKey(rand.Reader)
