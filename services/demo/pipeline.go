@@ -38,6 +38,10 @@ type gatewayProc struct {
 func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*engineProc, kafka []string, natsURL string, reg prometheus.Registerer, log *slog.Logger) (*pipeline, error) {
 	p := &pipeline{}
 	top := cfg.Topology
+	engines, err := engineRegistry(fleet)
+	if err != nil {
+		return nil, err
+	}
 
 	// One agent per region scrapes that region's engines.
 	for _, region := range top.Regions {
@@ -67,6 +71,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 	proc, err := startProcessor(ctx, g, kafka, process.Config{
 		Window: 10 * time.Second, Slide: 2 * time.Second, AllowedLateness: 2 * time.Second,
 		Logger: log.With("component", "processor"), Registerer: reg, TracerProvider: cfg.tracerProvider,
+		Registry: engines,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("processor: %w", err)
@@ -79,6 +84,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 			RegionRTTms: top.RTTms,
 		},
 		Logger: log.With("component", "optimizer"), Registerer: reg, TracerProvider: cfg.tracerProvider,
+		Registry: engines, // MaxGain 0: fleet.DefaultMaxGain with a registry
 	})
 	if err != nil {
 		return nil, fmt.Errorf("optimizer: %w", err)
@@ -99,7 +105,7 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 		base := http.DefaultTransport.(*http.Transport).Clone()
 		base.MaxIdleConnsPerHost = 256
 		rg, err := newRegionGateway(region, natsURL, kafka, reg,
-			gateway.Listen(listen), gateway.Engines(fallback...),
+			gateway.Listen(listen), gateway.Engines(fallback...), gateway.Registry(engines),
 			gateway.Transport(&networkTransport{base: base, from: region, rtt: top.RTTms, region: regionOf}),
 			gateway.Logger(log), gateway.TracerProvider(cfg.tracerProvider))
 		if err != nil {
