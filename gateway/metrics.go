@@ -25,6 +25,8 @@ type metrics struct {
 	applied       *prometheus.CounterVec   // cluster
 	rejected      *prometheus.CounterVec   // cluster, reason
 	signals       *prometheus.CounterVec   // cluster, result
+	// signalsClamped: cluster, field (registry_signals.go).
+	signalsClamped *prometheus.CounterVec
 }
 
 var (
@@ -46,18 +48,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return h
 	}
 	m := &metrics{
-		requests:      cv("requests_total", "Requests by outcome: ok, error, shed, client_error, canceled.", "cluster", "outcome"),
-		ttft:          hv("ttft_seconds", "Time from request arrival to the first token (first SSE data event; whole response when not streaming)."),
-		e2e:           hv("request_duration_seconds", "End-to-end request latency at the gateway."),
-		retries:       cv("retries_total", "Attempts after the first, to a different engine.", "cluster"),
-		budgetDenied:  cv("retry_budget_exhausted_total", "Retries not made because the retry budget was spent.", "cluster"),
-		shed:          cv("shed_total", "Requests answered 429: reason snapshot (the plan sheds) or capacity (every engine at its in-flight cap).", "cluster", "reason", "priority"),
-		ejections:     cv("ejections_total", "Outlier ejections of an engine.", "cluster", "engine"),
-		upstreamFails: cv("upstream_failures_total", "Failed attempts by reason: connect, status_5xx, first_token_timeout, idle_timeout, stream.", "cluster", "reason"),
-		picks:         cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
-		applied:       cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
-		rejected:      cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale, unsigned, signature, future.", "cluster", "reason"),
-		signals:       cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine.", "cluster", "result"),
+		requests:       cv("requests_total", "Requests by outcome: ok, error, shed, client_error, canceled.", "cluster", "outcome"),
+		ttft:           hv("ttft_seconds", "Time from request arrival to the first token (first SSE data event; whole response when not streaming)."),
+		e2e:            hv("request_duration_seconds", "End-to-end request latency at the gateway."),
+		retries:        cv("retries_total", "Attempts after the first, to a different engine.", "cluster"),
+		budgetDenied:   cv("retry_budget_exhausted_total", "Retries not made because the retry budget was spent.", "cluster"),
+		shed:           cv("shed_total", "Requests answered 429: reason snapshot (the plan sheds) or capacity (every engine at its in-flight cap).", "cluster", "reason", "priority"),
+		ejections:      cv("ejections_total", "Outlier ejections of an engine.", "cluster", "engine"),
+		upstreamFails:  cv("upstream_failures_total", "Failed attempts by reason: connect, status_5xx, first_token_timeout, idle_timeout, stream.", "cluster", "reason"),
+		picks:          cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
+		applied:        cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
+		rejected:       cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale, unsigned, signature, future.", "cluster", "reason"),
+		signals:        cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine; with --engine-registry also unregistered_engine and endpoint_mismatch (ignored).", "cluster", "result"),
+		signalsClamped: cv("signals_clamped_total", "Fields of engine signals lowered to the engine registry's bounds, by field: max_batch, ready_replicas, running_requests (the signal is applied clamped).", "cluster", "field"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("gateway metrics: %w", err)

@@ -36,6 +36,9 @@ func (g *Gateway) applySignal(b []byte) {
 		g.m.signals.WithLabelValues(g.cfg.cluster, "stale").Inc()
 		return
 	}
+	if !g.screen(&s) { // registry_signals.go
+		return
+	}
 	g.noteEngine(&s) // event.go
 	st, ok := g.pool.Lookup(s.GetEngineId())
 	if !ok {
