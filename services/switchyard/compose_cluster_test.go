@@ -66,6 +66,7 @@ func natsConfig(t *testing.T, name string, s composeService) (*server.Options, s
 	if hostPath == "" {
 		t.Fatalf("nats service %s: configuration %s is not mounted from the repository (%v)", name, conf, s.Volumes)
 	}
+	setPasswordEnv(t) // auth.conf reads them from the environment
 	opts, err := server.ProcessConfigFile(hostPath)
 	if err != nil {
 		t.Fatalf("nats service %s: %s: %v", name, hostPath, err)
@@ -109,7 +110,7 @@ func TestComposeCluster(t *testing.T) {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(s.Image, "apache/kafka:"):
+		case strings.HasPrefix(s.Image, "apache/kafka:") && len(s.Command) == 0: // not kafka-setup-ha
 			kafkas = append(kafkas, name)
 		case strings.HasPrefix(s.Image, "nats:"):
 			natses = append(natses, name)
@@ -171,7 +172,7 @@ func TestComposeCluster(t *testing.T) {
 		if _, lp, _ := net.SplitHostPort(listeners[inter]); h != name || p != lp {
 			t.Errorf("%s: advertises %s on %q, want %s:%s", where, inter, adv[inter], name, lp)
 		}
-		kafkaAddrs = append(kafkaAddrs, adv[inter])
+		kafkaAddrs = append(kafkaAddrs, adv[kafkaClientListener(t, where, env)])
 		for ln, addr := range adv {
 			if h, p, _ := net.SplitHostPort(addr); h == "localhost" {
 				_, lp, _ := net.SplitHostPort(listeners[ln])
