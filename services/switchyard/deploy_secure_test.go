@@ -95,6 +95,7 @@ func TestDeploySecureByDefault(t *testing.T) {
 				}
 			}
 			checkNetworkPolicies(t, r)
+			checkEngineRegistry(t, r) // registry_deploy_test.go
 		})
 	}
 }
@@ -387,4 +388,5 @@ func TestComposeSecureByDefault(t *testing.T) {
 	if optimizers == 0 || gateways == 0 {
 		t.Fatalf("%d optimizers, %d gateways", optimizers, gateways)
 	}
+	checkComposeEngineRegistry(t, f) // registry_deploy_test.go
 }
