@@ -22,9 +22,14 @@ var operatorSecrets = map[string][]string{
 	"switchyard-processor-credentials": {"SWITCHYARD_KAFKA_SASL", "SWITCHYARD_KAFKA_USER", "SWITCHYARD_KAFKA_PASSWORD"},
 	"switchyard-optimizer-credentials": {"SWITCHYARD_KAFKA_SASL", "SWITCHYARD_KAFKA_USER", "SWITCHYARD_KAFKA_PASSWORD", "SWITCHYARD_NATS_USER", "SWITCHYARD_NATS_PASSWORD"},
 	"switchyard-gateway-credentials":   {"SWITCHYARD_KAFKA_SASL", "SWITCHYARD_KAFKA_USER", "SWITCHYARD_KAFKA_PASSWORD", "SWITCHYARD_NATS_USER", "SWITCHYARD_NATS_PASSWORD"},
-	"switchyard-gateway-api-keys":      {"api-keys"},
-	"switchyard-snapshot-signing-key":  {"snapshot.key"},
-	"switchyard-snapshot-public-keys":  {"snapshot.key.pub"},
+	// The reader's (tap, console, replay, explain) and the Kafka super
+	// user's: the in-namespace brokers of three-region-ha create their
+	// users from them.
+	"switchyard-reader-credentials":   {"SWITCHYARD_KAFKA_SASL", "SWITCHYARD_KAFKA_USER", "SWITCHYARD_KAFKA_PASSWORD", "SWITCHYARD_NATS_USER", "SWITCHYARD_NATS_PASSWORD"},
+	"switchyard-kafka-admin":          {"SWITCHYARD_KAFKA_ADMIN_PASSWORD"},
+	"switchyard-gateway-api-keys":     {"api-keys"},
+	"switchyard-snapshot-signing-key": {"snapshot.key"},
+	"switchyard-snapshot-public-keys": {"snapshot.key.pub"},
 }
 
 // roleOf is the broker role (docs/security.md, internal/brokers/roles)

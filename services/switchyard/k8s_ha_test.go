@@ -39,6 +39,9 @@ func statefulEnv(t *testing.T, where string, c corev1.Container) (env, fields ma
 		case e.ValueFrom.FieldRef != nil:
 			fields[e.Name] = e.ValueFrom.FieldRef.FieldPath
 			env[e.Name] = "{" + e.ValueFrom.FieldRef.FieldPath + "}"
+		case e.ValueFrom.SecretKeyRef != nil:
+			// A password: "<secret NAME>" for the variable NAME.
+			env[e.Name] = "<secret " + e.Name + ">"
 		default:
 			t.Errorf("%s: %s: unsupported source", where, e.Name)
 		}
@@ -139,7 +142,7 @@ func checkClusteredBrokers(t *testing.T, r rendered, valuesOf map[string]map[str
 	svc := headlessFor(t, r, kafka)
 	listeners := kafkaListeners(t, where, env["KAFKA_LISTENERS"])
 	_, ctrlPort, _ := net.SplitHostPort(listeners[env["KAFKA_CONTROLLER_LISTENER_NAMES"]])
-	inter := env["KAFKA_INTER_BROKER_LISTENER_NAME"]
+	inter := kafkaClientListener(t, where, env) // the one Switchyard uses
 	_, brokerPort, _ := net.SplitHostPort(listeners[inter])
 	for _, p := range []string{ctrlPort, brokerPort} {
 		n, _ := strconv.Atoi(p)
@@ -208,10 +211,24 @@ func checkClusteredBrokers(t *testing.T, r rendered, valuesOf map[string]map[str
 	if data == "" {
 		t.Fatalf("%s: configuration %q is in no mounted ConfigMap", where, conf)
 	}
-	file := filepath.Join(t.TempDir(), "nats.conf")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The files it includes, from the same ConfigMap, and the role
+	// passwords they read from the environment.
+	for _, cm := range r.configMaps {
+		if cm.Data[path.Base(conf)] != data {
+			continue
+		}
+		for f, d := range cm.Data {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte(d), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	setPasswordEnv(t)
 	opts, err := server.ProcessConfigFile(file)
 	if err != nil {
 		t.Fatalf("%s: %s: %v", where, conf, err)

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -38,6 +39,7 @@ type rendered struct {
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	namespaces  map[string]*corev1.Namespace
 	netpols     map[string]*networkingv1.NetworkPolicy
+	jobs        map[string]*batchv1.Job
 }
 
 // render runs kustomize on dir (as kubectl apply -k does) and decodes
@@ -55,6 +57,7 @@ func render(t *testing.T, dir string) rendered {
 		configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{},
 		hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{}, pdbs: map[string]*policyv1.PodDisruptionBudget{},
 		namespaces: map[string]*corev1.Namespace{}, netpols: map[string]*networkingv1.NetworkPolicy{},
+		jobs: map[string]*batchv1.Job{},
 	}
 	for _, res := range m.Resources() {
 		b, err := res.AsYAML()
@@ -85,6 +88,8 @@ func render(t *testing.T, dir string) rendered {
 			name, derr = decodeInto(b, r.namespaces)
 		case "networking.k8s.io/v1 NetworkPolicy":
 			name, derr = decodeInto(b, r.netpols)
+		case "batch/v1 Job":
+			name, derr = decodeInto(b, r.jobs)
 		default:
 			t.Errorf("%s: not a kind and version this test knows", where)
 			continue
