@@ -3,6 +3,7 @@ package admit
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -164,38 +165,34 @@ func waitLen(t *testing.T, q *Queue, n int) {
 }
 
 // warm makes q see perSecond slot releases per second over its rate
-// window.
+// window, none of them while every slot was taken.
 func warm(q *Queue, c *clock, perSecond int) {
-	q.SetCapacity(0)
-	n := perSecond * rateBuckets * int(rateWidth/time.Second)
-	for range n {
-		if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
-			panic(err)
-		}
-	}
-	for range n {
-		q.Release(Request{Priority: 1})
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := c.now().UnixNano() / int64(rateWidth)
+	for k := range int64(rateBuckets) {
+		q.relN[q.bucket(e-k)] += perSecond
 	}
 }
 
 // TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline: a queued
 // request whose predicted wait exceeds the time left to its deadline
-// (here because slots now free at half the rate they did when it was
-// queued) is rejected with ErrWait at the next Expire, not at the
-// deadline; one that can still make it stays queued.
+// (here because slots free far slower, once every one is taken, than
+// they did when it was queued) is rejected with ErrWait at the next
+// Expire, not at the deadline; one that can still make it stays queued.
 func TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	q := NewQueue(QueueConfig{Timeout: 6 * time.Second}, c.now)
-	warm(q, c, 1)
-	c.set(time.Unix(1006, 0))
-	warm(q, c, 1) // 2 slots/s over the window: half a second per place
-	q.SetCapacity(1)
-	if err := q.Offer(Request{Priority: 1}, nil); err != nil {
-		t.Fatal(err)
+	warm(q, c, 2) // 2 slots freed a second: half a second per place
+	q.SetCapacity(2)
+	for range 2 {
+		if err := q.Offer(Request{Priority: 1}, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var got []error
 	done := func(err error) { got = append(got, err) }
-	for i := range 6 { // places 1-6: 0.5 to 3 s predicted, within half the 6 s deadline
+	for i := range 6 { // places 1-6: 0.5 to 3 s predicted, within ¾ of the 6 s deadline
 		if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 			t.Fatalf("offer %d: %v, want ErrQueued", i, err)
 		}
@@ -204,12 +201,20 @@ func TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline(t *testing.T) {
 	if q.Len() != 6 {
 		t.Fatalf("Expire with 6 s left rejected: queue length %d, want 6", q.Len())
 	}
-	// 3.1 s left; the first warm-up's releases left the window: 1 slot/s,
-	// so places 1-3 make it and 4-6 do not.
-	c.set(time.Unix(1008, 900_000_000))
+	// Both slots free after 3 s taken: 2/3 of a slot a second while
+	// full. The first two waiters take them; of the other four, with 3 s
+	// left, places 1 and 2 (1.5 and 3 s) make it and 3 and 4 (4.5 and
+	// 6 s) do not.
+	c.set(time.Unix(1003, 0))
+	q.Release(Request{Priority: 1})
+	q.Release(Request{Priority: 1})
+	if len(got) != 2 || got[0] != nil || got[1] != nil {
+		t.Fatalf("answers %v after two slots freed, want the first two waiters admitted", got)
+	}
+	got = got[:0]
 	q.Expire()
-	if q.Len() != 3 || len(got) != 3 {
-		t.Fatalf("queue length %d, answers %v; want 3 kept and 3 rejected", q.Len(), got)
+	if q.Len() != 2 || len(got) != 2 {
+		t.Fatalf("queue length %d, answers %v; want 2 kept and 2 rejected", q.Len(), got)
 	}
 	for _, err := range got {
 		if !errors.Is(err, ErrWait) {
@@ -265,7 +270,7 @@ func TestQueueOrder(t *testing.T) {
 
 func TestQueueRejectsPredictedLongWait(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	q := NewQueue(QueueConfig{Timeout: 200 * time.Millisecond}, c.now)
+	q := NewQueue(QueueConfig{Timeout: 160 * time.Millisecond}, c.now)
 	warm(q, c, 20) // 20 slots/s: 50 ms per place in the queue
 	q.SetCapacity(1)
 	if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
@@ -277,7 +282,7 @@ func TestQueueRejectsPredictedLongWait(t *testing.T) {
 		waitLen(t, q, i+1)
 	}
 	if err := q.Acquire(context.Background(), Request{Priority: 1}); !errors.Is(err, ErrWait) {
-		t.Fatalf("third in line (150 ms predicted, half the deadline 100 ms): %v", err)
+		t.Fatalf("third in line (150 ms predicted, ¾ of the deadline 120 ms): %v", err)
 	}
 	// A high-priority request goes ahead of both: admitted to the queue.
 	high := make(chan error, 1)
@@ -400,15 +405,15 @@ func TestOfferAnswersQueuedRequestsByCallback(t *testing.T) {
 }
 
 // TestQueueStandingQueueShortensTheWait: a queue that drains lets a
-// request wait up to half its deadline (a burst is worth seconds); once
-// it has not drained for a whole deadline (more arrives than is
+// request wait up to ¾ of its deadline (a burst is worth seconds); once
+// it has not drained for QueueConfig.Standing (more arrives than is
 // served), a new request is queued only for an eighth of it; the
 // waiters queued before keep their places (rejecting them now would
 // make them 429s that waited), and Expire rejects only those that can
 // no longer make their deadline.
 func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	q := NewQueue(QueueConfig{Timeout: 4 * time.Second}, c.now)
+	q := NewQueue(QueueConfig{Timeout: 4 * time.Second, Standing: 4 * time.Second}, c.now)
 	warm(q, c, 2) // 2 slots/s: half a second per place in the queue
 	q.SetCapacity(1)
 	if err := q.Offer(Request{Priority: 1}, nil); err != nil {
@@ -420,12 +425,13 @@ func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 		t.Fatalf("place 1 in a fresh queue: %v, want ErrQueued", err)
 	}
 	c.set(c.now().Add(3 * time.Second)) // not drained for 3 s: not yet standing
-	for i := range 2 {                  // places 2 and 3: 1 and 1.5 s, within half the deadline (2 s)
+	for i := range 2 {                  // places 2 and 3: within ¾ of the deadline (3 s)
 		if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 			t.Fatalf("offer %d after 3 s: %v, want ErrQueued", i, err)
 		}
 	}
-	c.set(c.now().Add(1100 * time.Millisecond)) // standing for more than the deadline
+	c.set(c.now().Add(1100 * time.Millisecond)) // standing for more than Standing
+	warm(q, c, 2)                               // slots still free at 3 a second over the window
 	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrWait) {
 		t.Fatalf("place 4 in a standing queue: %v, want ErrWait (an eighth of the deadline is 0.5 s)", err)
 	}
@@ -438,5 +444,71 @@ func TestQueueStandingQueueShortensTheWait(t *testing.T) {
 	c.set(c.now().Add(time.Second))
 	if err := q.Offer(Request{Priority: 1}, done); !errors.Is(err, ErrQueued) {
 		t.Fatalf("after the queue drained: %v, want ErrQueued", err)
+	}
+}
+
+// TestQueueBurstAfterLullPredictsTheDrainRate: the predicted wait of a
+// burst that arrives after a lull is its place over the rate at which
+// slots freed while every one was taken, not over the rate requests
+// happened to arrive at during the lull. Ten slots, each request holding
+// one for 2 s: 3 s at 10 arrivals a second (the slots all taken, 12
+// freed in the 3.1 s they were: 3.9 a second, counted from when they
+// filled), then one arrival every 2 s; then a burst. Its 20th waiter is
+// predicted to wait 5.2 s and is queued (deadline 8 s, bound 6 s; it
+// drains at 5 a second, in 4 s); over the slots freed per second in the
+// last 8 s (2.75) it was predicted to wait 7.3 s and rejected.
+func TestQueueBurstAfterLullPredictsTheDrainRate(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: 8 * time.Second}, c.now)
+	q.SetCapacity(10)
+	const hold = 2 * time.Second
+	var ends []time.Time // when each admitted request frees its slot
+	admitted := func(error) { ends = append(ends, c.now().Add(hold)) }
+	step := func(to time.Time) { // advance to 'to', freeing slots on time
+		for {
+			slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
+			if len(ends) == 0 || ends[0].After(to) {
+				break
+			}
+			c.set(ends[0])
+			ends = ends[1:]
+			q.Release(Request{Priority: 1})
+		}
+		c.set(to)
+	}
+	arrive := func() {
+		switch err := q.Offer(Request{Priority: 1}, admitted); {
+		case err == nil:
+			admitted(nil)
+		case errors.Is(err, ErrQueued), errors.Is(err, ErrWait):
+			// (the first second's arrivals find no release counted yet)
+		default:
+			t.Fatalf("at %v: %v", c.now().Sub(time.Unix(1000, 0)), err)
+		}
+	}
+	start := time.Unix(1000, 0)
+	for k := range 30 { // 3 s at 10 a second
+		step(start.Add(time.Duration(k) * 100 * time.Millisecond))
+		arrive()
+	}
+	for k := range 3 { // then one every 2 s
+		step(start.Add(3*time.Second + time.Duration(k)*2*time.Second))
+		arrive()
+	}
+	step(start.Add(8 * time.Second))
+	if q.Len() != 0 {
+		t.Fatalf("%d still queued after the lull", q.Len())
+	}
+	for q.InFlight() < 10 { // the burst takes the free slots
+		arrive()
+	}
+	for i := range 20 {
+		if err := q.Offer(Request{Priority: 1}, admitted); !errors.Is(err, ErrQueued) {
+			t.Fatalf("burst's waiter %d: %v, want ErrQueued", i+1, err)
+		}
+	}
+	q.Expire()
+	if q.Len() != 20 {
+		t.Fatalf("Expire rejected waiters that drain in 4 s: %d left of 20", q.Len())
 	}
 }

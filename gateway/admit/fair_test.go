@@ -117,9 +117,9 @@ func TestQueueIdleTenantBanksNoCredit(t *testing.T) {
 // tenant's long queue another tenant's request is queued (its place is
 // near the front), while the flooder's next is rejected at once.
 func TestQueueHopelessIsRejectedOnEntryByFairPosition(t *testing.T) {
-	// 10 slots/s, deadline 2 s: queued while predicted to wait <= 1 s,
-	// that is, up to place 10.
-	l := newAdmitLog(t, QueueConfig{Timeout: 2 * time.Second}, 10)
+	// 10 slots/s, deadline 1.4 s: queued while predicted to wait <= 1.05
+	// s (¾ of the deadline), that is, up to place 10.
+	l := newAdmitLog(t, QueueConfig{Timeout: 1400 * time.Millisecond}, 10)
 	for i := range 10 {
 		if err := l.offer(Request{Priority: 1, Tenant: "a"}); !errors.Is(err, ErrQueued) {
 			t.Fatalf("a's %d: %v, want ErrQueued", i+1, err)

@@ -45,6 +45,13 @@ type QueueConfig struct {
 	// seconds later; under sustained overload the standing-queue rule,
 	// see bound, keeps admitted requests' waits to an eighth of it).
 	Timeout time.Duration
+	// Standing is how long the queue must go without draining before it
+	// counts as standing (see bound). Default 4 × Timeout (32 s): a
+	// trace replayed at 0.9× a fleet's capacity has bursts above it
+	// that last 20-30 s, and with a whole Timeout here its queue stood
+	// in them, queued requests for 1 s only and answered 5-10 of 800
+	// with 429 whose wait would have been 2-3 s (bench/live).
+	Standing time.Duration
 }
 
 // rateBuckets × rateWidth is the window of the release rate: LLM
@@ -62,7 +69,7 @@ const (
 // with the most waiting for its weight, is evicted to make room when
 // that is not the request's own), or when the wait it would have — its
 // place in the order the queue would admit its waiters, over the rate at
-// which slots were freed in the last 8 seconds — exceeds half Timeout (an
+// which slots were freed in the last 8 seconds — exceeds ¾ of Timeout (an
 // eighth of it while the queue stands, see bound): so nearly every
 // rejection is immediate, and a queued request is nearly always served.
 // Safe for concurrent use.
@@ -102,6 +109,12 @@ type Queue struct {
 	seq      uint64 // arrival order, for ties between equal tags
 	relEpoch [rateBuckets]int64
 	relN     [rateBuckets]int
+	// relFullN counts the releases made while every slot was taken,
+	// relFull the seconds every slot was, per bucket; fullAt is when
+	// relFull was last accrued (see rate).
+	relFullN [rateBuckets]int
+	relFull  [rateBuckets]float64
+	fullAt   time.Time
 	calls    []call // answers to make once q.mu is released (unlock)
 	// standing is when the queue last went from empty to not empty (zero
 	// while it is empty).
@@ -179,6 +192,9 @@ func NewQueue(cfg QueueConfig, now func() time.Time) *Queue {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.Standing <= 0 {
+		cfg.Standing = 4 * cfg.Timeout
+	}
 	if now == nil {
 		now = time.Now
 	}
@@ -192,6 +208,7 @@ func (q *Queue) Timeout() time.Duration { return q.cfg.Timeout }
 // limit) and admits waiting requests that now fit.
 func (q *Queue) SetCapacity(n int) {
 	q.mu.Lock()
+	q.accrue()
 	q.capacity = n
 	q.grant()
 	q.unlock()
@@ -306,6 +323,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	// one of f's that does not means f does not either: so a request
 	// that fits is admitted at once, queue or not.
 	if q.fits(b, f, now) {
+		q.accrue()
 		q.inflight++
 		f.inflight++
 		return nil, nil
@@ -406,9 +424,9 @@ func (b *band) ahead(start float64, f *flow) int {
 }
 
 // bound is the longest wait, in seconds, a request may be predicted to
-// have and still be queued: half its deadline (the prediction has a
+// have and still be queued: ¾ of its deadline (the prediction keeps a
 // margin, so that a queued request is nearly always served), or an
-// eighth of it once the queue has not drained for a whole deadline. A
+// eighth of it once the queue has not drained for QueueConfig.Standing. A
 // queue that drains absorbs a burst, which is worth a wait of seconds
 // to an LLM request (whose requests hold their slots for seconds, so a
 // burst at the fleet's capacity takes seconds to clear); one that stands
@@ -418,21 +436,22 @@ func (b *band) ahead(start float64, f *flow) int {
 // waits of requests as they arrive; those already queued keep their
 // place (Expire). q.mu held.
 func (q *Queue) bound(now time.Time) float64 {
-	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Timeout {
+	if q.queued > 0 && now.Sub(q.standing) > q.cfg.Standing {
 		return q.cfg.Timeout.Seconds() / 8
 	}
-	return q.cfg.Timeout.Seconds() / 2
+	return q.cfg.Timeout.Seconds() * 3 / 4
 }
 
 // Release ends an admitted request r: its slot goes to the waiting
 // request of the highest priority with the lowest start tag that fits.
 func (q *Queue) Release(r Request) {
 	q.mu.Lock()
+	q.accrue()
+	q.countRelease(q.full())
 	q.inflight--
 	if f := q.bands[min(max(r.Priority, 0), Priorities-1)].flows[r.Tenant]; f != nil && f.inflight > 0 {
 		f.inflight--
 	}
-	q.countRelease()
 	q.grant()
 	q.unlock()
 }
@@ -463,6 +482,7 @@ func (q *Queue) grant() {
 		b.v = w.start
 		b.take(next, 0)
 		q.queued--
+		q.accrue()
 		q.inflight++
 		next.inflight++
 		q.answer(w, nil)
@@ -532,11 +552,11 @@ func (q *Queue) unlock() {
 // over the rate slots were freed lately) exceeds the time left to its
 // deadline (with ErrWait): it would be rejected at the deadline anyway,
 // and a 429 now lets its client retry elsewhere sooner. enter applies
-// the same rule to a request as it arrives, with bound, at most half the
-// deadline, for the time left: so a waiter has a margin of at least as
-// much again, and a rejection after waiting is rare (a queue that starts
+// the same rule to a request as it arrives, with bound, at most ¾ of the
+// deadline, for the time left: so a waiter has a margin of a third of
+// its predicted wait, and a rejection after waiting is rare (a queue that starts
 // to stand is not cut to the short bound: its waiters were queued within
-// their deadline's half and are served; new requests are queued only
+// ¾ of their deadline and are served; new requests are queued only
 // within the short bound). The gateway calls it every tick.
 func (q *Queue) Expire() {
 	q.mu.Lock()
@@ -653,25 +673,76 @@ func (q *Queue) remove(w *waiter) bool {
 	return false
 }
 
-// countRelease counts one freed slot in the rate window; q.mu held.
-func (q *Queue) countRelease() {
-	e := q.now().UnixNano() / int64(rateWidth)
+// bucket returns the index of the rate window's bucket of epoch e
+// (rateWidth units), emptied if it held an older epoch; q.mu held.
+func (q *Queue) bucket(e int64) int {
 	i := int(e % rateBuckets)
 	if q.relEpoch[i] != e {
-		q.relEpoch[i], q.relN[i] = e, 0
+		q.relEpoch[i], q.relN[i], q.relFullN[i], q.relFull[i] = e, 0, 0, 0
 	}
-	q.relN[i]++
+	return i
 }
 
-// rate returns the slots freed per second over the last
-// rateBuckets×rateWidth; q.mu held.
+// full reports whether every slot is taken; q.mu held.
+func (q *Queue) full() bool { return q.capacity > 0 && q.inflight >= q.capacity }
+
+// countRelease counts one freed slot in the rate window, and whether
+// every slot was taken when it freed; q.mu held.
+func (q *Queue) countRelease(full bool) {
+	i := q.bucket(q.now().UnixNano() / int64(rateWidth))
+	q.relN[i]++
+	if full {
+		q.relFullN[i]++
+	}
+}
+
+// accrue adds the time every slot was taken since the last change of
+// inflight (or capacity) to the rate window's buckets; call it before
+// either changes. q.mu held.
+func (q *Queue) accrue() {
+	now := q.now()
+	t := q.fullAt
+	q.fullAt = now
+	if t.IsZero() || !now.After(t) || !q.full() {
+		return
+	}
+	if now.Sub(t) > activeFor {
+		t = now.Add(-activeFor)
+	}
+	for t.Before(now) {
+		e := t.UnixNano() / int64(rateWidth)
+		end := time.Unix(0, (e+1)*int64(rateWidth))
+		if end.After(now) {
+			end = now
+		}
+		q.relFull[q.bucket(e)] += end.Sub(t).Seconds()
+		t = end
+	}
+}
+
+// minFullReleases: the releases made while every slot was taken that
+// rate needs before it trusts their rate.
+const minFullReleases = 2
+
+// rate returns the slots freed per second the queue can count on, over
+// the last rateBuckets×rateWidth: the rate at which slots freed while
+// every slot was taken, once they were for a rateWidth in all and
+// minFullReleases freed meanwhile, else the slots freed per second. A queue forms only when every slot is taken,
+// and then drains at that rate; the slots freed per second read the
+// arrival rate after a lull instead (at 0.9× a fleet's capacity they
+// predicted waits of 6 s for bursts that cleared in 2.5 s, and rejected
+// them: bench/live). q.mu held.
 func (q *Queue) rate() float64 {
+	q.accrue()
 	e := q.now().UnixNano() / int64(rateWidth)
-	n := 0
+	n, fullN, full := 0, 0, 0.0
 	for i := range q.relEpoch {
 		if e-q.relEpoch[i] < rateBuckets {
-			n += q.relN[i]
+			n, fullN, full = n+q.relN[i], fullN+q.relFullN[i], full+q.relFull[i]
 		}
+	}
+	if full >= rateWidth.Seconds() && fullN >= minFullReleases {
+		return float64(fullN) / full
 	}
 	return float64(n) / (rateBuckets * rateWidth).Seconds()
 }
