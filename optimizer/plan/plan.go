@@ -123,6 +123,9 @@ type State struct {
 	capacity map[string]*capacityState
 	pools    map[string]*poolMemory
 	refWork  map[string]*refState // per GPU class (capacity.go)
+	// sustained is each cluster's demand smoothed over sustainMs
+	// (burst.go).
+	sustained map[string]*sustainedDemand
 	// planned is what Instance learned for the instance it built last,
 	// for State.Solve's post-processing (idle spreading, probe floors).
 	planned *planContext
@@ -165,6 +168,8 @@ func NewState() *State {
 		capacity: map[string]*capacityState{},
 		pools:    map[string]*poolMemory{},
 		refWork:  map[string]*refState{},
+
+		sustained: map[string]*sustainedDemand{},
 	}
 }
 
@@ -188,6 +193,7 @@ func (s *State) Apply(est *schemas.Estimate) {
 		if cur, ok := s.demand[d.GetCluster()]; !ok || cur.GetWindowEndUnixMs() <= d.GetWindowEndUnixMs() {
 			s.demand[d.GetCluster()] = d
 		}
+		s.sustainDemand(d)
 	case *schemas.Estimate_Network:
 		n := k.Network
 		key := [2]string{n.GetCluster(), n.GetEngineId()}
@@ -324,6 +330,12 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		for i := range in.Engines {
 			in.Engines[i].CapacityRPS += float64(t * (his[i] - in.Engines[i].CapacityRPS))
 		}
+	}
+	if planned := s.burstAbsorbed(in.Clusters, total, sumHi, cutoff); planned < total {
+		for i := range in.Clusters {
+			in.Clusters[i].DemandRPS *= planned / total
+		}
+		total = planned
 	}
 	in.MaxUtilization = spendHeadroom(set.MaxUtilization, total, sumHi)
 	netCutoff := now.Add(-set.NetworkTTL).UnixMilli()

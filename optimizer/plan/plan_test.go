@@ -183,3 +183,45 @@ func TestPlanShedsOnlyAboveCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanAbsorbsBurstsShedsSustainedExcess: a window's demand above
+// capacity after a minute below it is a burst the gateways' queues
+// absorb: nothing is shed; the same demand held for a minute is a
+// sustained excess, and the plan sheds it.
+func TestPlanAbsorbsBurstsShedsSustainedExcess(t *testing.T) {
+	s := NewState()
+	start := time.Unix(1000, 0)
+	shedAt := func(now time.Time, rps float64) float64 {
+		t.Helper()
+		s.Apply(engineEst("b-0", "region-b", 100, now))
+		s.Apply(engineEst("b-1", "region-b", 100, now))
+		s.Apply(demandEst("region-b", rps, now))
+		in, eps, err := s.Instance(now, Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, err := Solve(in, eps, 3, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.GetClusters()[0].GetShedFraction()
+	}
+	now := start
+	for range 30 { // a minute at 150 rps on 200 rps of capacity
+		if shed := shedAt(now, 150); shed != 0 {
+			t.Fatalf("shed %.3f at 150 rps", shed)
+		}
+		now = now.Add(2 * time.Second)
+	}
+	if shed := shedAt(now, 250); shed > 1e-6 {
+		t.Fatalf("a burst to 250 rps after a minute at 150: shed %.3f, want 0", shed)
+	}
+	var shed float64
+	for range 150 { // five minutes at 250
+		now = now.Add(2 * time.Second)
+		shed = shedAt(now, 250)
+	}
+	if math.Abs(shed-0.2) > 0.01 {
+		t.Fatalf("250 rps held for five minutes on 200 rps of capacity: shed %.3f, want about 0.2", shed)
+	}
+}
