@@ -18,6 +18,7 @@ import (
 
 type composeFile struct {
 	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
 }
 
 type composeService struct {

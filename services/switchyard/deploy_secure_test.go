@@ -171,6 +171,7 @@ func checkWorkloadSecure(t *testing.T, r rendered, w workload) {
 			t.Errorf("%s: --snapshot-cache=%q not on a writable volume", where, cache)
 		}
 		checkGatewayAdmin(t, r, w, c)
+		checkGatewaySpool(t, r, w, c) // spool_deploy_test.go
 	}
 	if signs && cmd != "optimizer" {
 		t.Errorf("%s mounts the signing key", where)
@@ -394,4 +395,5 @@ func TestComposeSecureByDefault(t *testing.T) {
 		t.Fatalf("%d optimizers, %d gateways", optimizers, gateways)
 	}
 	checkComposeEngineRegistry(t, f) // registry_deploy_test.go
+	checkComposeSpool(t, f)          // spool_deploy_test.go
 }
