@@ -103,6 +103,21 @@ func NewGuard(reg *Registry, maxGain float64) (*Guard, error) {
 	return &Guard{reg: reg, gain: maxGain, engines: map[string]*history{}}, nil
 }
 
+// GuardFor returns the guard the optimizer and replay filter estimates
+// through, given their registry and max gain settings: with a registry
+// or a maxGain above 0 a guard over reg (maxGain 0: DefaultMaxGain;
+// negative: no plausibility bounds, the registry only); with neither,
+// nil: every estimate is planned as it is.
+func GuardFor(reg *Registry, maxGain float64) (*Guard, error) {
+	if reg == nil && maxGain <= 0 {
+		return nil, nil
+	}
+	if maxGain < 0 {
+		maxGain = math.Inf(1)
+	}
+	return NewGuard(reg, maxGain)
+}
+
 // Quarantined is the number of engines in quarantine.
 func (g *Guard) Quarantined() int {
 	n := 0

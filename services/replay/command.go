@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams/replay"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -45,18 +46,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfgFile := fs.String("config", "", "YAML file of processor and optimizer settings (what-if); default the live defaults")
 	outFile := fs.String("out", "", `output file ("-" for stdout); required`)
 	format := fs.String("format", "jsonl", "output format: jsonl (one protojson snapshot per line) or binary (uvarint-length-delimited protobuf)")
+	registry := fs.String("engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry), as the live processor's and optimizer's: signals of other engines are dead-lettered and their estimates never planned (empty: any engine the records name)")
+	maxGain := fs.Float64("max-claim-gain", 0, "the optimizer's --max-claim-gain: an engine estimate claiming more than this times its baseline capacity, or less than its baseline latency over it, is quarantined (0: 2 with --engine-registry, off without; negative: off)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
+	var engines *fleet.Registry
+	if *registry != "" {
+		var err error
+		if engines, err = fleet.Load(*registry); err != nil {
+			return fmt.Errorf("%w: --engine-registry: %w", cli.ErrUsage, err)
+		}
+	}
+	if _, err := fleet.GuardFor(engines, *maxGain); err != nil {
+		return fmt.Errorf("%w: --max-claim-gain: %w", cli.ErrUsage, err)
+	}
 	if *verify {
-		return runVerify(ctx, conn, *from, *to, *auditStream, stdout, stderr)
+		return runVerify(ctx, conn, replay.VerifyConfig{Registry: engines, MaxGain: *maxGain}, *from, *to, *auditStream, stdout, stderr)
 	}
 	natsSet := false
 	fs.Visit(func(f *flag.Flag) { natsSet = natsSet || f.Name == "nats-url" })
 	if natsSet {
 		return fmt.Errorf("%w: --nats-url is for --verify (a replay writes to a file, never to NATS)", cli.ErrUsage)
 	}
-	var cfg replay.Config
+	cfg := replay.Config{Registry: engines, MaxGain: *maxGain}
 	var err error
 	if cfg.From, err = ParseTime(*from); err != nil {
 		return fmt.Errorf("%w: --from: %v", cli.ErrUsage, err)
@@ -105,16 +118,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger.Info("replay done", "records", res.Records, "windows", res.Windows, "snapshots", res.Snapshots,
-		"dead_lettered", res.DeadLettered, "late", res.Late)
+		"dead_lettered", res.DeadLettered, "late", res.Late, "unregistered", res.Unregistered, "quarantined", res.Quarantined)
 	if c, ok := out.(io.Closer); ok && out != stdout {
 		return c.Close()
 	}
 	return nil
 }
 
-// runVerify is replay --verify.
-func runVerify(ctx context.Context, conn cli.Connection, from, to, auditStream string, stdout, stderr io.Writer) error {
-	var vc replay.VerifyConfig
+// runVerify is replay --verify; vc holds the registry settings.
+func runVerify(ctx context.Context, conn cli.Connection, vc replay.VerifyConfig, from, to, auditStream string, stdout, stderr io.Writer) error {
 	var err error
 	if from != "" {
 		if vc.From, err = ParseTime(from); err != nil {

@@ -68,10 +68,69 @@ func TestUsage(t *testing.T) {
 		{"--from", "1", "--to", "2", "--out", "-", "--format", "xml"},
 		{"--from", "1", "--to", "2", "--out", "-", "--nats-url", "nats://127.0.0.1:4222"}, // replay uses no NATS
 		{"--from", "1", "--to", "2", "--out", "-", "--kafka-brokers", ","},
+		{"--from", "1", "--to", "2", "--out", "-", "--engine-registry", "/nonexistent/engines.yaml"},
+		{"--from", "1", "--to", "2", "--out", "-", "--max-claim-gain", "0.5"}, // must be > 1
+		{"--verify", "--max-claim-gain", "1"},
 	} {
 		err := Command().Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "usage") {
 			t.Errorf("%v: err %v, want a usage error", args, err)
 		}
+	}
+}
+
+// TestEngineRegistryFlag replays the same range through the command with
+// and without --engine-registry (a file holding e1 only): without it
+// the snapshots route to e2, with it they never do.
+func TestEngineRegistryFlag(t *testing.T) {
+	kc := testenv.Kafka(t)
+	const prefix = "rg"
+	replaytest.History(t, kc, streams.TopicsFor(prefix), t0, 60*time.Second)
+	from, to := t0.Add(20*time.Second), t0.Add(50*time.Second)
+	dir := t.TempDir()
+	cfgPath, regPath := filepath.Join(dir, "whatif.yaml"), filepath.Join(dir, "engines.yaml")
+	if err := os.WriteFile(cfgPath, []byte("processor: {window: 10s, slide: 5s, allowed_lateness: 1s}\noptimizer: {estimate_ttl: 1h, clusters: [us, eu]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(regPath, []byte("engines:\n  - {id: e1, url: \"http://e1\", region: us, gpu_class: h100}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		wantE2 bool
+	}{
+		{"without", nil, true},
+		{"with", []string{"--engine-registry", regPath}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outPath := filepath.Join(dir, tc.name+".jsonl")
+			var stderr bytes.Buffer
+			args := append([]string{"--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--topic-prefix", prefix,
+				"--from", fmt.Sprint(from.UnixMilli()), "--to", fmt.Sprint(to.UnixMilli()), "--config", cfgPath, "--out", outPath}, tc.flags...)
+			if err := Command().Run(context.Background(), args, &bytes.Buffer{}, &stderr); err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			f, err := os.Open(outPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			snaps, err := replay.ReadSnapshots(f, replay.JSONLines)
+			if err != nil || len(snaps) != 6 {
+				t.Fatalf("%d snapshots, err %v", len(snaps), err)
+			}
+			e2 := false
+			for _, s := range snaps {
+				for _, cw := range s.GetClusters() {
+					for _, w := range cw.GetWeights() {
+						e2 = e2 || (w.GetEngineId() == "e2" && w.GetWeight() > 0)
+					}
+				}
+			}
+			if e2 != tc.wantE2 {
+				t.Errorf("snapshots route to e2: %v, want %v", e2, tc.wantE2)
+			}
+		})
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -137,14 +136,8 @@ func New(cl *kgo.Client, store Store, cfg Config) (*Optimizer, error) {
 		return nil, fmt.Errorf("optimizer: %w", err)
 	}
 	o := &Optimizer{cfg: cfg, cl: cl, store: store, topics: topics, log: cfg.Logger, m: m, tracer: cfg.tracer()}
-	if cfg.MaxGain > 0 || cfg.Registry != nil {
-		gain := cfg.MaxGain
-		if gain < 0 {
-			gain = math.Inf(1)
-		}
-		if o.guard, err = fleet.NewGuard(cfg.Registry, gain); err != nil {
-			return nil, fmt.Errorf("optimizer: %w", err)
-		}
+	if o.guard, err = fleet.GuardFor(cfg.Registry, cfg.MaxGain); err != nil {
+		return nil, fmt.Errorf("optimizer: %w", err)
 	}
 	return o, nil
 }

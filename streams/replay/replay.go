@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
@@ -73,6 +74,17 @@ type Config struct {
 	Settings plan.Settings
 	// Planner overrides the default (OptimizerPlanner with Settings).
 	Planner Planner
+	// Registry, when set, is the engine registry, applied as the live
+	// processor and optimizer apply theirs: signals of engines it does
+	// not hold, or at another endpoint, are dead-lettered, and every
+	// window's estimates pass the optimizer's guard (fleet.GuardFor)
+	// before the planner sees them, so an unregistered engine is never
+	// planned. Default nil: any engine the records name.
+	Registry *fleet.Registry
+	// MaxGain is the optimizer's --max-claim-gain (control.Config's
+	// MaxGain): 0 fleet.DefaultMaxGain with a registry and no bounds
+	// without one; above 1 these bounds; negative none.
+	MaxGain float64
 	// OnWindow, when set, sees every completed window's estimates.
 	OnWindow func(process.Fired)
 	// Logger defaults to slog.Default().
@@ -102,6 +114,10 @@ type Result struct {
 	Records, DeadLettered, Late int
 	Windows                     int
 	Snapshots                   int
+	// Unregistered estimates the guard dropped (engines outside
+	// Config.Registry) and Quarantined ones it replaced by the engine's
+	// last trusted estimate, over every planned window.
+	Unregistered, Quarantined int
 }
 
 // Run replays cfg's range and writes the snapshots to out. It reads
@@ -121,7 +137,12 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, out io.Writer, format 
 	if err != nil {
 		return Result{}, err
 	}
-	r := &replayer{cfg: cfg, core: core, out: bufio.NewWriter(out), format: format}
+	core.SetRegistry(cfg.Registry)
+	guard, err := fleet.GuardFor(cfg.Registry, cfg.MaxGain)
+	if err != nil {
+		return Result{}, fmt.Errorf("replay: %w", err)
+	}
+	r := &replayer{cfg: cfg, core: core, guard: guard, out: bufio.NewWriter(out), format: format}
 	// Read one slide plus the lateness past To so the watermark passes
 	// the last window ending at To.
 	var warm time.Time
@@ -167,6 +188,7 @@ func checkClient(cl *kgo.Client) error {
 type replayer struct {
 	cfg    Config
 	core   *process.Core
+	guard  *fleet.Guard // nil: estimates planned as they are
 	out    *bufio.Writer
 	format Format
 	res    Result
@@ -267,7 +289,7 @@ func (r *replayer) emit(fired []process.Fired) error {
 		// Warm-up windows (ending at or before From) are planned too, so
 		// the planner's state (latest estimates, previous weights) is as
 		// live at From, but not written.
-		snap, err := r.cfg.Planner.Plan(end, f.Estimates)
+		snap, err := r.cfg.Planner.Plan(end, r.screen(f.Estimates))
 		if err != nil {
 			return fmt.Errorf("planning window ending %v: %w", end, err)
 		}
@@ -280,6 +302,25 @@ func (r *replayer) emit(fired []process.Fired) error {
 		r.res.Snapshots++
 	}
 	return nil
+}
+
+// screen passes a window's estimates through the guard, as the live
+// optimizer does (control's screen), counting what it dropped or
+// quarantined.
+func (r *replayer) screen(ests []*schemas.Estimate) []*schemas.Estimate {
+	if r.guard == nil {
+		return ests
+	}
+	out, verdicts := r.guard.Filter(ests)
+	for _, v := range verdicts {
+		switch v.Kind {
+		case fleet.Rejected:
+			r.res.Unregistered++
+		case fleet.Quarantined:
+			r.res.Quarantined++
+		}
+	}
+	return out
 }
 
 // ranges returns, per partition, the first offset at or after from (the

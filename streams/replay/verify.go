@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams/settings"
 )
@@ -27,6 +28,12 @@ type VerifyConfig struct {
 	// planner's state (previous weights, smoothed capacities) is the live
 	// optimizer's.
 	From, To time.Time
+	// Registry and MaxGain are the live processor's and optimizer's
+	// engine registry and --max-claim-gain (Config's), which the
+	// settings records do not hold. Default: none, as without
+	// --engine-registry.
+	Registry *fleet.Registry
+	MaxGain  float64
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -131,6 +138,7 @@ func Verify(ctx context.Context, cl *kgo.Client, live []*schemas.WeightSnapshot,
 	}
 	res.ProcessorSettings, res.OptimizerSettings = n[0], n[1]
 	cfg.TopicPrefix, cfg.Logger, cfg.To = vc.TopicPrefix, vc.Logger, last
+	cfg.Registry, cfg.MaxGain = vc.Registry, vc.MaxGain
 	var out bytes.Buffer
 	rr, err := Run(ctx, cl, cfg, &out, Binary)
 	if err != nil {
