@@ -37,7 +37,15 @@ const (
 	DefaultHealthInterval     = 5 * time.Second
 	DefaultEventBuffer        = 4096
 	DefaultArrivalRecordAfter = 2 * time.Second
-	tickInterval              = 250 * time.Millisecond
+	// DefaultDrainDelay is the `switchyard gateway --drain-delay` default
+	// (the library's DrainDelay default is 0): two load-balancer health
+	// checks at 2s see the failing readiness before the listener closes.
+	DefaultDrainDelay = 5 * time.Second
+	// DefaultDrainTimeout bounds a drain, from the signal: below the
+	// gateway manifest's terminationGracePeriodSeconds (60) by the
+	// routing events' flush (3s) and a margin.
+	DefaultDrainTimeout = 50 * time.Second
+	tickInterval        = 250 * time.Millisecond
 )
 
 // HTTP servers (HTTPServer).
@@ -145,6 +153,8 @@ type cfg struct {
 	priorityHeader    bool              // tenants.go
 	adminListen       string
 	arrivalAfter      time.Duration // arrival.go
+	drainDelay        time.Duration // drain.go
+	drainTimeout      time.Duration
 	healthInterval    time.Duration
 	pick              pick.Options
 	retryBudget       budget.Config
@@ -242,6 +252,18 @@ func AdmissionQueue(q admit.QueueConfig) Opt { return opt(func(c *cfg) { c.queue
 // (then not on Listen's). Default "": on Listen's.
 func AdminListen(addr string) Opt { return opt(func(c *cfg) { c.adminListen = addr }) }
 
+// DrainDelay is how long the listener keeps accepting after Run's ctx
+// ends, with /health/ready already failing, so that load balancers stop
+// sending new requests before connections are refused (drain.go).
+// Default 0: the listener closes at once.
+func DrainDelay(d time.Duration) Opt { return opt(func(c *cfg) { c.drainDelay = d }) }
+
+// DrainTimeout bounds the drain, counted from the end of Run's ctx (the
+// DrainDelay included): requests and streams in flight run to their end
+// until then; streams still running then end with an error event, as an
+// OpenAI client reads it (drain.go). Default DefaultDrainTimeout (50s).
+func DrainTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.drainTimeout = d }) }
+
 // ArrivalRecordAfter is how long a request runs before the gateway
 // publishes its arrival record (RequestStatus IN_PROGRESS), so that
 // demand counts it at arrival even when its final record comes later
@@ -326,6 +348,12 @@ func (c *cfg) validate() error {
 	}
 	if c.arrivalAfter == 0 {
 		c.arrivalAfter = DefaultArrivalRecordAfter
+	}
+	if c.drainTimeout <= 0 {
+		c.drainTimeout = DefaultDrainTimeout
+	}
+	if c.drainDelay < 0 || c.drainDelay >= c.drainTimeout {
+		return fmt.Errorf("drain delay %v: want at least 0 and below the drain timeout %v", c.drainDelay, c.drainTimeout)
 	}
 	if c.tracerProvider == nil {
 		c.tracerProvider = noop.NewTracerProvider()

@@ -98,6 +98,12 @@ type Gateway struct {
 	addr      atomic.Pointer[string]
 	adminAddr atomic.Pointer[string] // admin.go
 	ready     chan struct{}
+	draining  atomic.Bool // drain.go
+	// cut ends when the drain times out: the streams still running end
+	// (a signal for context.AfterFunc, as a Done channel is for select;
+	// no request's context).
+	cut        context.Context
+	cutStreams context.CancelFunc
 
 	requests, succeeded, failed, shedN, clientErr, canceled, retries, dropped atomic.Uint64
 	handoffs                                                                  atomic.Uint64 // fast server → net/http connections
@@ -144,6 +150,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 		ready:      make(chan struct{}),
 		healthFail: map[string]int{},
 	}
+	g.cut, g.cutStreams = context.WithCancel(context.Background())
 	g.hot = g.m.hot(cfg.cluster)
 	if g.admit, err = newAdmission(&g.cfg, cfg.registerer); err != nil {
 		return nil, err
@@ -361,8 +368,10 @@ func (g *Gateway) Stats() Stats {
 }
 
 // Run listens, watches snapshots, checks engine health and emits events
-// until ctx is done, then shuts down gracefully (in-flight requests get
-// up to 10s).
+// until ctx is done, then drains (drain.go): readiness fails, the
+// listener accepts for DrainDelay more, and the requests in flight run to
+// their end until DrainTimeout; streams still running then end with an
+// error event.
 func (g *Gateway) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", g.cfg.listen)
 	if err != nil {
@@ -403,7 +412,14 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 			RawSyscalls:  g.cfg.rawSyscalls,
 		})
 	}
-	eg, ectx := errgroup.WithContext(ctx)
+	// The snapshots, guardrails, health checks and admin listener run
+	// until the API server has drained, not only until ctx ends: the
+	// requests that finish during the drain still route on the latest
+	// snapshot, and the probes see readiness fail rather than a refused
+	// connection (drain.go).
+	rctx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	eg, ectx := errgroup.WithContext(rctx)
 	var updates <-chan []byte
 	if g.cfg.snapshots != nil {
 		updates = g.cfg.snapshots.Updates()
@@ -418,18 +434,14 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if admin != nil {
 		eg.Go(func() error { return admin.serve(ectx) })
 	}
+	api := apiServer{ln: ln, std: srv, fast: fast}
 	eg.Go(func() error {
-		<-ectx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if fast != nil {
-			if err := fast.Shutdown(sctx, ln); err != nil {
-				fast.Close()
-			}
-			return nil
-		}
-		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
+		defer stopRun()
+		select {
+		case <-ctx.Done():
+			g.drainAPI(api, time.Now(), true)
+		case <-ectx.Done(): // a component failed, or serving did
+			g.drainAPI(api, time.Now(), false)
 		}
 		return nil
 	})
@@ -445,11 +457,8 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if serveErr != nil {
 		serveErr = fmt.Errorf("serving: %w", serveErr)
 		// Stop the other goroutines.
-		if fast != nil {
-			fast.Close()
-		} else {
-			_ = srv.Close()
-		}
+		api.close()
+		stopRun()
 	}
 	waitErr := eg.Wait()
 	g.drains.closeAndWait() // at most doneGrace

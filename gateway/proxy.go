@@ -382,6 +382,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			if r.Context().Err() != nil {
 				return outcome{statusCanceled, 499}
 			}
+			if g.cut.Err() != nil {
+				break // the drain timed out: no other engine (drain.go)
+			}
 			if !g.budget.TryRetry(g.cfg.now()) {
 				g.m.budgetDenied.WithLabelValues(g.cfg.cluster).Inc()
 				ev.FailureReason = schemas.FailureReason_FAILURE_REASON_RETRY_BUDGET
@@ -446,7 +449,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if res.saturated && r.Context().Err() == nil {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
 			g.outlier.Saturated(eng.State)
-		} else if res.failReason != "" && r.Context().Err() == nil && !res.complete {
+		} else if res.failReason != "" && res.failReason != "drain_timeout" && r.Context().Err() == nil && !res.complete {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
 			if res.failReason == "first_token_timeout" || res.failReason == "idle_timeout" {
 				g.outlier.Timeout(eng.State) // busy, not broken: a penalty, never an ejection
@@ -485,6 +488,11 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		writeError(w, last.status, typ, code, "", fmt.Sprintf("engine %s is saturated (status %d) and no other engine could take the request", ev.EngineId, last.status))
 		return outcome{statusErr, last.status}
+	}
+	if last.failReason == "drain_timeout" {
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusServiceUnavailable, typeUnavailable, "gateway_shutdown", "", "gateway shutting down: the request outlived the drain timeout; retry the request")
+		return outcome{statusErr, http.StatusServiceUnavailable}
 	}
 	status, code := http.StatusBadGateway, "upstream_error"
 	if last.failReason == "first_token_timeout" {
@@ -565,8 +573,11 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	client := ctx // ctx is reassigned below; the AfterFunc may run at once
 	stopFollow := context.AfterFunc(client, func() { cancel(context.Cause(client)) })
+	// A stream still running at the drain timeout ends (drain.go).
+	stopCut := context.AfterFunc(g.cut, func() { cancel(relay.ErrDrain) })
 	var respBody io.ReadCloser
 	defer func() {
+		stopCut()
 		if res.drain && stopFollow() && g.drains.start() {
 			go g.drain(respBody, cancel)
 			return

@@ -220,7 +220,8 @@ func (g *Gateway) HasSnapshot() bool {
 }
 
 // serveReady is /health/ready: 200 once the gateway has a snapshot, 503
-// before (routing blind on static engines, or not at all).
+// before (routing blind on static engines, or not at all) and from the
+// start of a drain.
 func (g *Gateway) serveReady(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	body := struct {
@@ -229,7 +230,11 @@ func (g *Gateway) serveReady(w http.ResponseWriter, _ *http.Request) {
 		SnapshotVersion uint64 `json:"snapshot_version"`
 		Reason          string `json:"reason,omitempty"`
 	}{Status: "ready", Cluster: g.cfg.cluster, SnapshotVersion: g.Stats().SnapshotVersion}
-	if !g.HasSnapshot() {
+	switch {
+	case g.Draining():
+		body.Status, body.Reason = "not_ready", "draining" // drain.go
+		w.WriteHeader(http.StatusServiceUnavailable)
+	case !g.HasSnapshot():
 		body.Status, body.Reason = "not_ready", "no snapshot yet"
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}

@@ -22,6 +22,8 @@ var (
 	ErrFirstToken = errors.New("first token timeout")
 	// ErrIdle: too long a gap between events.
 	ErrIdle = errors.New("idle timeout between events")
+	// ErrDrain: the gateway's drain timed out with the stream running.
+	ErrDrain = errors.New("gateway drain timeout")
 )
 
 const (
@@ -52,13 +54,15 @@ func FailReason(ctx context.Context, def string) string {
 		return "first_token_timeout"
 	case ErrIdle:
 		return "idle_timeout"
+	case ErrDrain:
+		return "drain_timeout"
 	}
 	return def
 }
 
 // CauseOr returns the timeout that canceled ctx, if any, else err.
 func CauseOr(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c == ErrFirstToken || c == ErrIdle {
+	if c := context.Cause(ctx); c == ErrFirstToken || c == ErrIdle || c == ErrDrain {
 		return c
 	}
 	return err
@@ -230,12 +234,16 @@ func (st *Stream) fail(ctx context.Context, w http.ResponseWriter, err error, re
 		return
 	}
 	res.FailReason, res.Err = FailReason(ctx, "stream"), CauseOr(ctx, err)
-	if (res.Committed && ctx.Err() == nil) || context.Cause(ctx) == ErrIdle {
+	cause := context.Cause(ctx)
+	if (res.Committed && (ctx.Err() == nil || cause == ErrDrain)) || cause == ErrIdle {
 		// The message names what happened, never the transport's error,
 		// which names the engine's address (res.Err, for the log).
 		ev := brokenEvent
-		if res.FailReason == "idle_timeout" {
+		switch res.FailReason {
+		case "idle_timeout":
 			ev = idleEvent
+		case "drain_timeout":
+			ev = drainEvent
 		}
 		_, _ = w.Write(ev)
 	}
@@ -246,6 +254,9 @@ func (st *Stream) fail(ctx context.Context, w http.ResponseWriter, err error, re
 var (
 	brokenEvent = []byte(`data: {"error":{"message":"engine stream failed: the engine's stream broke off before its end","type":"server_error","param":null,"code":"upstream_error"}}` + "\n\n")
 	idleEvent   = []byte(`data: {"error":{"message":"engine stream failed: the engine sent nothing within the idle timeout","type":"server_error","param":null,"code":"upstream_error"}}` + "\n\n")
+	// drainEvent ends a stream still running at the gateway's drain
+	// timeout (the gateway shuts down); retrying reaches another gateway.
+	drainEvent = []byte(`data: {"error":{"message":"gateway shutting down: the stream outlived the drain timeout; retry the request","type":"server_error","param":null,"code":"gateway_shutdown"}}` + "\n\n")
 )
 
 var (
