@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 
@@ -54,16 +55,15 @@ func EnvName(name string) string {
 }
 
 // Parse parses args into fs; every flag not given on the command line
-// takes its value from its SWITCHYARD_* environment variable when set.
-// A variable set to the empty string sets a string flag to "" (as
-// `--nats-url ""` does: NATS off) and is ignored for other flags. getenv
-// may be nil (the process environment); an injected getenv cannot tell an
-// empty variable from an unset one, so "" is unset there. -h and --help
-// return a *HelpError; any other parse error wraps ErrUsage.
+// takes its value from its SWITCHYARD_* environment variable when that is
+// set and not empty. A variable set to the empty string is the same as an
+// unset one: the flag keeps its default (to turn a string flag off, pass
+// it empty on the command line, `--nats-url ""`). getenv may be nil (the
+// process environment). -h and --help return a *HelpError; any other
+// parse error wraps ErrUsage.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	lookup := os.LookupEnv
-	if getenv != nil {
-		lookup = func(k string) (string, bool) { v := getenv(k); return v, v != "" }
+	if getenv == nil {
+		getenv = os.Getenv
 	}
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -79,8 +79,8 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		if set[f.Name] {
 			return
 		}
-		v, ok := lookup(EnvName(f.Name))
-		if !ok || (v == "" && !isString(f)) {
+		v := getenv(EnvName(f.Name))
+		if v == "" {
 			return
 		}
 		if err := f.Value.Set(v); err != nil {
@@ -88,16 +88,6 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		}
 	})
 	return errors.Join(errs...)
-}
-
-// isString reports whether f is a string flag.
-func isString(f *flag.Flag) bool {
-	g, ok := f.Value.(flag.Getter)
-	if !ok {
-		return false
-	}
-	_, ok = g.Get().(string)
-	return ok
 }
 
 // Usage renders fs's flags as the help text of its command.
@@ -250,28 +240,52 @@ func (c Connection) ConnectNATS(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect(c.NATSURL, append(base, opts...)...)
 }
 
-// Version writes the binary's module version, VCS revision and time (and
+// Version writes the binary's version, module, VCS revision and time (and
 // whether the tree was modified) and Go version, from its build info.
-func Version(w io.Writer) {
+// version, when not empty, is the version injected at link time
+// (`-ldflags "-X main.version=v1.2.3"`) and wins over the module version.
+// A binary built without VCS info (-buildvcs=false, or outside a git tree)
+// says so instead of naming a revision.
+func Version(w io.Writer, version string) {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		fmt.Fprintln(w, "switchyard (no build info)")
-		return
+		bi = nil
+	}
+	writeVersion(w, version, bi)
+}
+
+func writeVersion(w io.Writer, version string, bi *debug.BuildInfo) {
+	if bi == nil {
+		bi = &debug.BuildInfo{}
 	}
 	settings := map[string]string{}
 	for _, s := range bi.Settings {
 		settings[s.Key] = s.Value
 	}
-	rev := settings["vcs.revision"]
-	if rev == "" {
-		rev = "unknown"
+	if version == "" {
+		version = bi.Main.Version
 	}
-	if settings["vcs.modified"] == "true" {
-		rev += " (modified)"
+	if version == "" {
+		version = "(devel)"
 	}
-	fmt.Fprintf(w, "switchyard %s\nmodule %s\nrevision %s\n", bi.Main.Version, bi.Main.Path, rev)
-	if t := settings["vcs.time"]; t != "" {
-		fmt.Fprintf(w, "built from a commit of %s\n", t)
+	fmt.Fprintf(w, "switchyard %s\n", version)
+	if bi.Main.Path != "" {
+		fmt.Fprintf(w, "module %s\n", bi.Main.Path)
 	}
-	fmt.Fprintf(w, "go %s\n", bi.GoVersion)
+	if rev := settings["vcs.revision"]; rev != "" {
+		if settings["vcs.modified"] == "true" {
+			rev += " (modified)"
+		}
+		fmt.Fprintf(w, "revision %s\n", rev)
+		if t := settings["vcs.time"]; t != "" {
+			fmt.Fprintf(w, "built from a commit of %s\n", t)
+		}
+	} else {
+		fmt.Fprintln(w, "built without VCS info (no revision: -buildvcs=false or no git tree)")
+	}
+	goVersion := bi.GoVersion
+	if goVersion == "" {
+		goVersion = runtime.Version()
+	}
+	fmt.Fprintf(w, "go %s\n", goVersion)
 }

@@ -49,6 +49,10 @@ type Config struct {
 	NATSListen    string
 	GatewayListen string
 	MetricsListen string
+	// EngineBasePort, when positive, fixes the engines' ports: engine i
+	// of the topology listens on 127.0.0.1:EngineBasePort+i, whatever the
+	// data dir remembers. 0: free ports (kept across runs on a data dir).
+	EngineBasePort int
 	// ConsoleListen is the host:port of the web console ("": off).
 	ConsoleListen string
 	DataDir       string
@@ -126,6 +130,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&cfg.KafkaListen, "kafka-listen", "127.0.0.1:9092", "host:port of the embedded Kafka broker (port 0: any free port)")
 	fs.StringVar(&cfg.NATSListen, "nats-listen", "127.0.0.1:4222", "host:port of the embedded NATS server (port 0: any free port)")
 	fs.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:8080", "host:port of the first gateway; the others take the following ports (port 0: free ports)")
+	fs.IntVar(&cfg.EngineBasePort, "engine-base-port", 0, "engine i of the topology listens on 127.0.0.1:this+i (0: free ports, kept across runs on --data-dir)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "127.0.0.1:9100", "host:port serving every component's Prometheus metrics at /metrics (empty: off)")
 	fs.StringVar(&cfg.ConsoleListen, "console-listen", "127.0.0.1:9190", "host:port of the web console (empty: off)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "persist Kafka and JetStream data, and the engines' addresses, under this directory")
@@ -151,6 +156,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var err error
 	if cfg.TraceFormat, err = workload.ParseFormat(*unit, *blockTokens); err != nil {
 		return fmt.Errorf("%w: --trace-time-unit, --trace-block-tokens: %w", cli.ErrUsage, err)
+	}
+	if cfg.EngineBasePort < 0 || cfg.EngineBasePort+len(cfg.Topology.Engines)-1 > 65535 {
+		return fmt.Errorf("%w: --engine-base-port %d: the %d engines need ports up to 65535", cli.ErrUsage, cfg.EngineBasePort, len(cfg.Topology.Engines))
 	}
 	cfg.Seed = *seed
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))

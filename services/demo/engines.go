@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -43,7 +44,9 @@ func startEngines(ctx context.Context, g *errgroup.Group, cfg Config, reg promet
 	var fleet []*engineProc
 	for i, spec := range cfg.Topology.Engines {
 		listen := "127.0.0.1:0"
-		if addr, ok := prev[spec.ID]; ok {
+		if cfg.EngineBasePort > 0 {
+			listen = net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.EngineBasePort+i))
+		} else if addr, ok := prev[spec.ID]; ok {
 			if ln, err := net.Listen("tcp", addr); err != nil {
 				log.Warn("the previous run's engine address is taken; the engine moves, and snapshots kept from that run route to the old address until the next one",
 					"engine", spec.ID, "addr", addr, "err", err)

@@ -32,6 +32,11 @@ import (
 	"github.com/switchyard-llm/switchyard/services/tap"
 )
 
+// version is the release version, injected at link time with
+// -ldflags "-X main.version=v1.2.3" (empty: the module version from the
+// build info). Set only by the linker, never assigned.
+var version string
+
 func commands() []cli.Command {
 	return []cli.Command{
 		demo.Command(),
@@ -56,7 +61,7 @@ func commands() []cli.Command {
 				if len(args) > 0 && args[0] != "-h" && args[0] != "--help" {
 					return fmt.Errorf("%w: version takes no arguments", cli.ErrUsage)
 				}
-				cli.Version(stdout)
+				cli.Version(stdout, version)
 				return nil
 			}},
 	}
@@ -80,9 +85,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr, cmds)
 		return 2
 	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	switch args[0] {
+	case "help", "-h", "--help":
+		if len(args) > 1 && args[0] == "help" && args[1] != "help" {
+			// `switchyard help gateway` is `switchyard gateway --help`.
+			return run(ctx, []string{args[1], "--help"}, stdout, stderr)
+		}
 		usage(stdout, cmds)
 		return 0
+	case "--version", "-version", "-v":
+		args = []string{"version"}
 	}
 	for _, c := range cmds {
 		if c.Name != args[0] {

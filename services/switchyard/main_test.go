@@ -33,7 +33,16 @@ func TestHelpAndVersion(t *testing.T) {
 	if code, _, errOut := call("gateway", "--bogus"); code != 2 || !strings.Contains(errOut, "bogus") {
 		t.Fatalf("bad flag: exit %d, stderr %q", code, errOut)
 	}
-	if code, out, _ := call("version"); code != 0 || !strings.Contains(out, "go go1.") {
-		t.Fatalf("version: exit %d, %q", code, out)
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}, {"-v"}} {
+		if code, out, _ := call(args...); code != 0 || !strings.HasPrefix(out, "switchyard ") || !strings.Contains(out, "go go1.") {
+			t.Fatalf("%v: exit %d, %q", args, code, out)
+		}
+	}
+	if code, out, errOut := call("help", "gateway"); code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: switchyard gateway ") ||
+		!strings.Contains(out, "--cluster") {
+		t.Fatalf("help gateway: exit %d, stdout %.80q, stderr %q", code, out, errOut)
+	}
+	if code, _, errOut := call("help", "bogus"); code != 2 || !strings.Contains(errOut, `unknown command "bogus"`) {
+		t.Fatalf("help bogus: exit %d, stderr %q", code, errOut)
 	}
 }
