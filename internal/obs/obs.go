@@ -17,10 +17,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ServeMetrics serves g on addr at /metrics, and /health (200 "ok" while
-// the process serves: a liveness probe), until the returned stop is called
-// or ctx is done. It returns the address it listens on.
-func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (string, func(), error) {
+// Readiness reports whether a service can do its job (its brokers are
+// reachable, say), with one line of detail per dependency.
+// *brokerstate.Tracker is one.
+type Readiness interface {
+	Health() (ready bool, detail string)
+}
+
+// ServeMetrics serves g on addr at /metrics, /health (200 "ok" while the
+// process serves: a liveness probe, never failed by a dependency, followed
+// by the detail of each ready) and /ready (200 when every ready is, 503
+// otherwise, with the same detail), until the returned stop is called or
+// ctx is done. It returns the address it listens on.
+func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer, ready ...Readiness) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("metrics listener %s: %w", addr, err)
@@ -29,12 +38,34 @@ func ServeMetrics(ctx context.Context, addr string, g prometheus.Gatherer) (stri
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
+		_, detail := readiness(ready)
+		_, _ = io.WriteString(w, "ok\n"+detail)
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		ok, detail := readiness(ready)
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "not ready\n"+detail)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n"+detail)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
 	return ln.Addr().String(), func() { stop(); _ = srv.Close() }, nil
+}
+
+// readiness folds rs: ready when all are, their details concatenated.
+func readiness(rs []Readiness) (bool, string) {
+	ok, detail := true, ""
+	for _, r := range rs {
+		rok, d := r.Health()
+		ok = ok && rok
+		detail += d
+	}
+	return ok, detail
 }
 
 // Register registers c with reg, or returns the collector of the same
