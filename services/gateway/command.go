@@ -71,6 +71,8 @@ type Flags struct {
 	PriorityHeader       bool
 	AdminListen          string
 	ArrivalRecordAfter   time.Duration
+	DrainDelay           time.Duration
+	DrainTimeout         time.Duration
 	PeerLoadInterval     time.Duration // 0: no peer load sharing
 	GatewayID            string
 	LogLevel             string
@@ -106,6 +108,8 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.BoolVar(&f.PriorityHeader, "priority-header", false, "trust the client's X-Switchyard-Priority header (never above its API key's priority); otherwise priority comes from the key only")
 	fs.StringVar(&f.AdminListen, "admin-listen", "", "serve /health and /metrics on this address instead of --listen (empty: on --listen)")
 	fs.DurationVar(&f.ArrivalRecordAfter, "arrival-record-after", gateway.DefaultArrivalRecordAfter, "publish an arrival record (counted as demand) for a request still running after this long (negative: never)")
+	fs.DurationVar(&f.DrainDelay, "drain-delay", gateway.DefaultDrainDelay, "on SIGTERM, keep accepting this long with /health/ready failing, so load balancers stop sending first (docs/gateway.md#draining)")
+	fs.DurationVar(&f.DrainTimeout, "drain-timeout", gateway.DefaultDrainTimeout, "on SIGTERM, let requests and streams in flight finish for this long (the drain delay included); streams still running then end with an error event; keep it below the pod's grace period")
 	fs.DurationVar(&f.HealthInterval, "health-interval", gateway.DefaultHealthInterval, "active /health check interval (negative: off)")
 	fs.Float64Var(&f.RetryBudget.Ratio, "retry-ratio", 0.1, "retries allowed per request over the budget window")
 	fs.IntVar(&f.RetryBudget.Floor, "retry-floor", 10, "retries always allowed per budget window")
@@ -132,6 +136,9 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	}
 	if f.PeerLoadInterval < 0 || (f.PeerLoadInterval > 0 && f.PeerLoadInterval < time.Millisecond) {
 		return f, fmt.Errorf("%w: --peer-load-interval %v: want 0 (off) or at least 1ms", cli.ErrUsage, f.PeerLoadInterval)
+	}
+	if f.DrainTimeout <= 0 || f.DrainDelay < 0 || f.DrainDelay >= f.DrainTimeout {
+		return f, fmt.Errorf("%w: --drain-delay %v, --drain-timeout %v: want 0 <= delay < timeout", cli.ErrUsage, f.DrainDelay, f.DrainTimeout)
 	}
 	if f.GatewayID == "" {
 		f.GatewayID = peers.DefaultID()
@@ -183,6 +190,8 @@ func (f Flags) options() []gateway.Opt {
 		gateway.PriorityHeader(f.PriorityHeader),
 		gateway.AdminListen(f.AdminListen),
 		gateway.ArrivalRecordAfter(f.ArrivalRecordAfter),
+		gateway.DrainDelay(f.DrainDelay),
+		gateway.DrainTimeout(f.DrainTimeout),
 	}
 }
 
@@ -371,10 +380,17 @@ func dialKafka(f Flags, log *slog.Logger, reg prometheus.Registerer) (*kafka, er
 	return &kafka{producer: prod, signals: sig, emitter: em}, nil
 }
 
-// emitterFlushTimeout bounds the flush of routing events on shutdown:
-// with Kafka gone the gateway still exits within 10s of SIGINT (close
-// then fails the events still buffered; they count as failed).
+// emitterFlushTimeout bounds the flush of routing events on shutdown,
+// after the drain (--drain-timeout): with Kafka gone the gateway still
+// exits within ExitAfterDrain of it (close then spools, or fails, the
+// events still buffered).
 const emitterFlushTimeout = 3 * time.Second
+
+// ExitAfterDrain bounds the gateway's exit after its drain: the routing
+// events' flush (3s) and the closing of its clients. A supervisor's
+// grace period (Kubernetes terminationGracePeriodSeconds, compose
+// stop_grace_period) should be at least --drain-timeout plus this.
+const ExitAfterDrain = 5 * time.Second
 
 // runEmitter runs the emitter until stop is called (not when ctx ends);
 // stop flushes it, for at most emitterFlushTimeout.

@@ -10,10 +10,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	gatewaycmd "github.com/switchyard-llm/switchyard/services/gateway"
 )
 
 type composeFile struct {
@@ -32,9 +34,10 @@ type composeService struct {
 	Healthcheck *struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
-	Volumes  []string `yaml:"volumes"`
-	Profiles []string `yaml:"profiles"`
-	Deploy   *struct {
+	Volumes         []string `yaml:"volumes"`
+	Profiles        []string `yaml:"profiles"`
+	StopGracePeriod string   `yaml:"stop_grace_period"`
+	Deploy          *struct {
 		Replicas *int `yaml:"replicas"`
 	} `yaml:"deploy"`
 }
@@ -161,6 +164,15 @@ func TestComposeMatchesBinary(t *testing.T) {
 				continue
 			}
 			values[k] = v
+		}
+		// A gateway's drain, then its flush, fits before docker kills it
+		// (its default grace is 10s).
+		if c.Name == "gateway" {
+			grace, err := time.ParseDuration(s.StopGracePeriod)
+			drain, derr := time.ParseDuration(values["drain-timeout"])
+			if err != nil || derr != nil || grace < drain+gatewaycmd.ExitAfterDrain {
+				t.Errorf("service %s: stop_grace_period %q below --drain-timeout %s + %v", name, s.StopGracePeriod, values["drain-timeout"], gatewaycmd.ExitAfterDrain)
+			}
 		}
 		// Everything that listens must be reachable: its port published
 		// or exposed.

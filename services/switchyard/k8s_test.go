@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -416,8 +417,18 @@ func TestKustomize(t *testing.T) {
 				switch cmd.Name {
 				case "gateway":
 					getenv := func(k string) string { return env[k] }
-					if _, err := gatewaycmd.ParseFlags(c.Args[1:], getenv); err != nil {
+					gf, err := gatewaycmd.ParseFlags(c.Args[1:], getenv)
+					if err != nil {
 						t.Errorf("%s: the gateway refuses its configuration: %v", where, err)
+					}
+					// The kubelet kills the pod at the grace period: the
+					// drain, then the routing events' flush, must fit.
+					grace := time.Duration(30) * time.Second // Kubernetes' default
+					if g := d.template.Spec.TerminationGracePeriodSeconds; g != nil {
+						grace = time.Duration(*g) * time.Second
+					}
+					if grace < gf.DrainTimeout+gatewaycmd.ExitAfterDrain {
+						t.Errorf("%s: terminationGracePeriodSeconds %v below --drain-timeout %v + %v", where, grace, gf.DrainTimeout, gatewaycmd.ExitAfterDrain)
 					}
 				case "agent":
 					var specs []string
