@@ -45,8 +45,17 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return peerEnv[k] }); err != nil || cfg.PeerLoadInterval != 0 || cfg.GatewayID != "gw-1" {
 		t.Errorf("SWITCHYARD_PEER_LOAD_INTERVAL=0 SWITCHYARD_GATEWAY_ID=gw-1: interval %v, id %q, %v", cfg.PeerLoadInterval, cfg.GatewayID, err)
 	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(string) string { return "" }); err != nil || cfg.DrainDelay != 5*time.Second || cfg.DrainTimeout != 50*time.Second {
+		t.Errorf("drain defaults: delay %v, timeout %v, %v", cfg.DrainDelay, cfg.DrainTimeout, err)
+	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu", "--drain-delay", "0s", "--drain-timeout", "2m"}, func(string) string { return "" }); err != nil || cfg.DrainDelay != 0 || cfg.DrainTimeout != 2*time.Minute {
+		t.Errorf("--drain-delay 0s --drain-timeout 2m: delay %v, timeout %v, %v", cfg.DrainDelay, cfg.DrainTimeout, err)
+	}
 	for _, args := range [][]string{
 		{},
+		{"--cluster", "eu", "--drain-delay", "-1s"},
+		{"--cluster", "eu", "--drain-timeout", "0s"},
+		{"--cluster", "eu", "--drain-delay", "10s", "--drain-timeout", "10s"},
 		{"--cluster", "eu", "--peer-load-interval", "-1s"},
 		{"--cluster", "eu", "--peer-load-interval", "1us"},
 		{"--cluster", "eu", "--gateway-id", strings.Repeat("g", 1025)},
