@@ -98,12 +98,20 @@ type Service struct {
 
 // ClientOpts are the options the agent wants of its Kafka client, to be
 // added to the seed brokers: a bounded produce buffer (10,000 records;
-// signals beyond it are dropped and counted, never waited for) and a short
-// linger.
+// signals beyond it are dropped and counted, never waited for), a short
+// linger and a delivery timeout of SignalDeliveryTimeout.
 func ClientOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.MaxBufferedRecords(10000), kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.RecordDeliveryTimeout(SignalDeliveryTimeout),
 		kgo.ProducerBatchCompression(kgo.GzipCompression())} // read by every client without plugins (docs/topics.md)
 }
+
+// SignalDeliveryTimeout is how long a signal may wait for Kafka before it
+// fails and counts in switchyard_agent_publish_errors_total. Without it
+// franz-go retries a buffered record for ever, so an outage shorter than
+// the buffer counted no error at all; a signal this old is stale anyway
+// (the next scrape replaces it).
+const SignalDeliveryTimeout = 10 * time.Second
 
 // ErrNoClient is returned by New without a Kafka client.
 var ErrNoClient = errors.New("no kafka client")

@@ -174,6 +174,32 @@ func (t *Tracker) Watch(ctx context.Context, broker string, check func(context.C
 	}
 }
 
+// WaitUp checks broker every CheckEvery until a check succeeds, recording
+// each result (so a broker down at start is logged as any outage is); it
+// returns ctx's error when ctx ends first. Services call it before a
+// first step that would fail without the broker (creating topics).
+func (t *Tracker) WaitUp(ctx context.Context, broker string, check func(context.Context) error) error {
+	tick := time.NewTicker(t.cfg.checkEvery)
+	defer tick.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, checkTimeout)
+		err := check(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		t.Set(broker, err)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
 // Go runs Watch in a goroutine; stop ends it and waits for it.
 func (t *Tracker) Go(ctx context.Context, broker string, check func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)

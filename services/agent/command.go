@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/agent"
+	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 )
@@ -84,12 +85,17 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
 	defer cl.Close()
+	bs, err := brokerstate.New(cfg.Logger, reg) // WARN/INFO, switchyard_broker_connected, /ready
+	if err != nil {
+		return err
+	}
+	defer bs.Go(ctx, brokerstate.Kafka, brokerstate.PingKafka(cl))()
 	s, err := agent.New(cl, cfg)
 	if err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	if *metricsListen != "" {
-		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
+		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg, bs)
 		if err != nil {
 			return err
 		}

@@ -5,17 +5,22 @@ package console
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/console"
+	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
@@ -56,10 +61,14 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	store, err := openStore(ctx, js, *bucket, logger)
-	if err != nil || store == nil {
-		return err // nil: stopped before NATS was ready
+	bs, err := brokerstate.New(logger, prometheus.NewRegistry()) // the WARN/INFO of NATS and Kafka outages
+	if err != nil {
+		return err
 	}
+	defer bs.Go(ctx, brokerstate.NATS, brokerstate.NATSConnected(nc))()
+	// The port opens at once; until the snapshot store opens, the pages
+	// that read it say NATS is unavailable, and why.
+	store := &pendingStore{health: bs}
 	cfg := console.Config{Snapshots: store, TopicPrefix: conn.TopicPrefix, ProcessorGroup: *group,
 		History: *history, Refresh: *refresh, Logger: logger}
 	if len(conn.Brokers()) > 0 {
@@ -69,6 +78,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		defer kc.Close()
 		cfg.Kafka = kc
+		defer bs.Go(ctx, brokerstate.Kafka, brokerstate.PingKafka(kc))()
 	} else {
 		logger.Warn("no Kafka brokers: the console shows snapshots only (no profiles, rates or lag)")
 	}
@@ -81,7 +91,39 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%w: --listen: %w", cli.ErrUsage, err)
 	}
 	fmt.Fprintf(stdout, "console: http://%s/\n", ln.Addr())
+	openCtx, stopOpen := context.WithCancel(ctx)
+	opened := make(chan struct{})
+	go func() {
+		defer close(opened)
+		if s, _ := openStore(openCtx, js, *bucket, logger); s != nil {
+			store.set(s)
+		}
+	}()
+	defer func() { stopOpen(); <-opened }()
 	return c.Serve(ctx, ln)
+}
+
+// ErrStoreNotOpen is what the pages show until the snapshot store opens.
+var ErrStoreNotOpen = errors.New("NATS unavailable: the snapshot store is not open yet")
+
+// pendingStore is the console's Snapshots until the store opens.
+type pendingStore struct {
+	health interface{ Health() (bool, string) }
+	store  atomic.Pointer[snapshots.Store]
+}
+
+var _ console.Snapshots = (*pendingStore)(nil)
+
+func (p *pendingStore) set(s *snapshots.Store) { p.store.Store(s) }
+
+// ReadAudit reads the store, or returns ErrStoreNotOpen with the brokers'
+// state while it is not open.
+func (p *pendingStore) ReadAudit(ctx context.Context, from snapshots.AuditFrom, fn func(snapshots.AuditEntry) bool) error {
+	if s := p.store.Load(); s != nil {
+		return s.ReadAudit(ctx, from, fn)
+	}
+	_, detail := p.health.Health()
+	return fmt.Errorf("%w (%s)", ErrStoreNotOpen, strings.TrimSpace(strings.ReplaceAll(detail, "\n", "; ")))
 }
 
 // openStore opens the snapshot store, retrying every second while NATS

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,15 +70,76 @@ func TestCommandServes(t *testing.T) {
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	url := strings.TrimSpace(strings.TrimPrefix(line, "console: "))
+	// The port opens before the snapshot store: poll until it is open.
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		code, body := getPage(t, url)
+		return code == 200 && strings.Contains(body, fmt.Sprintf("v%d", v)) && strings.Contains(body, "region-a")
+	}, fmt.Sprintf("GET %s: snapshot v%d of region-a", url, v))
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("command returned %v after its context ended", err)
+	}
+}
+
+func getPage(t *testing.T, url string) (int, string) {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), fmt.Sprintf("v%d", v)) || !strings.Contains(string(body), "region-a") {
-		t.Fatalf("GET %s: status %d, snapshot v%d or region-a missing", url, resp.StatusCode, v)
+	return resp.StatusCode, string(body)
+}
+
+// syncBuffer is a stderr safe for the command's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestCommandServesBeforeNATS: with NATS down the console opens its port
+// at once, its overview says NATS is unavailable, and it logs the WARN.
+func TestCommandServesBeforeNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
+	natsURL := "nats://" + ln.Addr().String() // nothing listens once closed
+	ln.Close()
+	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	defer stop()
+	pr, pw := io.Pipe()
+	var stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Command().Run(ctx, []string{"--listen", "127.0.0.1:0", "--nats-url", natsURL, "--kafka-brokers", ""}, pw, &stderr)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the console's address: %v", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	url := strings.TrimSpace(strings.TrimPrefix(line, "console: "))
+	if _, body := getPage(t, url); !strings.Contains(body, "NATS unavailable") {
+		t.Errorf("overview with NATS down does not say so: %.300q", body)
+	}
+	testenv.Eventually(t, 15*time.Second, func() bool {
+		return strings.Contains(stderr.String(), `level=WARN msg="broker unavailable" broker=nats`)
+	}, "the WARN of NATS down")
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("command returned %v after its context ended", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/fleet"
+	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
@@ -122,8 +123,14 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	bs, err := brokerstate.New(logger, reg) // WARN/INFO, switchyard_broker_connected, /ready
+	if err != nil {
+		return err
+	}
+	defer bs.Go(ctx, brokerstate.Kafka, brokerstate.PingKafka(kc))()
+	defer bs.Go(ctx, brokerstate.NATS, brokerstate.NATSConnected(nc))()
 	if *metricsListen != "" {
-		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
+		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg, bs)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/fleet"
+	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/streams"
@@ -109,6 +110,23 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
 	defer cl.Close()
+	bs, err := brokerstate.New(cfg.Logger, reg) // WARN/INFO, switchyard_broker_connected, /ready
+	if err != nil {
+		return err
+	}
+	if *metricsListen != "" {
+		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg, bs)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	// Kafka down at start is waited for (and logged), as the other
+	// services do, rather than failing the first topic creation.
+	if err := bs.WaitUp(ctx, brokerstate.Kafka, brokerstate.PingKafka(cl)); err != nil {
+		return nil // stopped before Kafka answered
+	}
+	defer bs.Go(ctx, brokerstate.Kafka, brokerstate.PingKafka(cl))()
 	if runner == nil {
 		p, err := process.New(cl, cfg)
 		if err != nil {
@@ -124,12 +142,5 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	lagDone := make(chan error, 1)
 	go func() { lagDone <- lag.Run(lagCtx, 0) }()
 	defer func() { stopLag(); <-lagDone }()
-	if *metricsListen != "" {
-		_, stop, err := obs.ServeMetrics(ctx, *metricsListen, reg)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
 	return runner(ctx, cl)
 }
