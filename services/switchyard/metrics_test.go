@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/gateway/peers"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/services/combiner"
 	"github.com/switchyard-llm/switchyard/services/processor"
@@ -247,6 +248,12 @@ func registeredSeries(t *testing.T) map[string]series {
 		t.Fatalf("optimizer: %v", err)
 	}
 	rec.families(t, "optimizer", out)
+
+	rec = &recorder{reg: prometheus.NewRegistry()}
+	if _, err := brokerstate.New(quiet, rec); err != nil { // agent, processor, optimizer (and console)
+		t.Fatalf("brokerstate: %v", err)
+	}
+	rec.families(t, "all", out)
 
 	rec = &recorder{reg: prometheus.NewRegistry()}
 	if _, err := engineserver.New(engineserver.Config{Metrics: engineserver.MetricsFull, Registerer: rec, Logger: quiet}); err != nil {
