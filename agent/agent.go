@@ -99,10 +99,15 @@ type Service struct {
 // ClientOpts are the options the agent wants of its Kafka client, to be
 // added to the seed brokers: a bounded produce buffer (10,000 records;
 // signals beyond it are dropped and counted, never waited for), a short
-// linger and a delivery timeout of SignalDeliveryTimeout.
+// linger, and a delivery timeout of SignalDeliveryTimeout without
+// idempotent writes.
 func ClientOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.MaxBufferedRecords(10000), kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.RecordDeliveryTimeout(SignalDeliveryTimeout),
+		// Idempotent writes never fail a batch sent without an answer (its
+		// sequence numbers would break), so an outage would fail nothing; a
+		// duplicated signal is harmless (the processor keeps the latest).
+		kgo.DisableIdempotentWrite(),
 		kgo.ProducerBatchCompression(kgo.GzipCompression())} // read by every client without plugins (docs/topics.md)
 }
 
