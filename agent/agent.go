@@ -98,25 +98,15 @@ type Service struct {
 
 // ClientOpts are the options the agent wants of its Kafka client, to be
 // added to the seed brokers: a bounded produce buffer (10,000 records;
-// signals beyond it are dropped and counted, never waited for), a short
-// linger, and a delivery timeout of SignalDeliveryTimeout without
-// idempotent writes.
+// signals beyond it are dropped and counted, never waited for) and a short
+// linger. Writes stay idempotent (docs/topics.md): a batch sent without an
+// answer is retried, never failed, so during an outage signals wait in the
+// buffer and count as publish errors only once it is full; the outage
+// itself shows in switchyard_broker_connected (internal/brokerstate).
 func ClientOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.MaxBufferedRecords(10000), kgo.ProducerLinger(5 * time.Millisecond),
-		kgo.RecordDeliveryTimeout(SignalDeliveryTimeout),
-		// Idempotent writes never fail a batch sent without an answer (its
-		// sequence numbers would break), so an outage would fail nothing; a
-		// duplicated signal is harmless (the processor keeps the latest).
-		kgo.DisableIdempotentWrite(),
 		kgo.ProducerBatchCompression(kgo.GzipCompression())} // read by every client without plugins (docs/topics.md)
 }
-
-// SignalDeliveryTimeout is how long a signal may wait for Kafka before it
-// fails and counts in switchyard_agent_publish_errors_total. Without it
-// franz-go retries a buffered record for ever, so an outage shorter than
-// the buffer counted no error at all; a signal this old is stale anyway
-// (the next scrape replaces it).
-const SignalDeliveryTimeout = 10 * time.Second
 
 // ErrNoClient is returned by New without a Kafka client.
 var ErrNoClient = errors.New("no kafka client")
