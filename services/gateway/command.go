@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/peers"
 	"github.com/switchyard-llm/switchyard/gateway/tenant"
+	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -274,6 +275,13 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		// requests that finish while it shuts down.
 		stop := k.runEmitter(ctx)
 		defer stop()
+		// Losing Kafka is logged (WARN, then INFO when back) and exported
+		// as switchyard_broker_connected; routing goes on without it.
+		bs, err := brokerstate.New(log, reg)
+		if err != nil {
+			return err
+		}
+		defer bs.Go(ctx, brokerstate.Kafka, brokerstate.PingKafka(k.producer))()
 	}
 	eg, ectx := errgroup.WithContext(ctx)
 	if f.NATSURL != "" && f.PeerLoadInterval > 0 {
