@@ -1,7 +1,6 @@
 package brokerstate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,32 +21,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/internal/testenv"
 )
-
-// syncBuffer is a log sink safe for the watch goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSetLogsOnceThenRateLimited: losing a broker logs one WARN and
 // counts one outage; further failed checks repeat the WARN only every
 // WarnEvery (with how long); the first good check logs one INFO with the
 // outage's length and sets the gauge back to 1.
 func TestSetLogsOnceThenRateLimited(t *testing.T) {
-	var logs syncBuffer
+	var logs testenv.Buffer
 	now := time.Unix(1000, 0)
 	reg := prometheus.NewRegistry()
 	tr, err := New(slog.New(slog.NewTextHandler(&logs, nil)), reg, WarnEvery(30*time.Second), Clock(func() time.Time { return now }))
@@ -110,7 +91,7 @@ func TestWatchRealBrokers(t *testing.T) {
 	}
 	defer nc.Close()
 
-	var logs syncBuffer
+	var logs testenv.Buffer
 	reg := prometheus.NewRegistry()
 	tr, err := New(slog.New(slog.NewTextHandler(&logs, nil)), reg, CheckEvery(20*time.Millisecond))
 	if err != nil {

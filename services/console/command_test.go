@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,24 +91,6 @@ func getPage(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// syncBuffer is a stderr safe for the command's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestCommandServesBeforeNATS: with NATS down the console opens its port
 // at once, its overview says NATS is unavailable, and it logs the WARN.
 func TestCommandServesBeforeNATS(t *testing.T) {
@@ -122,7 +103,7 @@ func TestCommandServesBeforeNATS(t *testing.T) {
 	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
 	defer stop()
 	pr, pw := io.Pipe()
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Command().Run(ctx, []string{"--listen", "127.0.0.1:0", "--nats-url", natsURL, "--kafka-brokers", ""}, pw, &stderr)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,24 +11,6 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 )
-
-// lockedBuffer is a stderr safe for the command's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestCommandWaitsForKafka: started with Kafka down, the processor logs
 // the WARN and keeps waiting instead of exiting; once Kafka listens it
@@ -43,7 +24,7 @@ func TestCommandWaitsForKafka(t *testing.T) {
 	ln.Close() // nothing listens there until kfake does
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Command().Run(ctx, []string{"--kafka-brokers", ln.Addr().String(), "--metrics-listen", "", "--partitions", "1"}, nil, &stderr)
