@@ -36,11 +36,10 @@ type sustainedDemand struct {
 // newer than the last one folded in is ignored, so the state is a
 // function of the sequence of windows.
 func (s *State) sustainDemand(d *schemas.DemandEstimate) {
-	rps := math.Max(d.GetDemandRps(), d.GetForecastRps())
-	if !finite(rps) || rps < 0 {
+	rps, ok := plannedDemand(d)
+	if !ok {
 		return
 	}
-	rps = math.Min(rps, opt.MaxValue)
 	cur := s.sustained[d.GetCluster()]
 	switch {
 	case cur == nil:
@@ -70,4 +69,16 @@ func (s *State) burstAbsorbed(clusters []opt.Cluster, total, capacity float64, c
 		}
 	}
 	return math.Min(total, math.Max(capacity, sustained))
+}
+
+// plannedDemand is the rate a demand estimate asks the plan for: the
+// larger of its window's rate and its forecast, at most opt.MaxValue (one
+// absurd estimate must not fail the whole plan); false when it is not a
+// finite, non-negative rate.
+func plannedDemand(d *schemas.DemandEstimate) (float64, bool) {
+	rps := math.Max(d.GetDemandRps(), d.GetForecastRps())
+	if !finite(rps) || rps < 0 {
+		return 0, false
+	}
+	return math.Min(rps, opt.MaxValue), true
 }

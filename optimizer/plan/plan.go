@@ -258,11 +258,10 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		if d.GetWindowEndUnixMs() < cutoff {
 			continue
 		}
-		rps := math.Max(d.GetDemandRps(), d.GetForecastRps())
-		if !finite(rps) || rps < 0 {
+		rps, ok := plannedDemand(d)
+		if !ok {
 			continue
 		}
-		rps = math.Min(rps, opt.MaxValue) // one absurd estimate must not fail the whole plan
 		raw[id] = rps
 		used[id] = d
 		demand[id] = math.Max(rps, set.MinDemandRPS)
