@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,7 +44,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	to := fs.String("to", "", "end of the range (RFC 3339 or Unix ms); required but with --verify")
 	verify := fs.Bool("verify", false, "replay the whole retained history with the settings the live processor and optimizer recorded, compare the snapshots of (--from, --to] (default all) with the audit stream, print one JSON line and exit 1 unless all are identical")
 	auditStream := fs.String("audit-stream", snapshots.DefaultAuditStream, "JetStream stream of the live snapshots (--verify)")
-	cfgFile := fs.String("config", "", "YAML file of processor and optimizer settings (what-if); default the live defaults")
+	cfgFile := fs.String("config", "", "YAML file of processor and optimizer settings (what-if), applied over --settings")
+	base := fs.String("settings", "recorded", "settings the replay starts from: recorded (the ones the live processor and optimizer wrote to the settings topic, latest at or before --to) or defaults (the built-in defaults); --config and --set change them")
+	var sets setFlags
+	fs.Var(&sets, "set", "override one setting over --settings and --config, as section.key=value with the config file's keys (optimizer.max_utilization=0.5, processor.window=20s); repeatable")
+	warmup := fs.Duration("warmup", 0, "history read before --from to warm the processor's windows and the planner's state: 0 the whole retained history (a sub-range's snapshots are then the live ones, with the live settings); positive at least a window plus the allowed lateness (faster; the first snapshots may differ from live)")
 	outFile := fs.String("out", "", `output file ("-" for stdout); required`)
 	format := fs.String("format", "jsonl", "output format: jsonl (one protojson snapshot per line) or binary (uvarint-length-delimited protobuf)")
 	registry := fs.String("engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry), as the live processor's and optimizer's: signals of other engines are dead-lettered and their estimates never planned (empty: any engine the records name)")
@@ -69,13 +74,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if natsSet {
 		return fmt.Errorf("%w: --nats-url is for --verify (a replay writes to a file, never to NATS)", cli.ErrUsage)
 	}
-	cfg := replay.Config{Registry: engines, MaxGain: *maxGain}
+	var fromT, toT time.Time
 	var err error
-	if cfg.From, err = ParseTime(*from); err != nil {
+	if fromT, err = ParseTime(*from); err != nil {
 		return fmt.Errorf("%w: --from: %v", cli.ErrUsage, err)
 	}
-	if cfg.To, err = ParseTime(*to); err != nil {
+	if toT, err = ParseTime(*to); err != nil {
 		return fmt.Errorf("%w: --to: %v", cli.ErrUsage, err)
+	}
+	if *base != "recorded" && *base != "defaults" {
+		return fmt.Errorf("%w: --settings %q: want recorded or defaults", cli.ErrUsage, *base)
+	}
+	if *warmup < 0 {
+		return fmt.Errorf("%w: --warmup %v is negative", cli.ErrUsage, *warmup)
 	}
 	if *outFile == "" {
 		return fmt.Errorf("%w: --out is required", cli.ErrUsage)
@@ -88,17 +99,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("%w: --format %q", cli.ErrUsage, *format)
 	}
-	if *cfgFile != "" {
-		if err := replay.LoadConfig(*cfgFile, &cfg); err != nil {
-			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
-		}
+	// The file and the overrides are checked before any broker is asked.
+	if err := overrides(&replay.Config{}, *cfgFile, sets); err != nil {
+		return err
 	}
 	brokers := conn.Brokers()
 	if len(brokers) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
 	}
+	cl, err := conn.NewKafka()
+	if err != nil {
+		return fmt.Errorf("creating kafka client: %w", err)
+	}
+	defer cl.Close()
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var cfg replay.Config
+	if *base == "recorded" {
+		var n [2]int
+		if cfg, n, err = replay.Recorded(ctx, cl, conn.TopicPrefix, toT); err != nil {
+			return fmt.Errorf("%w (replay with --settings defaults and a --config to replay without them)", err)
+		}
+		logger.Info("replaying with the recorded settings", "processor_settings", n[0], "optimizer_settings", n[1])
+	}
+	if err := overrides(&cfg, *cfgFile, sets); err != nil {
+		return err
+	}
+	cfg.From, cfg.To, cfg.Warmup = fromT, toT, *warmup
+	cfg.Registry, cfg.MaxGain = engines, *maxGain
 	cfg.TopicPrefix = conn.TopicPrefix
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	cfg.Logger = logger
 	out := stdout
 	if *outFile != "-" {
 		file, err := os.Create(*outFile)
@@ -108,11 +137,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer file.Close()
 		out = file
 	}
-	cl, err := conn.NewKafka()
-	if err != nil {
-		return fmt.Errorf("creating kafka client: %w", err)
-	}
-	defer cl.Close()
 	res, err := replay.Run(ctx, cl, cfg, out, f)
 	if err != nil {
 		return err
@@ -122,6 +146,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c, ok := out.(io.Closer); ok && out != stdout {
 		return c.Close()
 	}
+	return nil
+}
+
+// overrides applies the --config file, then the --set overrides, to cfg.
+func overrides(cfg *replay.Config, file string, sets setFlags) error {
+	if file != "" {
+		if err := replay.LoadConfig(file, cfg); err != nil {
+			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+		}
+	}
+	if err := replay.ApplySets(sets, cfg); err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	return nil
+}
+
+// setFlags collects repeated --set flags.
+type setFlags []string
+
+func (s *setFlags) String() string { return strings.Join(*s, ",") }
+
+func (s *setFlags) Set(v string) error {
+	*s = append(*s, v)
 	return nil
 }
 

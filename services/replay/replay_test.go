@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,7 +34,7 @@ func TestWhatIfCommand(t *testing.T) {
 	outPath := filepath.Join(dir, "out.jsonl")
 	var stderr bytes.Buffer
 	args := []string{"--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--topic-prefix", prefix,
-		"--from", from.Format(time.RFC3339Nano), "--to", fmt.Sprint(to.UnixMilli()), "--config", cfgPath, "--out", outPath}
+		"--from", from.Format(time.RFC3339Nano), "--to", fmt.Sprint(to.UnixMilli()), "--settings", "defaults", "--config", cfgPath, "--out", outPath}
 	if err := Command().Run(context.Background(), args, &bytes.Buffer{}, &stderr); err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
@@ -71,6 +72,12 @@ func TestUsage(t *testing.T) {
 		{"--from", "1", "--to", "2", "--out", "-", "--engine-registry", "/nonexistent/engines.yaml"},
 		{"--from", "1", "--to", "2", "--out", "-", "--max-claim-gain", "0.5"}, // must be > 1
 		{"--verify", "--max-claim-gain", "1"},
+		{"--from", "1", "--to", "2", "--out", "-", "--settings", "live"},
+		{"--from", "1", "--to", "2", "--out", "-", "--set", "max_utilization=0.5"},           // no section
+		{"--from", "1", "--to", "2", "--out", "-", "--set", "optimizer.max_utilisation=0.5"}, // unknown key
+		{"--from", "1", "--to", "2", "--out", "-", "--set", "optimizer.max_utilization=2"},   // outside [0,1]
+		{"--from", "1", "--to", "2", "--out", "-", "--set", "processor.window=soon"},
+		{"--from", "1", "--to", "2", "--out", "-", "--warmup", "-1s"},
 	} {
 		err := Command().Run(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "usage") {
@@ -107,7 +114,7 @@ func TestEngineRegistryFlag(t *testing.T) {
 			outPath := filepath.Join(dir, tc.name+".jsonl")
 			var stderr bytes.Buffer
 			args := append([]string{"--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--topic-prefix", prefix,
-				"--from", fmt.Sprint(from.UnixMilli()), "--to", fmt.Sprint(to.UnixMilli()), "--config", cfgPath, "--out", outPath}, tc.flags...)
+				"--from", fmt.Sprint(from.UnixMilli()), "--to", fmt.Sprint(to.UnixMilli()), "--settings", "defaults", "--config", cfgPath, "--out", outPath}, tc.flags...)
 			if err := Command().Run(context.Background(), args, &bytes.Buffer{}, &stderr); err != nil {
 				t.Fatalf("%v\n%s", err, stderr.String())
 			}
@@ -132,5 +139,24 @@ func TestEngineRegistryFlag(t *testing.T) {
 				t.Errorf("snapshots route to e2: %v, want %v", e2, tc.wantE2)
 			}
 		})
+	}
+}
+
+// TestReplayWithoutRecordedSettingsSaysSo: a history without settings
+// records (no live processor or optimizer wrote it) is not replayed with
+// silently different settings: the command fails and names the way out.
+func TestReplayWithoutRecordedSettingsSaysSo(t *testing.T) {
+	kc := testenv.Kafka(t)
+	const prefix = "rn"
+	replaytest.History(t, kc, streams.TopicsFor(prefix), t0, 30*time.Second)
+	args := []string{"--kafka-brokers", strings.Join(kc.ListenAddrs(), ","), "--topic-prefix", prefix,
+		"--from", fmt.Sprint(t0.Add(10 * time.Second).UnixMilli()), "--to", fmt.Sprint(t0.Add(20 * time.Second).UnixMilli()), "--out", "-"}
+	var stdout bytes.Buffer
+	err := Command().Run(context.Background(), args, &stdout, &bytes.Buffer{})
+	if !errors.Is(err, replay.ErrSettings) || !strings.Contains(err.Error(), "--settings defaults") {
+		t.Fatalf("err %v, want ErrSettings naming --settings defaults", err)
+	}
+	if stdout.Len() != 0 {
+		t.Fatalf("wrote %q", stdout.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -29,15 +30,16 @@ type FileConfig struct {
 		EstimateTTL       string                        `yaml:"estimate_ttl"`
 		NetworkTTL        string                        `yaml:"network_ttl"`
 		Clusters          []string                      `yaml:"clusters"`
-		MinDemandRPS      float64                       `yaml:"min_demand_rps"`
+		MinDemandRPS      *float64                      `yaml:"min_demand_rps"`
+		IdleDemandRPS     *float64                      `yaml:"idle_demand_rps"`
 		RegionRTTms       map[string]map[string]float64 `yaml:"region_rtt_ms"`
 		DefaultRTTms      float64                       `yaml:"default_rtt_ms"`
-		StrictResidency   bool                          `yaml:"strict_residency"`
+		StrictResidency   *bool                         `yaml:"strict_residency"`
 		MinNetworkSamples uint32                        `yaml:"min_network_samples"`
 	} `yaml:"optimizer"`
 }
 
-// ErrConfig marks an unusable config file.
+// ErrConfig marks an unusable config file or --set override.
 var ErrConfig = errors.New("invalid replay config")
 
 // LoadConfig reads a config file and applies it to cfg (fields the file
@@ -79,7 +81,7 @@ func ParseConfig(b []byte, cfg *Config) error {
 		return err
 	}
 	o := fc.Optimizer
-	if o.MaxUtilization < 0 || o.MaxUtilization > 1 || o.MinDemandRPS < 0 || o.DefaultRTTms < 0 {
+	if o.MaxUtilization < 0 || o.MaxUtilization > 1 || o.DefaultRTTms < 0 || (o.MinDemandRPS != nil && !(*o.MinDemandRPS >= 0)) {
 		return fmt.Errorf("%w: negative value or max_utilization outside [0,1]", ErrConfig)
 	}
 	s := &cfg.Settings
@@ -91,10 +93,11 @@ func ParseConfig(b []byte, cfg *Config) error {
 	for _, f := range []struct {
 		v   *float64
 		dst *float64
-	}{{o.ChurnWeight, &s.ChurnWeight}, {o.ChurnRelative, &s.ChurnRelative}, {o.ProbeShare, &s.ProbeShare}} {
+	}{{o.ChurnWeight, &s.ChurnWeight}, {o.ChurnRelative, &s.ChurnRelative}, {o.ProbeShare, &s.ProbeShare},
+		{o.MinDemandRPS, &s.MinDemandRPS}, {o.IdleDemandRPS, &s.IdleDemandRPS}} {
 		if f.v != nil {
 			if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
-				return fmt.Errorf("%w: churn_weight, churn_relative and probe_share must be finite", ErrConfig)
+				return fmt.Errorf("%w: churn_weight, churn_relative, probe_share, min_demand_rps and idle_demand_rps must be finite", ErrConfig)
 			}
 			*f.dst = *f.v
 		}
@@ -102,20 +105,50 @@ func ParseConfig(b []byte, cfg *Config) error {
 	if len(o.Clusters) > 0 {
 		s.Clusters = o.Clusters
 	}
-	if o.MinDemandRPS > 0 {
-		s.MinDemandRPS = o.MinDemandRPS
-	}
 	if o.RegionRTTms != nil {
 		s.RegionRTTms = o.RegionRTTms
 	}
 	if o.DefaultRTTms > 0 {
 		s.DefaultRTTms = o.DefaultRTTms
 	}
-	if o.StrictResidency {
-		s.StrictResidency = true
+	if o.StrictResidency != nil {
+		s.StrictResidency = *o.StrictResidency
 	}
 	if o.MinNetworkSamples > 0 {
 		s.MinNetworkSamples = o.MinNetworkSamples
 	}
 	return nil
+}
+
+// ApplySets applies --set overrides to cfg, each "section.key=value" with
+// the keys of the config file ("optimizer.max_utilization=0.5",
+// "processor.window=20s", "optimizer.clusters=[us, eu]"); a value is
+// read as YAML. They are applied as one config file, after the file
+// given with --config, so unknown keys and bad values are the same
+// errors.
+func ApplySets(sets []string, cfg *Config) error {
+	if len(sets) == 0 {
+		return nil
+	}
+	doc := map[string]map[string]any{}
+	for _, kv := range sets {
+		k, v, ok := strings.Cut(kv, "=")
+		section, key, dotted := strings.Cut(strings.TrimSpace(k), ".")
+		if !ok || !dotted || section == "" || key == "" {
+			return fmt.Errorf("%w: --set %q: want section.key=value, e.g. optimizer.max_utilization=0.5", ErrConfig, kv)
+		}
+		var val any
+		if err := yaml.Unmarshal([]byte(v), &val); err != nil {
+			return fmt.Errorf("%w: --set %q: %v", ErrConfig, kv, err)
+		}
+		if doc[section] == nil {
+			doc[section] = map[string]any{}
+		}
+		doc[section][key] = val
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		return fmt.Errorf("%w: --set: %v", ErrConfig, err)
+	}
+	return ParseConfig(b, cfg)
 }

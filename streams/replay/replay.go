@@ -64,9 +64,18 @@ type Config struct {
 	// From and To bound the replayed windows: snapshots are planned for
 	// windows ending in (From, To]. Records from one window plus the
 	// allowed lateness before From are read to fill the first windows.
-	// A zero From replays from the start of the retained history (the
-	// planner's state then evolves as the live optimizer's did).
+	// A zero From replays from the start of the retained history.
 	From, To time.Time
+	// Warmup is how much history before From is read to warm the
+	// processor's windows and the planner's state (previous weights for
+	// the churn term, smoothed capacities, demand averages, outlier
+	// pools). 0 (the default): the whole retained history, so the state
+	// at From is the live optimizer's and the snapshots of any sub-range
+	// are the ones it published (with its settings). Positive: at least
+	// one window plus the allowed lateness (the first windows in range
+	// are complete), a faster replay whose first snapshots may differ
+	// from live until the planner's state has caught up.
+	Warmup time.Duration
 	// Processor window settings: defaults 30s, 10s and 5s, as the
 	// processor's.
 	Window, Slide, AllowedLateness time.Duration
@@ -146,8 +155,8 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, out io.Writer, format 
 	// Read one slide plus the lateness past To so the watermark passes
 	// the last window ending at To.
 	var warm time.Time
-	if !cfg.From.IsZero() {
-		warm = cfg.From.Add(-cfg.Window - cfg.AllowedLateness)
+	if !cfg.From.IsZero() && cfg.Warmup > 0 {
+		warm = cfg.From.Add(-max(cfg.Warmup, cfg.Window+cfg.AllowedLateness))
 	}
 	starts, ends, err := ranges(ctx, kadm.NewClient(cl), warm, cfg.To.Add(cfg.AllowedLateness+cfg.Slide), topics.Signals, topics.RoutingEvents)
 	if err != nil {

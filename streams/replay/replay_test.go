@@ -196,3 +196,26 @@ func TestParseConfigPlannerSettings(t *testing.T) {
 		t.Fatalf("churn_relative not kept when left out: %v %+v", err, kept.Settings)
 	}
 }
+
+// TestApplySetsOverridesOverABase: --set overrides change only the keys
+// they name, can set a recorded true or non-zero back to false or 0, and
+// reject what the config file rejects.
+func TestApplySetsOverridesOverABase(t *testing.T) {
+	cfg := Config{Window: 2 * time.Second}
+	cfg.Settings.StrictResidency, cfg.Settings.MinDemandRPS, cfg.Settings.MaxUtilization = true, 1, 0.9
+	err := ApplySets([]string{"optimizer.max_utilization=0.5", "optimizer.strict_residency=false", "optimizer.min_demand_rps=0",
+		"optimizer.clusters=[us, eu]", "processor.slide=500ms"}, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Settings
+	if s.MaxUtilization != 0.5 || s.StrictResidency || s.MinDemandRPS != 0 || len(s.Clusters) != 2 || cfg.Slide != 500*time.Millisecond || cfg.Window != 2*time.Second {
+		t.Fatalf("after --set: %+v", cfg)
+	}
+	for _, bad := range []string{"optimizer", "optimizer.max_utilization", "max_utilization=1", "optimizer.bogus=1",
+		"optimizer.max_utilization=1.5", "optimizer.churn_weight=.nan", "processor.window=-1s", "optimizer.min_demand_rps=-1"} {
+		if err := ApplySets([]string{bad}, &Config{}); !errors.Is(err, ErrConfig) {
+			t.Errorf("--set %q: err %v, want ErrConfig", bad, err)
+		}
+	}
+}

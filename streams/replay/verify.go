@@ -107,6 +107,19 @@ func ConfigFromSettings(recs []settings.Record, to time.Time) (Config, [2]int, e
 	return cfg, [2]int{np, no}, nil
 }
 
+// Recorded reads the settings topic under prefix through cl (as
+// settings.ReadAll) and returns the replay config of the settings the
+// live processor and optimizer recorded, the latest ones started at or
+// before to (ConfigFromSettings). An error wrapping ErrSettings says none
+// can be used.
+func Recorded(ctx context.Context, cl *kgo.Client, prefix string, to time.Time) (Config, [2]int, error) {
+	recs, err := settings.ReadAll(ctx, cl, prefix)
+	if err != nil {
+		return Config{}, [2]int{}, err
+	}
+	return ConfigFromSettings(recs, to)
+}
+
 // Verify replays the retained history with the settings the live
 // processor and optimizer recorded and compares the snapshots with live,
 // the whole snapshots the live optimizer published (the audit stream; see
@@ -128,11 +141,7 @@ func Verify(ctx context.Context, cl *kgo.Client, live []*schemas.WeightSnapshot,
 	}
 	sort.SliceStable(inRange, func(i, j int) bool { return inRange[i].GetVersion() < inRange[j].GetVersion() })
 	last := time.UnixMilli(int64(inRange[len(inRange)-1].GetVersion()))
-	recs, err := settings.ReadAll(ctx, cl, vc.TopicPrefix)
-	if err != nil {
-		return res, err
-	}
-	cfg, n, err := ConfigFromSettings(recs, last)
+	cfg, n, err := Recorded(ctx, cl, vc.TopicPrefix, last)
 	if err != nil {
 		return res, err
 	}
