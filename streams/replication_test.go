@@ -80,6 +80,42 @@ func TestEnsureTopicsReplicated(t *testing.T) {
 // 2 on three brokers, an acknowledged record is on two brokers, and a
 // retried batch is not written twice.
 func TestProducersAckAllIdempotent(t *testing.T) {
+	eachKgoFile(t, func(path, src string) {
+		if strings.Contains(src, "DisableIdempotentWrite") {
+			t.Errorf("%s turns off idempotent writes", path)
+		}
+		for _, m := range requiredAcks.FindAllStringSubmatch(src, -1) {
+			if m[1] != "kgo.AllISRAcks()" {
+				t.Errorf("%s: RequiredAcks(%s), want kgo.AllISRAcks() (acks=all)", path, m[1])
+			}
+		}
+	})
+}
+
+// TestProducersNeverSnappyLz4Zstd: no franz-go client in the module
+// chooses a codec that kafkajs cannot read without a plugin
+// (docs/topics.md#compression); gzip or none only. A client that sets no
+// codec gets franz-go's default, snappy: services/demo's TestDemoEndToEnd
+// checks the codec of every batch the running system wrote.
+func TestProducersNeverSnappyLz4Zstd(t *testing.T) {
+	eachKgoFile(t, func(path, src string) {
+		for _, m := range compression.FindAllStringSubmatch(src, -1) {
+			if m[1] != "kgo.GzipCompression()" && m[1] != "kgo.NoCompression()" {
+				t.Errorf("%s: ProducerBatchCompression(%s), want kgo.GzipCompression() or kgo.NoCompression()", path, m[1])
+			}
+		}
+		for _, codec := range []string{"SnappyCompression", "Lz4Compression", "ZstdCompression"} {
+			if strings.Contains(src, "kgo."+codec) {
+				t.Errorf("%s uses kgo.%s", path, codec)
+			}
+		}
+	})
+}
+
+// eachKgoFile calls fn with every non-test Go file of the module that
+// imports kgo.
+func eachKgoFile(t *testing.T, fn func(path, src string)) {
+	t.Helper()
 	root := filepath.Join("..")
 	checked := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -101,14 +137,7 @@ func TestProducersAckAllIdempotent(t *testing.T) {
 			return nil
 		}
 		checked++
-		if strings.Contains(src, "DisableIdempotentWrite") {
-			t.Errorf("%s turns off idempotent writes", path)
-		}
-		for _, m := range requiredAcks.FindAllStringSubmatch(src, -1) {
-			if m[1] != "kgo.AllISRAcks()" {
-				t.Errorf("%s: RequiredAcks(%s), want kgo.AllISRAcks() (acks=all)", path, m[1])
-			}
-		}
+		fn(path, src)
 		return nil
 	})
 	if err != nil {
@@ -120,3 +149,5 @@ func TestProducersAckAllIdempotent(t *testing.T) {
 }
 
 var requiredAcks = regexp.MustCompile(`RequiredAcks\(([^()]*(?:\(\))?)\)`)
+
+var compression = regexp.MustCompile(`ProducerBatchCompression\(([^()]*(?:\(\))?)`)

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,17 +181,15 @@ func TestGoConsumerDecodesEveryMessage(t *testing.T) {
 	}
 }
 
-// TestNodeConsumerDecodesEveryMessage runs examples/node/consume.js
-// (kafkajs + protobufjs, npm ci in .ci/run) against the same records:
-// it reads the gzip batches and decodes every message type from the
-// exported descriptor set. Skipped without node or its packages outside
-// CI; in CI (CI set) that is a failure.
-func TestNodeConsumerDecodesEveryMessage(t *testing.T) {
+// nodeExample returns the node binary and examples/node, or skips the
+// test without them outside CI; in CI (CI set) that is a failure.
+func nodeExample(t *testing.T) (node, dir string) {
+	t.Helper()
 	dir, err := filepath.Abs("../../examples/node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := exec.LookPath("node")
+	node, err = exec.LookPath("node")
 	if err == nil {
 		_, err = os.Stat(filepath.Join(dir, "node_modules", "kafkajs"))
 	}
@@ -199,18 +199,37 @@ func TestNodeConsumerDecodesEveryMessage(t *testing.T) {
 		}
 		t.Skipf("node or `npm ci` in examples/node missing: %v", err)
 	}
+	return node, dir
+}
+
+// consumeJS runs examples/node/consume.js with args and returns its
+// stdout, stderr and exit error.
+func consumeJS(t *testing.T, ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	node, dir := nodeExample(t)
+	cmd := exec.CommandContext(ctx, node, append([]string{"consume.js"}, args...)...)
+	cmd.Dir = dir
+	var eb bytes.Buffer
+	cmd.Stderr = &eb
+	out, err := cmd.Output()
+	return string(out), eb.String(), err
+}
+
+// TestNodeConsumerDecodesEveryMessage runs examples/node/consume.js
+// (kafkajs + protobufjs, npm ci in .ci/run) against the same records:
+// it reads the gzip batches and decodes every message type from the
+// exported descriptor set. (services/demo's TestDemoEndToEnd runs it
+// over every topic of a live demo.)
+func TestNodeConsumerDecodesEveryMessage(t *testing.T) {
+	nodeExample(t)
 	kc := testenv.Kafka(t)
 	rs := produce(t, kc)
 	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "consume.js", "--brokers", strings.Join(kc.ListenAddrs(), ","), "--topics", strings.Join(topicsOf(rs), ","),
+	out, stderr, err := consumeJS(t, ctx, "--brokers", strings.Join(kc.ListenAddrs(), ","), "--topics", strings.Join(topicsOf(rs), ","),
 		"--descriptor", exported(t), "--group", "node-team", "--count", "7")
-	cmd.Dir = dir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node: %v\n%s", err, stderr.String())
+		t.Fatalf("node: %v\n%s", err, stderr)
 	}
 	byKey := map[string]map[string]any{}
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -242,4 +261,73 @@ func TestNodeConsumerDecodesEveryMessage(t *testing.T) {
 			t.Errorf("%s decoded by node as %v", key, v)
 		}
 	}
+}
+
+// TestNodeConsumerFailsLoudly: examples/node/consume.js exits 1 with the
+// reason on stderr for a topic that does not exist, a batch compressed
+// with snappy (kafkajs has no codec for it without a plugin: the failure
+// a snappy-compressed topic gave, 0 records and exit 0), a record that
+// does not decode, and brokers it cannot reach; and reads to the end with
+// --to-end and exits 0.
+func TestNodeConsumerFailsLoudly(t *testing.T) {
+	nodeExample(t)
+	kc := testenv.Kafka(t)
+	brokers := strings.Join(kc.ListenAddrs(), ",")
+	desc := exported(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	write := func(topic string, compression kgo.CompressionCodec, recs ...*kgo.Record) {
+		t.Helper()
+		cl := testenv.Client(t, kc, kgo.ProducerBatchCompression(compression), kgo.DefaultProduceTopic(topic))
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, -1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sig := func(id string) *kgo.Record {
+		m := &schemas.EngineSignal{SchemaVersion: schemas.Version, EngineId: id}
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &kgo.Record{Key: []byte(id), Value: b, Headers: streams.ProtoHeaders(m)}
+	}
+	var good []*kgo.Record
+	for i := range 40 {
+		good = append(good, sig(strconv.Itoa(i)))
+	}
+	write("good", kgo.GzipCompression(), good...)
+	write("snappy", kgo.SnappyCompression(), sig(strings.Repeat("s", 4096))) // compressible: kgo sends a batch uncompressed when the codec would not shrink it
+	write("garbage", kgo.NoCompression(), sig("a"), &kgo.Record{Key: []byte("bad"), Value: []byte{0xff, 0xff, 0xff},
+		Headers: streams.Headers(schemas.ContentTypeProtobuf, schemas.MessageName(&schemas.EngineSignal{}))})
+	for _, tc := range []struct {
+		name, brokers, topics, stderr string
+	}{
+		{"unknown topic", brokers, "good,missing", "no such topic: missing"},
+		{"snappy batch", brokers, "snappy", "Snappy compression not implemented"},
+		{"undecodable record", brokers, "garbage", "cannot decode garbage/"},
+		{"no broker", "127.0.0.1:1", "good", "consume: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := consumeJS(t, ctx, "--brokers", tc.brokers, "--topics", tc.topics, "--descriptor", desc, "--to-end")
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("exit %v, want 1; stderr:\n%s", err, stderr)
+			}
+			if !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("stderr does not say %q:\n%s", tc.stderr, stderr)
+			}
+		})
+	}
+	t.Run("to the end", func(t *testing.T) {
+		out, stderr, err := consumeJS(t, ctx, "--brokers", brokers, "--topics", "good", "--descriptor", desc, "--to-end")
+		if err != nil {
+			t.Fatalf("node: %v\n%s", err, stderr)
+		}
+		if n := strings.Count(out, "\n"); n != len(good) || !strings.Contains(stderr, "consume: 40 records from good") {
+			t.Errorf("%d lines, stderr %q; want 40", n, stderr)
+		}
+	})
 }

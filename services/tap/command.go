@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
+	"github.com/switchyard-llm/switchyard/streams/settings"
 	"github.com/switchyard-llm/switchyard/streams/tap"
 )
 
@@ -28,7 +29,7 @@ func Command() cli.Command {
 
 // shortNames are the short names of the project's topics, under
 // --topic-prefix (Resolve).
-const shortNames = "signals, routing-events, estimates, deadletter, checkpoints"
+const shortNames = "signals, routing-events, estimates, deadletter, checkpoints, settings"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
@@ -92,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // Resolve maps a short topic name (signals, routing-events, estimates,
-// deadletter, checkpoints) to its full name under prefix; any other name
+// deadletter, checkpoints, settings) to its full name under prefix; any other name
 // is a full name already.
 func Resolve(name, prefix string) string {
 	t := streams.TopicsFor(prefix)
@@ -107,6 +108,8 @@ func Resolve(name, prefix string) string {
 		return t.DeadLetter
 	case "checkpoints":
 		return process.CheckpointTopic(prefix)
+	case "settings":
+		return settings.Topic(prefix)
 	}
 	return name
 }

@@ -84,6 +84,9 @@ func TestTapUsage(t *testing.T) {
 	if got := Resolve("checkpoints", "p"); got != "p.processor.checkpoints" {
 		t.Errorf("Resolve(checkpoints) = %q", got)
 	}
+	if got := Resolve("settings", "p"); got != "p.settings" {
+		t.Errorf("Resolve(settings) = %q", got)
+	}
 	if got := Resolve("my.topic", "p"); got != "my.topic" {
 		t.Errorf("Resolve(my.topic) = %q", got)
 	}

@@ -89,6 +89,7 @@ func ClientOpts(cfg Config) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ConsumeTopics(streams.TopicsFor(cfg.TopicPrefix).Estimates),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.ProducerBatchCompression(kgo.GzipCompression()), // settings and dead letters: read by every client without plugins (docs/topics.md)
 	}
 }
 

@@ -833,6 +833,7 @@ func CombinerClientOpts(cfg Config) []kgo.Opt {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
+		kgo.ProducerBatchCompression(kgo.GzipCompression()), // read by every client without plugins (docs/topics.md)
 	}
 }
 
