@@ -1,11 +1,8 @@
 package pick
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,9 +12,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
 
-// replayChunk is how many picks each line of the golden file hashes, so a
-// difference is located to a chunk.
-const replayChunk = 2000
+// replayChunk is how many picks each summary line of the golden file
+// totals, and replayDetail how often a pick is written out in full.
+const (
+	replayChunk  = 2000
+	replayDetail = 200
+)
 
 // replayCase is one deterministic sequence of PickRequest calls.
 type replayCase struct {
@@ -28,9 +28,10 @@ type replayCase struct {
 	hold    int // outstanding requests kept at most
 }
 
-// replay runs c and returns one line per chunk: the chunk's index, the
-// SHA-256 of every decision in it (engine, reason and the ticket's exact
-// fields) and the count of each reason.
+// replay runs c and returns its decision table: every replayDetail-th
+// pick in full (the request, each candidate's score terms, the choice)
+// and one summary line per chunk of picks (the count of each reason, the
+// mean uncached tokens and the mean score of the tickets).
 func replay(c replayCase) []string {
 	r := rand.New(rand.NewPCG(uint64(len(c.name)), 42))
 	p := NewPool()
@@ -58,8 +59,8 @@ func replay(c replayCase) []string {
 	var held []out
 	now := int64(1_000)
 	var lines []string
-	h := sha256.New()
 	var reasons [8]int
+	var sumUncached, sumScore float64
 	convs := 300
 	finish := func(k int) {
 		o := held[k]
@@ -158,28 +159,86 @@ func replay(c replayCase) []string {
 				ex = append(ex, int32(r.IntN(tb.Len())))
 			}
 		}
+		var cands []string
+		if step%replayDetail == 0 && !c.opt.LeastLoaded {
+			cands = candidateTerms(tb, &req, ex)
+		}
 		i, why, tk := tb.PickRequest(&req, ex)
-		fmt.Fprintf(h, "%d %d %d %x %x %d\n", i, why, tk.Uncached, math.Float64bits(tk.Work), math.Float64bits(tk.Score), tk.AtMs)
+		if step%replayDetail == 0 {
+			chosen := "none"
+			if i >= 0 {
+				chosen = tb.Engine(i).ID
+			}
+			lines = append(lines, fmt.Sprintf("%s #%d conv %d prompt %d tokens %d blocks exclude %v at %d ms -> %s %v uncached %d work %.0f score %.1f",
+				c.name, step, conv, req.PromptTokens, len(req.Blocks), ex, now, chosen, why, tk.Uncached, tk.Work, tk.Score))
+			lines = append(lines, cands...)
+		}
 		reasons[why]++
+		sumUncached += float64(tk.Uncached)
+		sumScore += tk.Score
 		if i >= 0 {
 			held = append(held, out{i: i, tk: tk})
 		}
 		if (step+1)%replayChunk == 0 || step+1 == c.steps {
-			lines = append(lines, fmt.Sprintf("%s %d %s %v", c.name, step/replayChunk, hex.EncodeToString(h.Sum(nil))[:16], reasons[:6]))
-			h.Reset()
+			n := float64(step%replayChunk + 1)
+			lines = append(lines, fmt.Sprintf("%s picks %d-%d: affinity %d weighted %d overflow %d fallback %d panic %d none %d, mean uncached %.1f, mean score %.3f ms",
+				c.name, step/replayChunk*replayChunk, step, reasons[Affinity], reasons[Weighted], reasons[Overflow], reasons[LeastLoaded], reasons[Panic], reasons[None],
+				sumUncached/n, sumScore/n))
 			reasons = [8]int{}
+			sumUncached, sumScore = 0, 0
 		}
 	}
 	return lines
+}
+
+// candidateTerms returns one line per candidate PickRequest would score
+// for r, as it stands: the engine and its score's terms in ms (network
+// round trip, intercept, queued prefill work, redo of another
+// candidate's cache, decode of the lookahead tokens, slot wait), the
+// score, and whether it is strict (wins only with the best score).
+// collect and score only read the table.
+func candidateTerms(tb *Table, r *Request, ex []int32) []string {
+	var buf [maxCandidates + 1]scored
+	c, _, _ := tb.collect(r, ex, buf[:0])
+	if len(c) == 0 {
+		return []string{"    (no candidate within its bounded load: overflow)"}
+	}
+	tb.score(r, c)
+	prompt := int64(max(r.PromptTokens, 0))
+	var held int64 // the most tokens a candidate holds, as score has it
+	for _, x := range c {
+		held = max(held, prompt-x.uncached)
+	}
+	out := make([]string, 0, len(c))
+	for _, x := range c {
+		e := tb.Engine(int(x.i))
+		queue := x.m.p * x.work
+		decode := x.m.d * float64(tb.opt.LookaheadTokens)
+		var wait float64
+		if e.Slots > 0 {
+			wait = slotWait(e, e.State.model.params(r.NowMs).e2e)
+		}
+		redo := x.m.p * float64(held-(prompt-x.uncached))
+		strict := ""
+		if x.strict {
+			strict = " strict"
+		}
+		out = append(out, fmt.Sprintf("    %-4s rtt %3.0f  a %6.1f  queue %7.1f  redo %7.1f  decode %6.1f  wait %6.1f  = %7.1f%s",
+			e.ID, e.RTTms, x.m.a, queue, redo, decode, wait, x.score, strict))
+	}
+	return out
 }
 
 // TestPickRequestReplay replays long deterministic sequences of
 // PickRequest calls (keys, prompts with shared and private prefix blocks,
 // requests in flight and completing with first tokens, TBOT and request
 // times, penalties, ejections, limits, Forget, models going stale, table
-// swaps, exclusions) and compares every decision with
-// testdata/replay.golden, recorded before PickRequest was optimised: an
-// optimisation must not change a single decision. -update rewrites it.
+// swaps, exclusions) and compares their decision table with
+// testdata/replay.golden: every 200th pick with its candidates' score
+// terms and the choice, and per 2,000 picks the count of each reason and
+// the tickets' mean uncached tokens and score. An optimisation must leave
+// it unchanged; a change of behaviour shows in its diff, which a
+// reviewer reads. -update rewrites it.
 func TestPickRequestReplay(t *testing.T) {
 	cases := []replayCase{
 		{name: "fleet-64", engines: 64, steps: 30_000, hold: 120},
@@ -207,11 +266,17 @@ func TestPickRequestReplay(t *testing.T) {
 	}
 	want := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 	if len(want) != len(got) {
-		t.Fatalf("%d chunks, golden has %d", len(got), len(want))
+		t.Fatalf("%d lines, golden has %d (go test ./gateway/pick/ -run TestPickRequestReplay -update rewrites it)", len(got), len(want))
 	}
+	bad := 0
 	for k := range want {
 		if got[k] != want[k] {
-			t.Errorf("chunk differs:\n got  %s\n want %s", got[k], want[k])
+			if bad++; bad <= 20 {
+				t.Errorf("line %d differs:\n got  %s\n want %s", k+1, got[k], want[k])
+			}
 		}
+	}
+	if bad > 20 {
+		t.Errorf("%d lines differ in all (go test ./gateway/pick/ -run TestPickRequestReplay -update rewrites the table; read its diff)", bad)
 	}
 }

@@ -390,33 +390,58 @@ func TestSlotWaitSpillsPastBatchLimit(t *testing.T) {
 	}
 }
 
-// TestOverflowAvoidsPenalizedEngine: an engine that fails fast (so it has
-// no queue) but carries a heavy penalty does not draw the overflow.
+// TestOverflowAvoidsPenalizedEngine: an engine that fails fast (so it
+// has no queue) but carries a penalty p scores in overflow as if it
+// served only its unpenalized share, its score scaled by 1/(1-p), so the
+// keys its penalty does not turn away do not all go to it either. Both
+// engines are past their bounded load (a third is down): "failing" has
+// penalty 0.5 and an empty queue (35 ms, 70 ms as penalized), "busy"
+// 500 tokens queued (60 ms): busy takes every key; without the penalty
+// failing takes every key that reaches it.
 func TestOverflowAvoidsPenalizedEngine(t *testing.T) {
-	p := NewPool()
-	s := []Spec{{ID: "busy", Weight: 0.5}, {ID: "failing", Weight: 0.5}}
-	tb := mustBuild(t, p, s, Options{Floor: 0.5, Slack: 0.01})
-	for i := range 2 {
-		teach(tb, i, 20, 30, 0.05, 0)
-	}
-	tb.Engine(tb.Index("failing")).State.SetPenalty(0.9)
-	tb.Engine(tb.Index("busy")).State.prefill.Store(4000) // 200 ms of queue
-	busy := tb.Index("busy")
-	for range 8 {
-		tb.engines[busy].State.tryAcquire() // past its bounded load: overflow decides
-	}
-	failing := 0
-	for k := uint64(0); k < 200; k++ {
-		i, why, tk := tb.PickRequest(&Request{Key: k * 0x9e3779b97f4a7c15, PromptTokens: 100, NowMs: 1}, nil)
-		if tb.Engine(i).ID == "failing" {
-			failing++
+	for _, penalty := range []float64{0.5, 0} {
+		p := NewPool()
+		s := []Spec{{ID: "busy", Weight: 0.45}, {ID: "failing", Weight: 0.1}, {ID: "lost", Weight: 0.45}}
+		tb := mustBuild(t, p, s, Options{Floor: 0.5, Slack: 0.01})
+		for i := range 3 {
+			teach(tb, i, 20, 30, 0.05, 0)
 		}
-		_ = why
-		tb.Finished(i, tk, false, 0, 0)
-		tb.Done(i)
-	}
-	if failing > 40 {
-		t.Fatalf("an engine with penalty 0.9 took %d of 200 requests", failing)
+		busy, failing := tb.Engine(0).State, tb.Engine(1).State
+		tb.Engine(2).State.SetDown(true)
+		failing.SetPenalty(penalty)
+		busy.prefill.Store(500)
+		// 9 in flight: busy's next would be its 9th > 0.45·10·1.01 + 0.5,
+		// failing's its 2nd > 0.1·10·1.01 + 0.5: overflow decides.
+		for range 8 {
+			busy.tryAcquire()
+		}
+		failing.tryAcquire()
+		reached, toFailing := 0, 0
+		for k := uint64(0); k < 200; k++ {
+			key := k * 0x9e3779b97f4a7c15
+			i, why, tk := tb.PickRequest(&Request{Key: key, PromptTokens: 100, NowMs: 1}, nil)
+			if why != Overflow {
+				t.Fatalf("key %d placed by %v, want overflow", k, why)
+			}
+			// The keys failing's penalty does not turn away.
+			if uint32(mix(mix(key)^tb.engines[1].salt)>>48) >= failing.reject.Load() {
+				reached++
+				if tb.Engine(i).ID == "failing" {
+					toFailing++
+				}
+			}
+			tb.Finished(i, tk, false, 0, 0)
+			tb.Done(i)
+		}
+		if reached < 50 {
+			t.Fatalf("penalty %v: only %d of 200 keys reach the failing engine: the test proves nothing", penalty, reached)
+		}
+		if penalty > 0 && toFailing > 0 {
+			t.Errorf("penalty %v: the failing engine took %d of the %d keys it does not turn away", penalty, toFailing, reached)
+		}
+		if penalty == 0 && toFailing != reached {
+			t.Errorf("no penalty: the idle engine took %d of %d keys, want all", toFailing, reached)
+		}
 	}
 }
 
@@ -448,17 +473,18 @@ func TestSharedPrefixDoesNotHideDeeperBlocks(t *testing.T) {
 	}
 	held := send(1, chain(1, 40))
 	// Other conversations refresh the shared block's holders until
-	// neither of the two remembered is the engine holding conversation 1.
-	others := 0
-	for k := uint64(2); others < 2 && k < 1000; k++ {
-		if send(k*7919, chain(k, 3)) != held {
-			others++
-		} else {
-			others = 0
-		}
+	// neither of the two remembered is the engine holding conversation 1
+	// (two sends to one other engine leave it the older holder).
+	id := uint32(tb.Engine(held).State.idx + 1)
+	sharedHeld := func() bool {
+		e0, e1, _, _ := tb.mem.holders(chain(1, 1)[0], stampOf(5))
+		return e0 == id || e1 == id || e0 == 0 || e1 == 0
 	}
-	if others < 2 {
-		t.Fatal("could not make the shared block's holders other engines")
+	for k := uint64(2); sharedHeld() && k < 1000; k++ {
+		send(k*7919, chain(k, 3))
+	}
+	if sharedHeld() {
+		t.Fatal("could not make the shared block's holders two other engines")
 	}
 	// A follow-up under another key: all three engines are candidates.
 	_, i, tk := place(t, tb, &Request{Key: 1 << 40, PromptTokens: 64 * 50, Blocks: chain(1, 50), BlockTokens: 64, NowMs: 6})
@@ -480,7 +506,9 @@ func TestAffinitySlackBelowBatchLimit(t *testing.T) {
 	}{
 		{"limit unknown", 0, true},
 		{"below the limit", 100, true},
-		{"at the limit", 5, false},
+		{"one below the limit", 8, true},
+		{"at the limit", 7, false},
+		{"past the limit", 5, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := NewPool()
