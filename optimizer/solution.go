@@ -64,9 +64,17 @@ type Explanation struct {
 	// Binding lists the constraints that bind: "capacity" (the engine is
 	// at max_utilization), "unhealthy", "residency" (no rtt_ms entry),
 	// "zero" (weight 0 because the engine is dearer at the margin than
-	// the cluster's price), "churn" (held at the previous weight).
+	// the cluster's price), "churn" (held at the previous weight, or
+	// keeping traffic on an engine dearer at the margin than the
+	// cluster's cheapest because moving it would cost more than it gains).
 	Binding []string `json:"binding,omitempty"`
 }
+
+// PriceTolerance is how far above a cluster's lowest marginal latency
+// low an engine's marginal latency may be and still count as sharing it
+// (the solve's convergence tolerance: 0.1%, at least 0.01 ms). Explain
+// uses the same bound.
+func PriceTolerance(low float64) float64 { return math.Max(1e-3*math.Abs(low), 0.01) }
 
 // solution turns the final flows into the published plan: exact hard
 // constraints, weights and shed fractions, engine states and one
@@ -289,6 +297,14 @@ func (ex *explainer) explainCluster(sol *Solution, i int, w []float64, sum float
 	expl := ex.all[n : n : n+hi-lo+len(p.blocked[i])]
 	latSum := 0.0
 	b := 0
+	// The cluster's lowest marginal latency over the engines it uses:
+	// without a binding constraint, every engine with traffic has it.
+	low := math.Inf(1)
+	for e := lo; e < hi; e++ {
+		if w[e-lo] > 0 {
+			low = math.Min(low, p.rtt[e]+s.pi[p.eng[e]])
+		}
+	}
 	for e := lo; e < hi; e++ {
 		j := p.eng[e]
 		expl, b = ex.appendBlocked(expl, i, b, j)
@@ -306,6 +322,9 @@ func (ex *explainer) explainCluster(sol *Solution, i int, w []float64, sum float
 		}
 		if p.cw > 0 && p.prev[e] > 0 && math.Abs(s.x[e]-p.prev[e]) <= 1e-9*(1+p.prev[e]) {
 			mask |= 2
+		}
+		if p.cw > 0 && x.Weight > 0 && !ex.engFull[j] && x.MarginalMs > low+PriceTolerance(low) {
+			mask |= 2 // the churn term keeps this traffic where it is
 		}
 		if x.Weight == 0 {
 			mask |= 4

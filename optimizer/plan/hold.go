@@ -98,6 +98,7 @@ func hold(in *opt.Instance, share float64, cws []*schemas.ClusterWeights) map[st
 		shed := lambda * h.cw.GetShedFraction()
 		for i, w := range h.cw.GetWeights() {
 			w.Weight = (h.prev[i] + lambda*(h.routed[i]-h.prev[i])) / (1 - shed)
+			labelHeld(w)
 		}
 		h.cw.ShedFraction = shed
 	}
@@ -185,4 +186,20 @@ func bandMove(in *opt.Instance, held, solver map[string]float64) float64 {
 		return 1
 	}
 	return lambda
+}
+
+// labelHeld names the hold in a held weight's binding (explain prints
+// it): "hold" replaces the solver's "zero" and "churn", which described
+// weights the hold discarded, on an engine the held weights use.
+func labelHeld(w *schemas.EngineWeight) {
+	if w.GetWeight() <= 0 || w.GetExplanation() == nil {
+		return
+	}
+	b := w.Explanation.Binding[:0:0]
+	for _, x := range w.Explanation.Binding {
+		if x != "zero" && x != "churn" {
+			b = append(b, x)
+		}
+	}
+	w.Explanation.Binding = append(b, "hold")
 }

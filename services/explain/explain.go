@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/optimizer"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
@@ -181,12 +183,105 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 	fmt.Fprintln(tw, "demand and shed are what the plan was made for; offered is every request the gateways received in")
 	fmt.Fprintln(tw, "the demand window the plan used, those they answered 429 (rejected) included.")
 	fmt.Fprintln(tw, "marginal ms is the end-to-end latency of one more request from this cluster on that engine")
-	fmt.Fprintln(tw, "(the dual price); engines with traffic share the cluster's lowest marginal ms.")
+	for _, line := range Marginal(ws) {
+		fmt.Fprintln(tw, line)
+	}
+	for _, line := range Legend(ws) {
+		fmt.Fprintln(tw, line)
+	}
 	fmt.Fprintln(tw, "max batch is the per-replica batch limit the capacity estimate used and where it came from:")
 	fmt.Fprintln(tw, "configured (agent), engine_metrics (the engine's), inferred (running while requests waited), prior.")
 	fmt.Fprintln(tw, "cache s is how long a prefix stays in the engine's prefix cache (free KV capacity over the rate")
 	fmt.Fprintln(tw, "of new tokens); gateways credit no prefix sent to the engine longer ago.")
 	return tw.Flush()
+}
+
+// Bindings maps every BINDING value the optimizer and its planner write
+// to what it means (docs/explain.md).
+var Bindings = map[string]string{
+	"capacity":       "the engine is at the plan's utilization cap (--max-utilization, or up to 1 when the demand needs it); its marginal ms includes the capacity multiplier",
+	"churn":          "the churn term holds the weight at its previous value or keeps traffic on an engine dearer at the margin than the cluster's cheapest (moving it would cost more than it gains)",
+	"zero":           "no traffic: the engine is dearer at the margin than the cluster's price",
+	"unhealthy":      "the engine is down; it gets no traffic",
+	"residency":      "the cluster may not use the engine (no network entry for it): it gets no traffic",
+	"hold":           "the cluster kept its previous weights (the solver's move was under 10% of its traffic), which may load an engine up to 1.05 x the cap",
+	"failover_split": "a weight the planner added so the cluster fails over to the nearest other region",
+	"probe":          "a floor weight the planner added to keep measuring the engine",
+	"idle_spread":    "the cluster is idle; its weights are spread by capacity",
+}
+
+// Legend is one line per BINDING value ws show, in the order of their
+// first appearance: the value and its meaning.
+func Legend(ws []*schemas.EngineWeight) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, ew := range ws {
+		for _, b := range ew.GetExplanation().GetBinding() {
+			if seen[b] {
+				continue
+			}
+			seen[b] = true
+			m, ok := Bindings[b]
+			if !ok {
+				m = "not known to this build of explain"
+			}
+			out = append(out, fmt.Sprintf("binding %s: %s.", b, m))
+		}
+	}
+	return out
+}
+
+// explains reports whether one of an engine's binding values explains a
+// marginal ms above its cluster's lowest.
+func explains(bs []string) bool {
+	for _, b := range bs {
+		switch b {
+		case "capacity", "churn", "hold", "failover_split", "probe", "idle_spread":
+			return true
+		}
+	}
+	return false
+}
+
+// Marginal is the footer's statement about the engines with traffic,
+// true of ws: they share the cluster's lowest marginal ms (within
+// optimizer.PriceTolerance), or the ones that do not are named with
+// the binding constraint that prices them higher (or said to have none).
+func Marginal(ws []*schemas.EngineWeight) []string {
+	low := math.Inf(1)
+	for _, ew := range ws {
+		if ew.GetWeight() > 0 {
+			low = math.Min(low, ew.GetExplanation().GetMarginalMs())
+		}
+	}
+	if math.IsInf(low, 1) {
+		return []string{"(the dual price); no engine has traffic."}
+	}
+	var above, unexplained []string
+	for _, ew := range ws {
+		ex := ew.GetExplanation()
+		if ew.GetWeight() <= 0 || !(ex.GetMarginalMs() > low+optimizer.PriceTolerance(low)) {
+			continue
+		}
+		if explains(ex.GetBinding()) {
+			above = append(above, fmt.Sprintf("%s (%s)", ew.GetEngineId(), strings.Join(ex.GetBinding(), ",")))
+		} else {
+			unexplained = append(unexplained, ew.GetEngineId())
+		}
+	}
+	out := []string{fmt.Sprintf("(the dual price); the engines with traffic share the cluster's lowest, %.2f ms", low)}
+	if len(above) == 0 && len(unexplained) == 0 {
+		out[0] += "."
+		return out
+	}
+	out[0] += ","
+	if len(above) > 0 {
+		out = append(out, "except where a constraint binds: "+strings.Join(above, ", ")+".")
+	}
+	if len(unexplained) > 0 {
+		out = append(out, "above it with no binding constraint (an older optimizer, or the solve's tolerance): "+strings.Join(unexplained, ", ")+".")
+	}
+	return out
 }
 
 // Observed describes a cluster's demand estimate (the snapshot's
