@@ -36,8 +36,12 @@ func Command() cli.Command {
 // Config is one simulation run.
 type Config struct {
 	Scenario string
-	Trace    string
-	Policies []string
+	// FleetFrom is a fleet file (`switchyard export-fleet`) simulated in
+	// place of a scenario: the live fleet replaying Trace, its digital
+	// twin (scenario.Fleet.Scenario).
+	FleetFrom string
+	Trace     string
+	Policies  []string
 	// Seed overrides the scenario's seed when >= 0.
 	Seed     int64
 	JSON     bool
@@ -54,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg Config
 	var pols string
 	fs.StringVar(&cfg.Scenario, "scenario", "", "scenario file (JSON; see docs/sim.md)")
+	fs.StringVar(&cfg.FleetFrom, "fleet-from", "", "fleet file written by switchyard export-fleet, simulated in place of --scenario (needs --trace, the export-trace of the same range)")
 	fs.StringVar(&cfg.Trace, "trace", "", "trace file replacing a mooncake or azure scenario's (JSONL: Mooncake, Qwen-Bailian; CSV: Azure, BurstGPT; an error for a generator scenario)")
 	fs.StringVar(&pols, "policies", strings.Join(policy.Names(), ","), "comma-separated policies to compare")
 	fs.Int64Var(&cfg.Seed, "seed", -1, "random seed (default: the scenario's)")
@@ -69,8 +74,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.Format, err = workload.ParseFormat(*unit, *blockTokens); err != nil {
 		return fmt.Errorf("%w: --trace-time-unit, --trace-block-tokens: %w", cli.ErrUsage, err)
 	}
-	if cfg.Scenario == "" {
-		return fmt.Errorf("%w: --scenario is required\n%s", cli.ErrUsage, cli.Usage(fs))
+	switch {
+	case cfg.Scenario != "" && cfg.FleetFrom != "":
+		return fmt.Errorf("%w: --scenario and --fleet-from exclude each other", cli.ErrUsage)
+	case cfg.FleetFrom != "" && cfg.Trace == "":
+		return fmt.Errorf("%w: --fleet-from needs --trace (the export-trace of the same range)", cli.ErrUsage)
+	case cfg.Scenario == "" && cfg.FleetFrom == "":
+		return fmt.Errorf("%w: --scenario or --fleet-from is required\n%s", cli.ErrUsage, cli.Usage(fs))
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
@@ -128,7 +138,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		}
 		factories[i] = f
 	}
-	sc, err := scenario.Load(cfg.Scenario)
+	sc, err := load(cfg)
 	if err != nil {
 		return err
 	}
@@ -198,6 +208,22 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s\n", b)
 	}
 	return nil
+}
+
+// load is cfg's scenario: the file, or the fleet's twin.
+func load(cfg Config) (*scenario.Scenario, error) {
+	if cfg.FleetFrom == "" {
+		return scenario.Load(cfg.Scenario)
+	}
+	f, err := scenario.LoadFleet(cfg.FleetFrom)
+	if err != nil {
+		return nil, err
+	}
+	sc, err := f.Scenario(cfg.Trace)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.FleetFrom, err)
+	}
+	return sc, nil
 }
 
 func writeTable(w io.Writer, out Output, order []string, sc *scenario.Scenario) {

@@ -20,6 +20,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/demo"
 	"github.com/switchyard-llm/switchyard/services/enginesim"
 	"github.com/switchyard-llm/switchyard/services/explain"
+	"github.com/switchyard-llm/switchyard/services/exportfleet"
 	"github.com/switchyard-llm/switchyard/services/exporttrace"
 	"github.com/switchyard-llm/switchyard/services/gateway"
 	"github.com/switchyard-llm/switchyard/services/keygen"
@@ -53,6 +54,7 @@ func commands() []cli.Command {
 		console.Command(),
 		replay.Command(),
 		exporttrace.Command(),
+		exportfleet.Command(),
 		sim.Command(),
 		tap.Command(),
 		schema.Command(),

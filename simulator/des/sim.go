@@ -183,6 +183,9 @@ func newSim(sc *scenario.Scenario, wl *scenario.Stream) (*sim, error) {
 			p.MaxSeqs = e.MaxSeqs
 			p.MaxBatchedTokens = max(p.MaxBatchedTokens, e.MaxSeqs+1)
 		}
+		if e.KVBlocks > 0 {
+			p.KVBlocks = e.KVBlocks
+		}
 		reps := max(e.Replicas, 1)
 		info := EngineInfo{ID: e.ID, Region: e.Region, GPU: e.GPU, Preset: p, Replicas: reps, MaxBatchHidden: !e.ReportsMaxBatch()}
 		w.Engines = append(w.Engines, info)

@@ -82,6 +82,9 @@ type Engine struct {
 	// MaxSeqs overrides the preset's batch limit (vLLM's max_num_seqs),
 	// as operators tune it to where the GPU saturates.
 	MaxSeqs int `json:"max_seqs,omitempty"`
+	// KVBlocks overrides a replica's KV-cache capacity in blocks of the
+	// preset's block size (vLLM's num_gpu_blocks; enginesim --kv-blocks).
+	KVBlocks int `json:"kv_blocks,omitempty"`
 	// LatencyMultiplier makes the engine that many times slower than its
 	// GPU preset (every prefill and decode step), while it still declares
 	// the preset's class: a throttled or misconfigured peer (default 1).
@@ -421,6 +424,8 @@ func validateEngine(i int, e Engine, regions, seen map[string]bool) error {
 		return invalid("engines[%d].max_waiting = %d, want >= 0", i, e.MaxWaiting)
 	case e.MaxSeqs < 0 || e.MaxSeqs > 1<<16:
 		return invalid("engines[%d].max_seqs = %d, want in [1, %d] (0: the preset's)", i, e.MaxSeqs, 1<<16)
+	case e.KVBlocks < 0 || e.KVBlocks > 1<<24:
+		return invalid("engines[%d].kv_blocks = %d, want in [1, %d] (0: the preset's)", i, e.KVBlocks, 1<<24)
 	case e.MaxModelLen < 0 || e.MaxModelLen == 1 || e.MaxModelLen > 1<<20:
 		return invalid("engines[%d].max_model_len = %d, want in [2, %d] (0: the preset's)", i, e.MaxModelLen, 1<<20)
 	case !finite(e.LatencyMultiplier) || e.LatencyMultiplier < 0 || e.LatencyMultiplier > 1000:

@@ -53,6 +53,8 @@ func ReadJSONL(r io.Reader, strict bool, f Format) ([]Request, Report, error) {
 	var stamps []float64
 	seconds := false
 	root := map[int64]int64{} // chat_id → the chat its conversation started with
+	var twin []twinRow        // Switchyard rows without hash_ids
+	hashed := false
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	line := 0
@@ -93,7 +95,8 @@ func ReadJSONL(r io.Reader, strict bool, f Format) ([]Request, Report, error) {
 			OutputTokens: max(1, *row.OutputLength),
 		}
 		if row.present() {
-			if err := row.apply(&req, line); err != nil {
+			t, err := row.apply(&req, line)
+			if err != nil {
 				if strict {
 					return nil, rep, fmt.Errorf("%w: line %d: %v", ErrMalformed, line, err)
 				}
@@ -101,7 +104,12 @@ func ReadJSONL(r io.Reader, strict bool, f Format) ([]Request, Report, error) {
 				continue
 			}
 			rep.SwitchyardRows++
+			if len(req.Blocks) == 0 {
+				t.index = len(out)
+				twin = append(twin, t)
+			}
 		}
+		hashed = hashed || len(req.Blocks) > 0
 		if row.ChatID != nil {
 			seconds = true
 			req.Session = "chat" + strconv.FormatInt(chatRoot(root, *row.ChatID, row.ParentChatID), 10)
@@ -125,8 +133,15 @@ func ReadJSONL(r io.Reader, strict bool, f Format) ([]Request, Report, error) {
 		out[i].Arrival = time.Duration(math.Round(ts * unit))
 	}
 	rep.BlockTokens = f.BlockTokens
-	if rep.BlockTokens <= 0 {
+	switch {
+	case rep.BlockTokens > 0:
+	case len(twin) > 0 && !hashed:
+		rep.BlockTokens = TraceBlockTokens
+	default:
 		rep.BlockTokens = fitBlockTokens(out)
+	}
+	if len(twin) > 0 {
+		switchyardBlocks(out, twin, rep.BlockTokens)
 	}
 	if rep.SwitchyardRows == 0 { // exported traces have exact times
 		rep.Tick = arrivalTick(out)
