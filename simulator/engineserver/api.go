@@ -91,12 +91,19 @@ type requestBody struct {
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Switchyard          *simExtension   `json:"switchyard"`
+	N                   *int            `json:"n"`
+	// Logprobs is chat's bool or completions' count of top tokens.
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
+	Switchyard  *simExtension   `json:"switchyard"`
 }
 
 // parsed is a validated completion request.
 type parsed struct {
-	model        string
+	model        string // "": the served model
+	n            int    // choices
+	logprobs     bool
+	topLogprobs  int
 	stream       bool
 	includeUsage bool
 	maxTokens    int
@@ -174,7 +181,6 @@ func parseResponses(body []byte, lim limits) (parsed, *apiError) {
 	}
 	in := bytes.TrimSpace(rb.Input)
 	switch {
-	case rb.Model == "": // req.parse names it
 	case len(in) == 0 || bytes.Equal(in, []byte("null")):
 		return parsed{}, badRequest("input", "you must provide an input parameter")
 	case in[0] == '"':
@@ -210,10 +216,16 @@ func parseResponses(body []byte, lim limits) (parsed, *apiError) {
 
 // parse validates a decoded chat (chat=true) or completions request.
 func (req *requestBody) parse(chat bool, lim limits) (parsed, *apiError) {
-	if req.Model == "" {
-		return parsed{}, badRequest("model", "you must provide a model parameter")
+	p := parsed{model: req.Model, stream: req.Stream, maxTokens: lim.defaultMaxTokens, n: 1}
+	if req.N != nil {
+		if *req.N < 1 || *req.N > maxChoices {
+			return parsed{}, badRequest("n", "n must be in [1, %d], got %d", maxChoices, *req.N)
+		}
+		p.n = *req.N
 	}
-	p := parsed{model: req.Model, stream: req.Stream, maxTokens: lim.defaultMaxTokens}
+	if e := req.parseLogprobs(chat, &p); e != nil {
+		return parsed{}, e
+	}
 	if req.StreamOptions != nil {
 		if !req.Stream {
 			return parsed{}, badRequest("stream_options", "stream_options is only allowed when stream is true")
@@ -285,6 +297,46 @@ func (req *requestBody) parse(chat bool, lim limits) (parsed, *apiError) {
 		return parsed{}, contextTooLong(lim.maxModelLen, p.promptTokens, p.maxTokens)
 	}
 	return p, nil
+}
+
+// maxChoices bounds n.
+const maxChoices = 128
+
+// maxTopLogprobs bounds top_logprobs (chat) and logprobs (completions),
+// as vLLM's default max_logprobs.
+const maxTopLogprobs = 20
+
+// parseLogprobs reads chat's logprobs (a bool) and top_logprobs, or
+// completions' logprobs (the count of top tokens, 0 for the chosen
+// token's only).
+func (req *requestBody) parseLogprobs(chat bool, p *parsed) *apiError {
+	raw := bytes.TrimSpace(req.Logprobs)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		if req.TopLogprobs != nil && *req.TopLogprobs != 0 && chat {
+			return badRequest("top_logprobs", "top_logprobs requires logprobs to be true")
+		}
+		return nil
+	}
+	if chat {
+		if err := json.Unmarshal(raw, &p.logprobs); err != nil {
+			return badRequest("logprobs", "logprobs must be a boolean")
+		}
+		if req.TopLogprobs != nil {
+			if !p.logprobs && *req.TopLogprobs != 0 {
+				return badRequest("top_logprobs", "top_logprobs requires logprobs to be true")
+			}
+			p.topLogprobs = *req.TopLogprobs
+		}
+	} else {
+		if err := json.Unmarshal(raw, &p.topLogprobs); err != nil {
+			return badRequest("logprobs", "logprobs must be an integer")
+		}
+		p.logprobs = true
+	}
+	if p.topLogprobs < 0 || p.topLogprobs > maxTopLogprobs {
+		return badRequest("top_logprobs", "top_logprobs must be in [0, %d], got %d", maxTopLogprobs, p.topLogprobs)
+	}
+	return nil
 }
 
 func contextTooLong(maxLen, prompt, output int) *apiError {
@@ -399,7 +451,7 @@ type choice struct {
 	Message      *message `json:"message,omitempty"`
 	Delta        *delta   `json:"delta,omitempty"`
 	Text         *string  `json:"text,omitempty"`
-	Logprobs     any      `json:"logprobs"`
+	Logprobs     any      `json:"logprobs"` // chatLogprobs or textLogprobs; null when not asked for
 	FinishReason *string  `json:"finish_reason"`
 }
 

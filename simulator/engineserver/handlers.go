@@ -20,6 +20,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, apiChat) })
 	mux.HandleFunc("/v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, apiCompletions) })
 	mux.HandleFunc("/v1/responses", func(w http.ResponseWriter, r *http.Request) { s.serveCompletion(w, r, apiResponses) })
+	s.poolingRoutes(mux) // pooling.go
 	mux.HandleFunc("GET /v1/models", s.serveModels)
 	mux.HandleFunc("GET /health", s.serveHealth)
 	mux.Handle("GET /metrics", s.metricsHandler())
@@ -113,7 +114,7 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, kind a
 		s.reject(w, reason, apiErr)
 		return
 	}
-	if p.model != s.cfg.Model {
+	if p.model != "" && p.model != s.cfg.Model { // vLLM: no model is the served one
 		s.reject(w, "invalid", &apiError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", p.model), typ: "invalid_request_error", param: "model", code: "model_not_found"})
 		return
 	}
@@ -121,41 +122,50 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, kind a
 		s.reject(w, "fault", &apiError{status: http.StatusInternalServerError, message: "injected engine fault", typ: "server_error"})
 		return
 	}
-	id := s.nextID.Add(1)
-	events, err := s.submit(r.Context(), engine.Request{ID: id, PromptTokens: p.promptTokens, OutputTokens: p.maxTokens, PrefixHashes: p.hashes})
-	switch {
-	case err == nil:
-	case errors.Is(err, engine.ErrTooLong):
-		s.reject(w, "too_long", contextTooLong(s.preset.MaxModelLen, p.promptTokens, p.maxTokens))
-		return
-	case errors.Is(err, engine.ErrQueueFull):
-		s.reject(w, "queue_full", &apiError{status: http.StatusServiceUnavailable, message: "engine overloaded: waiting queue full", typ: "server_error"})
-		return
-	case errors.Is(err, errStopped):
-		s.reject(w, "stopped", &apiError{status: http.StatusServiceUnavailable, message: "engine stopped", typ: "server_error"})
-		return
-	case r.Context().Err() != nil:
-		return // client gone
-	default:
-		s.reject(w, "invalid", badRequest("", "%v", err))
-		return
-	}
+	// n choices are n sequences sharing the prompt, as vLLM runs them:
+	// the first fills the prefix cache the others hit.
+	ids := make([]uint64, p.n)
+	evs := make([]<-chan engine.Event, p.n)
 	finished := false
 	defer func() {
 		if !finished {
-			s.cancel(id)
+			for i, id := range ids {
+				if evs[i] != nil {
+					s.cancel(id)
+				}
+			}
 		}
 	}()
-	resp := responder{s: s, chat: kind == apiChat, id: id, p: p}
+	for i := range ids {
+		ids[i] = s.nextID.Add(1)
+		var err error
+		evs[i], err = s.submit(r.Context(), engine.Request{ID: ids[i], PromptTokens: p.promptTokens, OutputTokens: p.maxTokens, PrefixHashes: p.hashes})
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, engine.ErrTooLong):
+			s.reject(w, "too_long", contextTooLong(s.preset.MaxModelLen, p.promptTokens, p.maxTokens))
+		case errors.Is(err, engine.ErrQueueFull):
+			s.reject(w, "queue_full", &apiError{status: http.StatusServiceUnavailable, message: "engine overloaded: waiting queue full", typ: "server_error"})
+		case errors.Is(err, errStopped):
+			s.reject(w, "stopped", &apiError{status: http.StatusServiceUnavailable, message: "engine stopped", typ: "server_error"})
+		case r.Context().Err() != nil:
+			// client gone
+		default:
+			s.reject(w, "invalid", badRequest("", "%v", err))
+		}
+		return
+	}
+	resp := responder{s: s, chat: kind == apiChat, id: ids[0], ids: ids, p: p}
 	switch {
 	case kind == apiResponses && p.stream:
-		finished = resp.streamResponse(r.Context(), w, events)
+		finished = resp.streamResponse(r.Context(), w, evs[0])
 	case kind == apiResponses:
-		finished = resp.wholeResponse(r.Context(), w, events)
+		finished = resp.wholeResponse(r.Context(), w, evs[0])
 	case p.stream:
-		finished = resp.stream(r.Context(), w, events)
+		finished = resp.stream(r.Context(), w, evs)
 	default:
-		finished = resp.whole(r.Context(), w, events)
+		finished = resp.whole(r.Context(), w, evs)
 	}
 }
 
@@ -163,7 +173,8 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, kind a
 type responder struct {
 	s    *Service
 	chat bool
-	id   uint64
+	id   uint64   // the first choice's engine request (the response's id)
+	ids  []uint64 // every choice's
 	p    parsed
 }
 
@@ -192,10 +203,16 @@ func (rs responder) finishReason() *string {
 	return &r
 }
 
-func (rs responder) usage(res engine.Result) *usage {
+// usage of the choices' results: the prompt once (as vLLM counts it),
+// every choice's output.
+func (rs responder) usage(res ...engine.Result) *usage {
+	out := 0
+	for _, r := range res {
+		out += r.OutputTokens
+	}
 	return &usage{
-		PromptTokens: res.PromptTokens, CompletionTokens: res.OutputTokens, TotalTokens: res.PromptTokens + res.OutputTokens,
-		PromptTokensDetails: &promptDetail{CachedTokens: res.CachedTokens},
+		PromptTokens: res[0].PromptTokens, CompletionTokens: out, TotalTokens: res[0].PromptTokens + out,
+		PromptTokensDetails: &promptDetail{CachedTokens: res[0].CachedTokens},
 	}
 }
 
@@ -204,10 +221,14 @@ func (rs responder) countSuccess() {
 }
 
 // text is the request's first n output tokens.
-func (rs responder) text(n int) string {
+func (rs responder) text(n int) string { return rs.choiceText(rs.id, n) }
+
+// choiceText is the first n output tokens of the choice generated by
+// engine request id.
+func (rs responder) choiceText(id uint64, n int) string {
 	var text strings.Builder
 	for i := range n {
-		text.WriteString(word(rs.s.vocab, rs.s.cfg.Seed, rs.id, i))
+		text.WriteString(word(rs.s.vocab, rs.s.cfg.Seed, id, i))
 	}
 	return text.String()
 }
@@ -243,32 +264,96 @@ func startSSE(w http.ResponseWriter) *http.ResponseController {
 	return http.NewResponseController(w)
 }
 
-// whole waits for the request to finish and writes one JSON response. It
-// reports whether the request finished.
-func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
-	res, done := finished(ctx, w, events)
-	if res == nil {
-		return done
+// whole waits for every choice to finish and writes one JSON response.
+// It reports whether the requests finished.
+func (rs responder) whole(ctx context.Context, w http.ResponseWriter, events []<-chan engine.Event) bool {
+	results := make([]engine.Result, len(events))
+	choices := make([]choice, len(events))
+	for i, evs := range events {
+		res, done := finished(ctx, w, evs)
+		if res == nil {
+			return done
+		}
+		results[i] = *res
+		text := rs.choiceText(rs.ids[i], res.OutputTokens)
+		c := choice{Index: i, FinishReason: rs.finishReason()}
+		if rs.chat {
+			c.Message = &message{Role: "assistant", Content: text}
+		} else {
+			c.Text = &text
+		}
+		if rs.p.logprobs {
+			c.Logprobs = rs.logprobs(rs.ids[i], 0, res.OutputTokens)
+		}
+		choices[i] = c
+		rs.countSuccess()
 	}
-	text := rs.text(res.OutputTokens)
-	c := choice{Index: 0, FinishReason: rs.finishReason()}
-	if rs.chat {
-		c.Message = &message{Role: "assistant", Content: text}
-	} else {
-		c.Text = &text
-	}
-	rs.countSuccess()
 	writeJSON(w, http.StatusOK, completion{
 		ID: rs.respID(), Object: rs.object(false), Created: rs.s.created, Model: rs.s.cfg.Model,
-		Choices: []choice{c}, Usage: rs.usage(*res),
+		Choices: choices, Usage: rs.usage(results...),
 	})
 	return true
 }
 
-// stream writes one SSE chunk per token, a final chunk with the finish
-// reason, an optional usage chunk, and data: [DONE]. It reports whether
-// the request finished.
-func (rs responder) stream(ctx context.Context, w http.ResponseWriter, events <-chan engine.Event) bool {
+// merged returns the next event of any choice (i its index; ok false
+// when that choice's channel closed, live false when ctx ended).
+type merged func() (i int, ev engine.Event, ok, live bool)
+
+// mergeEvents reads the choices' event channels as one; for one choice
+// without a goroutine.
+func mergeEvents(ctx context.Context, events []<-chan engine.Event) merged {
+	if len(events) == 1 {
+		return func() (int, engine.Event, bool, bool) {
+			select {
+			case <-ctx.Done():
+				return 0, engine.Event{}, false, false
+			case ev, ok := <-events[0]:
+				return 0, ev, ok, true
+			}
+		}
+	}
+	type item struct {
+		i  int
+		ev engine.Event
+		ok bool
+	}
+	out := make(chan item, len(events))
+	for i, evs := range events {
+		go func() {
+			for {
+				var it item
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-evs:
+					it = item{i, ev, ok}
+				}
+				select {
+				case out <- it:
+				case <-ctx.Done():
+					return
+				}
+				if !it.ok || it.ev.Kind == engine.EventFinished {
+					return
+				}
+			}
+		}()
+	}
+	return func() (int, engine.Event, bool, bool) {
+		select {
+		case <-ctx.Done():
+			return 0, engine.Event{}, false, false
+		case it := <-out:
+			return it.i, it.ev, it.ok, true
+		}
+	}
+}
+
+// stream writes one SSE chunk per token of each choice, a final chunk
+// with each choice's finish reason, an optional usage chunk once every
+// choice finished, and data: [DONE]. It reports whether the requests
+// finished.
+func (rs responder) stream(ctx context.Context, w http.ResponseWriter, events []<-chan engine.Event) bool {
 	rc := startSSE(w)
 	if rc.Flush() != nil {
 		return false
@@ -284,61 +369,74 @@ func (rs responder) stream(ctx context.Context, w http.ResponseWriter, events <-
 		}
 		return rc.Flush() == nil
 	}
-	sent := 0
+	// The choices run on in the engine after the client left: the
+	// caller cancels them unless all finished.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	next := mergeEvents(sctx, events)
+	sent := make([]int, len(events))
+	results := make([]engine.Result, len(events))
+	done := 0
 	for {
-		select {
-		case <-ctx.Done():
+		i, ev, ok, live := next()
+		if !live {
 			return false
-		case ev, ok := <-events:
-			if !ok {
-				_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":\"engine stopped\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n")
-				_ = rc.Flush()
-				return true
-			}
-			for ; sent < ev.Tokens; sent++ {
-				tok := word(rs.s.vocab, rs.s.cfg.Seed, rs.id, sent)
-				c := choice{Index: 0}
-				if rs.chat {
-					c.Delta = &delta{Content: &tok}
-					if sent == 0 {
-						c.Delta.Role = "assistant"
-					}
-				} else {
-					c.Text = &tok
-				}
-				chunk := base
-				chunk.Choices = []choice{c}
-				if !send(chunk) {
-					return ev.Kind == engine.EventFinished
-				}
-			}
-			if ev.Kind != engine.EventFinished {
-				continue
-			}
-			rs.countSuccess()
-			final := choice{Index: 0, FinishReason: rs.finishReason()}
-			if rs.chat {
-				final.Delta = &delta{}
-			} else {
-				empty := ""
-				final.Text = &empty
-			}
-			chunk := base
-			chunk.Choices = []choice{final}
-			if !send(chunk) {
-				return true
-			}
-			if rs.p.includeUsage {
-				chunk = base
-				chunk.Choices = []choice{}
-				chunk.Usage = rs.usage(ev.Result)
-				if !send(chunk) {
-					return true
-				}
-			}
-			_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+		}
+		if !ok {
+			_, _ = fmt.Fprintf(w, "data: {\"error\":{\"message\":\"engine stopped\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n")
 			_ = rc.Flush()
 			return true
 		}
+		for ; sent[i] < ev.Tokens; sent[i]++ {
+			tok := word(rs.s.vocab, rs.s.cfg.Seed, rs.ids[i], sent[i])
+			c := choice{Index: i}
+			if rs.chat {
+				c.Delta = &delta{Content: &tok}
+				if sent[i] == 0 {
+					c.Delta.Role = "assistant"
+				}
+			} else {
+				c.Text = &tok
+			}
+			if rs.p.logprobs {
+				c.Logprobs = rs.logprobs(rs.ids[i], sent[i], sent[i]+1)
+			}
+			chunk := base
+			chunk.Choices = []choice{c}
+			if !send(chunk) {
+				return false
+			}
+		}
+		if ev.Kind != engine.EventFinished {
+			continue
+		}
+		rs.countSuccess()
+		results[i] = ev.Result
+		final := choice{Index: i, FinishReason: rs.finishReason()}
+		if rs.chat {
+			final.Delta = &delta{}
+		} else {
+			empty := ""
+			final.Text = &empty
+		}
+		chunk := base
+		chunk.Choices = []choice{final}
+		if !send(chunk) {
+			return false
+		}
+		if done++; done < len(events) {
+			continue
+		}
+		if rs.p.includeUsage {
+			chunk = base
+			chunk.Choices = []choice{}
+			chunk.Usage = rs.usage(results...)
+			if !send(chunk) {
+				return true
+			}
+		}
+		_, _ = fmt.Fprint(w, "data: [DONE]\n\n")
+		_ = rc.Flush()
+		return true
 	}
 }
