@@ -143,6 +143,12 @@ func newFixture(t testing.TB, opts ...func(*Config)) *fixture {
 	if err := kadm.NewClient(prod).CommitAllOffsets(ctx, "switchyard-processor", commit); err != nil {
 		t.Fatal(err)
 	}
+	// A team's group is 80 routing events behind.
+	var team kadm.Offsets
+	team.Add(kadm.Offset{Topic: topics.RoutingEvents, Partition: 0, At: 2*fixtureEvents - 80, LeaderEpoch: -1})
+	if err := kadm.NewClient(prod).CommitAllOffsets(ctx, "team-analytics", team); err != nil {
+		t.Fatal(err)
+	}
 
 	cfg := Config{Snapshots: store, Refresh: -1, Now: func() time.Time { return now.Add(time.Second) }}
 	for _, o := range opts {

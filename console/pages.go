@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
 )
 
 //go:embed templates static
@@ -858,10 +859,15 @@ type health struct {
 	Lag   []topicLag
 	// LagErr says why the processor's lag is unknown.
 	LagErr string
-	Group  string
-	State  string
-	Live   pipelineView
-	Kafka  bool
+	// Groups is the lag of every consumer group with commits on the
+	// topics (streams.MeasureLag); GroupsErr says why it is unknown.
+	Groups        []streams.GroupReport
+	GroupsOmitted int
+	GroupsErr     string
+	Group         string
+	State         string
+	Live          pipelineView
+	Kafka         bool
 }
 
 type healthItem struct {
@@ -880,6 +886,8 @@ const (
 	snapshotBad  = 2 * time.Minute
 	lagWarn      = 1000
 	lagBad       = 100_000
+	// maxLagGroups caps the consumer groups the pipeline page lists.
+	maxLagGroups = 50
 )
 
 func verdict(v, warn, bad float64) string {
@@ -923,6 +931,12 @@ func (c *Console) health(r *http.Request, es []snapEntry) health {
 	}
 	ctx, cancel := contextFor(r, 2*time.Second)
 	defer cancel()
+	if rep, err := streams.MeasureLag(ctx, kadmClient(c.cfg.Kafka), streams.LagPrefix(c.cfg.TopicPrefix),
+		streams.LagGroups(c.cfg.ProcessorGroup), streams.LagMaxGroups(maxLagGroups)); err != nil {
+		h.GroupsErr = err.Error()
+	} else {
+		h.Groups, h.GroupsOmitted = rep.Groups, rep.Omitted
+	}
 	lags, err := kadmClient(c.cfg.Kafka).Lag(ctx, c.cfg.ProcessorGroup)
 	if err == nil {
 		err = lags.Error()

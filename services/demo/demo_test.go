@@ -20,7 +20,9 @@ import (
 // TestDemoEndToEnd runs the whole pipeline for about 20 seconds on free
 // ports and checks the demo contract: snapshots published with increasing
 // versions, every gateway applied its cluster's snapshot, at least 99% of
-// requests succeeded, and signals and routing events crossed Kafka.
+// requests succeeded, signals and routing events crossed Kafka, and
+// franz-go and kafkajs without plugins read every record of every topic
+// (plainClientsReadEveryTopic).
 func TestDemoEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end demo skipped in -short mode")
@@ -74,6 +76,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatalf("demo ended before printing its addresses: %v\n%s\n%s", err, out.String(), stderr.String())
 	}
 	outsideClients(t, ctx, a["kafka"], a["gateway"])
+	plainClientsReadEveryTopic(t, ctx, a["kafka"])
 	everyComponentsMetrics(t, ctx, a["metrics"])
 	err := <-runErr
 	<-scanned
@@ -245,6 +248,8 @@ func everyComponentsMetrics(t *testing.T, ctx context.Context, url string) {
 		"switchyard_processor_records_total{",
 		"switchyard_optimizer_snapshots_published_total",
 		"switchyard_emitter_records_total{",
+		"switchyard_consumer_lag_records{group=\"switchyard-processor\"",
+		"switchyard_consumer_lag_records{group=\"demo-node-team\"", // another team's group (plainClientsReadEveryTopic)
 	}
 	// Each gateway hears the others' load reports (gateway/peers).
 	regions := DefaultTopology().Regions

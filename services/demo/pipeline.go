@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-llm/switchyard/agent"
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
+	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/control"
 	"github.com/switchyard-llm/switchyard/streams/process"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -125,8 +126,14 @@ func startPipeline(ctx context.Context, g *errgroup.Group, cfg Config, fleet []*
 	return p, nil
 }
 
+// lagInterval is how often the demo measures the consumer groups' lag
+// (the processor command's 15 s is most of a short demo).
+const lagInterval = 2 * time.Second
+
 // startProcessor runs the stream processor under g on its own Kafka
-// client, closed when it stops.
+// client, closed when it stops, and, as the processor command does, the
+// lag of every consumer group on the topics
+// (switchyard_consumer_lag_records).
 func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg process.Config) (*process.Processor, error) {
 	cl, err := kgo.NewClient(append(process.ClientOpts(cfg), kgo.SeedBrokers(kafka...))...)
 	if err != nil {
@@ -137,8 +144,21 @@ func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg 
 		cl.Close()
 		return nil, err
 	}
+	group := cfg.Group
+	if group == "" {
+		group = process.DefaultGroup
+	}
+	lag, err := streams.NewGroupLag(cl, cfg.Registerer, streams.LagPrefix(cfg.TopicPrefix), streams.LagGroups(group))
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
 	g.Go(func() error {
 		defer cl.Close()
+		lagCtx, stopLag := context.WithCancel(ctx)
+		lagDone := make(chan error, 1)
+		go func() { lagDone <- lag.Run(lagCtx, lagInterval) }()
+		defer func() { stopLag(); <-lagDone }()
 		return proc.Run(ctx)
 	})
 	return proc, nil

@@ -52,12 +52,16 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	partitions := fs.Int("partitions", 3, "partitions of topics the processor creates")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9101", "address of the /metrics endpoint (empty: off)")
 	registry := fs.String("engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): signals for engines outside it, or at another endpoint, are dead-lettered (empty: every engine's signals are taken)")
+	lagMax := fs.Int("lag-max-groups", streams.DefaultLagGroups, "consumer groups with commits on the Switchyard topics whose lag switchyard_consumer_lag_records exports (the processor's group first, then by name; the rest counted in switchyard_consumer_lag_groups_omitted)")
 	mode := fs.String("mode", ModeSingle, "single: the only active member of its group (others are hot standbys); partitioned: one of several instances sharing the input partitions, publishing partition states for `switchyard combiner`")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
 	if *mode != ModeSingle && *mode != ModePartitioned {
 		return fmt.Errorf("%w: --mode %q: want %s or %s", cli.ErrUsage, *mode, ModeSingle, ModePartitioned)
+	}
+	if *lagMax < 1 {
+		return fmt.Errorf("%w: --lag-max-groups %d: want at least 1", cli.ErrUsage, *lagMax)
 	}
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
@@ -134,7 +138,8 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		runner = func(ctx context.Context, _ *kgo.Client) error { return p.Run(ctx) }
 	}
-	lag, err := streams.NewGroupLag(cl, reg, cfg.Group) // switchyard_consumer_lag_records (docs/topics.md)
+	// switchyard_consumer_lag_records of every group on the topics (docs/topics.md#consumer-lag)
+	lag, err := streams.NewGroupLag(cl, reg, streams.LagPrefix(cfg.TopicPrefix), streams.LagGroups(cfg.Group), streams.LagMaxGroups(*lagMax))
 	if err != nil {
 		return err
 	}

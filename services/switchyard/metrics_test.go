@@ -228,7 +228,7 @@ func registeredSeries(t *testing.T) map[string]series {
 	if _, err := process.New(client(process.ClientOpts(pcfg)...), pcfg); err != nil {
 		t.Fatalf("processor: %v", err)
 	}
-	if _, err := streams.NewGroupLag(client(), rec, pcfg.Group); err != nil { // the processor command's
+	if _, err := streams.NewGroupLag(client(), rec, streams.LagGroups(pcfg.Group)); err != nil { // the processor command's
 		t.Fatalf("consumer lag: %v", err)
 	}
 	if _, err := processor.PartitionedMetrics(rec, "", func() int { return 0 }); err != nil { // --mode partitioned
