@@ -267,7 +267,7 @@ func TestMalformedIsNotDemand(t *testing.T) {
 	e := newFakeEngine(t, "a")
 	sink := make(eventSink, 8)
 	_, base := startGateway(t, InitialSnapshot(snapshot(1, "us-east", 1, map[*fakeEngine]float64{e: 0})), Events(sink))
-	for _, body := range []string{`{"model":`, `{"messages":[]}`, `[1]`} {
+	for _, body := range []string{`{"model":`, "{\"model\":\"\xff\"}", `[1]`} {
 		if status, _, _ := post(t, context.Background(), base, body, nil); status != 400 {
 			t.Fatalf("%s: %d", body, status)
 		}

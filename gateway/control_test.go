@@ -252,11 +252,12 @@ func testOpenAISDKStreaming(t *testing.T, server string) {
 	if acc.Usage.CompletionTokens != 5 {
 		t.Errorf("usage %+v", acc.Usage)
 	}
-	// And an error the SDK understands.
+	// And an error the SDK understands: the engine's 400, passed through.
+	e.setMode("400")
 	_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("x")}})
 	var apiErr *openai.Error
-	if err == nil || !asAPIError(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "model") {
-		t.Fatalf("want a 400 API error about the model, got %v", err)
+	if err == nil || !asAPIError(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "bad prompt") {
+		t.Fatalf("want the engine's 400 API error, got %v", err)
 	}
 }
 

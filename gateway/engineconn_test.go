@@ -118,7 +118,7 @@ func TestEngineClientIdleSweep(t *testing.T) {
 func TestUpstreamURLMatchesEngineClient(t *testing.T) {
 	c := engineclient.New(time.Second, time.Now)
 	for _, base := range []string{"http://h:1", "http://h:1/v1", "http://h:1/v1/", "http://h:1/engine/a", "http://h:1/engine/v1"} {
-		for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models"} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/embeddings", "/tokenize", "/rerank"} {
 			target := string(c.Host(base).AppendTarget(nil, path))
 			if got, want := upstreamURL(strings.TrimRight(base, "/"), path), "http://h:1"+target; got != want {
 				t.Errorf("upstreamURL(%s, %s) = %s, engine client %s", base, path, got, want)

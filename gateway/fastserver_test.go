@@ -115,7 +115,7 @@ func TestServersAgree(t *testing.T) {
 		{"get", []string{"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n\r\n"}, false},
 		{"query", []string{rawPost(pathChat+"?x=1", "", whole)}, false},
 		{"models", []string{"GET /v1/models HTTP/1.1\r\nHost: gw\r\n\r\n"}, false},
-		{"unknown", []string{rawPost("/v1/embeddings", "", whole)}, false},
+		{"unknown", []string{rawPost("/v1/no-such-route", "", whole)}, false},
 		{"big head", []string{rawPost(pathChat, "X-Pad: "+strings.Repeat("p", 6000)+"\r\n", whole)}, false},
 		{"space before colon", []string{rawPost(pathChat, "X-Bad : 1\r\n", whole)}, false},
 		{"bare LF", []string{strings.ReplaceAll(rawPost(pathChat, "", whole), "\r\n", "\n"), rawPost(pathChat, "", whole)}, false},

@@ -402,7 +402,7 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	if g.cfg.httpServer == ServerFast {
 		fast = httpserver.New(httpserver.Config{
 			Handler:      http.HandlerFunc(g.serveInference),
-			Paths:        []string{pathChat, pathCompletions, pathResponses},
+			Paths:        inferencePaths(),
 			Std:          srv,
 			Addr:         ln.Addr(),
 			MaxBodyBytes: g.cfg.maxBodyBytes,

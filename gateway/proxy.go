@@ -44,11 +44,34 @@ const (
 	pathResponses = "/v1/responses"
 )
 
+// otherRoutes are the other inference routes of vLLM-compatible engines
+// (vLLM's, SGLang's), POST with a JSON body and a JSON answer: routed on
+// the weights as chat is (the pick, admission, retries within the budget
+// before the answer's first byte, a routing event), the body forwarded
+// unchanged and the engine's answer relayed as it is. They generate no
+// tokens, so their latency teaches the engine models nothing
+// (generates).
+var otherRoutes = [...]string{
+	"/v1/embeddings", "/v1/rerank", "/rerank", "/v2/rerank", "/v1/score", "/score",
+	"/pooling", "/classify", "/tokenize", "/detokenize",
+}
+
+// generates reports whether path is a route whose answer is generated
+// tokens (chat, completions, the Responses API).
+func generates(path string) bool {
+	return path == pathChat || path == pathCompletions || path == pathResponses
+}
+
+// inferencePaths are every route serveInference answers.
+func inferencePaths() []string {
+	return append([]string{pathChat, pathCompletions, pathResponses}, otherRoutes[:]...)
+}
+
 func (g *Gateway) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(pathChat, g.serveInference)
-	mux.HandleFunc(pathCompletions, g.serveInference)
-	mux.HandleFunc(pathResponses, g.serveInference)
+	for _, p := range inferencePaths() {
+		mux.HandleFunc(p, g.serveInference)
+	}
 	mux.HandleFunc("/v1/models", g.serveModels)
 	mux.HandleFunc("/v1/models/{id...}", g.serveModel)
 	if g.cfg.adminListen == "" {
@@ -153,8 +176,14 @@ func genAIAttributes(path string, ev *schemas.RoutingEvent) []attribute.KeyValue
 	// The semantic conventions name no operation for the Responses API:
 	// it is a chat (a conversation's next output), their closest one.
 	op := "chat"
-	if path == pathCompletions {
+	switch path {
+	case pathChat, pathResponses:
+	case pathCompletions:
 		op = "text_completion"
+	case "/v1/embeddings":
+		op = "embeddings"
+	default:
+		op = strings.TrimPrefix(strings.TrimPrefix(path, "/v1/"), "/")
 	}
 	kv := []attribute.KeyValue{attribute.String("gen_ai.operation.name", op)}
 	if ev.Model != "" {
@@ -275,11 +304,10 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	}
 	ev.Model, ev.Stream = in.Model, in.Stream
 	ev.AffinityKeyHash = affinityKey(session, in)
-	if g.models != nil && !g.models[in.Model] {
-		return clientError(w, 404, "model_not_found", "model", fmt.Sprintf("the model %q does not exist", in.Model))
-	}
-	if br := in.validate(r.URL.Path); br != nil {
-		return clientError(w, br.status, br.code, br.param, br.msg)
+	if g.models != nil {
+		if br := in.checkModel(g.models); br != nil {
+			return clientError(w, br.status, br.code, br.param, br.msg)
+		}
 	}
 	rt := g.cur.Load()
 	if rt == nil {
@@ -309,21 +337,41 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	fwd, strip := body, false
 	var blocks []uint64
 	var promptBytes int
-	if r.URL.Path == pathResponses {
+	switch r.URL.Path {
+	case pathResponses:
 		// Its usage always comes in the stream's last event: nothing to
 		// ask for.
 		blocks, promptBytes = responsesChain(blk[:0], in.Instructions, in.Input)
-	} else {
+	case pathChat, pathCompletions:
 		fwd, strip = withUsage(body, in)
 		blocks, promptBytes = promptChain(blk[:0], in.Messages, in.Prompt)
+	default:
+		// Embeddings and pooling take input, tokenize prompt or
+		// messages; the others (rerank, score, detokenize) are counted
+		// by their body's size.
+		blocks, promptBytes = promptChain(blk[:0], in.Messages, in.Prompt)
+		if promptBytes == 0 {
+			blocks, promptBytes = responsesChain(blk[:0], nil, in.Input)
+		}
+		if promptBytes == 0 {
+			promptBytes = len(body)
+		}
 	}
 	preq := pick.Request{Key: ev.AffinityKeyHash, PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
-	return g.route(ctx, w, r, rt, &preq, bodies{fwd, body}, in.Stream, strip, prio, ev, start)
+	return g.route(ctx, w, r, rt, &preq, bodies{fwd: fwd, own: body, choices: in.choices(), generates: generates(r.URL.Path)}, in.Stream, strip, prio, ev, start)
 }
 
 // bodies are a request's forwarded body (with the stream_options the
-// gateway added, see withUsage) and the client's own.
-type bodies struct{ fwd, own []byte }
+// gateway added, see withUsage) and the client's own, and how its answer
+// is accounted: the choices the engine generates (n; a stream's time
+// between tokens is per choice) and whether the route generates tokens
+// at all (an embedding's or a tokenization's latency is no sample of the
+// engine's generation).
+type bodies struct {
+	fwd, own  []byte
+	choices   int
+	generates bool
+}
 
 // firstToken tells the table of an attempt's first output token (for
 // relay.Stream.Relay): the engine's TTFT is the gateway's, from the
@@ -334,6 +382,8 @@ type firstToken struct {
 	tk     pick.Ticket
 	queued time.Duration // the attempt's start, after the request's
 	rttMs  float64
+	// choices a stream interleaves (relay.Stream.Choices).
+	choices int
 }
 
 func (f *firstToken) firstToken(ttft time.Duration) {
@@ -417,7 +467,7 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			ev.DecisionReason = "retry"
 		}
 		rtt := g.engineRTT(eng.State, eng.URL)
-		ft := firstToken{t: rt.table, i: i, tk: tk, rttMs: eng.RTTms}
+		ft := firstToken{t: rt.table, i: i, tk: tk, rttMs: eng.RTTms, choices: body.choices}
 		if !(ft.rttMs > 0) {
 			ft.rttMs = ms(rtt)
 		}
@@ -427,11 +477,17 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		if res.sse {
 			tbot = ms(res.tbot)
 		}
-		if res.complete {
+		if res.complete && body.generates {
 			e2e = max(ms(g.cfg.now().Sub(began))-ft.rttMs, 0) // the engine's time on it
 		}
 		rt.table.Finished(i, tk, res.firstToken, tbot, e2e)
-		g.admit.sample(eng, &res, began, g.cfg.now(), time.Duration(ft.rttMs*float64(time.Millisecond))) // admission.go
+		sampled := &res
+		if !body.generates {
+			// Only a refusal (saturated, timed out) is news of the
+			// engine's load: no latency sample.
+			sampled = &attemptResult{saturated: res.saturated, failReason: res.failReason}
+		}
+		g.admit.sample(eng, sampled, began, g.cfg.now(), time.Duration(ft.rttMs*float64(time.Millisecond))) // admission.go
 		rt.table.Done(i)
 		if rtt == 0 { // a first connection may have measured it
 			rtt = g.engineRTT(eng.State, eng.URL)
@@ -551,8 +607,11 @@ type attemptResult struct {
 	retryAfter   string // its Retry-After
 }
 
+// upstreamURL is path on the engine at base: a base URL ending in /v1
+// is an OpenAI base URL, and the routes (/v1/... and the root ones such
+// as /tokenize) are the server's.
 func upstreamURL(base, path string) string {
-	if strings.HasSuffix(base, "/v1") && strings.HasPrefix(path, "/v1/") {
+	if strings.HasSuffix(base, "/v1") && strings.HasPrefix(path, "/") {
 		base = base[:len(base)-3]
 	}
 	return base + path
@@ -641,7 +700,9 @@ func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return res
 	}
 	responses := r.URL.Path == pathResponses
-	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	// An event stream is relayed as one, whether or not the client's
+	// stream read as true: the engine judges the field.
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, strip, responses, ft, &res)
 	} else {
 		g.copyWhole(actx, w, resp, eng, rt, start, responses, &res)
@@ -809,6 +870,10 @@ func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *htt
 		Buf:         *bp,
 		StripUsage:  strip,
 		Responses:   responses,
+		Choices:     1,
+	}
+	if ft != nil {
+		st.Choices = max(ft.choices, 1)
 	}
 	var first func(time.Duration)
 	if ft != nil {

@@ -3,10 +3,8 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"unicode/utf8"
 
 	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
@@ -39,9 +37,11 @@ const maxHeaderValue = 256
 
 // inference is the part of a completion request the gateway reads.
 type inference struct {
-	Model    string          `json:"model"`
-	Stream   bool            `json:"stream"`
-	User     string          `json:"user"`
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+	User   string `json:"user"`
+	// modelBad: the body's model is neither a string nor null.
+	modelBad bool
 	Messages json.RawMessage `json:"messages"`
 	Prompt   json.RawMessage `json:"prompt"`
 	// StreamOptions is the raw stream_options value; soStart and soEnd
@@ -49,7 +49,8 @@ type inference struct {
 	// unknown or absent).
 	StreamOptions  json.RawMessage `json:"stream_options"`
 	soStart, soEnd int
-	// The raw values the gateway validates (see validate).
+	// N is read for choices; MaxTokens and MaxCompletionTokens are
+	// kept for the differential tests of the scanner.
 	N                   json.RawMessage `json:"n"`
 	MaxTokens           json.RawMessage `json:"max_tokens"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
@@ -69,11 +70,14 @@ type badRequest struct {
 
 func (e *badRequest) Error() string { return e.msg }
 
-// parseInference decodes and checks body. A body that is not valid
-// UTF-8 is refused (RFC 8259 section 8.1: JSON text exchanged between
-// systems must be UTF-8) rather than passed on: encoding/json would
-// accept it, and the engine would see bytes its tokenizer may read in
-// any way.
+// parseInference decodes body as far as the gateway reads it. The
+// gateway checks only what it must: a JSON object (the engine's parsers
+// take nothing else), valid UTF-8 (refused rather than passed on, RFC
+// 8259 section 8.1: JSON text exchanged between systems must be UTF-8;
+// encoding/json would accept it, and the engine would see bytes its
+// tokenizer may read in any way). Every field is the engine's to judge:
+// a model, stream or user of another type is read as absent (modelBad
+// says a model that is not a string was given), and the engine answers.
 func parseInference(body []byte) (*inference, error) {
 	trim := bytes.TrimLeft(body, " \t\r\n")
 	if len(trim) == 0 || trim[0] != '{' {
@@ -83,20 +87,40 @@ func parseInference(body []byte) (*inference, error) {
 		return nil, &badRequest{400, "invalid_utf8", "", fmt.Sprintf("request body is not valid UTF-8 (first invalid byte at offset %d)", firstInvalidUTF8(body))}
 	}
 	in, ok := scanInference(body)
-	if !ok {
-		in = &inference{}
-		if err := json.Unmarshal(body, in); err != nil {
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) {
-				return nil, &badRequest{400, "invalid_type", te.Field, fmt.Sprintf("invalid type for %q: expected %s", te.Field, te.Type)}
-			}
-			return nil, &badRequest{400, "invalid_json", "", "request body is not valid JSON: " + err.Error()}
-		}
+	if ok {
+		return in, nil
 	}
-	if in.Model == "" {
-		return nil, &badRequest{400, "missing_required_parameter", "model", "you must provide a model parameter"}
+	// The scanner gave up: encoding/json decides, the three typed fields
+	// read raw so that no type is refused.
+	in = &inference{}
+	aux := struct {
+		*inference
+		Model  json.RawMessage `json:"model"`
+		Stream json.RawMessage `json:"stream"`
+		User   json.RawMessage `json:"user"`
+	}{inference: in}
+	if err := json.Unmarshal(body, &aux); err != nil {
+		return nil, &badRequest{400, "invalid_json", "", "request body is not valid JSON: " + err.Error()}
 	}
+	in.modelBad = isSet(aux.Model) && aux.Model[0] != '"'
+	_ = json.Unmarshal(aux.Model, &in.Model) // a string, else ""
+	_ = json.Unmarshal(aux.User, &in.User)
+	in.Stream = string(aux.Stream) == "true"
 	return in, nil
+}
+
+// checkModel checks the model against the accepted models (--models):
+// the gateway answers for them, so a request must name one.
+func (in *inference) checkModel(models map[string]bool) *badRequest {
+	switch {
+	case in.modelBad:
+		return &badRequest{400, "invalid_type", "model", "invalid type for 'model': expected a string"}
+	case in.Model == "":
+		return &badRequest{400, "missing_required_parameter", "model", "you must provide a model parameter"}
+	case !models[in.Model]:
+		return &badRequest{404, "model_not_found", "model", fmt.Sprintf("the model %q does not exist", in.Model)}
+	}
+	return nil
 }
 
 // firstInvalidUTF8 is the offset of the first byte of b that does not
@@ -382,290 +406,27 @@ func withUsage(body []byte, in *inference) (out []byte, strip bool) {
 	return body, false
 }
 
-// validateResponses checks a Responses API request (POST /v1/responses):
-// input (a string or an array of input items, required), instructions
-// and previous_response_id (strings, or absent), max_output_tokens (a
-// positive integer, or absent). The input items and every other field
-// are the engine's to judge.
-func (in *inference) validateResponses() *badRequest {
-	if br := positiveInt(in.MaxOutputTokens, "max_output_tokens"); br != nil {
-		return br
-	}
-	switch {
-	case !isSet(in.Input):
-		return &badRequest{400, "missing_required_parameter", "input", "you must provide an input parameter"}
-	case in.Input[0] != '"' && in.Input[0] != '[':
-		return &badRequest{400, "invalid_type", "input", "invalid type for 'input': expected a string or an array of input items"}
-	case isSet(in.Instructions) && in.Instructions[0] != '"':
-		return &badRequest{400, "invalid_type", "instructions", "invalid type for 'instructions': expected a string"}
-	case isSet(in.PreviousResponseID) && in.PreviousResponseID[0] != '"':
-		return &badRequest{400, "invalid_type", "previous_response_id", "invalid type for 'previous_response_id': expected a string"}
-	}
-	return nil
-}
-
-// validate checks what the gateway knows of the OpenAI API before it
-// routes a request for path (pathChat, pathCompletions or pathResponses,
-// see validateResponses): messages (a
-// non-empty array of objects, each with a valid role and content) or
-// prompt, n (1, or absent; more choices are not supported), max_tokens
-// and max_completion_tokens (positive integers). stream was typed by
-// parseInference. Its errors name the parameter as OpenAI does
-// ("messages[0].role").
-func (in *inference) validate(path string) *badRequest {
-	if path == pathResponses {
-		return in.validateResponses()
-	}
-	if br := positiveInt(in.MaxTokens, "max_tokens"); br != nil {
-		return br
-	}
-	if br := positiveInt(in.MaxCompletionTokens, "max_completion_tokens"); br != nil {
-		return br
-	}
-	if br := positiveInt(in.N, "n"); br != nil {
-		return br
-	}
-	if isSet(in.N) && string(in.N) != "1" {
-		return &badRequest{400, "unsupported_value", "n", "n > 1 is not supported: send n requests instead"}
-	}
-	if path == pathCompletions {
-		switch {
-		case !isSet(in.Prompt):
-			return &badRequest{400, "missing_required_parameter", "prompt", "you must provide a prompt parameter"}
-		case in.Prompt[0] != '"' && in.Prompt[0] != '[':
-			return &badRequest{400, "invalid_type", "prompt", "invalid type for 'prompt': expected a string or an array"}
-		}
-		return nil
-	}
-	return validateMessages(in.Messages)
-}
-
 // isSet: the raw value is present and not null.
 func isSet(v json.RawMessage) bool { return len(v) > 0 && string(v) != "null" }
 
-// positiveInt checks an optional integer parameter: absent, null or a
-// JSON integer of at least 1.
-func positiveInt(v json.RawMessage, param string) *badRequest {
-	if !isSet(v) {
-		return nil
+// choices is how many choices the engine generates for the request:
+// n when it is an integer from 1 to maxChoices, else 1 (the engine
+// judges n; the gateway only reads it to time a stream's tokens per
+// choice, relay.Stream.Choices).
+func (in *inference) choices() int {
+	v := in.N
+	if len(v) == 0 {
+		return 1
 	}
-	neg := v[0] == '-'
-	digits := v
-	if neg {
-		digits = v[1:]
-	}
-	if len(digits) == 0 {
-		return &badRequest{400, "invalid_type", param, fmt.Sprintf("invalid type for '%s': expected an integer", param)}
-	}
-	zero := true
-	for _, c := range digits {
+	n := 0
+	for _, c := range v {
 		if c < '0' || c > '9' {
-			return &badRequest{400, "invalid_type", param, fmt.Sprintf("invalid type for '%s': expected an integer", param)}
+			return 1
 		}
-		zero = zero && c == '0'
+		n = min(n*10+int(c-'0'), maxChoices)
 	}
-	if neg || zero {
-		return &badRequest{400, "invalid_value", param, fmt.Sprintf("invalid value for '%s': must be at least 1", param)}
-	}
-	if _, err := strconv.ParseInt(string(digits), 10, 64); err != nil {
-		// Engines parse it into a 64-bit integer: refuse here what they
-		// would answer with a parser error.
-		return &badRequest{400, "invalid_value", param, fmt.Sprintf("invalid value for '%s': must be at most %d", param, int64(1<<63-1))}
-	}
-	return nil
+	return min(max(n, 1), maxChoices)
 }
 
-// message is the part of a chat message the gateway checks: raw values,
-// nil when absent (a repeated key: the last one, as engines' JSON
-// parsers keep).
-type message struct {
-	role, content, toolCalls, functionCall json.RawMessage
-}
-
-// messageKeys are the keys message reads, in its field order.
-var messageKeys = [...]string{"role", "content", "tool_calls", "function_call"}
-
-func (m *message) set(key string, v json.RawMessage) {
-	switch key {
-	case messageKeys[0]:
-		m.role = v
-	case messageKeys[1]:
-		m.content = v
-	case messageKeys[2]:
-		m.toolCalls = v
-	case messageKeys[3]:
-		m.functionCall = v
-	}
-}
-
-// validateMessages checks messages (valid JSON, or absent) with one
-// jscan pass; where the scanner gives up (nesting beyond its depth) the
-// encoding/json version decides, with the same result
-// (FuzzValidateMessages).
-func validateMessages(raw json.RawMessage) *badRequest {
-	if !isSet(raw) {
-		return &badRequest{400, "missing_required_parameter", "messages", "you must provide a messages parameter"}
-	}
-	if raw[0] != '[' {
-		return &badRequest{400, "invalid_type", "messages", "invalid type for 'messages': expected an array"}
-	}
-	s := jscan.Scanner{B: raw, I: 1}
-	s.WS()
-	if s.I < len(raw) && raw[s.I] == ']' {
-		return emptyMessages()
-	}
-	for i := 0; ; i++ {
-		if s.I >= len(raw) {
-			return validateMessagesJSON(raw)
-		}
-		if raw[s.I] != '{' {
-			return notAnObject(i)
-		}
-		var m message
-		if !scanMessage(&s, &m) {
-			return validateMessagesJSON(raw)
-		}
-		if br := m.check(i); br != nil {
-			return br
-		}
-		s.WS()
-		if s.I >= len(raw) || raw[s.I] != ',' {
-			return nil
-		}
-		s.I++
-		s.WS()
-	}
-}
-
-// scanMessage scans the object at s.I into m.
-func scanMessage(s *jscan.Scanner, m *message) bool {
-	b := s.B
-	s.I++
-	s.WS()
-	if s.I < len(b) && b[s.I] == '}' {
-		s.I++
-		return true
-	}
-	for {
-		if s.I >= len(b) || b[s.I] != '"' {
-			return false
-		}
-		ks, ke, plain, ok := s.Str()
-		if !ok {
-			return false
-		}
-		key := string(b[ks:ke])
-		if !plain {
-			if err := json.Unmarshal(b[ks-1:ke+1], &key); err != nil {
-				return false
-			}
-		}
-		s.WS()
-		if s.I >= len(b) || b[s.I] != ':' {
-			return false
-		}
-		s.I++
-		s.WS()
-		start := s.I
-		if !s.Value() {
-			return false
-		}
-		m.set(key, b[start:s.I])
-		s.WS()
-		if s.I >= len(b) {
-			return false
-		}
-		switch b[s.I] {
-		case ',':
-			s.I++
-			s.WS()
-		case '}':
-			s.I++
-			return true
-		default:
-			return false
-		}
-	}
-}
-
-// validateMessagesJSON is validateMessages by encoding/json.
-func validateMessagesJSON(raw json.RawMessage) *badRequest {
-	if !isSet(raw) {
-		return &badRequest{400, "missing_required_parameter", "messages", "you must provide a messages parameter"}
-	}
-	var list []json.RawMessage
-	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
-		return &badRequest{400, "invalid_type", "messages", "invalid type for 'messages': expected an array"}
-	}
-	if len(list) == 0 {
-		return emptyMessages()
-	}
-	for i, v := range list {
-		var obj map[string]json.RawMessage
-		if v[0] != '{' || json.Unmarshal(v, &obj) != nil {
-			return notAnObject(i)
-		}
-		var m message
-		for _, k := range messageKeys {
-			if v, ok := obj[k]; ok {
-				m.set(k, v)
-			}
-		}
-		if br := m.check(i); br != nil {
-			return br
-		}
-	}
-	return nil
-}
-
-func emptyMessages() *badRequest {
-	return &badRequest{400, "empty_array", "messages", "invalid 'messages': empty array; expected at least one message"}
-}
-
-func notAnObject(i int) *badRequest {
-	p := fmt.Sprintf("messages[%d]", i)
-	return &badRequest{400, "invalid_type", p, "invalid type for '" + p + "': expected an object"}
-}
-
-// roles are the valid message roles.
-const rolesList = "'system', 'user', 'assistant', 'tool', 'developer' and 'function'"
-
-func validRole(r string) bool {
-	switch r {
-	case "system", "user", "assistant", "tool", "developer", "function":
-		return true
-	}
-	return false
-}
-
-// check checks message i: a valid role; content a string or an array of
-// parts, which an assistant message may leave out (or null) when it has
-// tool_calls or a function_call.
-func (m *message) check(i int) *badRequest {
-	param := func(f string) string { return fmt.Sprintf("messages[%d].%s", i, f) }
-	if m.role == nil {
-		return &badRequest{400, "missing_required_parameter", param("role"), "missing required parameter: '" + param("role") + "'"}
-	}
-	if m.role[0] != '"' {
-		return &badRequest{400, "invalid_type", param("role"), "invalid type for '" + param("role") + "': expected a string"}
-	}
-	var role string
-	if bytes.IndexByte(m.role, '\\') < 0 {
-		role = string(m.role[1 : len(m.role)-1])
-	} else if err := json.Unmarshal(m.role, &role); err != nil {
-		return &badRequest{400, "invalid_type", param("role"), "invalid type for '" + param("role") + "': expected a string"}
-	}
-	if !validRole(role) {
-		return &badRequest{400, "invalid_value", param("role"), fmt.Sprintf("invalid value for '%s': %q; supported values are %s", param("role"), role, rolesList)}
-	}
-	if isSet(m.content) {
-		if m.content[0] != '"' && m.content[0] != '[' {
-			return &badRequest{400, "invalid_type", param("content"), "invalid type for '" + param("content") + "': expected a string or an array of content parts"}
-		}
-		return nil
-	}
-	if role == "assistant" && (isSet(m.toolCalls) || isSet(m.functionCall)) {
-		return nil
-	}
-	return &badRequest{400, "missing_required_parameter", param("content"), "missing required parameter: '" + param("content") + "'"}
-}
+// maxChoices bounds choices.
+const maxChoices = 128

@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
-
-	"github.com/switchyard-llm/switchyard/schemas"
 )
 
 var scanCases = []struct {
@@ -186,127 +183,83 @@ func FuzzWithUsage(f *testing.F) {
 	})
 }
 
-var validateCases = []struct {
-	name, path, body string
-	code, param      string // "" code: valid
-}{
-	{"plain chat", pathChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "", ""},
-	{"every role", pathChat, `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"developer","content":"d"},{"role":"user","content":[{"type":"text","text":"x"}]},{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]},{"role":"tool","content":"r","tool_call_id":"1"},{"role":"assistant","function_call":{"name":"f"}},{"role":"function","name":"f","content":"x"}]}`, "", ""},
-	{"escaped key and role", pathChat, `{"model":"m","messages":[{"r\u006fle":"\u0075ser","content":"x"}]}`, "", ""},
-	{"repeated role, last wins", pathChat, `{"model":"m","messages":[{"role":"boss","role":"user","content":"x"}]}`, "", ""},
-	{"limits", pathChat, `{"model":"m","n":1,"max_tokens":16,"max_completion_tokens":null,"messages":[{"role":"user","content":"x"}]}`, "", ""},
-	{"no messages", pathChat, `{"model":"m","prompt":"x"}`, "missing_required_parameter", "messages"},
-	{"null messages", pathChat, `{"model":"m","messages":null}`, "missing_required_parameter", "messages"},
-	{"messages not an array", pathChat, `{"model":"m","messages":{"role":"user"}}`, "invalid_type", "messages"},
-	{"empty messages", pathChat, `{"model":"m","messages":[]}`, "empty_array", "messages"},
-	{"message not an object", pathChat, `{"model":"m","messages":[{"role":"user","content":"x"},"hi"]}`, "invalid_type", "messages[1]"},
-	{"no role", pathChat, `{"model":"m","messages":[{"content":"x"}]}`, "missing_required_parameter", "messages[0].role"},
-	{"role not a string", pathChat, `{"model":"m","messages":[{"role":1,"content":"x"}]}`, "invalid_type", "messages[0].role"},
-	{"bad role", pathChat, `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"User","content":"x"}]}`, "invalid_value", "messages[1].role"},
-	{"case-different key", pathChat, `{"model":"m","messages":[{"Role":"user","content":"x"}]}`, "missing_required_parameter", "messages[0].role"},
-	{"no content", pathChat, `{"model":"m","messages":[{"role":"user"}]}`, "missing_required_parameter", "messages[0].content"},
-	{"null content", pathChat, `{"model":"m","messages":[{"role":"system","content":null}]}`, "missing_required_parameter", "messages[0].content"},
-	{"assistant without content or calls", pathChat, `{"model":"m","messages":[{"role":"assistant","tool_calls":null}]}`, "missing_required_parameter", "messages[0].content"},
-	{"content a number", pathChat, `{"model":"m","messages":[{"role":"user","content":5}]}`, "invalid_type", "messages[0].content"},
-	{"n 2", pathChat, `{"model":"m","n":2,"messages":[{"role":"user","content":"x"}]}`, "unsupported_value", "n"},
-	{"n 0", pathChat, `{"model":"m","n":0,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "n"},
-	{"n 1.0", pathChat, `{"model":"m","n":1.0,"messages":[{"role":"user","content":"x"}]}`, "invalid_type", "n"},
-	{"max_tokens 0", pathChat, `{"model":"m","max_tokens":0,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "max_tokens"},
-	{"max_tokens negative", pathChat, `{"model":"m","max_tokens":-5,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "max_tokens"},
-	{"max_tokens over int64", pathChat, `{"model":"m","max_tokens":99999999999999999999,"messages":[{"role":"user","content":"x"}]}`, "invalid_value", "max_tokens"},
-	{"max_tokens int64 max", pathChat, `{"model":"m","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"x"}]}`, "", ""},
-	{"max_tokens a string", pathChat, `{"model":"m","max_tokens":"5","messages":[{"role":"user","content":"x"}]}`, "invalid_type", "max_tokens"},
-	{"max_completion_tokens fraction", pathChat, `{"model":"m","max_completion_tokens":2.5,"messages":[{"role":"user","content":"x"}]}`, "invalid_type", "max_completion_tokens"},
-	{"prompt", pathCompletions, `{"model":"m","prompt":["a","b"],"max_tokens":3}`, "", ""},
-	{"no prompt", pathCompletions, `{"model":"m","messages":[{"role":"user","content":"x"}]}`, "missing_required_parameter", "prompt"},
-	{"prompt a number", pathCompletions, `{"model":"m","prompt":5}`, "invalid_type", "prompt"},
-}
-
-func TestValidate(t *testing.T) {
-	for _, tc := range validateCases {
-		t.Run(tc.name, func(t *testing.T) {
+// TestParseInferenceLeavesFieldsToTheEngine: a JSON object is parsed
+// whatever its fields hold; a model, stream or user of another type reads
+// as absent (the engine judges it), and only a non-object, invalid JSON
+// or invalid UTF-8 is refused.
+func TestParseInferenceLeavesFieldsToTheEngine(t *testing.T) {
+	for _, tc := range []struct {
+		body         string
+		model        string
+		modelBad     bool
+		stream       bool
+		user, refuse string
+	}{
+		{body: `{"messages":[]}`},
+		{body: `{"model":5,"stream":"yes","user":7}`, modelBad: true},
+		{body: `{"model":"s\u0069m","stream":true,"user":"u\u0031"}`, model: "sim", stream: true, user: "u1"},
+		{body: `{"model":null,"n":0,"max_tokens":"5","messages":{"role":"robot"}}`},
+		{body: `{"model":["a"],"stream":1}`, modelBad: true},
+		{body: `{"model":"sim","prompt":5,"input":{}}`, model: "sim"},
+		{body: `{"model":`, refuse: "invalid_json"},
+		{body: `[1]`, refuse: "invalid_json"},
+		{body: "{\"model\":\"\xff\"}", refuse: "invalid_utf8"},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
 			in, err := parseInference([]byte(tc.body))
+			if tc.refuse != "" {
+				br, ok := err.(*badRequest)
+				if !ok || br.code != tc.refuse || br.status != 400 {
+					t.Fatalf("err %v, want 400 %s", err, tc.refuse)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			br := in.validate(tc.path)
-			switch {
-			case tc.code == "" && br != nil:
-				t.Fatalf("refused: %s %s: %s", br.code, br.param, br.msg)
-			case tc.code == "":
-			case br == nil:
-				t.Fatalf("accepted, want %s %s", tc.code, tc.param)
-			case br.status != 400 || br.code != tc.code || br.param != tc.param || br.msg == "":
-				t.Fatalf("%d %s %s %q, want 400 %s %s", br.status, br.code, br.param, br.msg, tc.code, tc.param)
-			}
-			if tc.path == pathChat {
-				checkMessages(t, in.Messages)
+			if in.Model != tc.model || in.modelBad != tc.modelBad || in.Stream != tc.stream || in.User != tc.user {
+				t.Fatalf("model %q bad %v stream %v user %q", in.Model, in.modelBad, in.Stream, in.User)
 			}
 		})
 	}
 }
 
-// FuzzValidateMessages: the jscan pass over messages decides as the
-// encoding/json version (code and param).
-func FuzzValidateMessages(f *testing.F) {
-	for _, tc := range validateCases {
-		if in, err := parseInference([]byte(tc.body)); err == nil {
-			f.Add([]byte(in.Messages))
+// TestCheckModel: with accepted models (--models) the gateway answers
+// for the model: missing, not a string, or not one of them.
+func TestCheckModel(t *testing.T) {
+	models := map[string]bool{"sim": true}
+	for body, want := range map[string]string{
+		`{"model":"sim"}`:      "",
+		`{"messages":[]}`:      "400 missing_required_parameter",
+		`{"model":null}`:       "400 missing_required_parameter",
+		`{"model":5}`:          "400 invalid_type",
+		`{"model":"gpt-9"}`:    "404 model_not_found",
+		`{"model":"s\u0069m"}`: "",
+	} {
+		in, err := parseInference([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if br := in.checkModel(models); br != nil {
+			got = fmt.Sprintf("%d %s", br.status, br.code)
+			if br.param != "model" {
+				t.Errorf("%s: param %q", body, br.param)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: %q, want %q", body, got, want)
 		}
 	}
-	f.Add([]byte(`[{"role":"user","content":"x","x":[[[[[[[[]]]]]]]]}]`))
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		if !json.Valid(raw) {
-			return
-		}
-		checkMessages(t, bytes.TrimSpace(raw))
-	})
 }
 
-func checkMessages(t *testing.T, raw []byte) {
-	t.Helper()
-	got, want := validateMessages(raw), validateMessagesJSON(raw)
-	if (got == nil) != (want == nil) || (got != nil && (got.code != want.code || got.param != want.param)) {
-		t.Fatalf("%q: jscan %+v, encoding/json %+v", raw, got, want)
+// TestChoices: n read for a stream's per-choice timing; anything but a
+// plain integer reads as 1, and it is bounded.
+func TestChoices(t *testing.T) {
+	for n, want := range map[string]int{"": 1, "1": 1, "3": 3, "0": 1, "-2": 1, "2.0": 1, `"2"`: 1, "9999": maxChoices, "123456789012345678901234567890": maxChoices, "128": 128, "null": 1} {
+		in := inference{N: json.RawMessage(n)}
+		if got := in.choices(); got != want {
+			t.Errorf("n %s: %d, want %d", n, got, want)
+		}
 	}
-}
-
-// TestRequestValidation: on both servers, invalid requests get an
-// OpenAI-shaped 400 naming the parameter, never reach an engine, and
-// their routing events are client errors with no engine (which the
-// processor does not count as demand, estimate.CountsAsDemand).
-func TestRequestValidation(t *testing.T) {
-	forEachServer(t, func(t *testing.T, server string) {
-		e := newFakeEngine(t, "a")
-		sink := make(eventSink, 100)
-		_, base := startGateway(t, HTTPServer(server), Engines(static(e)...), Events(sink))
-		n := 0
-		for _, tc := range validateCases {
-			if tc.code == "" || tc.path != pathChat {
-				continue
-			}
-			n++
-			status, _, body := post(t, context.Background(), base, tc.body, nil)
-			var v struct {
-				Error struct {
-					Type  string  `json:"type"`
-					Param *string `json:"param"`
-					Code  *string `json:"code"`
-				} `json:"error"`
-			}
-			if err := json.Unmarshal([]byte(body), &v); err != nil || status != 400 || v.Error.Type != "invalid_request_error" ||
-				v.Error.Param == nil || *v.Error.Param != tc.param || v.Error.Code == nil || *v.Error.Code != tc.code {
-				t.Errorf("%s: %d %s", tc.name, status, body)
-			}
-		}
-		if got := e.requests.Load(); got != 0 {
-			t.Errorf("%d invalid requests reached the engine", got)
-		}
-		for range n {
-			ev := sink.next(t)
-			if ev.GetStatus() != schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR || ev.GetEngineId() != "" || ev.GetHttpStatus() != 400 {
-				t.Errorf("event %v", ev)
-			}
-		}
-	})
 }

@@ -163,11 +163,12 @@ func (c *Client) Host(base string) *Host {
 }
 
 // AppendTarget appends the request target of path (escaped) on this
-// engine: the base URL's path, without a trailing /v1 when path starts
-// with /v1/ (as the gateway's upstream URL).
+// engine: the base URL's path, without a trailing /v1 (an OpenAI base
+// URL: /v1/... and the root routes such as /tokenize are the server's),
+// as the gateway's upstream URL.
 func (hp *Host) AppendTarget(b []byte, path string) []byte {
 	p := hp.path
-	if strings.HasSuffix(p, "/v1") && strings.HasPrefix(path, "/v1/") {
+	if strings.HasSuffix(p, "/v1") && strings.HasPrefix(path, "/") {
 		p = p[:len(p)-3]
 	}
 	return append(append(b, p...), path...)

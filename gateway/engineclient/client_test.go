@@ -17,6 +17,9 @@ func TestAppendTarget(t *testing.T) {
 		{"http://h:1/v1/", "/v1/models", "/v1/models"},
 		{"http://h:1/engine/a", "/v1/completions", "/engine/a/v1/completions"},
 		{"http://h:1/engine/v1", "/v1/completions", "/engine/v1/completions"},
+		{"http://h:1/v1", "/tokenize", "/tokenize"},
+		{"http://h:1/engine/v1", "/rerank", "/engine/rerank"},
+		{"http://h:1/engine/a", "/tokenize", "/engine/a/tokenize"},
 	}
 	c := New(time.Second, time.Now)
 	for _, tt := range tests {

@@ -78,7 +78,7 @@ type Result struct {
 	// TTFT is the time from Stream.Start to the first event that carries
 	// output (content, text, reasoning or tool calls; in a Responses
 	// stream a non-empty delta; 0: none), TBOT the mean time between
-	// output events.
+	// one choice's output events (Stream.Choices).
 	TTFT, TBOT time.Duration
 	// FirstToken reports an output event.
 	FirstToken bool
@@ -116,6 +116,11 @@ type Stream struct {
 	// data without one, its event: line) rather than data: [DONE], and
 	// whose usage is in that event's response. StripUsage does not apply.
 	Responses bool
+	// Choices is how many choices the stream interleaves (the request's
+	// n; 0 reads as 1). Their output events alternate, so the time
+	// between one choice's tokens (TBOT) is the span of the output
+	// events over their count per choice less one.
+	Choices int
 }
 
 // Relay relays body, the engine's event stream, to w as it arrives:
@@ -207,8 +212,8 @@ func (st *Stream) Relay(ctx context.Context, w http.ResponseWriter, body io.Read
 		res.Usage.OutputTokens = uint32(sc.contentN)
 	}
 	res.FirstToken = sc.contentN > 0
-	if sc.contentN > 1 && sc.lastData.After(sc.firstData) {
-		res.TBOT = sc.lastData.Sub(sc.firstData) / time.Duration(sc.contentN-1)
+	if k := max(st.Choices, 1); sc.contentN > k && sc.lastData.After(sc.firstData) {
+		res.TBOT = sc.lastData.Sub(sc.firstData) * time.Duration(k) / time.Duration(sc.contentN-k)
 	}
 	return res
 }

@@ -101,7 +101,10 @@ type sdkReport struct {
 
 // TestOpenAINodeSDK runs examples/openai-node/check.js (the official
 // OpenAI Node SDK, `npm ci` in .ci/run) against a gateway in front of two
-// enginesim engines, a gateway that sheds everything (its snapshot's shed
+// enginesim engines (and, for the same_* checks, directly against one of
+// them: the gateway must answer every call as the engine does, n,
+// logprobs, tools, embeddings, rerank, score, tokenize, the Responses
+// API and the engine's own 400s included), a gateway that sheds everything (its snapshot's shed
 // fraction is 1) and one whose only engine answers 429: chat, legacy
 // completions and the Responses API, streamed with and without usage
 // (and the SDK's stream helpers), models, the SDK's typed
@@ -129,9 +132,10 @@ func TestOpenAINodeSDK(t *testing.T) {
 
 	rc := &recorder{bodies: map[string][]byte{}}
 	var engines []gw.StaticEngine
-	var engineMetrics []string
+	var engineMetrics, engineBases []string
 	ids := []string{"sim-a", "sim-b"}
 	for i, base := range startEngines(t, ctx, cancel, ids...) {
+		engineBases = append(engineBases, base)
 		engines = append(engines, gw.StaticEngine{ID: ids[i], URL: recordingProxy(t, base, rc)})
 		engineMetrics = append(engineMetrics, base+"/metrics")
 	}
@@ -202,7 +206,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 
 	base := "http://" + g.Addr()
 	cmd := exec.CommandContext(ctx, node, "check.js",
-		"--base-url", base+"/v1", "--model", engineserver.DefaultModel,
+		"--base-url", base+"/v1", "--model", engineserver.DefaultModel, "--engine-base-url", engineBases[0]+"/v1",
 		"--metrics-url", base+"/metrics", "--engine-metrics", strings.Join(engineMetrics, ","),
 		"--shed-base-url", "http://"+shedGW.Addr()+"/v1", "--saturated-base-url", "http://"+satGW.Addr()+"/v1",
 		"--broken-base-url", "http://"+brokenGW.Addr()+"/v1")
@@ -226,9 +230,15 @@ func TestOpenAINodeSDK(t *testing.T) {
 	}
 	for _, name := range []string{"chat_nonstream", "chat_stream", "chat_stream_usage", "chat_stream_helper", "completions_nonstream",
 		"completions_stream", "completions_stream_usage", "models_list", "error_model_unknown", "error_chat_model_unknown",
-		"error_malformed_json", "error_missing_model", "error_unknown_route", "passthrough", "passthrough_stream",
+		"error_malformed_json", "error_unknown_route", "passthrough", "passthrough_stream",
 		"rate_limited_shed", "rate_limited_engine", "chat_stream_usage_false", "stream_broken", "error_engine_flat", "concurrent", "abort_nonstream", "abort_mid_stream",
-		"responses_nonstream", "responses_stream", "responses_stream_helper", "error_responses_missing_input", "error_responses_bad_max_output_tokens"} {
+		"responses_nonstream", "responses_stream", "responses_stream_helper",
+		// The gateway answers as the engine does (check.js sameAnswers).
+		"same_chat_n", "same_chat_n_stream", "same_chat_n_stream_no_usage", "same_chat_logprobs", "same_chat_logprobs_stream", "same_completions_n_logprobs",
+		"same_chat_tools", "same_chat_tools_stream", "same_chat_tool_result", "same_embeddings", "same_embeddings_float", "same_embeddings_tokens",
+		"same_responses", "same_responses_stream", "same_responses_tools", "same_rerank", "same_score", "same_tokenize", "same_detokenize",
+		"same_chat_no_model", "same_chat_no_messages", "same_chat_empty_messages", "same_chat_n_zero", "same_chat_max_tokens_zero", "same_chat_bad_logprobs",
+		"same_responses_no_input", "same_responses_bad_max_output_tokens", "same_embeddings_no_input", "same_embeddings_unknown_model", "same_rerank_no_query"} {
 		if !seen[name] {
 			t.Errorf("check %s did not run", name)
 		}
