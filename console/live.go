@@ -390,7 +390,7 @@ func (c *Console) record(r *kgo.Record, now time.Time) {
 			return
 		}
 		c.live.addSignal(s)
-	case c.topics.RoutingEvents:
+	case c.topics.RoutingEvents, c.topics.RoutingArrivals:
 		ev, err := estimate.DecodeRoutingEvent(r.Value, r.Timestamp)
 		if err != nil {
 			c.live.invalid()

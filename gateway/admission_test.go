@@ -228,12 +228,13 @@ func TestTimeoutsDoNotEject(t *testing.T) {
 
 // TestArrivalRecord: a request still running after ArrivalRecordAfter
 // gets an arrival record (IN_PROGRESS, its request id and arrival time),
-// counted as demand; its final record is counted_at_arrival and not
-// counted again. A short request has only its final record.
+// counted as demand, to the arrivals sink; its final record, the only
+// one in the events sink, is counted_at_arrival and not counted again.
+// A short request has only its final record.
 func TestArrivalRecord(t *testing.T) {
 	e := newFakeEngine(t, "a")
-	sink := make(eventSink, 8)
-	_, base := startGateway(t, Engines(static(e)...), Events(sink), ArrivalRecordAfter(20*time.Millisecond))
+	sink, arrivals := make(eventSink, 8), make(eventSink, 8)
+	_, base := startGateway(t, Engines(static(e)...), Events(sink), Arrivals(arrivals), ArrivalRecordAfter(20*time.Millisecond))
 	if status, _, _ := post(t, context.Background(), base, chatBody(false, "x"), nil); status != 200 {
 		t.Fatalf("short request: %d", status)
 	}
@@ -246,7 +247,7 @@ func TestArrivalRecord(t *testing.T) {
 		s, _, _ := post(t, context.Background(), base, chatBody(false, "x"), nil)
 		done <- s
 	}()
-	arr := sink.next(t)
+	arr := arrivals.next(t)
 	if arr.Status != schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS || arr.RequestId == "" || arr.Model != "sim" || !estimate.CountsAsDemand(arr) {
 		t.Fatalf("arrival record %v", arr)
 	}
@@ -258,6 +259,9 @@ func TestArrivalRecord(t *testing.T) {
 	if fin.RequestId != arr.RequestId || fin.EventTimeUnixMs != arr.EventTimeUnixMs || !fin.CountedAtArrival ||
 		fin.Status != schemas.RequestStatus_REQUEST_STATUS_OK || estimate.CountsAsDemand(fin) {
 		t.Fatalf("final record %v after arrival %v", fin, arr)
+	}
+	if len(sink) != 0 || len(arrivals) != 0 {
+		t.Fatalf("%d more events and %d more arrival records, want none", len(sink), len(arrivals))
 	}
 }
 

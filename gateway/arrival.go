@@ -15,7 +15,10 @@ import (
 // ArrivalRecordAfter after it arrived therefore gets an arrival record
 // (RequestStatus IN_PROGRESS, the same request id and event time), which
 // counts as demand at once; its final record then carries
-// counted_at_arrival and counts only for latency and tokens.
+// counted_at_arrival and counts only for latency and tokens. Arrival
+// records go to their own sink (Arrivals, the routing-arrivals topic),
+// so the routing-events topic keeps one record per request and a reader
+// that does not know arrival records counts requests exactly.
 
 // arrival is one request's pending arrival record.
 type arrival struct {
@@ -35,9 +38,9 @@ const (
 )
 
 // startArrival arms ev's arrival record (nil when arrival records are
-// off or there is no event sink). It copies what ev holds now.
+// off or there is no arrival sink). It copies what ev holds now.
 func (g *Gateway) startArrival(ev *schemas.RoutingEvent) *arrival {
-	if g.cfg.arrivalAfter < 0 || g.cfg.events == nil {
+	if g.cfg.arrivalAfter < 0 || g.cfg.arrivals == nil {
 		return nil
 	}
 	a := &arrival{g: g, rec: &schemas.RoutingEvent{
@@ -50,6 +53,8 @@ func (g *Gateway) startArrival(ev *schemas.RoutingEvent) *arrival {
 		Model:           ev.Model,
 		Stream:          ev.Stream,
 		Tenant:          ev.Tenant,
+		TenantSource:    ev.TenantSource,
+		ClientRequestId: ev.ClientRequestId,
 		AffinityKeyHash: ev.AffinityKeyHash,
 		Priority:        ev.Priority,
 	}}
@@ -61,7 +66,7 @@ func (a *arrival) send() {
 	if !a.state.CompareAndSwap(arrivalPending, arrivalSending) {
 		return
 	}
-	if a.g.cfg.events.Emit(a.rec.RequestId, a.rec) { // keyed as its final record: same partition
+	if a.g.cfg.arrivals.Emit(a.rec.RequestId, a.rec) { // keyed as its final record
 		a.state.Store(arrivalSent)
 		return
 	}

@@ -135,6 +135,8 @@ type cfg struct {
 	snap              snapshotTrust // snapshot.go
 	registry          *fleet.Registry
 	events            EventSink
+	arrivals          EventSink // arrival.go
+	trustTenantHeader bool      // event.go
 	signals           SignalFetcher
 	engines           []StaticEngine
 	models            []string
@@ -192,6 +194,22 @@ func Registry(reg *fleet.Registry) Opt { return opt(func(c *cfg) { c.registry = 
 // Events receives the routing events. Default none: events are dropped
 // and counted (switchyard_gateway_events_dropped_total).
 func Events(sink EventSink) Opt { return opt(func(c *cfg) { c.events = sink }) }
+
+// Arrivals receives the arrival records (RoutingEvent, status
+// REQUEST_STATUS_IN_PROGRESS) of requests still running
+// ArrivalRecordAfter after they arrived, for the routing-arrivals topic,
+// so that the routing-events topic (Events) holds one record per
+// request. Default none: no arrival records, every request counts as
+// demand at its final record.
+func Arrivals(sink EventSink) Opt { return opt(func(c *cfg) { c.arrivals = sink }) }
+
+// TrustTenantHeader takes a request's tenant from its X-Switchyard-Tenant
+// header when no API keys are configured (Tenants): for a gateway behind
+// a proxy that authenticates clients and sets the header itself. With
+// keys the key's tenant is the request's, whatever the header says.
+// Default false: the header is ignored and a request without a key is
+// the DefaultTenant's (RoutingEvent.tenant_source "none").
+func TrustTenantHeader(trust bool) Opt { return opt(func(c *cfg) { c.trustTenantHeader = trust }) }
 
 // Signals is followed for engine health and ready replicas: an engine
 // whose own signals say unhealthy or no ready replicas gets no traffic.
@@ -265,7 +283,7 @@ func DrainDelay(d time.Duration) Opt { return opt(func(c *cfg) { c.drainDelay = 
 func DrainTimeout(d time.Duration) Opt { return opt(func(c *cfg) { c.drainTimeout = d }) }
 
 // ArrivalRecordAfter is how long a request runs before the gateway
-// publishes its arrival record (RequestStatus IN_PROGRESS), so that
+// publishes its arrival record (RequestStatus IN_PROGRESS, to Arrivals), so that
 // demand counts it at arrival even when its final record comes later
 // than the processor's allowed lateness. Default 2s; negative: never.
 func ArrivalRecordAfter(d time.Duration) Opt { return opt(func(c *cfg) { c.arrivalAfter = d }) }

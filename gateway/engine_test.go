@@ -105,6 +105,8 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 		Stream        bool `json:"stream"`
 		StreamOptions struct {
 			IncludeUsage bool `json:"include_usage"`
+			// vLLM's: usage in every chunk (with include_usage).
+			ContinuousUsageStats bool `json:"continuous_usage_stats"`
 		} `json:"stream_options"`
 	}
 	_ = json.Unmarshal(body, &req)
@@ -134,7 +136,11 @@ func (e *fakeEngine) serve(w http.ResponseWriter, r *http.Request) {
 			e.canceled.Add(1)
 			return
 		}
-		fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
+		if req.StreamOptions.IncludeUsage && req.StreamOptions.ContinuousUsageStats {
+			fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", i, i+1, i+12)
+		} else {
+			fmt.Fprintf(w, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"sim\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", i)
+		}
 		fl.Flush()
 	}
 	if req.StreamOptions.IncludeUsage { // as OpenAI and vLLM: only when asked

@@ -19,7 +19,7 @@ import (
 func TestRoutingEventForBilling(t *testing.T) {
 	e := newFakeEngine(t, "a")
 	sink := make(eventSink, 16)
-	g, base := startGateway(t, Engines(static(e)...), Events(sink), PriorityHeader(true))
+	g, base := startGateway(t, Engines(static(e)...), Events(sink), PriorityHeader(true), TrustTenantHeader(true))
 	sig, err := proto.Marshal(&schemas.EngineSignal{SchemaVersion: schemas.Version + 1, EngineId: "a", Region: "us-east-1",
 		GpuClass: "h100", EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1})
 	if err != nil {
@@ -50,6 +50,9 @@ func TestRoutingEventForBilling(t *testing.T) {
 	}
 	if ev.AffinityKeyHash == 0 {
 		t.Fatal("no affinity key hash")
+	}
+	if ev.TenantSource != TenantSourceHeader {
+		t.Errorf("tenant source %q, want %q", ev.TenantSource, TenantSourceHeader)
 	}
 	if ev.EventTimeUnixMs < before || ev.CompletionTimeUnixMs < ev.EventTimeUnixMs {
 		t.Errorf("start %d, completion %d, request sent at %d", ev.EventTimeUnixMs, ev.CompletionTimeUnixMs, before)

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -227,15 +226,6 @@ func (g *Gateway) record(ev *schemas.RoutingEvent, out outcome, start time.Time)
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func newRequestID() string {
-	var b [8]byte
-	v := rand.Uint64()
-	for i := range b {
-		b[i] = byte(v >> (8 * i))
-	}
-	return hex.EncodeToString(b[:])
-}
-
 var (
 	statusClientErr = schemas.RequestStatus_REQUEST_STATUS_CLIENT_ERROR
 	statusShed      = schemas.RequestStatus_REQUEST_STATUS_SHED
@@ -250,20 +240,8 @@ func clientError(w http.ResponseWriter, status int, code, param, msg string) out
 }
 
 func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r *http.Request, ev *schemas.RoutingEvent, start time.Time) outcome {
-	reqID := r.Header.Get(HeaderRequestID)
-	if reqID == "" {
-		reqID = newRequestID()
-	} else if !validHeaderValue(reqID) {
-		reqID = newRequestID()
-		ev.RequestId = reqID
-		w.Header().Set(HeaderRequestID, reqID)
+	if !g.identify(w, r, ev) { // event.go
 		return clientError(w, 400, "invalid_header", HeaderRequestID, "header "+HeaderRequestID+" must be printable ASCII of at most 256 bytes")
-	}
-	ev.RequestId = reqID
-	if v := r.Header[HeaderRequestID]; len(v) > 0 && v[0] == reqID {
-		w.Header()[HeaderRequestID] = v[:1] // echoed: share the value
-	} else {
-		w.Header().Set(HeaderRequestID, reqID)
 	}
 	prio, weight, tenantDone, out, ok := g.authorize(w, r, ev) // tenants.go
 	if !ok {
@@ -501,6 +479,9 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			ev.EngineTtftMs = max(ms(res.ttft-res.queued-rtt), 0)
 		}
 		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.usage.PromptTokens, res.usage.OutputTokens, res.usage.CachedTokens
+		// The picker's estimate when the engine took the request but no
+		// usage came (event.go).
+		ev.UsageEstimated = estimatePrompt(ev, &res, preq.PromptTokens, r.Context().Err() != nil)
 		g.noteAttempt(ev, eng.ID, &res, began, r.Context().Err() != nil) // event.go
 		if res.saturated && r.Context().Err() == nil {
 			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()

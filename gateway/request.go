@@ -19,8 +19,12 @@ const (
 	// HeaderPriority is the request's priority class: low, normal
 	// (default) or high (or 0, 1, 2). Lower classes are shed first.
 	HeaderPriority = "X-Switchyard-Priority"
-	// HeaderRequestID is echoed, or generated when absent.
+	// HeaderRequestID is echoed, or the gateway's request id when absent;
+	// the routing event keeps it as client_request_id.
 	HeaderRequestID = "X-Request-Id"
+	// HeaderGatewayRequestID is the gateway's own id of an inference
+	// request, unique (a UUIDv7): the routing event's request_id.
+	HeaderGatewayRequestID = "X-Switchyard-Request-Id"
 	// Response headers.
 	HeaderEngine   = "X-Switchyard-Engine"
 	HeaderSnapshot = "X-Switchyard-Snapshot"

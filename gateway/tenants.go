@@ -54,7 +54,7 @@ func (g *Gateway) authorize(w http.ResponseWriter, r *http.Request, ev *schemas.
 		return prio, weight, nil, outcome{statusClientErr, http.StatusUnauthorized}, false
 	}
 	if t != nil {
-		ev.Tenant = t.Name
+		ev.Tenant, ev.TenantSource = t.Name, TenantSourceAPIKey
 		prio, weight = t.Priority, t.Weight
 	}
 	if g.cfg.priorityHeader {

@@ -107,7 +107,9 @@ const (
 	// An arrival record: the request was admitted and is still running
 	// some seconds after it arrived. It counts as demand at its arrival
 	// (event_time_unix_ms) and carries nothing else; the request's final
-	// record follows with counted_at_arrival set.
+	// record follows with counted_at_arrival set. Published only to the
+	// routing-arrivals topic, never to routing.events, which holds one
+	// record per request.
 	RequestStatus_REQUEST_STATUS_IN_PROGRESS RequestStatus = 6
 )
 
@@ -806,14 +808,21 @@ func (x *Attempt) GetDurationMs() float64 {
 }
 
 // RoutingEvent is published by a gateway for every request it answered
-// to switchyard.routing.events, keyed by request_id (docs/topics.md).
+// to switchyard.routing.events, keyed by request_id, one record per
+// request (docs/topics.md). Arrival records (status
+// REQUEST_STATUS_IN_PROGRESS) are RoutingEvents too, on their own topic,
+// switchyard.routing.arrivals.
 // Event time is the request's start (event_time_unix_ms); the record is
 // published at its completion (completion_time_unix_ms), so within a
 // partition events are in completion order, not event-time order.
 type RoutingEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
-	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The gateway's id of the request, unique across gateways and time
+	// ordered: a UUIDv7 (RFC 9562) in its 36-character text form; the
+	// X-Switchyard-Request-Id response header. The client's X-Request-Id
+	// is client_request_id.
+	RequestId string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The gateway's cluster.
 	Cluster string `protobuf:"bytes,3,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// The engine of the last attempt; "" when none was tried.
@@ -830,7 +839,9 @@ type RoutingEvent struct {
 	TtftMs float64 `protobuf:"fixed64,8,opt,name=ttft_ms,json=ttftMs,proto3" json:"ttft_ms,omitempty"`
 	// Mean time between output tokens, in ms.
 	MeanTbotMs float64 `protobuf:"fixed64,9,opt,name=mean_tbot_ms,json=meanTbotMs,proto3" json:"mean_tbot_ms,omitempty"`
-	// Tokens of the prompt as the engine reported them (usage), 0 when the
+	// Tokens of the prompt as the engine reported them (usage); when the
+	// request reached an engine that reported none (the client went away
+	// first), the gateway's estimate, with usage_estimated set; 0 when the
 	// request never reached an engine.
 	PromptTokens uint32 `protobuf:"varint,10,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`
 	// Output (completion) tokens: the engine's usage, else the streamed
@@ -855,7 +866,9 @@ type RoutingEvent struct {
 	// the processor's network sample for (cluster, engine_id).
 	NetworkRttMs float64 `protobuf:"fixed64,20,opt,name=network_rtt_ms,json=networkRttMs,proto3" json:"network_rtt_ms,omitempty"`
 	// Tenant billed for the request: the API key's tenant when keys are
-	// configured, else the X-Switchyard-Tenant header, else "default".
+	// configured, else the X-Switchyard-Tenant header when the gateway
+	// trusts it (--trust-tenant-header), else "default"; tenant_source
+	// says which.
 	Tenant string `protobuf:"bytes,21,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// 64-bit hash (splitmix64 of FNV-1a) of the affinity key the gateway
 	// routed on: the X-Switchyard-Session header, else the OpenAI `user`,
@@ -881,10 +894,24 @@ type RoutingEvent struct {
 	// How the engine was chosen (decision_reason as an enum).
 	Decision DecisionReason `protobuf:"varint,30,opt,name=decision,proto3,enum=switchyard.v1.DecisionReason" json:"decision,omitempty"`
 	// The request's arrival record (status REQUEST_STATUS_IN_PROGRESS) was
-	// published: this final record does not count as demand again.
+	// published, to the routing-arrivals topic: this final record does not
+	// count as demand again.
 	CountedAtArrival bool `protobuf:"varint,31,opt,name=counted_at_arrival,json=countedAtArrival,proto3" json:"counted_at_arrival,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The client's X-Request-Id header as it sent it (printable ASCII of at
+	// most 256 bytes), "" when it sent none. Not unique: clients choose it,
+	// and two tenants may send the same one; request_id is the gateway's
+	// own, unique id.
+	ClientRequestId string `protobuf:"bytes,32,opt,name=client_request_id,json=clientRequestId,proto3" json:"client_request_id,omitempty"`
+	// Where tenant came from: "api_key" (the API key's tenant), "header"
+	// (X-Switchyard-Tenant, trusted only when the gateway runs with
+	// --trust-tenant-header), "none" (neither: tenant is "default").
+	TenantSource string `protobuf:"bytes,33,opt,name=tenant_source,json=tenantSource,proto3" json:"tenant_source,omitempty"`
+	// prompt_tokens is the gateway's estimate from the request's prompt,
+	// not the engine's usage: the client went away (or the response ended)
+	// before the engine reported usage, although the request reached it.
+	UsageEstimated bool `protobuf:"varint,34,opt,name=usage_estimated,json=usageEstimated,proto3" json:"usage_estimated,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RoutingEvent) Reset() {
@@ -1130,6 +1157,27 @@ func (x *RoutingEvent) GetDecision() DecisionReason {
 func (x *RoutingEvent) GetCountedAtArrival() bool {
 	if x != nil {
 		return x.CountedAtArrival
+	}
+	return false
+}
+
+func (x *RoutingEvent) GetClientRequestId() string {
+	if x != nil {
+		return x.ClientRequestId
+	}
+	return ""
+}
+
+func (x *RoutingEvent) GetTenantSource() string {
+	if x != nil {
+		return x.TenantSource
+	}
+	return ""
+}
+
+func (x *RoutingEvent) GetUsageEstimated() bool {
+	if x != nil {
+		return x.UsageEstimated
 	}
 	return false
 }
@@ -2562,7 +2610,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\vhttp_status\x18\x04 \x01(\rR\n" +
 	"httpStatus\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
-	"durationMs\"\xba\t\n" +
+	"durationMs\"\xb4\n" +
+	"\n" +
 	"\fRoutingEvent\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
 	"\n" +
@@ -2598,7 +2647,10 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x05tried\x18\x1c \x03(\v2\x16.switchyard.v1.AttemptR\x05tried\x12C\n" +
 	"\x0efailure_reason\x18\x1d \x01(\x0e2\x1c.switchyard.v1.FailureReasonR\rfailureReason\x129\n" +
 	"\bdecision\x18\x1e \x01(\x0e2\x1d.switchyard.v1.DecisionReasonR\bdecision\x12,\n" +
-	"\x12counted_at_arrival\x18\x1f \x01(\bR\x10countedAtArrival\"O\n" +
+	"\x12counted_at_arrival\x18\x1f \x01(\bR\x10countedAtArrival\x12*\n" +
+	"\x11client_request_id\x18  \x01(\tR\x0fclientRequestId\x12#\n" +
+	"\rtenant_source\x18! \x01(\tR\ftenantSource\x12'\n" +
+	"\x0fusage_estimated\x18\" \x01(\bR\x0eusageEstimated\"O\n" +
 	"\fProfilePoint\x12 \n" +
 	"\vutilization\x18\x01 \x01(\x01R\vutilization\x12\x1d\n" +
 	"\n" +

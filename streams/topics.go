@@ -19,8 +19,14 @@ import (
 type Topics struct {
 	// Signals carries EngineSignal records keyed by engine id.
 	Signals string
-	// RoutingEvents carries RoutingEvent records keyed by request id.
+	// RoutingEvents carries RoutingEvent records keyed by request id, one
+	// per request: its final record.
 	RoutingEvents string
+	// RoutingArrivals carries the arrival records of long requests
+	// (RoutingEvent, status REQUEST_STATUS_IN_PROGRESS) keyed by request
+	// id; readers of RoutingEvents never see them, and demand counting
+	// reads both (docs/topics.md).
+	RoutingArrivals string
 	// Estimates carries Estimate envelopes keyed by entity (compacted,
 	// one partition, so consumers see windows in order).
 	Estimates string
@@ -33,29 +39,37 @@ type Topics struct {
 const DefaultPrefix = "switchyard"
 
 // TopicsFor returns the topic names under prefix ("" means DefaultPrefix):
-// PREFIX.engine.signals, PREFIX.routing.events, PREFIX.estimates,
-// PREFIX.deadletter.
+// PREFIX.engine.signals, PREFIX.routing.events, PREFIX.routing.arrivals,
+// PREFIX.estimates, PREFIX.deadletter.
 func TopicsFor(prefix string) Topics {
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
 	return Topics{
-		Signals:       prefix + ".engine.signals",
-		RoutingEvents: prefix + ".routing.events",
-		Estimates:     prefix + ".estimates",
-		DeadLetter:    prefix + ".deadletter",
+		Signals:         prefix + ".engine.signals",
+		RoutingEvents:   prefix + ".routing.events",
+		RoutingArrivals: prefix + ".routing.arrivals",
+		Estimates:       prefix + ".estimates",
+		DeadLetter:      prefix + ".deadletter",
 	}
 }
 
 // All lists every topic.
 func (t Topics) All() []string {
-	return []string{t.Signals, t.RoutingEvents, t.Estimates, t.DeadLetter}
+	return []string{t.Signals, t.RoutingEvents, t.RoutingArrivals, t.Estimates, t.DeadLetter}
+}
+
+// Inputs are the topics the processor reads: signals, routing events and
+// arrival records, in that order (replay and the processor's offsets use
+// the same list).
+func (t Topics) Inputs() []string {
+	return []string{t.Signals, t.RoutingEvents, t.RoutingArrivals}
 }
 
 // Retention of the delete-policy topics: how far back replay, export-trace
 // and tap can read (docs/topics.md). Estimates are compacted instead.
 const (
-	EventRetention      = 7 * 24 * time.Hour  // signals and routing events
+	EventRetention      = 7 * 24 * time.Hour  // signals, routing events and arrivals
 	DeadLetterRetention = 30 * 24 * time.Hour // time to inspect and re-drive
 )
 

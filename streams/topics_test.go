@@ -36,10 +36,14 @@ func TestEnsureTopicsContract(t *testing.T) {
 		policy     string
 		retention  string
 	}{
-		topics.Signals:       {4, "delete", "604800000"},
-		topics.RoutingEvents: {4, "delete", "604800000"},
-		topics.Estimates:     {1, "compact", ""},
-		topics.DeadLetter:    {4, "delete", "2592000000"},
+		topics.Signals:         {4, "delete", "604800000"},
+		topics.RoutingEvents:   {4, "delete", "604800000"},
+		topics.RoutingArrivals: {4, "delete", "604800000"},
+		topics.Estimates:       {1, "compact", ""},
+		topics.DeadLetter:      {4, "delete", "2592000000"},
+	}
+	if len(want) != len(topics.All()) {
+		t.Fatalf("the test checks %d topics, EnsureTopics creates %d", len(want), len(topics.All()))
 	}
 	for name, w := range want {
 		if got := len(details[name].Partitions); got != w.partitions {

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,7 @@ type regionGateway struct {
 	gw       *gateway.Gateway
 	watcher  *snapshots.Watcher
 	emitter  *streams.Emitter
+	arrivals *streams.Emitter // arrival records, to their own topic
 	producer *kgo.Client
 	signals  *kgo.Client
 	nc       *nats.Conn
@@ -48,6 +50,10 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		return nil, fmt.Errorf("creating kafka signal client: %w", err)
 	}
 	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, reg)
+	var arr *streams.Emitter
+	if err == nil {
+		arr, err = streams.NewEmitter(prod, topics.RoutingArrivals, "gateway_arrivals", 0, reg)
+	}
 	if err != nil {
 		prod.Close()
 		sig.Close()
@@ -56,11 +62,12 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 	rg := &regionGateway{
 		watcher:  snapshots.NewWatcher(natsURL, "", region),
 		emitter:  em,
+		arrivals: arr,
 		producer: prod,
 		signals:  sig,
 	}
 	rg.gw, err = gateway.New(region, append(opts,
-		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Signals(sig), gateway.Registerer(reg))...)
+		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Arrivals(rg.arrivals), gateway.Signals(sig), gateway.Registerer(reg))...)
 	if err != nil {
 		rg.close()
 		return nil, err
@@ -78,7 +85,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 }
 
 // run runs the gateway and its watcher under g until ctx is done; the
-// emitter outlives the gateway to send the events of its last requests.
+// emitters outlive the gateway to send the events of its last requests.
 func (rg *regionGateway) run(ctx context.Context, g *errgroup.Group) {
 	g.Go(func() error { return rg.watcher.Run(ctx) })
 	g.Go(func() error { return rg.peers.Run(ctx) })
@@ -88,7 +95,10 @@ func (rg *regionGateway) run(ctx context.Context, g *errgroup.Group) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			var wg sync.WaitGroup
+			wg.Go(func() { _ = rg.arrivals.Run(ectx) })
 			_ = rg.emitter.Run(ectx) // returns nil once flushed
+			wg.Wait()
 		}()
 		err := rg.gw.Run(ctx)
 		stop()

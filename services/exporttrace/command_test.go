@@ -48,12 +48,12 @@ func TestRoundTrip(t *testing.T) {
 	}
 	var wants []want
 	var recs []*kgo.Record
-	add := func(ev *schemas.RoutingEvent, at time.Time) {
+	add := func(topic string, ev *schemas.RoutingEvent, at time.Time) {
 		b, err := proto.Marshal(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs = append(recs, &kgo.Record{Topic: topics.RoutingEvents, Key: []byte(ev.GetRequestId()), Value: b, Timestamp: at})
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(ev.GetRequestId()), Value: b, Timestamp: at})
 	}
 	shed, outside := 0, 0
 	for i := range 600 {
@@ -68,13 +68,13 @@ func TestRoundTrip(t *testing.T) {
 		if i%17 == 0 {
 			ev.Status, ev.PromptTokens, ev.CachedTokens, ev.OutputTokens, ev.EngineId = schemas.RequestStatus_REQUEST_STATUS_SHED, 0, 0, 0, ""
 		}
-		if dur > 5*time.Second { // the gateway's arrival record
+		if dur > 5*time.Second { // the gateway's arrival record, on its own topic
 			arr := proto.CloneOf(ev)
 			arr.Status, arr.CompletionTimeUnixMs, arr.PromptTokens, arr.CachedTokens, arr.OutputTokens = schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS, 0, 0, 0, 0
-			add(arr, start)
+			add(topics.RoutingArrivals, arr, start)
 			ev.CountedAtArrival = true
 		}
-		add(ev, start.Add(dur))
+		add(topics.RoutingEvents, ev, start.Add(dur))
 		switch at := start.Sub(from); {
 		case at < 0 || at >= 40*time.Second:
 			outside++

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,6 +71,7 @@ type Flags struct {
 	APIKeys              string
 	EngineRegistry       string
 	PriorityHeader       bool
+	TrustTenantHeader    bool
 	AdminListen          string
 	ArrivalRecordAfter   time.Duration
 	DrainDelay           time.Duration
@@ -107,6 +109,7 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.StringVar(&f.EngineRegistry, "engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): a snapshot naming an engine outside it, or one at another endpoint, is refused (empty: any engine a valid snapshot names)")
 	fs.StringVar(&f.APIKeys, "api-keys", "", "tenant file (YAML: sha256 hex of each API key -> tenant, priority, rate, concurrency), reloaded on change; every request then needs a key (empty: no keys)")
 	fs.BoolVar(&f.PriorityHeader, "priority-header", false, "trust the client's X-Switchyard-Priority header (never above its API key's priority); otherwise priority comes from the key only")
+	fs.BoolVar(&f.TrustTenantHeader, "trust-tenant-header", false, "without --api-keys, take a request's tenant from its X-Switchyard-Tenant header: only behind a proxy that authenticates clients and sets the header itself (otherwise the header is ignored and the tenant is \"default\"; with --api-keys the key's tenant always)")
 	fs.StringVar(&f.AdminListen, "admin-listen", "", "serve /health and /metrics on this address instead of --listen (empty: on --listen)")
 	fs.DurationVar(&f.ArrivalRecordAfter, "arrival-record-after", gateway.DefaultArrivalRecordAfter, "publish an arrival record (counted as demand) for a request still running after this long (negative: never)")
 	fs.DurationVar(&f.DrainDelay, "drain-delay", gateway.DefaultDrainDelay, "on SIGTERM, keep accepting this long with /health/ready failing, so load balancers stop sending first (docs/gateway.md#draining)")
@@ -189,6 +192,7 @@ func (f Flags) options() []gateway.Opt {
 		gateway.AdaptiveConcurrency(f.AdaptiveConcurrency),
 		gateway.AdmissionQueue(f.AdmissionQueue),
 		gateway.PriorityHeader(f.PriorityHeader),
+		gateway.TrustTenantHeader(f.TrustTenantHeader),
 		gateway.AdminListen(f.AdminListen),
 		gateway.ArrivalRecordAfter(f.ArrivalRecordAfter),
 		gateway.DrainDelay(f.DrainDelay),
@@ -251,7 +255,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return err
 		}
 		defer k.close(log)
-		opts = append(opts, gateway.Events(k.emitter), gateway.Signals(k.signals))
+		opts = append(opts, gateway.Events(k.emitter), gateway.Arrivals(k.arrivals), gateway.Signals(k.signals))
 	}
 	var w *snapshots.Watcher
 	if f.NATSURL != "" {
@@ -342,10 +346,14 @@ func readSnapshotFile(path string) (*schemas.WeightSnapshot, error) {
 }
 
 // kafka holds a gateway's Kafka clients: a producer of routing events
-// (through an emitter) and a follower of engine signals.
+// and arrival records (through an emitter each) and a follower of engine
+// signals.
 type kafka struct {
 	producer, signals *kgo.Client
 	emitter           *streams.Emitter
+	// arrivals has no spool: an arrival record it drops is counted, and
+	// the request's final record then counts as demand itself.
+	arrivals *streams.Emitter
 }
 
 // DefaultEventSpoolMaxBytes is --event-spool-max-bytes' default: 1 GiB,
@@ -377,6 +385,10 @@ func dialKafka(f Flags, log *slog.Logger, reg prometheus.Registerer) (*kafka, er
 		emOpts = append(emOpts, streams.Spool(sp))
 	}
 	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", f.EventBuffer, reg, emOpts...)
+	var arr *streams.Emitter
+	if err == nil {
+		arr, err = streams.NewEmitter(prod, topics.RoutingArrivals, "gateway_arrivals", f.EventBuffer, reg, streams.EmitterLogger(log))
+	}
 	if err != nil {
 		prod.Close()
 		sig.Close()
@@ -385,7 +397,7 @@ func dialKafka(f Flags, log *slog.Logger, reg prometheus.Registerer) (*kafka, er
 		}
 		return nil, err
 	}
-	return &kafka{producer: prod, signals: sig, emitter: em}, nil
+	return &kafka{producer: prod, signals: sig, emitter: em, arrivals: arr}, nil
 }
 
 // emitterFlushTimeout bounds the flush of routing events on shutdown,
@@ -400,14 +412,17 @@ const emitterFlushTimeout = 3 * time.Second
 // stop_grace_period) should be at least --drain-timeout plus this.
 const ExitAfterDrain = 5 * time.Second
 
-// runEmitter runs the emitter until stop is called (not when ctx ends);
-// stop flushes it, for at most emitterFlushTimeout.
+// runEmitter runs the emitters until stop is called (not when ctx ends);
+// stop flushes them, for at most emitterFlushTimeout.
 func (k *kafka) runEmitter(ctx context.Context) (stop func()) {
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = k.arrivals.Run(ectx) })
 		_ = k.emitter.Run(ectx) // returns nil once flushed
+		wg.Wait()
 	}()
 	return func() {
 		cancel()
@@ -427,5 +442,8 @@ func (k *kafka) close(log *slog.Logger) {
 	k.producer.Close()
 	if err := k.emitter.Close(); err != nil {
 		log.Warn("closing the event spool", "err", err)
+	}
+	if err := k.arrivals.Close(); err != nil {
+		log.Warn("closing the arrival emitter", "err", err)
 	}
 }

@@ -35,6 +35,15 @@ func TestParseFlags(t *testing.T) {
 		cfg.APIKeys != "keys.yaml" || !cfg.PriorityHeader || cfg.AdminListen != "127.0.0.1:9090" {
 		t.Errorf("admission flags %+v %v", cfg, err)
 	}
+	if cfg.TrustTenantHeader {
+		t.Error("--trust-tenant-header on by default")
+	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu", "--trust-tenant-header"}, func(string) string { return "" }); err != nil || !cfg.TrustTenantHeader {
+		t.Errorf("--trust-tenant-header: %v %v", cfg.TrustTenantHeader, err)
+	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_TRUST_TENANT_HEADER": "true"}[k] }); err != nil || !cfg.TrustTenantHeader {
+		t.Errorf("SWITCHYARD_TRUST_TENANT_HEADER=true: %v %v", cfg.TrustTenantHeader, err)
+	}
 	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
 		t.Errorf("SWITCHYARD_HTTP_SERVER=std: %q %v", cfg.HTTPServer, err)
 	}

@@ -33,11 +33,11 @@ func PartitionedMetrics(reg prometheus.Registerer, topicPrefix string, owned fun
 
 func newInstanceMetrics(reg prometheus.Registerer, topics streams.Topics, partials string, owned func() int) (*instanceMetrics, error) {
 	m := &instanceMetrics{
-		inputs:   map[string]bool{topics.Signals: true, topics.RoutingEvents: true},
+		inputs:   map[string]bool{topics.Signals: true, topics.RoutingEvents: true, topics.RoutingArrivals: true},
 		partials: partials,
 		records: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_processor_partitioned_records_read_total",
-			Help: "Input records (signals and routing events) a partitioned instance read, re-reads after a rebalance included.",
+			Help: "Input records (signals, routing events and arrival records) a partitioned instance read, re-reads after a rebalance included.",
 		}),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "switchyard_processor_partials_published_total",

@@ -99,7 +99,7 @@ func TestPartitionedCommands(t *testing.T) {
 	// produced.
 	testenv.Eventually(t, 15*time.Second, func() bool {
 		owned := groupAssignments(ctx, cl, "part-group")
-		return len(owned) == 2 && owned[0] > 0 && owned[1] > 0 && owned[0]+owned[1] == 6
+		return len(owned) == 2 && owned[0] > 0 && owned[1] > 0 && owned[0]+owned[1] == 3*len(topics.Inputs())
 	}, "two instances in the group, each owning input partitions")
 
 	var out []*kgo.Record

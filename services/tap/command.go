@@ -29,7 +29,7 @@ func Command() cli.Command {
 
 // shortNames are the short names of the project's topics, under
 // --topic-prefix (Resolve).
-const shortNames = "signals, routing-events, estimates, deadletter, checkpoints, settings"
+const shortNames = "signals, routing-events, routing-arrivals, estimates, deadletter, checkpoints, settings"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
@@ -92,7 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// Resolve maps a short topic name (signals, routing-events, estimates,
+// Resolve maps a short topic name (signals, routing-events,
+// routing-arrivals, estimates,
 // deadletter, checkpoints, settings) to its full name under prefix; any other name
 // is a full name already.
 func Resolve(name, prefix string) string {
@@ -102,6 +103,8 @@ func Resolve(name, prefix string) string {
 		return t.Signals
 	case "routing-events", "events":
 		return t.RoutingEvents
+	case "routing-arrivals", "arrivals":
+		return t.RoutingArrivals
 	case "estimates":
 		return t.Estimates
 	case "deadletter", "dlq":

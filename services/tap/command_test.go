@@ -84,6 +84,9 @@ func TestTapUsage(t *testing.T) {
 	if got := Resolve("checkpoints", "p"); got != "p.processor.checkpoints" {
 		t.Errorf("Resolve(checkpoints) = %q", got)
 	}
+	if got := Resolve("routing-arrivals", "p"); got != "p.routing.arrivals" {
+		t.Errorf("Resolve(routing-arrivals) = %q", got)
+	}
 	if got := Resolve("settings", "p"); got != "p.settings" {
 		t.Errorf("Resolve(settings) = %q", got)
 	}

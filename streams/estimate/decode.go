@@ -365,6 +365,7 @@ func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.Routing
 func dropUnkept(ev *schemas.RoutingEvent) {
 	ev.RequestId, ev.DecisionReason, ev.Model = "", "", ""
 	ev.Tenant, ev.FinishReason, ev.EngineRegion, ev.EngineGpuClass = "", "", "", ""
+	ev.ClientRequestId, ev.TenantSource = "", ""
 	for _, a := range ev.Tried {
 		a.HttpStatus, a.DurationMs = 0, 0
 	}
@@ -485,6 +486,8 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.Decision = schemas.DecisionReason(int32(v))
 			case 31:
 				ev.CountedAtArrival = v != 0
+			case 34:
+				ev.UsageEstimated = v != 0
 			default:
 				return false
 			}
@@ -531,7 +534,7 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.Cluster, ok = d.str(v)
 			case 4:
 				ev.EngineId, ok = d.str(v)
-			case 2, 6, 15, 21, 24, 25, 26: // not kept
+			case 2, 6, 15, 21, 24, 25, 26, 32, 33: // not kept
 				ok = utf8.Valid(v)
 			case 28: // tried: engine, status and failure kept
 				ok = d.scanAttempt(v, d.attempt())

@@ -36,6 +36,7 @@ func fullEvent() *schemas.RoutingEvent {
 		Tried: []*schemas.Attempt{{EngineId: "x", Status: schemas.RequestStatus_REQUEST_STATUS_ERROR, FailureReason: schemas.FailureReason_FAILURE_REASON_SATURATED, HttpStatus: 429, DurationMs: 3},
 			{EngineId: "e", Status: schemas.RequestStatus_REQUEST_STATUS_OK, HttpStatus: 200, DurationMs: 800}},
 		Decision: schemas.DecisionReason_DECISION_REASON_RETRY, CountedAtArrival: true,
+		ClientRequestId: "client-7", TenantSource: "api_key", UsageEstimated: true,
 	}
 }
 
@@ -145,6 +146,8 @@ func decoderSeeds(t testing.TB) (signals, events [][]byte) {
 		protowire.AppendBytes(tag(bytes.Clone(ev), 28, protowire.BytesType), []byte{0x29, 0, 0, 0, 0, 0}), // attempt, short fixed64
 		protowire.AppendBytes(tag(bytes.Clone(ev), 28, protowire.BytesType), nil),                         // empty attempt
 		protowire.AppendVarint(tag(bytes.Clone(ev), 31, protowire.VarintType), 7),                         // bool 7
+		protowire.AppendString(tag(bytes.Clone(ev), 32, protowire.BytesType), "\xff"),                     // bad UTF-8 client request id
+		protowire.AppendVarint(tag(bytes.Clone(ev), 34, protowire.VarintType), 3),                         // usage_estimated 3
 	}
 	return signals, events
 }

@@ -26,7 +26,8 @@ type Demand struct {
 // offered, not what was served. Those the gateway answered 429 are also
 // counted as rejected, by reason. The token mix comes from successful
 // ones. prompt_tokens 0 means the gateway did not learn the usage, not an
-// empty prompt.
+// empty prompt; an estimated one (usage_estimated) is not the engine's
+// count and stays out of the mix too.
 func (d *Demand) Add(ev *schemas.RoutingEvent) {
 	if CountsAsDemand(ev) {
 		d.requests++
@@ -43,7 +44,7 @@ func (d *Demand) Add(ev *schemas.RoutingEvent) {
 	if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_OK {
 		d.tokened++
 		d.outputSum += float64(ev.GetOutputTokens())
-		if pt := ev.GetPromptTokens(); pt > 0 {
+		if pt := ev.GetPromptTokens(); pt > 0 && !ev.GetUsageEstimated() {
 			d.prompted++
 			d.promptSum += float64(pt)
 		}

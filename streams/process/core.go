@@ -221,7 +221,7 @@ func (c *Core) Handle(rec *kgo.Record) (Outcome, string) {
 			return c.bad(isReplay, &estimate.Invalid{Code: fleet.Reason(err), Detail: err.Error()})
 		}
 		t = sig.GetEventTimeUnixMs()
-	case c.topics.RoutingEvents:
+	case c.topics.RoutingEvents, c.topics.RoutingArrivals:
 		if ev, err = c.dec.RoutingEvent(rec.Value, rec.Timestamp); err != nil {
 			return c.bad(isReplay, err)
 		}

@@ -19,7 +19,8 @@ import (
 // records a gateway writes when it answers 40% of 10.5 requests a second
 // with 429 (admission and snapshot sheds, written at once) and serves the
 // rest slowly (an arrival record 2 s after each start, the final record
-// with counted_at_arrival 20-30 s later), with malformed requests and a
+// with counted_at_arrival 20-30 s later; arrival records on their own
+// topic), with malformed requests and a
 // tenant over its quota besides; every window inside the load must
 // estimate the offered 10.5 requests a second, 40% of them rejected. A
 // processor that counted only served requests would say 6.3, one that
@@ -77,14 +78,15 @@ func TestDemandCountsOfferedUnderRejection(t *testing.T) {
 				Status: schemas.RequestStatus_REQUEST_STATUS_SHED, FailureReason: schemas.FailureReason_FAILURE_REASON_TENANT_LIMIT})
 		}
 	}
-	// One partition, in produce order, and a signal a second that keeps
+	// One partition per topic (arrival records on theirs), in produce
+	// order, and a signal a second that keeps
 	// event time moving after the load (as agents do).
 	for s := range loadSecs + 90 {
 		at := from.Add(time.Duration(s) * time.Second)
 		emit(at, nil)
 	}
 	sort.SliceStable(out, func(a, b int) bool { return out[a].at.Before(out[b].at) })
-	var offEv, offSig int64
+	var offEv, offArr, offSig int64
 	for _, p := range out {
 		var rec *kgo.Record
 		if p.ev == nil {
@@ -101,7 +103,12 @@ func TestDemandCountsOfferedUnderRejection(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec = &kgo.Record{Topic: topics.RoutingEvents, Offset: offEv, Key: []byte(p.ev.RequestId), Value: b, Timestamp: p.at}
-			offEv++
+			if p.ev.Status == schemas.RequestStatus_REQUEST_STATUS_IN_PROGRESS {
+				rec.Topic, rec.Offset = topics.RoutingArrivals, offArr
+				offArr++
+			} else {
+				offEv++
+			}
 		}
 		if o, reason := core.Handle(rec); o != Accepted {
 			t.Fatalf("record at %v: outcome %d %s", p.at, o, reason)

@@ -26,7 +26,8 @@ type runner struct {
 
 	// Owned by the loop.
 	// counts are the outcomes of the records handled since the last
-	// flushCounts, by input (0 signals, 1 routing events) and Outcome.
+	// flushCounts, by input (0 signals, 1 routing events and arrival
+	// records) and Outcome.
 	counts [2][4]uint64
 	// epoch numbers the batches handed to the writer; outputs produced
 	// for a batch (its estimates, the dead letters before it) carry its
@@ -258,7 +259,7 @@ func (r *runner) handle(rec *kgo.Record) {
 	p := r.p
 	out, reason := r.core.Handle(rec)
 	in := 0
-	if rec.Topic == p.topics.RoutingEvents {
+	if rec.Topic != p.topics.Signals { // routing events and arrival records
 		in = 1
 	}
 	if int(out) < len(r.counts[in]) {

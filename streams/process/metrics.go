@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_processor_records_total",
-			Help: "Input records by input (signals, routing_events) and outcome (accepted, late, dead_lettered, replayed).",
+			Help: "Input records by input (signals, routing_events: routing events and arrival records) and outcome (accepted, late, dead_lettered, replayed).",
 		}, []string{"input", "outcome"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_processor_dead_letters_total",

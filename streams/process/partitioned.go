@@ -619,7 +619,7 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		state = sane
 	}
 	comb.RestoreState(state)
-	ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, []string{topics.Signals, topics.RoutingEvents})
+	ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, topics.Inputs())
 	if err != nil {
 		return fmt.Errorf("listing input partitions: %w", err)
 	}
@@ -656,7 +656,7 @@ func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 		}
 		// Fresh log ends: a partition whose partial is behind them holds
 		// the watermark.
-		ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, []string{topics.Signals, topics.RoutingEvents})
+		ends, err := listOffsets(ctx, cl, kadm.NewClient(cl).ListEndOffsets, topics.Inputs())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -143,7 +143,8 @@ func CheckpointTopic(prefix string) string {
 
 // ClientOpts are the options the processor's Kafka client must be created
 // with, next to the caller's own (seed brokers, TLS, SASL): the consumer
-// group cfg.Group on the signal and routing-event topics, reading from the
+// group cfg.Group on the input topics (signals, routing events and arrival
+// records, streams.Topics.Inputs), reading from the
 // start, without auto-commit (the processor commits after each
 // checkpoint); producing with acknowledgement from all in-sync replicas
 // and no linger; up to 8 MiB per partition per fetch (the default is 1
@@ -155,7 +156,7 @@ func ClientOpts(cfg Config) []kgo.Opt {
 	topics := streams.TopicsFor(cfg.TopicPrefix)
 	opts := []kgo.Opt{
 		kgo.ConsumerGroup(cfg.Group),
-		kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents),
+		kgo.ConsumeTopics(topics.Inputs()...),
 		kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -184,7 +185,7 @@ func checkClient(cl *kgo.Client, group string, topics streams.Topics) error {
 		return errors.New("kafka client commits offsets automatically; the processor commits after each checkpoint (see ClientOpts)")
 	}
 	consumed, _ := cl.OptValue(kgo.ConsumeTopics).([]string)
-	for _, t := range []string{topics.Signals, topics.RoutingEvents} {
+	for _, t := range topics.Inputs() {
 		if !slices.Contains(consumed, t) {
 			return fmt.Errorf("kafka client does not consume %s (see ClientOpts)", t)
 		}
@@ -293,7 +294,7 @@ func (p *Processor) Run(ctx context.Context) (err error) {
 	if err := p.resume(ctx, core); err != nil {
 		return err
 	}
-	p.log.Info("processor running", "group", p.cfg.Group, "signals", p.topics.Signals, "routing_events", p.topics.RoutingEvents,
+	p.log.Info("processor running", "group", p.cfg.Group, "signals", p.topics.Signals, "routing_events", p.topics.RoutingEvents, "routing_arrivals", p.topics.RoutingArrivals,
 		"window", p.cfg.Window, "slide", p.cfg.Slide, "allowed_lateness", p.cfg.AllowedLateness)
 	return newRunner(p, core).loop(ctx)
 }
@@ -314,7 +315,7 @@ func (p *Processor) resume(ctx context.Context, core *Core) error {
 		return err
 	})
 	g.Go(func() (err error) {
-		offs, err = listInputs(gctx, p.cl, p.cfg.Group, p.topics.Signals, p.topics.RoutingEvents)
+		offs, err = listInputs(gctx, p.cl, p.cfg.Group, p.topics.Inputs()...)
 		return err
 	})
 	if err := g.Wait(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/fleet"
@@ -158,7 +159,7 @@ func Run(ctx context.Context, cl *kgo.Client, cfg Config, out io.Writer, format 
 	if !cfg.From.IsZero() && cfg.Warmup > 0 {
 		warm = cfg.From.Add(-max(cfg.Warmup, cfg.Window+cfg.AllowedLateness))
 	}
-	starts, ends, err := ranges(ctx, kadm.NewClient(cl), warm, cfg.To.Add(cfg.AllowedLateness+cfg.Slide), topics.Signals, topics.RoutingEvents)
+	starts, ends, err := ranges(ctx, kadm.NewClient(cl), warm, cfg.To.Add(cfg.AllowedLateness+cfg.Slide), topics.Inputs()...)
 	if err != nil {
 		return r.res, err
 	}
@@ -360,6 +361,9 @@ func offsetsAfter(ctx context.Context, adm *kadm.Client, t time.Time, topics []s
 	m := map[tp]int64{}
 	var lerr error
 	l.Each(func(o kadm.ListedOffset) {
+		if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+			return // not created yet (the arrivals topic of a log recorded before it): no records
+		}
 		if o.Err != nil {
 			lerr = fmt.Errorf("looking up offsets of %s/%d at %v: %w", o.Topic, o.Partition, t, o.Err)
 			return
@@ -378,6 +382,9 @@ func logStarts(ctx context.Context, adm *kadm.Client, topics []string) (map[tp]i
 	m := map[tp]int64{}
 	var lerr error
 	l.Each(func(o kadm.ListedOffset) {
+		if errors.Is(o.Err, kerr.UnknownTopicOrPartition) {
+			return // not created yet: no records
+		}
 		if o.Err != nil {
 			lerr = fmt.Errorf("looking up the start offset of %s/%d: %w", o.Topic, o.Partition, o.Err)
 			return

@@ -36,7 +36,7 @@ type TraceConfig struct {
 
 // TraceResult counts what ExportTrace read and wrote.
 type TraceResult struct {
-	// Records read from the routing-events topic.
+	// Records read from the routing-events and routing-arrivals topics.
 	Records int `json:"records"`
 	// Requests written to the trace.
 	Requests int `json:"requests"`
@@ -74,8 +74,8 @@ func ExportTrace(ctx context.Context, cl *kgo.Client, cfg TraceConfig, w io.Writ
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	topic := streams.TopicsFor(cfg.TopicPrefix).RoutingEvents
-	starts, ends, err := ranges(ctx, kadm.NewClient(cl), cfg.From, cfg.To.Add(cfg.MaxRequest), topic)
+	topics := streams.TopicsFor(cfg.TopicPrefix)
+	starts, ends, err := ranges(ctx, kadm.NewClient(cl), cfg.From, cfg.To.Add(cfg.MaxRequest), topics.RoutingEvents, topics.RoutingArrivals)
 	if err != nil {
 		return res, err
 	}

@@ -119,9 +119,11 @@ func (r KafkaRole) ACLs(prefix, group string) []kfake.ACL {
 		acls = topic(t.Signals, write, describe)
 	case KafkaGateway:
 		acls = append(topic(t.RoutingEvents, write, describe), topic(t.Signals, read, describe)...)
+		acls = append(acls, topic(t.RoutingArrivals, write, describe)...)
 	case KafkaProcessor:
 		acls = append(acls, topic(t.Signals, read, describe)...)
 		acls = append(acls, topic(t.RoutingEvents, read, describe)...)
+		acls = append(acls, topic(t.RoutingArrivals, read, describe)...)
 		acls = append(acls, topic(t.Estimates, write, describe)...)
 		acls = append(acls, topic(t.DeadLetter, write, describe)...)
 		acls = append(acls, topic(checkpoints, read, write, describe)...)

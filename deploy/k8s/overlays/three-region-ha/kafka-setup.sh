@@ -43,6 +43,7 @@ acl() {
 # Topics (replication: the brokers' defaults).
 topic switchyard.engine.signals 3 --config cleanup.policy=delete --config retention.ms=604800000
 topic switchyard.routing.events 3 --config cleanup.policy=delete --config retention.ms=604800000
+topic switchyard.routing.arrivals 3 --config cleanup.policy=delete --config retention.ms=604800000
 topic switchyard.estimates 1 --config cleanup.policy=compact
 topic switchyard.deadletter 3 --config cleanup.policy=delete --config retention.ms=2592000000
 topic switchyard.processor.checkpoints 1 --config cleanup.policy=compact
@@ -60,6 +61,7 @@ user reader "$SWITCHYARD_READER_PASSWORD"
 acl agent --operation Write --operation Describe --topic switchyard.engine.signals
 acl processor --operation Read --operation Describe --topic switchyard.engine.signals
 acl processor --operation Read --operation Describe --topic switchyard.routing.events
+acl processor --operation Read --operation Describe --topic switchyard.routing.arrivals
 acl processor --operation Write --operation Describe --topic switchyard.estimates
 acl processor --operation Write --operation Describe --topic switchyard.deadletter
 acl processor --operation Read --operation Write --operation Describe --topic switchyard.processor.checkpoints
@@ -70,9 +72,11 @@ acl optimizer --operation Read --operation Describe --topic switchyard.estimates
 acl optimizer --operation Write --operation Describe --topic switchyard.deadletter
 acl optimizer --operation Write --operation Describe --topic switchyard.settings
 acl gateway --operation Write --operation Describe --topic switchyard.routing.events
+acl gateway --operation Write --operation Describe --topic switchyard.routing.arrivals
 acl gateway --operation Read --operation Describe --topic switchyard.engine.signals
 acl reader --operation Read --operation Describe --topic switchyard.engine.signals
 acl reader --operation Read --operation Describe --topic switchyard.routing.events
+acl reader --operation Read --operation Describe --topic switchyard.routing.arrivals
 acl reader --operation Read --operation Describe --topic switchyard.estimates
 acl reader --operation Read --operation Describe --topic switchyard.deadletter
 acl reader --operation Read --operation Describe --topic switchyard.processor.checkpoints
