@@ -142,6 +142,9 @@ func New(cl *kgo.Client, cfg Config) (*Service, error) {
 	for _, t := range cfg.Engines {
 		m.scrapeErrors.WithLabelValues(t.ID) // exported as 0 before any error
 	}
+	for _, o := range []string{"ok", "error"} {
+		m.scrapes.WithLabelValues(o)
+	}
 	return &Service{cl: cl, cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, m: m}, nil
 }
 

@@ -116,6 +116,9 @@ func newAdmission(c *cfg, reg prometheus.Registerer) (*admission, error) {
 	}
 	a.wait = h.WithLabelValues(c.cluster)
 	a.unauth = unauth.WithLabelValues(c.cluster)
+	for _, r := range []string{"queue_full", "wait", "timeout", "evicted", "tenant_rate", "tenant_concurrency"} { // admitReason, tenantLimited
+		a.rej.WithLabelValues(c.cluster, r) // exported at 0
+	}
 	return a, nil
 }
 

@@ -152,6 +152,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 	}
 	g.cut, g.cutStreams = context.WithCancel(context.Background())
 	g.hot = g.m.hot(cfg.cluster)
+	g.m.zero(cfg.cluster, knownEngines(cfg))
 	if g.admit, err = newAdmission(&g.cfg, cfg.registerer); err != nil {
 		return nil, err
 	}

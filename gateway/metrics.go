@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -74,6 +75,60 @@ type hotMetrics struct {
 	ttft, e2e prometheus.Observer
 	requests  map[string]prometheus.Counter // by outcome
 	picks     [pick.Panic + 1]prometheus.Counter
+}
+
+// Label values the gateway's counters take, each series exported at 0
+// from the start (zero), so a rate over it has data before the first
+// event and the first event is counted in it.
+var (
+	shedReasons         = []string{"snapshot", "admission", "capacity"} // proxy.go, Gateway.shed
+	shedPriorities      = []string{"low", "normal", "high"}             // shed.Priority
+	upstreamFailReasons = []string{"connect", "saturated", "status_5xx", "first_token_timeout", "idle_timeout", "stream"}
+	// snapshotRejectReasons are rejectReason's results.
+	snapshotRejectReasons = []string{"decode", "schema", "cluster", "invalid", "stale", "unsigned", "signature", "future", "unregistered"}
+	signalResults         = []string{"applied", "malformed", "stale", "unknown_engine", "unregistered_engine", "endpoint_mismatch"}
+)
+
+// zero exports every counter of cluster at 0 for its known label values,
+// the engines' ejections for engines (those known at start).
+func (m *metrics) zero(cluster string, engines []string) {
+	m.retries.WithLabelValues(cluster)
+	m.budgetDenied.WithLabelValues(cluster)
+	m.applied.WithLabelValues(cluster)
+	for _, r := range shedReasons {
+		for _, p := range shedPriorities {
+			m.shed.WithLabelValues(cluster, r, p)
+		}
+	}
+	for _, r := range upstreamFailReasons {
+		m.upstreamFails.WithLabelValues(cluster, r)
+	}
+	for _, r := range snapshotRejectReasons {
+		m.rejected.WithLabelValues(cluster, r)
+	}
+	for _, r := range signalResults {
+		m.signals.WithLabelValues(cluster, r)
+	}
+	for _, f := range []string{clampMaxBatch, clampReplicas, clampRunning} {
+		m.signalsClamped.WithLabelValues(cluster, f)
+	}
+	for _, e := range engines {
+		m.ejections.WithLabelValues(cluster, e)
+	}
+}
+
+// knownEngines are the ids of the static engines and the registry's.
+func knownEngines(c cfg) []string {
+	var ids []string
+	for _, e := range c.engines {
+		ids = append(ids, e.ID)
+	}
+	for _, e := range c.registry.Engines() {
+		if !slices.Contains(ids, e.ID) {
+			ids = append(ids, e.ID)
+		}
+	}
+	return ids
 }
 
 func (m *metrics) hot(cluster string) hotMetrics {

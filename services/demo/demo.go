@@ -267,9 +267,15 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		_ = g.Wait()
 		return nil, err
 	}
+	bs, err := watchBrokers(gctx, g, kafka, natsURL, reg, log)
+	if err != nil {
+		stopComponents()
+		_ = g.Wait()
+		return nil, err
+	}
 	metricsAddr := ""
 	if cfg.MetricsListen != "" {
-		addr, stop, err := obs.ServeMetrics(gctx, cfg.MetricsListen, reg)
+		addr, stop, err := obs.ServeMetrics(gctx, cfg.MetricsListen, reg, bs)
 		if err != nil {
 			stopComponents()
 			_ = g.Wait()

@@ -102,6 +102,17 @@ func expand(d dashboard, expr string) string {
 // carry.
 var implicit = []string{"instance", "job", "le"}
 
+// labelsOf are the labels s's series may carry when scraped: its own,
+// the implicit ones, and for an engine's series the engine label that
+// `switchyard demo` adds (its engines share one /metrics, one instance).
+func labelsOf(s series) []string {
+	ls := append(append([]string(nil), s.Labels...), implicit...)
+	if s.Component == "enginesim" {
+		ls = append(ls, "engine")
+	}
+	return ls
+}
+
 // baseName maps a scraped series name to its registered family: a
 // histogram's _bucket, _sum and _count to the histogram.
 func baseName(reg map[string]series, name string) (string, series, bool) {
@@ -128,17 +139,18 @@ func checkExpr(where, expr string, reg map[string]series) (names, problems []str
 		return nil, []string{fmt.Sprintf("%s: %q does not parse: %v", where, expr, err)}
 	}
 	errorf := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	labelsOf := func(n parser.Node) []string {
-		var ls []string
+	// selected are the labels and components of the series n selects.
+	selected := func(n parser.Node) (ls, components []string) {
 		parser.Inspect(n, func(n parser.Node, _ []parser.Node) error {
 			if vs, ok := n.(*parser.VectorSelector); ok {
 				if _, s, ok := baseName(reg, vs.Name); ok {
-					ls = append(ls, s.Labels...)
+					ls = append(ls, labelsOf(s)...)
+					components = append(components, s.Component)
 				}
 			}
 			return nil
 		})
-		return append(ls, implicit...)
+		return append(ls, implicit...), components
 	}
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
 		switch n := n.(type) {
@@ -154,16 +166,20 @@ func checkExpr(where, expr string, reg map[string]series) (names, problems []str
 				return nil
 			}
 			for _, m := range n.LabelMatchers {
-				if m.Name != "__name__" && !slices.Contains(append(append([]string(nil), s.Labels...), implicit...), m.Name) {
+				if m.Name != "__name__" && !slices.Contains(labelsOf(s), m.Name) {
 					errorf("%s: %q matches label %s, which %s does not have (%v)", where, expr, m.Name, n.Name, s.Labels)
 				}
 			}
 		case *parser.AggregateExpr:
-			have := labelsOf(n.Expr)
+			have, components := selected(n.Expr)
 			for _, g := range n.Grouping {
 				if !slices.Contains(have, g) {
 					errorf("%s: %q groups by %s, which its series do not have (%v)", where, expr, g, have)
 				}
+			}
+			if slices.Contains(components, "enginesim") && !n.Without &&
+				slices.Contains(n.Grouping, "instance") && !slices.Contains(n.Grouping, "engine") {
+				errorf("%s: %q groups engines' series by instance but not engine: the demo's engines share one instance, so they fold into one", where, expr)
 			}
 		}
 		return nil
@@ -246,6 +262,7 @@ func TestDashboardQueriesRejectUnknownMetrics(t *testing.T) {
 		`sum by (region) (rate(switchyard_gateway_requests_total[5m]))`,
 		`switchyard_gateway_requests_total{engine="e1"}`,
 		`sum(rate(switchyard_gateway_requests_total[5m])`,
+		`sum by (instance) (vllm:num_requests_running)`,
 	} {
 		if _, problems := checkExpr("bad", bad, reg); len(problems) == 0 {
 			t.Errorf("%q passed the check", bad)

@@ -88,6 +88,14 @@ func (m *metrics) register(r prometheus.Registerer) error {
 			return err
 		}
 	}
+	// The counters' label values, exported at 0 from the start (vLLM
+	// does the same for finished_reason).
+	for _, f := range []string{"stop", "length"} { // finishReason
+		m.success.WithLabelValues(f)
+	}
+	for _, r := range []string{"invalid", "too_long", "queue_full", "fault", "stopped"} { // handlers.go, reject
+		m.rejected.WithLabelValues(r)
+	}
 	return nil
 }
 

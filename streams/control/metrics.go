@@ -3,6 +3,7 @@ package control
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -96,6 +97,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if *v, err = obs.Register(reg, *v); err != nil {
 			return nil, err
 		}
+	}
+	// The counters' known label values, exported at 0 from the start.
+	for _, s := range []string{"instance", "solve", "publish"} { // Optimizer.round
+		m.failures.WithLabelValues(s)
+	}
+	for _, r := range []error{fleet.ErrUnregistered, fleet.ErrEndpoint} { // fleet.Reason
+		m.rejected.WithLabelValues(fleet.Reason(r))
 	}
 	return m, nil
 }

@@ -3,6 +3,7 @@ package process
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
@@ -87,5 +88,10 @@ func (m *metrics) resolve() {
 	}
 	for k, kind := range [3]string{estimate.KindEngine, estimate.KindDemand, estimate.KindNetwork} { // estimateKind order
 		m.published[k] = m.estimates.WithLabelValues(kind)
+	}
+	// The dead-letter codes Handle produces, exported at 0.
+	for _, code := range []string{estimate.ReasonUndecodable, estimate.ReasonMissingField, estimate.ReasonInvalidValue,
+		estimate.ReasonFutureTime, estimate.ReasonInvalidTime, fleet.ErrUnregistered.Error(), fleet.ErrEndpoint.Error()} {
+		m.deadLetters.WithLabelValues(code)
 	}
 }
