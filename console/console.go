@@ -101,8 +101,8 @@ func (c *Config) defaults() error {
 
 // ClientOpts are the options the console's Kafka client must be created
 // with, next to the caller's own (seed brokers, TLS, SASL): the
-// estimates, signals, routing-event and arrival topics from cfg.History
-// ago on,
+// estimates, signals, routing-event, arrival and dead-letter topics from
+// cfg.History ago on,
 // without a consumer group.
 func ClientOpts(cfg Config) []kgo.Opt {
 	if cfg.History <= 0 {
@@ -114,7 +114,7 @@ func ClientOpts(cfg Config) []kgo.Opt {
 	}
 	t := streams.TopicsFor(cfg.TopicPrefix)
 	return []kgo.Opt{
-		kgo.ConsumeTopics(t.Estimates, t.Signals, t.RoutingEvents, t.RoutingArrivals),
+		kgo.ConsumeTopics(t.Estimates, t.Signals, t.RoutingEvents, t.RoutingArrivals, t.DeadLetter),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(now().Add(-cfg.History).UnixMilli())),
 	}
 }

@@ -44,6 +44,7 @@ func TestPages(t *testing.T) {
 			"Weights and shed", "<svg class=\"chart\"",
 			"planned demand (snapshot)",
 			`errors/s</th><td class="num bad">`, // region-a had errors in the last minute
+			"Expected and observed latency", "observed TTFT (served, mean)", // the routing events' 80 ms TTFTs
 		}},
 		{"cluster with shed", "/cluster?id=region-b", 200, []string{"(shed)", "0.1500", "capacity", ">shed<",
 			"offered 1.50 rps (45 requests), <b>20.0%</b> answered 429 by the gateways (shed by the snapshot 6.7%, admission 11.1%, every engine at its limit 2.2%)",
@@ -51,7 +52,7 @@ func TestPages(t *testing.T) {
 		}},
 		{"engines: every engine with its estimate, and the banner", "/engines", 200, []string{
 			`engine?id=a-h100-0`, `engine?id=a-a100-1`, `engine?id=b-l4-0`, "h100", "configured", "healthy",
-			`class="banner"`,
+			`class="banner"`, "TTFT ms expected / observed",
 		}},
 		{"engine: both profiles against observations", "/engine?id=a-h100-0", 200, []string{
 			"TTFT profile", "TBOT profile", "fitted profile", "observed (40 signals", "<circle", "region-a", "region-b",
@@ -66,12 +67,14 @@ func TestPages(t *testing.T) {
 		{"explain highlights an engine", "/explain?cluster=region-a&engine=a-a100-1", 200, []string{`class="highlight"`}},
 		{"diff: latest against previous by default", "/diff", 200, []string{
 			fmt.Sprintf("v%d → v%d", prev, last), "&#43;0.0800", "-0.0800", "traffic moved", "The optimizer's inputs differ",
+			"Why: what changed in the inputs", "Timeline",
 		}},
 		{"diff of chosen versions", fmt.Sprintf("/diff?a=%d&b=%d", f.versions[0], last), 200, []string{"&#43;0.4000", "-0.4000", "3 engine weights changed"}},
 		{"pipeline: lag, watermark, snapshot age, counts", "/pipeline", 200, []string{
 			"Processor lag", "watermark", "last snapshot", "invalid records skipped</th><td class=\"num\">1<", "routing events read</th><td class=\"num\">180<",
 			"<td>switchyard.engine.signals</td><td class=\"num\">21</td>", // 20 signals and the invalid record
 			"processor lag</div><div class=\"value\">21 records",
+			"<h2>Timeline</h2>", "sheds 5.0% of 3.00 rps", // region-b starts shedding at the fourth snapshot
 		}},
 		{"unknown cluster", "/cluster?id=nope", 404, []string{"cluster &#34;nope&#34;: not found", "region-a, region-b"}},
 		{"unknown engine", "/engine?id=nope", 404, []string{"engine &#34;nope&#34;: not found"}},

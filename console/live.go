@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/estimate"
 )
 
@@ -22,6 +25,12 @@ const (
 	bucketMs = 10_000
 	// rateSpan is the span the live rates are averaged over.
 	rateSpan = time.Minute
+	// maxEstHist is how many of each engine's estimates (windows) the
+	// console keeps for the diff page's input changes and the timeline:
+	// two hours at the processor's default 10 s slide.
+	maxEstHist = 720
+	// maxDeadLetters is how many recent dead letters the timeline keeps.
+	maxDeadLetters = 200
 )
 
 // live is what the console has read from Kafka.
@@ -34,16 +43,27 @@ type live struct {
 	watermark int64 // latest estimate window end, Unix ms
 	estSeen   time.Time
 	counts    counts
+	// deadLetters are the latest maxDeadLetters dead letters, oldest
+	// first.
+	deadLetters []deadLetter
+}
+
+// deadLetter is one record on the dead-letter topic.
+type deadLetter struct {
+	ms             int64
+	reason, origin string
 }
 
 // counts are the records the console consumed.
 type counts struct {
-	Estimates, Signals, RoutingEvents, Invalid uint64
+	Estimates, Signals, RoutingEvents, Invalid, DeadLetters uint64
 }
 
 // engineLive is one engine's latest estimate and recent observations.
 type engineLive struct {
-	est       *schemas.EngineEstimate
+	est *schemas.EngineEstimate
+	// hist holds the engine's latest maxEstHist estimates, by window end.
+	hist      []*schemas.EngineEstimate
 	ttft      ring
 	tbot      ring
 	lastSigMs int64
@@ -87,6 +107,11 @@ type clusterLive struct {
 type rateBucket struct {
 	Total, OK, Errors, Shed, ClientErrors, Canceled uint64
 	Offered, Rejected, RejSnapshot, RejAdmission    uint64
+	// TTFTSumMs over TTFTCount and E2ESumMs over E2ECount: the
+	// gateway-measured TTFT and end-to-end latency of the served requests
+	// (status OK), for the observed series beside the expected latency.
+	TTFTSumMs, E2ESumMs float64
+	TTFTCount, E2ECount uint64
 }
 
 func newLive(history time.Duration) *live {
@@ -127,12 +152,84 @@ func (l *live) addEstimate(est *schemas.Estimate, now time.Time) {
 		if e.est == nil || k.Engine.GetWindowEndUnixMs() >= e.est.GetWindowEndUnixMs() {
 			e.est = k.Engine
 		}
+		e.keep(k.Engine)
 	case *schemas.Estimate_Demand:
 		c := l.cluster(k.Demand.GetCluster())
 		if c.demand == nil || k.Demand.GetWindowEndUnixMs() >= c.demand.GetWindowEndUnixMs() {
 			c.demand = k.Demand
 		}
 	}
+}
+
+// keep inserts est into the engine's history by window end (a window
+// estimated again replaces the earlier estimate), dropping the oldest
+// beyond maxEstHist.
+func (e *engineLive) keep(est *schemas.EngineEstimate) {
+	end := est.GetWindowEndUnixMs()
+	i := sort.Search(len(e.hist), func(i int) bool { return e.hist[i].GetWindowEndUnixMs() >= end })
+	switch {
+	case i < len(e.hist) && e.hist[i].GetWindowEndUnixMs() == end:
+		e.hist[i] = est
+		return
+	case i == 0 && len(e.hist) >= maxEstHist:
+		return // older than everything kept
+	}
+	e.hist = slices.Insert(e.hist, i, est)
+	if len(e.hist) > maxEstHist {
+		e.hist = slices.Delete(e.hist, 0, len(e.hist)-maxEstHist)
+	}
+}
+
+// at returns the engine's latest estimate of a window ending at or
+// before ms (nil: none kept).
+func (e *engineLive) at(ms int64) *schemas.EngineEstimate {
+	i := sort.Search(len(e.hist), func(i int) bool { return e.hist[i].GetWindowEndUnixMs() > ms })
+	if i == 0 {
+		return nil
+	}
+	return e.hist[i-1]
+}
+
+// estimateAt returns engine id's latest estimate of a window ending at or
+// before ms: the estimate the optimizer planned snapshot version ms with
+// (nil: the console keeps none).
+func (l *live) estimateAt(id string, ms int64) *schemas.EngineEstimate {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.engines[id]; e != nil {
+		return e.at(ms)
+	}
+	return nil
+}
+
+// histories returns a copy of every engine's estimate history.
+func (l *live) histories() map[string][]*schemas.EngineEstimate {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string][]*schemas.EngineEstimate, len(l.engines))
+	for id, e := range l.engines {
+		if len(e.hist) > 0 {
+			out[id] = slices.Clone(e.hist)
+		}
+	}
+	return out
+}
+
+// addDeadLetter records one dead letter.
+func (l *live) addDeadLetter(d deadLetter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts.DeadLetters++
+	l.deadLetters = append(l.deadLetters, d)
+	if len(l.deadLetters) > maxDeadLetters {
+		l.deadLetters = slices.Delete(l.deadLetters, 0, len(l.deadLetters)-maxDeadLetters)
+	}
+}
+
+func (l *live) recentDeadLetters() []deadLetter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.deadLetters)
 }
 
 // addSignal records the signal's latency observations.
@@ -193,6 +290,14 @@ func (l *live) addEvent(ev *schemas.RoutingEvent, now time.Time) {
 	switch ev.GetStatus() {
 	case schemas.RequestStatus_REQUEST_STATUS_OK:
 		b.OK++
+		if t := ev.GetTtftMs(); t > 0 && !math.IsInf(t, 0) {
+			b.TTFTSumMs += t
+			b.TTFTCount++
+		}
+		if t := ev.GetE2EMs(); t > 0 && !math.IsInf(t, 0) {
+			b.E2ESumMs += t
+			b.E2ECount++
+		}
 	case schemas.RequestStatus_REQUEST_STATUS_ERROR:
 		b.Errors++
 	case schemas.RequestStatus_REQUEST_STATUS_SHED:
@@ -397,5 +502,17 @@ func (c *Console) record(r *kgo.Record, now time.Time) {
 			return
 		}
 		c.live.addEvent(ev, now)
+	case c.topics.DeadLetter:
+		c.live.addDeadLetter(deadLetter{ms: r.Timestamp.UnixMilli(), reason: streams.Reason(r), origin: header(r, streams.HeaderDLQTopic)})
 	}
+}
+
+// header returns rec's header key, or "".
+func header(rec *kgo.Record, key string) string {
+	for _, h := range rec.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }

@@ -293,16 +293,37 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	body := clusterBody{Cluster: id, Version: snap.GetVersion(), Created: snap.GetCreatedUnixMs(), CW: cw,
 		Bar: weightBar(barSegments(cw, colors), 640), Weights: weightRows(cw, colors), Kafka: c.cfg.Kafka != nil,
 		Demand: c.live.demand(id), History: c.cfg.History.String()}
-	body.WeightChart, body.LatChart = c.historyCharts(es, id, colors, now)
 	var pts []ratePoint
 	body.Rates, pts = c.live.clusterRates(id, now)
+	body.WeightChart, body.LatChart = c.historyCharts(es, id, colors, now, observedLatency(pts))
 	body.RateChart = c.rateChart(es, id, pts, now)
 	c.render(w, http.StatusOK, "cluster", "Cluster "+id, "overview", body, nil)
 }
 
+// observedLatency is the mean end-to-end latency and TTFT the gateways
+// measured for the served requests of each rate bucket (buckets without
+// one are left out).
+func observedLatency(pts []ratePoint) (obs [2][]pt) {
+	for _, p := range pts {
+		x := float64(p.at.Add(bucketMs*time.Millisecond/2).UnixMilli()) / 1000
+		for k, v := range []struct {
+			name string
+			sum  float64
+			n    uint64
+		}{{"end-to-end", p.E2ESumMs, p.E2ECount}, {"TTFT", p.TTFTSumMs, p.TTFTCount}} {
+			if v.n > 0 {
+				m := v.sum / float64(v.n)
+				obs[k] = append(obs[k], pt{X: x, Y: m, Title: fmt.Sprintf("%s: observed %s %.1f ms (%d requests)", p.at.UTC().Format("15:04:05"), v.name, m, v.n)})
+			}
+		}
+	}
+	return obs
+}
+
 // historyCharts draws cluster's weights and shed fraction, and its
-// expected latency, over the history.
-func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[string]string, now time.Time) (weights, latency template.HTML) {
+// expected latency beside the observed end-to-end latency and TTFT (obs),
+// over the history.
+func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[string]string, now time.Time, obs [2][]pt) (weights, latency template.HTML) {
 	var first float64
 	if len(es) > 0 {
 		first = snapTime(es[0])
@@ -360,10 +381,16 @@ func (c *Console) historyCharts(es []snapEntry, cluster string, colors map[strin
 	if len(rejected) > 0 {
 		wc.Series = append(wc.Series, series{Name: "rejected (observed)", Color: rejectedColor, Points: rejected, Step: true, Dashed: true})
 	}
-	lc := chart{XMin: lo, XMax: hi, YMin: 0, YMax: niceMax(maxY(lat)), XTime: true, XLabel: "time (UTC)", YLabel: "expected latency (ms)", W: 720, H: 220,
+	lc := chart{XMin: lo, XMax: hi, YMin: 0, YMax: niceMax(max(maxY(lat), maxY(obs[0]), maxY(obs[1]))), XTime: true, XLabel: "time (UTC)", YLabel: "latency (ms)", W: 720, H: 220,
 		Empty: wc.Empty}
 	if len(lat) > 0 {
-		lc.Series = []series{{Name: "expected end-to-end latency (ms)", Color: palette[0], Points: lat, Step: true}}
+		lc.Series = []series{{Name: "expected end-to-end (planned)", Color: palette[0], Points: lat, Step: true}}
+	}
+	if len(obs[0]) > 0 {
+		lc.Series = append(lc.Series, series{Name: "observed end-to-end (served, mean)", Color: palette[1], Points: obs[0]})
+	}
+	if len(obs[1]) > 0 {
+		lc.Series = append(lc.Series, series{Name: "observed TTFT (served, mean)", Color: palette[2], Points: obs[1], Dashed: true})
 	}
 	return wc.svg(), lc.svg()
 }
@@ -462,6 +489,37 @@ type engineRow struct {
 	WindowAge   string
 	Observed    int
 	ServedShare float64
+	// TTFT and TBOT: expected (the fitted profile at the estimate's
+	// utilization) and observed (the engine's own scrapes over the last
+	// minute of its signals), "-" when unknown.
+	TTFT, TBOT latencyPair
+}
+
+// latencyPair is an expected and an observed latency, formatted.
+type latencyPair struct{ Expected, Observed string }
+
+// obsSpanMs is the span of an engine's latest signals the engines page
+// averages its observed latencies over.
+const obsSpanMs = 60_000
+
+// latencyPairOf formats prof at util and the weighted mean of the
+// observations of the last obsSpanMs before lastMs.
+func latencyPairOf(prof *schemas.LatencyProfile, util float64, obs []obsPoint, lastMs int64) latencyPair {
+	p := latencyPair{Expected: "-", Observed: "-"}
+	if v, ok := profileAt(prof, util); ok {
+		p.Expected = fmt.Sprintf("%.1f", v)
+	}
+	var sum, w float64
+	for _, o := range obs {
+		if o.ms > lastMs-obsSpanMs && o.Weight > 0 {
+			sum += o.LatencyMs * o.Weight
+			w += o.Weight
+		}
+	}
+	if w > 0 {
+		p.Observed = fmt.Sprintf("%.1f", sum/w)
+	}
+	return p
 }
 
 type enginesBody struct {
@@ -481,6 +539,8 @@ func (c *Console) engines(w http.ResponseWriter, r *http.Request) {
 		if v, ok := c.live.engineView(id); ok {
 			row.Est = v.Est
 			row.Observed = len(v.TTFT)
+			row.TTFT = latencyPairOf(v.Est.GetTtftProfile(), v.Est.GetUtilization(), v.TTFT, v.LastSigMs)
+			row.TBOT = latencyPairOf(v.Est.GetTbotProfile(), v.Est.GetUtilization(), v.TBOT, v.LastSigMs)
 			if v.Est != nil {
 				row.WindowAge = fmtAge(now.Sub(time.UnixMilli(v.Est.GetWindowEndUnixMs())))
 			}
@@ -720,7 +780,18 @@ type diffBody struct {
 	Versions []uint64
 	Clusters []diffCluster
 	Changed  int
+	// Inputs are the optimizer's inputs that differ between A and B,
+	// largest first; Estimates says whether the engines' estimates were
+	// known (from Kafka) for both.
+	Inputs    []inputChange
+	Estimates bool
+	// Timeline: the events from timelineLead before A to B, newest first.
+	Timeline []timelineEvent
 }
+
+// timelineLead is how long before the "from" snapshot the diff page's
+// timeline starts (a cause can precede the first snapshot it changed).
+const timelineLead = 2 * time.Minute
 
 // maxVersionChoices bounds the versions the diff page offers.
 const maxVersionChoices = 400
@@ -765,8 +836,22 @@ func (c *Console) diff(w http.ResponseWriter, r *http.Request) {
 	}
 	if body.A != nil && body.B != nil {
 		body.Clusters, body.Changed = diffSnapshots(body.A, body.B, c.colors(body.B))
+		body.Inputs = inputChanges(body.A, body.B, c.live.estimateAt)
+		lo, hi := int64(min(body.A.GetVersion(), body.B.GetVersion())), int64(max(body.A.GetVersion(), body.B.GetVersion()))
+		body.Estimates = c.cfg.Kafka != nil && c.live.estimateAt(firstEngine(body.A), lo) != nil
+		body.Timeline = timeline(es, c.live.histories(), c.live.recentDeadLetters(), lo-timelineLead.Milliseconds(), hi)
 	}
 	c.render(w, http.StatusOK, "diff", "Diff", "diff", body, nil)
+}
+
+// firstEngine is the first engine snap weighs ("" when none).
+func firstEngine(snap *schemas.WeightSnapshot) string {
+	for _, cw := range snap.GetClusters() {
+		for _, ew := range cw.GetWeights() {
+			return ew.GetEngineId()
+		}
+	}
+	return ""
 }
 
 // maxChangeSearch bounds how far back the diff page looks for the last
@@ -975,16 +1060,22 @@ func orDash(s string) string {
 }
 
 type pipelineBody struct {
-	Health  health
-	Stats   *schemas.SolveStats
-	Digest  string
-	History string
-	Invalid int
+	Health   health
+	Stats    *schemas.SolveStats
+	Digest   string
+	History  string
+	Invalid  int
+	Timeline []timelineEvent
+	// CapacityJump and MaxTimeline state the timeline's bounds.
+	CapacityJump string
+	MaxTimeline  int
 }
 
 func (c *Console) pipeline(w http.ResponseWriter, r *http.Request) {
 	es, err := c.snapshots(r.Context())
-	body := pipelineBody{Health: c.health(r, es), History: c.cfg.History.String()}
+	body := pipelineBody{Health: c.health(r, es), History: c.cfg.History.String(),
+		CapacityJump: fmt.Sprintf("%.0f%%", 100*capacityJump), MaxTimeline: maxTimeline}
+	body.Timeline = timeline(es, c.live.histories(), c.live.recentDeadLetters(), 0, 0)
 	if snap := latest(es); snap != nil {
 		body.Stats, body.Digest = snap.GetStats(), snap.GetInputsDigest()
 	}
