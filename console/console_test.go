@@ -43,7 +43,7 @@ func TestPages(t *testing.T) {
 			"Cluster region-a", "0.9000", "0.1000", // a-h100-0 and a-a100-1 weights
 			"Weights and shed", "<svg class=\"chart\"",
 			"planned demand (snapshot)",
-			`errors/s</th><td class="num bad">`, // region-a had errors in the last minute
+			`errors/s</th><td class="num bad">`,                             // region-a had errors in the last minute
 			"Expected and observed latency", "observed TTFT (served, mean)", // the routing events' 80 ms TTFTs
 		}},
 		{"cluster with shed", "/cluster?id=region-b", 200, []string{"(shed)", "0.1500", "capacity", ">shed<",
