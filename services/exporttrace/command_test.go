@@ -117,6 +117,12 @@ func TestRoundTrip(t *testing.T) {
 	if len(reqs) != len(wants) || rep.SwitchyardRows != len(wants) {
 		t.Fatalf("read %d requests (%d Switchyard rows), want %d", len(reqs), rep.SwitchyardRows, len(wants))
 	}
+	// An exported trace's prefix blocks are the engine model's KV block
+	// (workload.TraceBlockTokens), so a cached prefix is one to the token.
+	bs := rep.BlockTokens
+	if bs != workload.TraceBlockTokens {
+		t.Fatalf("block size %d, want %d", bs, workload.TraceBlockTokens)
+	}
 	prefixOf := map[string][]uint64{}
 	sharing := 0
 	for i, r := range reqs {
@@ -125,10 +131,10 @@ func TestRoundTrip(t *testing.T) {
 			r.Cluster != w.cluster || r.NonStreaming == w.stream || r.Session != fmt.Sprintf("ak%016x", w.hash) {
 			t.Fatalf("request %d: %+v, want %+v", i, r, w)
 		}
-		if len(r.Blocks) != (w.prompt+workload.DefaultBlockTokens-1)/workload.DefaultBlockTokens {
+		if len(r.Blocks) != (w.prompt+bs-1)/bs {
 			t.Fatalf("request %d: %d blocks for %d tokens", i, len(r.Blocks), w.prompt)
 		}
-		shared := r.Blocks[:w.cached/workload.DefaultBlockTokens]
+		shared := r.Blocks[:w.cached/bs]
 		if p := prefixOf[r.Session]; len(p) > 0 && len(shared) > 0 {
 			n := min(len(p), len(shared))
 			sharing++
