@@ -57,6 +57,7 @@ func (g *Gateway) startArrival(ev *schemas.RoutingEvent) *arrival {
 		ClientRequestId: ev.ClientRequestId,
 		AffinityKeyHash: ev.AffinityKeyHash,
 		Priority:        ev.Priority,
+		Route:           ev.Route,
 	}}
 	a.timer = time.AfterFunc(g.cfg.arrivalAfter, a.send)
 	return a

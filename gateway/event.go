@@ -51,7 +51,23 @@ func (g *Gateway) newEvent(r *http.Request, start time.Time) *schemas.RoutingEve
 		EventTimeUnixMs: start.UnixMilli(),
 		Tenant:          tenant,
 		TenantSource:    source,
+		Route:           routeOf(r.URL.Path),
 	}
+}
+
+// routeOf is the RoutingEvent.route of a request for path: the served
+// inference route it names (one of a fixed set of strings, never the
+// client's bytes), "" for any other path.
+func routeOf(path string) string {
+	if generates(path) {
+		return path
+	}
+	for _, p := range otherRoutes {
+		if p == path {
+			return p
+		}
+	}
+	return ""
 }
 
 // tenantOf is the header tenant of h, if it has a valid one (printable

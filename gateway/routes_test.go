@@ -210,3 +210,25 @@ func testChoicesStreamAccounted(t *testing.T, server string) {
 		t.Fatalf("event %v", ev)
 	}
 }
+
+// TestEventNamesTheRoute: each request's routing event carries the route
+// the client called, so a reader tells an embeddings call or a tokenize
+// from a chat.
+func TestEventNamesTheRoute(t *testing.T) {
+	sim := startSim(t, "sim")
+	sink := make(eventSink, 8)
+	_, base := startGateway(t, Engines(StaticEngine{ID: "sim", URL: sim}), Events(sink))
+	for _, c := range []struct{ path, body string }{
+		{pathChat, `{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/embeddings", `{"input":"a freight train"}`},
+		{"/tokenize", `{"prompt":"a freight train"}`},
+		{pathCompletions, `{"max_tokens":2,"prompt":"hi"}`},
+	} {
+		if status, _, b := postRaw(t, base+c.path, c.body); status != 200 {
+			t.Fatalf("%s: %d %s", c.path, status, b)
+		}
+		if ev := sink.next(t); ev.GetRoute() != c.path || ev.GetEngineId() != "sim" {
+			t.Fatalf("%s: event route %q engine %q", c.path, ev.GetRoute(), ev.GetEngineId())
+		}
+	}
+}

@@ -910,8 +910,17 @@ type RoutingEvent struct {
 	// not the engine's usage: the client went away (or the response ended)
 	// before the engine reported usage, although the request reached it.
 	UsageEstimated bool `protobuf:"varint,34,opt,name=usage_estimated,json=usageEstimated,proto3" json:"usage_estimated,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The OpenAI-compatible route the client called, as the gateway serves
+	// it: "/v1/chat/completions", "/v1/completions", "/v1/responses" (the
+	// generating routes, whose ttft_ms and mean_tbot_ms are token
+	// latencies), or "/v1/embeddings", "/v1/rerank", "/rerank",
+	// "/v2/rerank", "/v1/score", "/score", "/pooling", "/classify",
+	// "/tokenize", "/detokenize" (answered in one piece: no tokens
+	// generated). "" in records of gateways before this field (chat or
+	// completions).
+	Route         string `protobuf:"bytes,35,opt,name=route,proto3" json:"route,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RoutingEvent) Reset() {
@@ -1180,6 +1189,13 @@ func (x *RoutingEvent) GetUsageEstimated() bool {
 		return x.UsageEstimated
 	}
 	return false
+}
+
+func (x *RoutingEvent) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
 }
 
 // ProfilePoint is one knot of a piecewise-linear latency profile.
@@ -2610,7 +2626,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\vhttp_status\x18\x04 \x01(\rR\n" +
 	"httpStatus\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
-	"durationMs\"\xb4\n" +
+	"durationMs\"\xca\n" +
 	"\n" +
 	"\fRoutingEvent\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
@@ -2650,7 +2666,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x12counted_at_arrival\x18\x1f \x01(\bR\x10countedAtArrival\x12*\n" +
 	"\x11client_request_id\x18  \x01(\tR\x0fclientRequestId\x12#\n" +
 	"\rtenant_source\x18! \x01(\tR\ftenantSource\x12'\n" +
-	"\x0fusage_estimated\x18\" \x01(\bR\x0eusageEstimated\"O\n" +
+	"\x0fusage_estimated\x18\" \x01(\bR\x0eusageEstimated\x12\x14\n" +
+	"\x05route\x18# \x01(\tR\x05route\"O\n" +
 	"\fProfilePoint\x12 \n" +
 	"\vutilization\x18\x01 \x01(\x01R\vutilization\x12\x1d\n" +
 	"\n" +
