@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,12 +278,8 @@ func (m *memStore) all() [][]byte {
 // doubles nothing: the survivor re-reads them from their checkpoints
 // and the combiner waits for it, so the estimates are exactly one Core's.
 //
-// It waits out a session timeout (6 s, kfake's least) and takes 15-26 s,
-// over CI's budget per test: it runs with SWITCHYARD_LONG_TESTS=1.
+// It waits out a session timeout (6 s, kfake's least).
 func TestInstanceKilledLosesNothing(t *testing.T) {
-	if os.Getenv("SWITCHYARD_LONG_TESTS") == "" {
-		t.Skip("waits out a session timeout; set SWITCHYARD_LONG_TESTS=1")
-	}
 	kc := testenv.Kafka(t)
 	exp := expectedEstimates(t)
 	cfg := partitionedConfig("killed")
