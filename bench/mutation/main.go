@@ -28,10 +28,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -88,7 +90,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: mutation [flags] ./pkg ...")
 		os.Exit(2)
 	}
-	if err := run(context.Background(), log, cfg, pkgs, os.Stdout); err != nil {
+	// Interrupted, it stops the running test and removes its files.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, cfg, pkgs, os.Stdout); err != nil {
+		stop()
 		log.Error("mutation", "err", err)
 		os.Exit(1)
 	}
@@ -351,6 +357,10 @@ func goTest(ctx context.Context, cfg config, pkg, overlay string, args ...string
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout+5*time.Minute)
 	defer cancel()
 	c := exec.CommandContext(ctx, cmd[0], cmd[1:]...)
+	// Its own process group, so that cancelling stops go test and the
+	// test binary under flock too.
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 	outb, err := c.CombinedOutput()
 	out := string(outb)
 	var exit *exec.ExitError
