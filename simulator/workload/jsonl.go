@@ -34,8 +34,9 @@ const maxTimestamp = 4e9
 // (timestamp in ms, input and output lengths, hash_ids of 512-token
 // blocks), the Qwen-Bailian traces' (timestamp in seconds, hash_ids of
 // 16-token blocks, chat_id and parent_chat_id linking a conversation's
-// turns), or a Switchyard trace (TraceRow: Mooncake's fields without
-// hash_ids, plus cached tokens, affinity hash, cluster and streaming).
+// turns), or a Switchyard trace (schemas/trace.Row: Mooncake's fields
+// without hash_ids, plus cached tokens, affinity hash, cluster and
+// streaming).
 // Timestamps are seconds when any has a fraction or the rows carry
 // chat_id, else milliseconds; Report.BlockTokens is the block size the
 // hash_ids fit (docs/sim.md). A conversation's turns (chat_id chains)

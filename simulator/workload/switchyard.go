@@ -1,48 +1,11 @@
 package workload
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 )
-
-// TraceRow is one request of a Switchyard trace, the file `switchyard
-// export-trace` writes from the routing events of a time range: Mooncake
-// JSONL's fields (so ReadMooncake and `switchyard sim --trace` read it)
-// without hash_ids, plus what the routing events know.
-type TraceRow struct {
-	// Timestamp is the arrival, in ms since the start of the exported
-	// range.
-	Timestamp    int64 `json:"timestamp"`
-	InputLength  int   `json:"input_length"`
-	OutputLength int   `json:"output_length"`
-	// CachedTokens of the prompt were served from the engine's prefix
-	// cache in the live run.
-	CachedTokens int `json:"cached_tokens"`
-	// AffinityHash is the 64-bit hash of the request's affinity key
-	// (session, user or prompt prefix) as 16 hex digits; requests with
-	// the same hash are one conversation. Never the raw key.
-	AffinityHash string `json:"affinity_hash"`
-	// Cluster is the gateway cluster the request entered.
-	Cluster string `json:"cluster"`
-	// Stream is false for a request that asked for the whole response at
-	// once.
-	Stream bool `json:"stream"`
-}
-
-// WriteTraceRow writes r as one JSON line.
-func WriteTraceRow(w io.Writer, r TraceRow) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encoding trace row: %w", err)
-	}
-	b = append(b, '\n')
-	_, err = w.Write(b)
-	return err
-}
 
 // switchyardRow holds the fields a Switchyard trace adds to a Mooncake
 // row; all nil in a Mooncake trace.

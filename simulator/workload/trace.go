@@ -17,8 +17,8 @@ type Report struct {
 	Rows    int
 	Skipped int
 	// SwitchyardRows are rows with a Switchyard trace's fields
-	// (TraceRow): their arrivals are exact milliseconds, and they carry
-	// their cluster and session.
+	// (schemas/trace.Row): their arrivals are exact milliseconds, and
+	// they carry their cluster and session.
 	SwitchyardRows int
 	// BlockTokens is the size of the requests' prefix blocks.
 	BlockTokens int

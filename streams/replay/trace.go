@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/schemas"
-	"github.com/switchyard-llm/switchyard/simulator/workload"
+	"github.com/switchyard-llm/switchyard/schemas/trace"
 	"github.com/switchyard-llm/switchyard/streams"
 )
 
@@ -57,7 +57,7 @@ type TraceResult struct {
 
 // ExportTrace reads the routing events of the requests that arrived in
 // [cfg.From, cfg.To) and writes them to w as a Switchyard trace
-// (workload.TraceRow JSON lines, sorted by arrival), which `switchyard sim
+// (trace.Row JSON lines, sorted by arrival), which `switchyard sim
 // --trace` and workload.ReadMooncake read. It reads through cl as Run
 // does.
 func ExportTrace(ctx context.Context, cl *kgo.Client, cfg TraceConfig, w io.Writer) (TraceResult, error) {
@@ -82,7 +82,7 @@ func ExportTrace(ctx context.Context, cl *kgo.Client, cfg TraceConfig, w io.Writ
 	type req struct {
 		at  int64
 		id  string
-		row workload.TraceRow
+		row trace.Row
 	}
 	var reqs []req
 	arrived := map[string]bool{}
@@ -109,7 +109,7 @@ func ExportTrace(ctx context.Context, cl *kgo.Client, cfg TraceConfig, w io.Writ
 			res.NoPrompt++
 			return
 		}
-		reqs = append(reqs, req{at: at, id: ev.GetRequestId(), row: workload.TraceRow{
+		reqs = append(reqs, req{at: at, id: ev.GetRequestId(), row: trace.Row{
 			Timestamp: at - cfg.From.UnixMilli(), InputLength: int(ev.GetPromptTokens()), OutputLength: int(ev.GetOutputTokens()),
 			CachedTokens: int(min(ev.GetCachedTokens(), ev.GetPromptTokens())), AffinityHash: fmt.Sprintf("%016x", ev.GetAffinityKeyHash()),
 			Cluster: ev.GetCluster(), Stream: ev.GetStream(),
@@ -131,7 +131,7 @@ func ExportTrace(ctx context.Context, cl *kgo.Client, cfg TraceConfig, w io.Writ
 	})
 	bw := bufio.NewWriter(w)
 	for _, r := range reqs {
-		if err := workload.WriteTraceRow(bw, r.row); err != nil {
+		if err := trace.WriteRow(bw, r.row); err != nil {
 			return res, err
 		}
 		res.Requests++
