@@ -3,6 +3,7 @@ package streams_test
 import (
 	"context"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -151,3 +152,28 @@ func eachKgoFile(t *testing.T, fn func(path, src string)) {
 var requiredAcks = regexp.MustCompile(`RequiredAcks\(([^()]*(?:\(\))?)\)`)
 
 var compression = regexp.MustCompile(`ProducerBatchCompression\(([^()]*(?:\(\))?)`)
+
+// TestNewReplicationChecksFlags: ints from flags become a Replication, or
+// an error for a factor Kafka cannot hold or what Validate rejects.
+func TestNewReplicationChecksFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		factor, minInsync int
+		want              streams.Replication
+		ok                bool
+	}{
+		{"brokers' defaults", 0, 0, streams.Replication{}, true},
+		{"three replicas, two in sync", 3, 2, streams.Replication{Factor: 3, MinInsync: 2}, true},
+		{"largest factor", math.MaxInt16, 1, streams.Replication{Factor: math.MaxInt16, MinInsync: 1}, true},
+		{"factor beyond int16", math.MaxInt16 + 1, 0, streams.Replication{}, false},
+		{"more in sync than replicas", 2, 3, streams.Replication{}, false},
+		{"negative", -1, 0, streams.Replication{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := streams.NewReplication(tc.factor, tc.minInsync)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Fatalf("NewReplication(%d, %d) = %+v, %v; want %+v, ok %v", tc.factor, tc.minInsync, got, err, tc.want, tc.ok)
+			}
+		})
+	}
+}

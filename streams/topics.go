@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -110,6 +111,20 @@ func (r Replication) Validate() error {
 		return fmt.Errorf("min.insync.replicas %d exceeds the replication factor %d: no write could succeed", r.MinInsync, r.Factor)
 	}
 	return nil
+}
+
+// NewReplication returns the Replication of a factor and a
+// min.insync.replicas given as ints (flags): an error for a factor beyond
+// what Kafka holds (int16) or for what Validate rejects.
+func NewReplication(factor, minInsync int) (Replication, error) {
+	if factor > math.MaxInt16 {
+		return Replication{}, fmt.Errorf("replication factor %d is too large (at most %d)", factor, math.MaxInt16)
+	}
+	r := Replication{Factor: int16(factor), MinInsync: minInsync}
+	if err := r.Validate(); err != nil {
+		return Replication{}, err
+	}
+	return r, nil
 }
 
 // CreateTopic creates topic name with partitions partitions, configs cfg

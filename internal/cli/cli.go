@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -19,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/connect"
-	"github.com/switchyard-llm/switchyard/streams"
 )
 
 // Command is one `switchyard <name>` subcommand. Run parses args itself
@@ -124,18 +122,6 @@ type Replication struct {
 	KafkaFactor    int // --kafka-replication-factor
 	KafkaMinInsync int // --kafka-min-insync-replicas
 	NATSReplicas   int // --nats-replicas
-}
-
-// Kafka returns the topic replication of the flags.
-func (r Replication) Kafka() (streams.Replication, error) {
-	if r.KafkaFactor > math.MaxInt16 {
-		return streams.Replication{}, fmt.Errorf("%w: --kafka-replication-factor %d is too large", ErrUsage, r.KafkaFactor)
-	}
-	out := streams.Replication{Factor: int16(r.KafkaFactor), MinInsync: r.KafkaMinInsync}
-	if err := out.Validate(); err != nil {
-		return streams.Replication{}, fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	return out, nil
 }
 
 // RegisterReplication adds --kafka-replication-factor and

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
@@ -47,9 +48,9 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
-	repl, err := conn.Replication.Kafka()
+	repl, err := streams.NewReplication(conn.Replication.KafkaFactor, conn.Replication.KafkaMinInsync)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: --kafka-replication-factor, --kafka-min-insync-replicas: %w", cli.ErrUsage, err)
 	}
 	cfg.Replication = repl
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))

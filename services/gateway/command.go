@@ -82,8 +82,8 @@ type Flags struct {
 	NATSURL              string
 	KafkaBrokers         []string
 	TopicPrefix          string
-	Conn                 cli.Connection    // TLS and credentials of both brokers
-	Trust                cli.SnapshotTrust // snapshot signature keys, cache, clock skew
+	Conn                 cli.Connection // TLS and credentials of both brokers
+	Trust                SnapshotTrust  // snapshot signature keys, cache, clock skew
 }
 
 // ParseFlags parses args (and SWITCHYARD_* variables from getenv).

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchyard-llm/switchyard/internal/cli"
+	gatewaycmd "github.com/switchyard-llm/switchyard/services/gateway"
+	optimizercmd "github.com/switchyard-llm/switchyard/services/optimizer"
 )
 
 // TestKeygen: the command writes a key pair the optimizer and gateway
@@ -22,10 +23,10 @@ func TestKeygen(t *testing.T) {
 	if !strings.Contains(stdout.String(), "key id:") {
 		t.Fatalf("output %q", stdout.String())
 	}
-	if opts, err := (cli.Signing{KeyFile: out}).StoreOpts(); err != nil || len(opts) != 1 {
+	if opts, err := (optimizercmd.Signing{KeyFile: out}).StoreOpts(); err != nil || len(opts) != 1 {
 		t.Fatalf("signing key: %v", err)
 	}
-	if keys, err := (cli.SnapshotTrust{KeyFiles: out + ".pub"}).Keys(); err != nil || len(keys) != 1 {
+	if keys, err := (gatewaycmd.SnapshotTrust{KeyFiles: out + ".pub"}).Keys(); err != nil || len(keys) != 1 {
 		t.Fatalf("public key: %d keys, %v", len(keys), err)
 	}
 	if err := run(context.Background(), []string{"--out", out}, &stdout, &stdout); err == nil {
@@ -60,7 +61,7 @@ func TestKeygenKeepExisting(t *testing.T) {
 	if err := run(context.Background(), args[:4], &stdout, &stdout); err == nil {
 		t.Fatal("without --keep-existing, a second run succeeded")
 	}
-	if keys, err := (cli.SnapshotTrust{KeyFiles: pub}).Keys(); err != nil || len(keys) != 1 {
+	if keys, err := (gatewaycmd.SnapshotTrust{KeyFiles: pub}).Keys(); err != nil || len(keys) != 1 {
 		t.Fatalf("public key: %d keys, %v", len(keys), err)
 	}
 }

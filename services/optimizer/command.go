@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
+	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/control"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
@@ -36,7 +37,7 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	var conn cli.Connection
 	conn.Register(fs)
 	conn.RegisterReplication(fs, true)
-	var signing cli.Signing
+	var signing Signing
 	signing.Register(fs)
 	settle := fs.Duration("settle", 500*time.Millisecond, "plan a window once its estimates have been quiet this long")
 	maxUtil := fs.Float64("max-utilization", 0.9, "cap on each engine's planned utilization, in (0,1]")
@@ -84,9 +85,9 @@ func runCommand(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if conn.NATSURL == "" {
 		return fmt.Errorf("%w: optimizer: no NATS URL", cli.ErrUsage)
 	}
-	repl, err := conn.Replication.Kafka()
+	repl, err := streams.NewReplication(conn.Replication.KafkaFactor, conn.Replication.KafkaMinInsync)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: --kafka-replication-factor, --kafka-min-insync-replicas: %w", cli.ErrUsage, err)
 	}
 	var engines *fleet.Registry
 	if *registry != "" {

@@ -72,9 +72,9 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		}
 		cfg.Registry = er
 	}
-	repl, err := conn.Replication.Kafka()
+	repl, err := streams.NewReplication(conn.Replication.KafkaFactor, conn.Replication.KafkaMinInsync)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: --kafka-replication-factor, --kafka-min-insync-replicas: %w", cli.ErrUsage, err)
 	}
 	cfg.Replication = repl
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
