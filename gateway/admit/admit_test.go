@@ -165,13 +165,16 @@ func waitLen(t *testing.T, q *Queue, n int) {
 }
 
 // warm makes q see perSecond slot releases per second over its rate
-// window, none of them while every slot was taken.
+// window, with some slot taken all along and none of them while every
+// slot was.
 func warm(q *Queue, c *clock, perSecond int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	e := c.now().UnixNano() / int64(rateWidth)
 	for k := range int64(rateBuckets) {
-		q.relN[q.bucket(e-k)] += perSecond
+		i := q.bucket(e - k)
+		q.relN[i] += perSecond
+		q.relBusy[i] += rateWidth.Seconds()
 	}
 }
 
@@ -223,18 +226,73 @@ func TestQueueExpireRejectsWaitersThatCannotMakeTheirDeadline(t *testing.T) {
 	}
 }
 
-func TestQueueAdmitsToCapacityThenRejectsAtOnceWithoutReleases(t *testing.T) {
+// TestQueueRejectsAtOnceWhenSlotsAreHeldTheBoundWithoutARelease: with
+// every slot taken for ¾ of the deadline and none freed, a request over
+// capacity is rejected at once (ErrWait); slots taken for a moment only
+// (a burst after a lull, nothing freed yet because nothing ran) queue it.
+func TestQueueRejectsAtOnceWhenSlotsAreHeldTheBoundWithoutARelease(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	q := NewQueue(QueueConfig{Timeout: time.Hour}, c.now)
+	q := NewQueue(QueueConfig{Timeout: 8 * time.Second}, c.now)
 	q.SetCapacity(2)
 	for range 2 {
-		if err := q.Acquire(context.Background(), Request{Priority: 1}); err != nil {
+		if err := q.Offer(Request{Priority: 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// Nothing was released lately: waiting would be a guess, reject now.
-	if err := q.Acquire(context.Background(), Request{Priority: 1}); !errors.Is(err, ErrWait) {
-		t.Fatalf("third acquire: %v, want ErrWait", err)
+	c.set(time.Unix(1000, 10e6)) // taken for 10 ms
+	if err := q.Offer(Request{Priority: 1}, func(error) {}); !errors.Is(err, ErrQueued) {
+		t.Fatalf("over capacity after 10 ms held: %v, want ErrQueued", err)
+	}
+	c.set(time.Unix(1006, 0)) // 6 s held, none freed: ¾ of the deadline
+	if err := q.Offer(Request{Priority: 1}, func(error) {}); !errors.Is(err, ErrWait) {
+		t.Fatalf("over capacity after 6 s held without a release: %v, want ErrWait", err)
+	}
+}
+
+// TestQueueBurstAfterLullIsQueued: slots freed fast (100 a second for 2
+// s), then the gateway idled 10 s (past the rate window): a burst of 40
+// requests on 8 slots is queued, not rejected, and once the first slots
+// free (8 in 20 ms) the next arrivals are predicted by the rate of busy
+// time (400 a second), not by 8 releases over the 8 s window (1 a
+// second: a 33 s wait, which rejected them).
+func TestQueueBurstAfterLullIsQueued(t *testing.T) {
+	base := time.Unix(1000, 0)
+	c := &clock{t: base}
+	q := NewQueue(QueueConfig{Timeout: 8 * time.Second}, c.now)
+	q.SetCapacity(8)
+	for i := range 200 { // 100 a second, one at a time
+		c.set(base.Add(time.Duration(i) * 10 * time.Millisecond))
+		if err := q.Offer(Request{}, nil); err != nil {
+			t.Fatal(err)
+		}
+		c.set(base.Add(time.Duration(i)*10*time.Millisecond + 5*time.Millisecond))
+		q.Release(Request{})
+	}
+	burst := base.Add(12 * time.Second)
+	c.set(burst)
+	var answers []error
+	done := func(err error) { answers = append(answers, err) }
+	for i := range 40 {
+		err := q.Offer(Request{}, done)
+		if want := i >= 8; want != errors.Is(err, ErrQueued) || !want && err != nil {
+			t.Fatalf("burst request %d: %v", i, err)
+		}
+	}
+	c.set(burst.Add(20 * time.Millisecond))
+	for range 8 {
+		q.Release(Request{})
+	}
+	if err := q.Offer(Request{}, done); !errors.Is(err, ErrQueued) {
+		t.Fatalf("request after the first releases: %v, want ErrQueued", err)
+	}
+	q.Expire()
+	for _, err := range answers {
+		if err != nil {
+			t.Fatalf("a queued burst request was answered %v", err)
+		}
+	}
+	if q.Len() != 25 {
+		t.Fatalf("queue length %d, want 25 (33 queued, 8 admitted)", q.Len())
 	}
 }
 

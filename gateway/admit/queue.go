@@ -17,8 +17,8 @@ var (
 	// its weight.
 	ErrQueueFull = errors.New("admission queue full")
 	// ErrWait: the predicted wait for a slot exceeds the deadline (or
-	// no slot has been freed lately), so the request is rejected at once
-	// instead of at the deadline.
+	// slots have been held that long without one freeing), so the
+	// request is rejected at once instead of at the deadline.
 	ErrWait = errors.New("predicted admission wait exceeds the deadline")
 	// ErrTimeout: the request waited its deadline without a slot.
 	ErrTimeout = errors.New("admission deadline passed")
@@ -69,9 +69,12 @@ const (
 // with the most waiting for its weight, is evicted to make room when
 // that is not the request's own), or when the wait it would have — its
 // place in the order the queue would admit its waiters, over the rate at
-// which slots were freed in the last 8 seconds — exceeds ¾ of Timeout (an
-// eighth of it while the queue stands, see bound): so nearly every
-// rejection is immediate, and a queued request is nearly always served.
+// which slots were freed in the last 8 seconds (per second that any was
+// taken, see rate) — exceeds ¾ of Timeout (an eighth of it while the
+// queue stands, see bound), or, with no slot freed yet, when slots have
+// been held that long: so nearly every rejection is immediate, a queued
+// request is nearly always served, and a burst after a lull is queued
+// while its first slots are still in use.
 // Safe for concurrent use.
 //
 // Fairness is start-time fair queuing (SFQ) over one queue per tenant
@@ -110,12 +113,14 @@ type Queue struct {
 	relEpoch [rateBuckets]int64
 	relN     [rateBuckets]int
 	// relFullN counts the releases made while every slot was taken,
-	// relFull the seconds every slot was, per bucket; fullAt is when
-	// relFull was last accrued (see rate).
-	relFullN [rateBuckets]int
-	relFull  [rateBuckets]float64
-	fullAt   time.Time
-	calls    []call // answers to make once q.mu is released (unlock)
+	// relFull the seconds every slot was, relBusy the seconds any slot
+	// was, per bucket; accruedAt is when they were last accrued (see
+	// rate).
+	relFullN  [rateBuckets]int
+	relFull   [rateBuckets]float64
+	relBusy   [rateBuckets]float64
+	accruedAt time.Time
+	calls     []call // answers to make once q.mu is released (unlock)
 	// standing is when the queue last went from empty to not empty (zero
 	// while it is empty).
 	standing time.Time
@@ -340,7 +345,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 			return nil, ErrQueueFull
 		}
 	}
-	if rate := q.rate(); rate <= 0 || float64(ahead+1)/rate > q.bound(now) {
+	if rate, busy := q.rate(); rate <= 0 && busy >= q.bound(now) || rate > 0 && float64(ahead+1)/rate > q.bound(now) {
 		return nil, ErrWait
 	}
 	if vf != nil {
@@ -561,7 +566,8 @@ func (q *Queue) unlock() {
 func (q *Queue) Expire() {
 	q.mu.Lock()
 	defer q.unlock()
-	now, rate := q.now(), q.rate()
+	now := q.now()
+	rate, _ := q.rate()
 	for p := range q.bands {
 		q.bands[p].prune(now)
 	}
@@ -678,7 +684,7 @@ func (q *Queue) remove(w *waiter) bool {
 func (q *Queue) bucket(e int64) int {
 	i := int(e % rateBuckets)
 	if q.relEpoch[i] != e {
-		q.relEpoch[i], q.relN[i], q.relFullN[i], q.relFull[i] = e, 0, 0, 0
+		q.relEpoch[i], q.relN[i], q.relFullN[i], q.relFull[i], q.relBusy[i] = e, 0, 0, 0, 0
 	}
 	return i
 }
@@ -696,16 +702,17 @@ func (q *Queue) countRelease(full bool) {
 	}
 }
 
-// accrue adds the time every slot was taken since the last change of
-// inflight (or capacity) to the rate window's buckets; call it before
-// either changes. q.mu held.
+// accrue adds the time every slot was taken, and the time any was,
+// since the last change of inflight (or capacity) to the rate window's
+// buckets; call it before either changes. q.mu held.
 func (q *Queue) accrue() {
 	now := q.now()
-	t := q.fullAt
-	q.fullAt = now
-	if t.IsZero() || !now.After(t) || !q.full() {
+	t := q.accruedAt
+	q.accruedAt = now
+	if t.IsZero() || !now.After(t) || q.inflight == 0 {
 		return
 	}
+	full := q.full()
 	if now.Sub(t) > activeFor {
 		t = now.Add(-activeFor)
 	}
@@ -715,7 +722,11 @@ func (q *Queue) accrue() {
 		if end.After(now) {
 			end = now
 		}
-		q.relFull[q.bucket(e)] += end.Sub(t).Seconds()
+		i, d := q.bucket(e), end.Sub(t).Seconds()
+		q.relBusy[i] += d
+		if full {
+			q.relFull[i] += d
+		}
 		t = end
 	}
 }
@@ -725,24 +736,36 @@ func (q *Queue) accrue() {
 const minFullReleases = 2
 
 // rate returns the slots freed per second the queue can count on, over
-// the last rateBuckets×rateWidth: the rate at which slots freed while
-// every slot was taken, once they were for a rateWidth in all and
-// minFullReleases freed meanwhile, else the slots freed per second. A queue forms only when every slot is taken,
-// and then drains at that rate; the slots freed per second read the
-// arrival rate after a lull instead (at 0.9× a fleet's capacity they
-// predicted waits of 6 s for bursts that cleared in 2.5 s, and rejected
-// them: bench/live). q.mu held.
-func (q *Queue) rate() float64 {
+// the last rateBuckets×rateWidth, and the seconds of it during which any
+// slot was taken (busy): the rate at which slots freed while every slot
+// was taken, once they were for a rateWidth in all and minFullReleases
+// freed meanwhile, else the slots freed per second of busy time (0: none
+// freed). A queue forms only when every slot is taken, and then drains
+// at that rate; the slots freed per second read the arrival rate after a
+// lull instead (at 0.9× a fleet's capacity they predicted waits of 6 s
+// for bursts that cleared in 2.5 s, and rejected them: bench/live). Per
+// second of busy time, not of the window: an idle gateway frees no slot
+// because it holds none, and counting its idle seconds read the first
+// burst after a lull as slots that free slowly, or (none freed yet) not
+// at all, and answered it 429 though the engines served it in
+// milliseconds (bench/gateway: up to a thousand 429s a run, each round
+// starting after the gateway had idled). q.mu held.
+func (q *Queue) rate() (rate, busy float64) {
 	q.accrue()
 	e := q.now().UnixNano() / int64(rateWidth)
 	n, fullN, full := 0, 0, 0.0
 	for i := range q.relEpoch {
 		if e-q.relEpoch[i] < rateBuckets {
-			n, fullN, full = n+q.relN[i], fullN+q.relFullN[i], full+q.relFull[i]
+			n, fullN, full, busy = n+q.relN[i], fullN+q.relFullN[i], full+q.relFull[i], busy+q.relBusy[i]
 		}
 	}
 	if full >= rateWidth.Seconds() && fullN >= minFullReleases {
-		return float64(fullN) / full
+		return float64(fullN) / full, busy
 	}
-	return float64(n) / (rateBuckets * rateWidth).Seconds()
+	if n == 0 {
+		return 0, busy
+	}
+	// Releases at one instant (a virtual clock) count over a
+	// millisecond.
+	return float64(n) / max(busy, time.Millisecond.Seconds()), busy
 }
