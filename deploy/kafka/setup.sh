@@ -1,5 +1,5 @@
 #!/bin/sh
-# Generated from internal/brokers/roles (roles.go, deploy.go) by
+# Generated from services/brokers/roles (roles.go, deploy.go) by
 # `go test ./services/switchyard -run TestBrokerConfigsGenerated -update-broker-configs`: do not edit.
 #
 # Creates the Switchyard topics, one SCRAM user per role and each role's

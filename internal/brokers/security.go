@@ -4,12 +4,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/switchyard-llm/switchyard/streams"
 )
 
 // saslMechanisms are the mechanisms every user gets on Kafka.
@@ -64,18 +63,19 @@ func kafkaSecurity(sec Security) []kfake.Opt {
 	return opts
 }
 
-// EnsureTopics creates Switchyard's topics on the embedded Kafka directly
-// (no client, so it works whatever the listener requires), as
-// streams.EnsureTopics does through a client: partitions each, the
-// estimates topic compacted with one partition. Existing topics are kept.
-func (b *Brokers) EnsureTopics(t streams.Topics, partitions int32) error {
+// EnsureTopics creates topics on the embedded Kafka directly (no client,
+// so it works whatever the listener requires), partitions partitions each
+// (3 when not positive), but the compacted ones (cleanup.policy=compact)
+// with one partition, as streams.EnsureTopics creates the estimates topic
+// through a client. Existing topics are kept.
+func (b *Brokers) EnsureTopics(topics, compacted []string, partitions int32) error {
 	if partitions <= 0 {
 		partitions = 3
 	}
-	for _, name := range t.All() {
+	for _, name := range topics {
 		var cfg map[string]string
 		n := partitions
-		if name == t.Estimates {
+		if slices.Contains(compacted, name) {
 			cfg, n = map[string]string{"cleanup.policy": "compact"}, 1
 		}
 		if err := b.Kafka.CreateTopic(name, n, cfg); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {

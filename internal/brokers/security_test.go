@@ -49,7 +49,7 @@ func TestSecureBrokers(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	topics := streams.TopicsFor("")
-	if err := b.EnsureTopics(topics, 1); err != nil {
+	if err := b.EnsureTopics(topics.All(), []string{topics.Estimates}, 1); err != nil {
 		t.Fatal(err)
 	}
 	good := map[string]string{

@@ -16,8 +16,8 @@ import (
 	"strings"
 
 	embedded "github.com/switchyard-llm/switchyard/internal/brokers"
-	"github.com/switchyard-llm/switchyard/internal/brokers/roles"
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/services/brokers/roles"
 	"github.com/switchyard-llm/switchyard/streams"
 )
 
@@ -138,7 +138,8 @@ func run(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	defer b.Close()
-	if err := b.EnsureTopics(streams.TopicsFor(*prefix), int32(*partitions)); err != nil {
+	topics := streams.TopicsFor(*prefix)
+	if err := b.EnsureTopics(topics.All(), []string{topics.Estimates}, int32(*partitions)); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "kafka: %s\nnats: %s\n", b.KafkaAddrs()[0], b.NATSURL())

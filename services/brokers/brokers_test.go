@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/switchyard-llm/switchyard/internal/brokers/roles"
 	"github.com/switchyard-llm/switchyard/internal/cli"
+	"github.com/switchyard-llm/switchyard/services/brokers/roles"
 )
 
 // TestRoleUsers: each --<role>-password (or SWITCHYARD_<ROLE>_PASSWORD)

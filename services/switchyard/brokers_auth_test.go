@@ -16,7 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/switchyard-llm/switchyard/internal/brokers/roles"
+	"github.com/switchyard-llm/switchyard/services/brokers/roles"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/process"
 )
@@ -24,7 +24,7 @@ import (
 var updateBrokerConfigs = flag.Bool("update-broker-configs", false, "rewrite the generated broker configurations under deploy/")
 
 // generatedBrokerConfigs are the files under deploy/ rendered from
-// internal/brokers/roles, so that the real brokers' users, permissions and
+// services/brokers/roles, so that the real brokers' users, permissions and
 // ACLs cannot drift from the roles the embedded brokers and
 // TestLeastPrivilege use.
 func generatedBrokerConfigs(t *testing.T) map[string]string {
@@ -43,7 +43,7 @@ func generatedBrokerConfigs(t *testing.T) map[string]string {
 }
 
 // TestBrokerConfigsGenerated: the NATS authorization blocks and Kafka
-// setup scripts under deploy/ are what internal/brokers/roles renders
+// setup scripts under deploy/ are what services/brokers/roles renders
 // (-update-broker-configs rewrites them).
 func TestBrokerConfigsGenerated(t *testing.T) {
 	for file, want := range generatedBrokerConfigs(t) {
@@ -58,7 +58,7 @@ func TestBrokerConfigsGenerated(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(got) != want {
-			t.Errorf("%s differs from what internal/brokers/roles renders; run go test ./services/switchyard -run TestBrokerConfigsGenerated -update-broker-configs", file)
+			t.Errorf("%s differs from what services/brokers/roles renders; run go test ./services/switchyard -run TestBrokerConfigsGenerated -update-broker-configs", file)
 		}
 	}
 }
@@ -246,7 +246,7 @@ func checkSetupScript(t *testing.T, file string) {
 	slices.Sort(want)
 	got := slices.Sorted(slices.Values(s.acls))
 	if !slices.Equal(got, want) {
-		t.Errorf("%s: ACLs\n%s\nwant (internal/brokers/roles)\n%s", file, strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Errorf("%s: ACLs\n%s\nwant (services/brokers/roles)\n%s", file, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -293,7 +293,7 @@ func checkNATSAuth(t *testing.T, where string, opts *server.Options, marker map[
 			t.Errorf("%s: user %s's password is not $%s", where, r, r.PasswordEnv())
 		}
 		if g, w := permString(u.Permissions), permString(r.NATS().Permissions()); g != w {
-			t.Errorf("%s: user %s may\n%s\nwant (internal/brokers/roles)\n%s", where, r, g, w)
+			t.Errorf("%s: user %s may\n%s\nwant (services/brokers/roles)\n%s", where, r, g, w)
 		}
 	}
 	if len(got) != want {

@@ -32,7 +32,7 @@ var operatorSecrets = map[string][]string{
 	"switchyard-snapshot-public-keys": {"snapshot.key.pub"},
 }
 
-// roleOf is the broker role (docs/security.md, internal/brokers/roles)
+// roleOf is the broker role (docs/security.md, services/brokers/roles)
 // whose credentials each command runs with.
 var roleOf = map[string]string{"agent": "agent", "processor": "processor", "combiner": "processor", "optimizer": "optimizer", "gateway": "gateway"}
 

@@ -70,7 +70,7 @@ func Topics(prefix string, partitions int32) []Topic {
 	)
 }
 
-const generated = "Generated from internal/brokers/roles (roles.go, deploy.go) by\n# `go test ./services/switchyard -run TestBrokerConfigsGenerated -update-broker-configs`: do not edit."
+const generated = "Generated from services/brokers/roles (roles.go, deploy.go) by\n# `go test ./services/switchyard -run TestBrokerConfigsGenerated -update-broker-configs`: do not edit."
 
 // NATSAuthorization returns the nats-server authorization block with one
 // user per role that uses NATS, named after it, holding exactly its

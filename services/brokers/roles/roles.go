@@ -1,7 +1,10 @@
 // Package roles holds the least NATS permissions and Kafka ACLs of each
-// Switchyard service (docs/security.md), for brokers.Security and its
-// tests. It is separate from package brokers so that brokers stays free of
-// the stream packages (whose tests start brokers).
+// Switchyard service (docs/security.md), for the users of `switchyard
+// brokers` (brokers.Security) and the broker configurations generated
+// under deploy/. It knows every service's topics and subjects, so it sits
+// with the services, above the stream packages; internal/brokers (the
+// embedded brokers, which the stream packages' tests start) takes its
+// users as plain values.
 package roles
 
 import (
