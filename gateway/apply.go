@@ -129,6 +129,14 @@ func (g *Gateway) applyViewErr(v snapView) error {
 	}
 	g.cur.Store(rt)
 	g.log.Info("snapshot applied", "version", rt.version, "engines", len(specs), "shed_fraction", rt.shed)
+	if rt.table != nil {
+		for i := 0; i < rt.table.Len(); i++ {
+			if rt.table.Engine(i).State.Down() {
+				g.checkSoon() // routed again while the health checks hold it down
+				break
+			}
+		}
+	}
 	return nil
 }
 

@@ -110,7 +110,10 @@ type Gateway struct {
 
 	healthMu   sync.Mutex
 	healthFail map[string]int
-	rtts       sync.Map // *pick.State -> *rttRing, health-check round trips
+	// healthNow asks the health loop for a round of checks at once
+	// (health.go: checkSoon).
+	healthNow chan struct{}
+	rtts      sync.Map // *pick.State -> *rttRing, health-check round trips
 	// noStreamOptions: engines that refused a request for the
 	// stream_options the gateway added (*pick.State -> struct{}); they get
 	// the client's own body, and the gateway counts their tokens itself.
@@ -149,6 +152,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 		prop:       propagation.TraceContext{},
 		ready:      make(chan struct{}),
 		healthFail: map[string]int{},
+		healthNow:  make(chan struct{}, 1),
 	}
 	g.cut, g.cutStreams = context.WithCancel(context.Background())
 	g.hot = g.m.hot(cfg.cluster)

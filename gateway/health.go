@@ -15,7 +15,7 @@ import (
 const healthFailures = 2
 
 // healthLoop checks GET <engine>/health of the routed engines every
-// HealthInterval, at most 16 at a time.
+// HealthInterval, at most 16 at a time, and at once when checkSoon asks.
 func (g *Gateway) healthLoop(ctx context.Context) {
 	t := time.NewTicker(g.cfg.healthInterval)
 	defer t.Stop()
@@ -24,8 +24,24 @@ func (g *Gateway) healthLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			g.checkAll(ctx)
+		case <-g.healthNow:
 		}
+		g.checkAll(ctx)
+	}
+}
+
+// checkSoon asks the health loop for a round of checks now, without
+// waiting for its tick. It is called when an engine the health checks
+// hold down may be back: its own signals say healthy again, or a
+// snapshot routes to it again (a snapshot that left it out while it was
+// down took it out of the checked engines, so only a check after the
+// snapshot that brings it back can find it up). A restarted engine then
+// gets requests within a check's round trip of both the snapshot and its
+// signals saying so, not up to a health interval later.
+func (g *Gateway) checkSoon() {
+	select {
+	case g.healthNow <- struct{}{}:
+	default: // a round is already asked for
 	}
 }
 

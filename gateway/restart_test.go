@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/gateway/outlier"
+	"github.com/switchyard-llm/switchyard/schemas"
 )
 
 // TestRestartedEngineTakesItsShareAgain: an engine killed mid-run is
@@ -71,5 +72,45 @@ func TestRestartedEngineTakesItsShareAgain(t *testing.T) {
 	t.Logf("restarted engine's share of the next %d requests: %.2f (planned 0.50)", after, share)
 	if share < 0.35 {
 		t.Errorf("restarted engine took %.2f of the next %d requests, planned 0.50", share, after)
+	}
+}
+
+// TestRestartedEngineRoutedOnceASnapshotBringsItBack: the optimizer
+// leaves an engine out of its snapshots while it is down, which also
+// takes it out of the health checks (they check the routed engines); when
+// it is back and a snapshot routes to it again, the gateway checks it at
+// once and sends it requests, instead of holding it down until the next
+// health interval (live, bench/live's restart scenario: 4-13 s of a
+// restarted engine's planned share lost to the 5-s interval).
+func TestRestartedEngineRoutedOnceASnapshotBringsItBack(t *testing.T) {
+	a, b := newFakeEngine(t, "a"), newFakeEngine(t, "b")
+	// An interval no test waits out: only a check asked for runs.
+	g, base := startGateway(t, InitialSnapshot(snapshot(1, "us-east", 0, map[*fakeEngine]float64{a: 0.5, b: 0.5})), HealthInterval(time.Hour))
+	st, ok := g.pool.Lookup("a")
+	if !ok {
+		t.Fatal("engine a not in the pool")
+	}
+	// The health checks found a down (as two failed checks do), and the
+	// next snapshot leaves it out.
+	st.SetDown(true)
+	apply := func(snap *schemas.WeightSnapshot) {
+		t.Helper()
+		if err := g.ApplySnapshot(marshal(t, snap)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(snapshot(2, "us-east", 0, map[*fakeEngine]float64{b: 1}))
+	// a restarted (it answers /health) and the optimizer routes to it again.
+	apply(snapshot(3, "us-east", 0, map[*fakeEngine]float64{a: 0.5, b: 0.5}))
+	waitFor(t, 5*time.Second, func() bool { return !st.Down() }, "engine a still held down after a snapshot routed to it again")
+	before := a.requests.Load()
+	const n = 100
+	for i := range n {
+		if status, _, body := post(t, context.Background(), base, chatBody(false, fmt.Sprintf("after %d", i)), nil); status != http.StatusOK {
+			t.Fatalf("request %d: status %d: %s", i, status, body)
+		}
+	}
+	if got := a.requests.Load() - before; got < n/4 {
+		t.Errorf("engine a served %d of the next %d requests, planned half", got, n)
 	}
 }

@@ -52,6 +52,9 @@ func (g *Gateway) applySignal(b []byte) {
 			st.Forget(g.cfg.now().UnixMilli())
 		} else {
 			g.outlier.Restarted(st) // back from a restart: no ejection left over
+			if st.Down() {
+				g.checkSoon() // the health checks' verdict may be stale
+			}
 		}
 	}
 	st.SetSignalDown(down)

@@ -28,7 +28,13 @@ import (
 //   - is forgotten when a window finds the engine down (unhealthy, or no
 //     ready replica): it comes back as a new instance with a cold prefix
 //     cache, so what was learned about the old one (measured on warm
-//     caches) overstates it, and it starts over from its next window;
+//     caches) overstates it, and it starts over from its first window
+//     whose signals were healthy throughout (a degraded window after the
+//     engine was down still counts the time it was down or starting: its
+//     throughput and occupancy, read over the whole window, understate
+//     the engine; live, a restarted engine seeded from one was planned at
+//     0.40 of its region's traffic instead of 0.65 for four windows while
+//     the smoothed bound climbed back, bench/live SCENARIO=restart);
 //     and when no estimate updated it for capacityMemoryMs (5 minutes).
 //
 // The tracked capacity is in work, not requests, wherever the estimates
@@ -105,6 +111,9 @@ type capacityState struct {
 	// work: replicaRPS is in replica-seconds of work per second (the
 	// estimates carry work_per_request_s), not requests.
 	work bool
+	// returning: found down, and no window since was healthy throughout;
+	// such windows teach nothing (see the comment at the top).
+	returning bool
 }
 
 // observe folds e in (a window not newer than the last one is ignored).
@@ -115,9 +124,13 @@ func (s *capacityState) observe(e *schemas.EngineEstimate) {
 	c, x := e.GetCapacityRps(), e.GetObservedRps()
 	if e.GetHealth() == schemas.Health_HEALTH_UNHEALTHY || e.GetReadyReplicas() == 0 {
 		// Down: it comes back as a new instance with a cold cache.
-		*s = capacityState{lastEnd: e.GetWindowEndUnixMs()}
+		*s = capacityState{lastEnd: e.GetWindowEndUnixMs(), returning: true}
 		return
 	}
+	if s.returning && e.GetHealth() == schemas.Health_HEALTH_DEGRADED {
+		return // still counts time down or starting: nothing learned
+	}
+	s.returning = false
 	if s.lastEnd > 0 && e.GetWindowEndUnixMs()-s.lastEnd > capacityMemoryMs {
 		*s = capacityState{} // not heard of for too long: start over
 	}

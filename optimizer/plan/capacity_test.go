@@ -14,6 +14,12 @@ func capEst(end int64, capacity, observed float64, replicas uint32) *schemas.Eng
 		ReadyReplicas: replicas, Health: schemas.Health_HEALTH_HEALTHY}
 }
 
+// degraded marks e's window as partly unhealthy.
+func degraded(e *schemas.EngineEstimate) *schemas.EngineEstimate {
+	e.Health = schemas.Health_HEALTH_DEGRADED
+	return e
+}
+
 func TestCapacityTracking(t *testing.T) {
 	tests := []struct {
 		name string
@@ -30,6 +36,8 @@ func TestCapacityTracking(t *testing.T) {
 		{"per replica", []*schemas.EngineEstimate{capEst(1, 200, 50, 2), capEst(2, 60, 60, 1)}, 80},
 		{"repeated or older windows count once", []*schemas.EngineEstimate{capEst(2, 200, 50, 1), capEst(2, 60, 60, 1), capEst(1, 60, 60, 1)}, 200},
 		{"down: forgotten, back as a new instance", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY}, capEst(3, 40, 0, 1)}, 40},
+		{"back from down: degraded windows teach nothing, the first healthy one starts over", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), {EngineId: "e", WindowEndUnixMs: 2, Health: schemas.Health_HEALTH_UNHEALTHY},
+			degraded(capEst(3, 16, 0, 1)), degraded(capEst(4, 20, 5, 1)), capEst(5, 40, 10, 1)}, 40},
 		{"no ready replica: forgotten", []*schemas.EngineEstimate{capEst(1, 60, 60, 1), capEst(2, 60, 0, 0), capEst(3, 40, 0, 1)}, 40},
 		{"non-finite ignored", []*schemas.EngineEstimate{capEst(1, 200, 50, 1), capEst(2, math.NaN(), 60, 1), capEst(3, 60, math.Inf(1), 1)}, 200},
 	}
