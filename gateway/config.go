@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
@@ -84,12 +83,13 @@ type DropCounter interface {
 	Dropped() uint64
 }
 
-// SignalFetcher polls engine signals: each record's value is a
-// proto-binary EngineSignal. PollFetches blocks until records arrive or
-// ctx is done. A *kgo.Client consuming the engine-signal topic (see
-// SignalConsumeOpts) satisfies it.
+// SignalFetcher polls engine signals. Poll blocks until signals arrive
+// or ctx is done and calls each with every signal, a proto-binary
+// EngineSignal, in the order fetched; each does not keep it past its
+// return. streams.Poller over a Kafka client following the engine-signal
+// topic (streams.FollowOpts from SignalLookback ago) satisfies it.
 type SignalFetcher interface {
-	PollFetches(ctx context.Context) kgo.Fetches
+	Poll(ctx context.Context, each func(signal []byte))
 }
 
 // StaticEngine is an engine known without a snapshot (--engines).
@@ -408,32 +408,3 @@ const (
 	SignalLookback = 30 * time.Second
 	signalMaxAge   = 60 * time.Second
 )
-
-// SignalConsumeOpts are the options of a Kafka client that follows
-// topic (the engine-signal topic) from SignalLookback before now, for
-// Signals.
-func SignalConsumeOpts(topic string, now time.Time) []kgo.Opt {
-	return []kgo.Opt{
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(now.Add(-SignalLookback).UnixMilli())),
-	}
-}
-
-// EventProduceOpts are the options of a Kafka client producing a
-// gateway's routing events with an emitter of buffer records. Records
-// have no delivery timeout: while Kafka is away they wait in the client
-// (the emitter's bound keeps them to buffer) and the emitter spools the
-// rest, so they reach Kafka in the order emitted. The client's own bound
-// is twice the emitter's: a record's place is freed in the client only
-// after its promise ran, so a bound equal to the emitter's would refuse
-// records the emitter counts as gone.
-func EventProduceOpts(buffer int) []kgo.Opt {
-	if buffer <= 0 {
-		buffer = DefaultEventBuffer
-	}
-	return []kgo.Opt{
-		kgo.ProducerLinger(5 * time.Millisecond),
-		kgo.MaxBufferedRecords(2 * buffer),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
-	}
-}

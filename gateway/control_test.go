@@ -66,8 +66,8 @@ func watch(t *testing.T, url, cluster string) *snapshots.Watcher {
 func kafkaOpts(t *testing.T, kc *kfake.Cluster, prefix string) []Opt {
 	t.Helper()
 	topics := streams.TopicsFor(prefix)
-	prod := testenv.Client(t, kc, EventProduceOpts(0)...)
-	sig := testenv.Client(t, kc, SignalConsumeOpts(topics.Signals, time.Now())...)
+	prod := testenv.Client(t, kc, streams.EmitterProduceOpts(0)...)
+	sig := testenv.Client(t, kc, streams.FollowOpts(topics.Signals, time.Now().Add(-SignalLookback))...)
 	em, err := streams.NewEmitter(prod, topics.RoutingEvents, "gateway", 0, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func kafkaOpts(t *testing.T, kc *kfake.Cluster, prefix string) []Opt {
 			t.Errorf("emitter: %v", err)
 		}
 	})
-	return []Opt{Events(em), Signals(sig)}
+	return []Opt{Events(em), Signals(streams.NewPoller(sig))}
 }
 
 func publish(t *testing.T, st *snapshots.Store, snap *schemas.WeightSnapshot) {

@@ -26,7 +26,7 @@ func TestKafkaOutageEventsCountedAsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	const buffer = 32
-	prod, err := kgo.NewClient(append(EventProduceOpts(buffer), kgo.SeedBrokers(kc.ListenAddrs()...))...)
+	prod, err := kgo.NewClient(append(streams.EmitterProduceOpts(buffer), kgo.SeedBrokers(kc.ListenAddrs()...))...)
 	if err != nil {
 		t.Fatal(err)
 	}

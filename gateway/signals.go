@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/switchyard-llm/switchyard/gateway/admit"
@@ -16,12 +15,13 @@ import (
 // again when they recover). Malformed records are counted and skipped:
 // the processor, not every gateway, dead-letters them.
 func (g *Gateway) followSignals(ctx context.Context, f SignalFetcher) {
-	for {
-		fs := f.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return
+	apply := func(b []byte) {
+		if ctx.Err() == nil { // a poll cut short by ctx applies nothing
+			g.applySignal(b)
 		}
-		fs.EachRecord(func(r *kgo.Record) { g.applySignal(r.Value) })
+	}
+	for ctx.Err() == nil {
+		f.Poll(ctx, apply)
 	}
 }
 

@@ -38,12 +38,12 @@ type regionGateway struct {
 // themselves, so the gateways of every region share reg.
 func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Registerer, opts ...gateway.Opt) (*regionGateway, error) {
 	topics := streams.TopicsFor("")
-	prod, err := kgo.NewClient(append(gateway.EventProduceOpts(0),
+	prod, err := kgo.NewClient(append(streams.EmitterProduceOpts(0),
 		kgo.SeedBrokers(kafka...), kgo.ClientID("switchyard-gateway-"+region))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
-	sig, err := kgo.NewClient(append(gateway.SignalConsumeOpts(topics.Signals, time.Now()),
+	sig, err := kgo.NewClient(append(streams.FollowOpts(topics.Signals, time.Now().Add(-gateway.SignalLookback)),
 		kgo.SeedBrokers(kafka...), kgo.ClientID("switchyard-gateway-signals-"+region))...)
 	if err != nil {
 		prod.Close()
@@ -67,7 +67,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		signals:  sig,
 	}
 	rg.gw, err = gateway.New(region, append(opts,
-		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Arrivals(rg.arrivals), gateway.Signals(sig), gateway.Registerer(reg))...)
+		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Arrivals(rg.arrivals), gateway.Signals(streams.NewPoller(sig)), gateway.Registerer(reg))...)
 	if err != nil {
 		rg.close()
 		return nil, err

@@ -255,7 +255,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 			return err
 		}
 		defer k.close(log)
-		opts = append(opts, gateway.Events(k.emitter), gateway.Arrivals(k.arrivals), gateway.Signals(k.signals))
+		opts = append(opts, gateway.Events(k.emitter), gateway.Arrivals(k.arrivals), gateway.Signals(streams.NewPoller(k.signals)))
 	}
 	var w *snapshots.Watcher
 	if f.NATSURL != "" {
@@ -363,12 +363,12 @@ const DefaultEventSpoolMaxBytes = 1 << 30
 
 func dialKafka(f Flags, log *slog.Logger, reg prometheus.Registerer) (*kafka, error) {
 	topics := streams.TopicsFor(f.TopicPrefix)
-	prod, err := f.Conn.NewKafka(append(gateway.EventProduceOpts(f.EventBuffer),
+	prod, err := f.Conn.NewKafka(append(streams.EmitterProduceOpts(f.EventBuffer),
 		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-"+f.Cluster))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
 	}
-	sig, err := f.Conn.NewKafka(append(gateway.SignalConsumeOpts(topics.Signals, time.Now()),
+	sig, err := f.Conn.NewKafka(append(streams.FollowOpts(topics.Signals, time.Now().Add(-gateway.SignalLookback)),
 		kgo.SeedBrokers(f.KafkaBrokers...), kgo.ClientID("switchyard-gateway-signals-"+f.Cluster))...)
 	if err != nil {
 		prod.Close()
