@@ -11,6 +11,7 @@
 //	live replay -target URL -load 0.9 ...  open loop at load x capacity; writes one cell's JSON
 //	live report -out all.json cell.json... the table of every cell and Switchyard's ratios to the best proxy
 //	live snapshots -nats-url URL           the audit stream's snapshots: demand, shed, weights, implied capacity
+//	live restart -targets r=URL,... -engine ID -pid PID ... -- CMD  kill an engine, restart it, report its share per bucket
 //
 // A request fails when it gets no first token within -first-token-timeout
 // (30 s), a status other than 200, or a stream that ends before [DONE].
@@ -27,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots [flags]")
+		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots|restart [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -42,8 +43,10 @@ func main() {
 		err = reportCmd(args)
 	case "snapshots":
 		err = snapshotsCmd(ctx, args)
+	case "restart":
+		err = restartCmd(ctx, args)
 	default:
-		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots)", cmd)
+		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots, restart)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "live:", err)

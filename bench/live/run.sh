@@ -21,14 +21,24 @@
 # rescaled to LOAD x that capacity. A request fails on no first token in
 # 30 s, a status other than 200, or a broken stream.
 #
+# Restart scenario (SCENARIO=restart): two regions (clusters east and
+# west), each with an h100 (8 slots) and an a100 (4 slots) and its own
+# gateway; RESTART_RPS (1.5) requests per second to each gateway; after
+# 60 s the east h100 is killed (SIGKILL), 30 s later started again, and
+# the load runs 90 s more. Reports per 10-s bucket its share of east's
+# requests against the snapshots' planned weight, and the time from its
+# restart until the share is within 20% of the weight planned before.
+#
 # usage: bench/live/run.sh
+#        SCENARIO=restart bench/live/run.sh
 # env:   LOADS (default 0.7,0.9,1.1), ROUTERS (default "nginx-rr nginx-lc
 #        nginx-hash haproxy-lc switchyard"), N (default 800), TRACE
 #        (default ../shared/traces/mooncake_conversation_trace.jsonl from
 #        the repository root), MAX_PROMPT_TOKENS (8192), MAX_OUTPUT_TOKENS
 #        (128), CAPACITY (skip the measurement and use this many rps),
 #        SWITCHYARD_BIN (default: build one from this tree into the run's
-#        directory), BASE_PORT (19400; ports BASE_PORT to BASE_PORT+25).
+#        directory), BASE_PORT (19400; ports BASE_PORT to BASE_PORT+26),
+#        SCENARIO (head-to-head, or restart), RESTART_RPS (1.5).
 # needs: nginx and haproxy on PATH for their routers (apt-get install -y
 #        nginx haproxy), flock, curl, Go.
 # out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
@@ -48,10 +58,19 @@ MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-128}
 PORT=${BASE_PORT:-19400}
 OUT=/tmp/bench-live/$(date +%Y%m%d-%H%M%S)
 LOCK=/tmp/bench.lock
-# id:gpu-class:batch-slots, one engine each, on ports PORT, PORT+1, ...
-FLEET=(h100-0:h100:8 h100-1:h100:8 a100-0:a100:4 a100-1:a100:4)
+SCENARIO=${SCENARIO:-head-to-head}
+# id:gpu-class:batch-slots[:region (default live)], one engine each, on
+# ports PORT, PORT+1, ...
+case $SCENARIO in
+head-to-head) FLEET=(h100-0:h100:8 h100-1:h100:8 a100-0:a100:4 a100-1:a100:4) ;;
+restart)
+  FLEET=(east-h100:h100:8:east east-a100:a100:4:east west-h100:h100:8:west west-a100:a100:4:west)
+  ROUTERS=switchyard
+  ;;
+*) echo "bench/live: unknown SCENARIO $SCENARIO (head-to-head, restart)" >&2; exit 2 ;;
+esac
 PROXY=$((PORT + 10)) # nginx and HAProxy listen here
-GATEWAY=$((PORT + 20))
+GATEWAY=$((PORT + 20)) # the first region's gateway; the second's on PORT+26
 KAFKA=$((PORT + 21))
 NATS=$((PORT + 22))
 
@@ -86,6 +105,7 @@ go build -o "$LIVE" ./bench/live
 WORKLOAD=(-trace "$TRACE" -n "$N" -max-prompt-tokens "$MAX_PROMPT_TOKENS" -max-output-tokens "$MAX_OUTPUT_TOKENS")
 
 PIDS=()
+declare -A ENGINE_PID # engine id -> process id
 stop_all() {
   local p
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -112,14 +132,20 @@ engine_list() { # sep: id=url pairs joined by sep
   (IFS=$1; echo "${out[*]}")
 }
 
+engine_cmd() { # index: the command line of FLEET[index]'s engine
+  local id class slots region
+  IFS=: read -r id class slots region <<<"${FLEET[$1]}"
+  echo "$BIN" enginesim --listen "127.0.0.1:$((PORT + $1))" --id "$id" --gpu-class "$class" --max-num-seqs "$slots" \
+    --metrics vllm --seed "$1"
+}
+
 start_engines() { # logdir
-  local i=0 spec id rest class slots
-  for spec in "${FLEET[@]}"; do
-    IFS=: read -r id class slots <<<"$spec"
-    "$BIN" enginesim --listen "127.0.0.1:$((PORT + i))" --id "$id" --gpu-class "$class" --max-num-seqs "$slots" \
-      --metrics vllm --seed "$i" 2>"$1/engine-$id.log" &
+  local i id
+  for ((i = 0; i < ${#FLEET[@]}; i++)); do
+    id=${FLEET[$i]%%:*}
+    $(engine_cmd "$i") 2>"$1/engine-$id.log" &
     PIDS+=($!)
-    i=$((i + 1))
+    ENGINE_PID[$id]=$!
   done
   for ((i = 0; i < ${#FLEET[@]}; i++)); do wait_http "http://127.0.0.1:$((PORT + i))/health"; done
 }
@@ -188,38 +214,73 @@ metric() { # url name-and-labels-prefix: the values of matching series, one a li
   curl -fsS "$1" 2>/dev/null | awk -v m="$2" 'index($0, m) == 1 { print $NF }'
 }
 
+regions() { # the regions of FLEET, in order, one a line
+  local spec region
+  for spec in "${FLEET[@]}"; do
+    IFS=: read -r _ _ _ region <<<"$spec"
+    echo "${region:-live}"
+  done | awk '!seen[$0]++'
+}
+
+region_engines() { # region: its engines as id=url,...
+  local i=0 spec id region out=()
+  for spec in "${FLEET[@]}"; do
+    IFS=: read -r id _ _ region <<<"$spec"
+    [ "${region:-live}" = "$1" ] && out+=("$id=http://127.0.0.1:$((PORT + i))")
+    i=$((i + 1))
+  done
+  (IFS=,; echo "${out[*]}")
+}
+
+gateway_port() { # region index
+  if [ "$1" = 0 ]; then echo "$GATEWAY"; else echo $((PORT + 25 + $1)); fi
+}
+
 start_switchyard() { # logdir
-  local i=0 spec id class slots agent_engines=() gw_engines
+  local i=0 spec id class slots region agent_engines=() k r want n v regs
   local brokers=(env "SWITCHYARD_KAFKA_BROKERS=127.0.0.1:$KAFKA" "SWITCHYARD_NATS_URL=nats://127.0.0.1:$NATS")
   "$BIN" brokers --kafka-listen "127.0.0.1:$KAFKA" --nats-listen "127.0.0.1:$NATS" >"$1/brokers.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$NATS") 2>/dev/null && break; sleep 0.1; done
   for spec in "${FLEET[@]}"; do
-    IFS=: read -r id class slots <<<"$spec"
-    agent_engines+=("$id=http://127.0.0.1:$((PORT + i)),region=live,gpu=$class,max_batch=$slots")
+    IFS=: read -r id class slots region <<<"$spec"
+    agent_engines+=("$id=http://127.0.0.1:$((PORT + i)),region=${region:-live},gpu=$class,max_batch=$slots")
     i=$((i + 1))
   done
-  gw_engines=$(engine_list ,)
+  mapfile -t regs < <(regions)
   "${brokers[@]}" "$BIN" agent --engines "$(IFS=';'; echo "${agent_engines[*]}")" --metrics-listen "127.0.0.1:$((PORT + 23))" 2>"$1/agent.log" &
   PIDS+=($!)
   "${brokers[@]}" "$BIN" processor --metrics-listen "127.0.0.1:$((PORT + 24))" 2>"$1/processor.log" &
   PIDS+=($!)
-  "${brokers[@]}" "$BIN" optimizer --clusters live --metrics-listen "127.0.0.1:$((PORT + 25))" 2>"$1/optimizer.log" &
+  "${brokers[@]}" "$BIN" optimizer --clusters "$(IFS=,; echo "${regs[*]}")" --metrics-listen "127.0.0.1:$((PORT + 25))" 2>"$1/optimizer.log" &
   PIDS+=($!)
-  "${brokers[@]}" "$BIN" gateway --cluster live --listen "127.0.0.1:$GATEWAY" --engines "$gw_engines" 2>"$1/gateway.log" &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$GATEWAY/health"
-  # Load starts once the gateway routes on a snapshot that weights every
-  # engine (the processor's first window with estimates of all of them).
-  local t0=$SECONDS n v
+  # One gateway per region (cluster), given its region's engines.
+  for k in "${!regs[@]}"; do
+    r=${regs[$k]}
+    local log=$1/gateway.log
+    [ "${#regs[@]}" -gt 1 ] && log=$1/gateway-$r.log
+    "${brokers[@]}" "$BIN" gateway --cluster "$r" --listen "127.0.0.1:$(gateway_port "$k")" --engines "$(region_engines "$r")" 2>"$log" &
+    PIDS+=($!)
+    wait_http "http://127.0.0.1:$(gateway_port "$k")/health"
+  done
+  # Load starts once every gateway routes on a snapshot that weights every
+  # engine of its region (the processor's first window with estimates of
+  # all of them).
+  local t0=$SECONDS ready
   while :; do
-    n=$(metric "http://127.0.0.1:$((PORT + 25))/metrics" 'switchyard_optimizer_weight{cluster="live"' | wc -l)
-    v=$(metric "http://127.0.0.1:$GATEWAY/metrics" 'switchyard_gateway_snapshot_version{cluster="live"}' | head -1)
-    if [ "$n" -ge "${#FLEET[@]}" ] && [ "${v:-0}" != 0 ]; then break; fi
+    ready=1
+    for k in "${!regs[@]}"; do
+      r=${regs[$k]}
+      want=$(region_engines "$r" | tr , '\n' | wc -l)
+      n=$(metric "http://127.0.0.1:$((PORT + 25))/metrics" "switchyard_optimizer_weight{cluster=\"$r\"" | wc -l)
+      v=$(metric "http://127.0.0.1:$(gateway_port "$k")/metrics" "switchyard_gateway_snapshot_version{cluster=\"$r\"}" | head -1)
+      if [ "$n" -lt "$want" ] || [ "${v:-0}" = 0 ]; then ready=0; fi
+    done
+    [ "$ready" = 1 ] && break
     if ((SECONDS - t0 > 180)); then echo "bench/live: no snapshot weighting all engines in 180 s (logs in $1)" >&2; return 1; fi
     sleep 1
   done
-  echo "switchyard: snapshot with ${n} engine weights after $((SECONDS - t0)) s"
+  echo "switchyard: snapshots weighting every engine after $((SECONDS - t0)) s"
 }
 
 start_router() { # router logdir
@@ -236,8 +297,29 @@ router_url() { # router
   if [ "$1" = switchyard ]; then echo "http://127.0.0.1:$GATEWAY"; else echo "http://127.0.0.1:$PROXY"; fi
 }
 
-echo "bench/live: $N requests of $(basename "$TRACE"), prompts cut to $MAX_PROMPT_TOKENS tokens, outputs to $MAX_OUTPUT_TOKENS;" \
+[ "$SCENARIO" = restart ] || echo "bench/live: $N requests of $(basename "$TRACE"), prompts cut to $MAX_PROMPT_TOKENS tokens, outputs to $MAX_OUTPUT_TOKENS;" \
   "fleet ${FLEET[*]} (id:class:slots); loads $LOADS; routers $ROUTERS; logs in $OUT"
+
+if [ "$SCENARIO" = restart ]; then
+  dir=$OUT/restart
+  mkdir -p "$dir"
+  start_engines "$dir"
+  start_switchyard "$dir"
+  targets=()
+  mapfile -t regs < <(regions)
+  for k in "${!regs[@]}"; do targets+=("${regs[$k]}=http://127.0.0.1:$(gateway_port "$k")"); done
+  # The first engine (the east h100) is the one killed.
+  victim=${FLEET[0]%%:*}
+  flock -o "$LOCK" "$LIVE" restart "${WORKLOAD[@]}" -targets "$(IFS=,; echo "${targets[*]}")" -region "${regs[0]}" \
+    -engine "$victim" -engine-url "http://127.0.0.1:$PORT" -pid "${ENGINE_PID[$victim]}" -rps "${RESTART_RPS:-1.5}" \
+    -nats-url "nats://127.0.0.1:$NATS" -restart-log "$dir/engine-$victim.log" -out "$OUT/restart.json" \
+    -- $(engine_cmd 0) | tee "$OUT/report.txt"
+  for k in "${!regs[@]}"; do curl -fsS "http://127.0.0.1:$(gateway_port "$k")/metrics" >"$dir/gateway-${regs[$k]}-metrics.txt" || true; done
+  "$LIVE" snapshots -nats-url "nats://127.0.0.1:$NATS" -cluster "${regs[0]}" >"$dir/snapshots.txt" || true
+  "$BIN" tap estimates --kafka-brokers "127.0.0.1:$KAFKA" >"$dir/estimates.jsonl" 2>/dev/null || true
+  stop_all
+  exit 0
+fi
 
 if [ -n "${CAPACITY:-}" ]; then
   echo "capacity: $CAPACITY rps (given)"

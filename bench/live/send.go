@@ -20,6 +20,9 @@ import (
 // nginx's consistent hash keys on it too.
 const sessionHeader = "X-Switchyard-Session"
 
+// engineHeader names the engine that answered (gateway.HeaderEngine).
+const engineHeader = "X-Switchyard-Engine"
+
 // streamTimeout bounds a whole request once its first token came.
 const streamTimeout = 5 * time.Minute
 
@@ -56,6 +59,9 @@ type result struct {
 	Served    bool
 	Failure   string
 	TTFT, E2E time.Duration
+	// Engine is the engine that answered, when the router names it
+	// (Switchyard's X-Switchyard-Engine header).
+	Engine string
 }
 
 // errNoFirstToken: the first token did not come within the timeout.
@@ -105,7 +111,7 @@ func (c *client) send(ctx context.Context, base string, r request) result {
 				if ttft == 0 || ttft > c.firstTokenWithin {
 					return failed("no token before [DONE]")
 				}
-				return result{Served: true, TTFT: ttft, E2E: time.Since(start)}
+				return result{Served: true, TTFT: ttft, E2E: time.Since(start), Engine: resp.Header.Get(engineHeader)}
 			}
 			if ttft == 0 {
 				ttft = time.Since(start)
