@@ -56,6 +56,15 @@ const (
 	ServerStd = "std"
 )
 
+// Engine clients (EngineClient).
+const (
+	// ClientOwn reaches plain-http engines with the gateway's own pooled
+	// HTTP/1.1 client (package engineclient).
+	ClientOwn = "own"
+	// ClientStd reaches every engine with net/http's Transport.
+	ClientStd = "std"
+)
+
 // SnapshotSource delivers the cluster's weight snapshots. Updates returns
 // one channel, the same on every call, of proto-binary WeightSnapshots;
 // a slow reader may miss intermediate values but never the latest, and
@@ -141,7 +150,8 @@ type cfg struct {
 	engines           []StaticEngine
 	models            []string
 	transport         http.RoundTripper
-	ownClient         bool // transport was not set: plain-http engines get the engine client
+	engineClient      string
+	ownClient         bool // transport was not set and engineClient is ClientOwn: plain-http engines get the engine client
 	maxBodyBytes      int64
 	connectTimeout    time.Duration
 	firstTokenTimeout time.Duration
@@ -326,6 +336,12 @@ func Clock(now func() time.Time) Opt { return opt(func(c *cfg) { c.now = now }) 
 // (net/http for everything). Default ServerFast; "" means the default.
 func HTTPServer(name string) Opt { return opt(func(c *cfg) { c.httpServer = name }) }
 
+// EngineClient reaches the engines when no Transport is given: ClientOwn
+// (the gateway's own HTTP/1.1 client for plain-http engines, net/http's
+// Transport for https) or ClientStd (net/http's Transport for all).
+// Default ClientOwn; "" means the default.
+func EngineClient(name string) Opt { return opt(func(c *cfg) { c.engineClient = name }) }
+
 // validate checks the configuration and fills in the defaults.
 func (c *cfg) validate() error {
 	if c.cluster == "" {
@@ -337,6 +353,13 @@ func (c *cfg) validate() error {
 	case ServerFast, ServerStd:
 	default:
 		return fmt.Errorf("http server %q: want %q or %q", c.httpServer, ServerFast, ServerStd)
+	}
+	switch c.engineClient {
+	case "":
+		c.engineClient = ClientOwn
+	case ClientOwn, ClientStd:
+	default:
+		return fmt.Errorf("engine client %q: want %q or %q", c.engineClient, ClientOwn, ClientStd)
 	}
 	for _, e := range c.engines {
 		if err := checkEndpoint(e.URL); err != nil {
@@ -386,7 +409,7 @@ func (c *cfg) validate() error {
 		c.now = time.Now
 	}
 	if c.transport == nil {
-		c.ownClient = true
+		c.ownClient = c.engineClient == ClientOwn
 		c.transport = &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: c.connectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        0,

@@ -63,6 +63,7 @@ type Flags struct {
 	EventSpoolDir        string
 	EventSpoolMaxBytes   int64
 	HTTPServer           string
+	EngineClient         string
 	BodyTimeout          time.Duration
 	MinBodyRate          int64
 	RawSyscalls          bool
@@ -121,6 +122,7 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.StringVar(&f.EventSpoolDir, "event-spool-dir", "", "directory of the on-disk spool keeping the routing events Kafka cannot take (down, or slower than the requests) until it takes them again, also across restarts; one gateway per directory (empty: no spool, such events are dropped and counted)")
 	fs.Int64Var(&f.EventSpoolMaxBytes, "event-spool-max-bytes", DefaultEventSpoolMaxBytes, "bound of the event spool's files; events beyond it are dropped and counted")
 	fs.StringVar(&f.HTTPServer, "http-server", gateway.ServerFast, "server for the proxy routes: fast (own HTTP/1.1 loop, net/http for the rest) or std (net/http)")
+	fs.StringVar(&f.EngineClient, "engine-client", gateway.ClientOwn, "client to plain-http engines: own (own HTTP/1.1 client) or std (net/http's Transport)")
 	fs.DurationVar(&f.BodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "longest wait for a request body after its head (408 after; negative: none)")
 	fs.Int64Var(&f.MinBodyRate, "min-body-rate", gateway.DefaultMinBodyRate, "least average request body rate in bytes/s after the first 5s (408 below; negative: none)")
 	fs.BoolVar(&f.RawSyscalls, "raw-syscalls", false, "read and write sockets with raw recvfrom/sendto system calls (Linux; a few percent less CPU)")
@@ -156,6 +158,9 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	if f.HTTPServer != gateway.ServerFast && f.HTTPServer != gateway.ServerStd {
 		return f, fmt.Errorf("%w: --http-server %q: want fast or std", cli.ErrUsage, f.HTTPServer)
 	}
+	if f.EngineClient != gateway.ClientOwn && f.EngineClient != gateway.ClientStd {
+		return f, fmt.Errorf("%w: --engine-client %q: want own or std", cli.ErrUsage, f.EngineClient)
+	}
 	var err error
 	if f.Engines, err = gateway.ParseEngines(engines); err != nil {
 		return f, fmt.Errorf("%w: --engines: %w", cli.ErrUsage, err)
@@ -186,6 +191,7 @@ func (f Flags) options() []gateway.Opt {
 		gateway.HealthInterval(f.HealthInterval),
 		gateway.RetryBudget(f.RetryBudget),
 		gateway.HTTPServer(f.HTTPServer),
+		gateway.EngineClient(f.EngineClient),
 		gateway.BodyTimeout(f.BodyTimeout),
 		gateway.MinBodyRate(f.MinBodyRate),
 		gateway.RawSyscalls(f.RawSyscalls),

@@ -26,6 +26,9 @@ func TestParseFlags(t *testing.T) {
 	if cfg.HTTPServer != "fast" {
 		t.Errorf("default http server %q", cfg.HTTPServer)
 	}
+	if cfg.EngineClient != "own" {
+		t.Errorf("default engine client %q", cfg.EngineClient)
+	}
 	if !cfg.AdaptiveConcurrency || cfg.AdmissionQueue.MaxQueue != 1024 || cfg.AdmissionQueue.Timeout != admit.DefaultTimeout || cfg.PriorityHeader || cfg.APIKeys != "" || cfg.AdminListen != "" {
 		t.Errorf("admission defaults %+v", cfg)
 	}
@@ -73,6 +76,7 @@ func TestParseFlags(t *testing.T) {
 		{"--cluster", "eu", "extra"},
 		{"--cluster", "eu", "--bogus"},
 		{"--cluster", "eu", "--http-server", "fastest"},
+		{"--cluster", "eu", "--engine-client", "fastest"},
 	} {
 		if _, err := ParseFlags(args, func(string) string { return "" }); !errors.Is(err, cli.ErrUsage) {
 			t.Errorf("%q: %v, want usage error", args, err)
