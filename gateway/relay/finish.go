@@ -2,7 +2,10 @@ package relay
 
 import "bytes"
 
-var finishKey = []byte(`"finish_reason"`)
+// finishKey is searched without its opening quote, as hasKey does: a
+// search for a key starting with '"' restarts at every quote of the
+// JSON, and was a tenth of the relay's CPU (bench/gateway profile).
+var finishKey = []byte(`finish_reason"`)
 
 // finishReason returns the last non-null finish_reason string in b (a
 // chunk or a whole response), as one of the OpenAI values ("stop",
@@ -12,11 +15,11 @@ var finishKey = []byte(`"finish_reason"`)
 func finishReason(b []byte) string {
 	found := ""
 	for {
-		i := bytes.Index(b, finishKey)
-		if i < 0 {
+		i, ok := hasKey(b, finishKey)
+		if !ok {
 			return found
 		}
-		b = b[i+len(finishKey):]
+		b = b[i:]
 		j := skipWS(b, 0)
 		if j >= len(b) || b[j] != ':' {
 			continue

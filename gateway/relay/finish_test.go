@@ -48,3 +48,19 @@ func FuzzFinishReason(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkClassifyChunk is what the relay asks of every chat chunk it
+// relays (scan.line): its finish reason, whether it is a usage-only
+// chunk, whether it carries output, whether it has a usage object.
+func BenchmarkClassifyChunk(b *testing.B) {
+	chunk := []byte(`{"id":"chatcmpl-8f2c","object":"chat.completion.chunk","created":1733580000,"model":"switchyard-sim-8b","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if finishReason(chunk) != "" || !contentEvent(chunk) || !outputEvent(chunk) {
+			b.Fatal("misread chunk")
+		}
+		if _, ok := hasKey(chunk, usageKey); ok {
+			b.Fatal("misread chunk")
+		}
+	}
+}
