@@ -72,8 +72,8 @@ acl optimizer --operation Read --operation Describe --topic switchyard.estimates
 acl optimizer --operation Write --operation Describe --topic switchyard.deadletter
 acl optimizer --operation Write --operation Describe --topic switchyard.settings
 acl gateway --operation Write --operation Describe --topic switchyard.routing.events
-acl gateway --operation Write --operation Describe --topic switchyard.routing.arrivals
 acl gateway --operation Read --operation Describe --topic switchyard.engine.signals
+acl gateway --operation Write --operation Describe --topic switchyard.routing.arrivals
 acl reader --operation Read --operation Describe --topic switchyard.engine.signals
 acl reader --operation Read --operation Describe --topic switchyard.routing.events
 acl reader --operation Read --operation Describe --topic switchyard.routing.arrivals
