@@ -120,7 +120,10 @@ func newFixture(t testing.TB, opts ...func(*Config)) *fixture {
 		}}})
 		for j := range fixtureEvents {
 			ev := &schemas.RoutingEvent{SchemaVersion: schemas.Version, RequestId: fmt.Sprint(j), Cluster: c, EngineId: fixtureEngines[j%2].id,
-				Status: schemas.RequestStatus_REQUEST_STATUS_OK, TtftMs: 80, EventTimeUnixMs: now.Add(-time.Duration(fixtureEvents-j) * time.Second).UnixMilli()}
+				Status: schemas.RequestStatus_REQUEST_STATUS_OK, TtftMs: 80, EventTimeUnixMs: now.Add(-time.Duration(fixtureEvents-j) * time.Second).UnixMilli(),
+				// Two gateways per cluster: gw-0 routes on the latest
+				// snapshot, gw-1 on the one before.
+				GatewayId: fmt.Sprintf("%s-gw-%d", c, j%2), SnapshotVersion: f.versions[len(f.versions)-1-j%2]}
 			switch {
 			case c == "region-a" && j%(fixtureEvents/fixtureErrors) == 0:
 				ev.Status = schemas.RequestStatus_REQUEST_STATUS_ERROR

@@ -97,6 +97,62 @@ func (r *ring) all() []obsPoint { return append([]obsPoint(nil), r.pts...) }
 type clusterLive struct {
 	buckets map[int64]*rateBucket
 	demand  *schemas.DemandEstimate
+	// gateways: each gateway instance's latest routing event (by event
+	// time), at most maxGateways per cluster.
+	gateways map[string]gatewaySeen
+}
+
+// maxGateways bounds the gateway instances the console tracks per
+// cluster; beyond it the one heard from longest ago is forgotten.
+const maxGateways = 256
+
+// gatewaySeen is what a gateway's latest routing event says: the
+// snapshot version it routed on, and when.
+type gatewaySeen struct {
+	Version uint64
+	Ms      int64
+}
+
+// seen records gateway id's event at ms routed on version.
+func (c *clusterLive) seen(id string, version uint64, ms int64) {
+	if c.gateways == nil {
+		c.gateways = map[string]gatewaySeen{}
+	}
+	if old, ok := c.gateways[id]; ok && old.Ms > ms {
+		return
+	}
+	if _, ok := c.gateways[id]; !ok && len(c.gateways) >= maxGateways {
+		oldest := ""
+		for g, s := range c.gateways {
+			if oldest == "" || s.Ms < c.gateways[oldest].Ms {
+				oldest = g
+			}
+		}
+		delete(c.gateways, oldest)
+	}
+	c.gateways[id] = gatewaySeen{Version: version, Ms: ms}
+}
+
+// gatewayRow is one gateway of a cluster as the console saw it.
+type gatewayRow struct {
+	ID string
+	gatewaySeen
+}
+
+// gateways lists cluster's gateways by id.
+func (l *live) gateways(cluster string) []gatewayRow {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.clusters[cluster]
+	if c == nil {
+		return nil
+	}
+	out := make([]gatewayRow, 0, len(c.gateways))
+	for id, s := range c.gateways {
+		out = append(out, gatewayRow{ID: id, gatewaySeen: s})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // rateBucket counts one bucket's requests: answered, by outcome (Total:
@@ -259,6 +315,9 @@ func (l *live) addEvent(ev *schemas.RoutingEvent, now time.Time) {
 		return
 	}
 	c := l.cluster(ev.GetCluster())
+	if id := ev.GetGatewayId(); id != "" && ev.GetSnapshotVersion() > 0 {
+		c.seen(id, ev.GetSnapshotVersion(), ev.GetEventTimeUnixMs())
+	}
 	b := c.buckets[k]
 	if b == nil {
 		b = &rateBucket{}

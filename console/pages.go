@@ -273,6 +273,9 @@ type clusterBody struct {
 	Kafka       bool
 	Demand      *schemas.DemandEstimate
 	History     string
+	// Gateways: each gateway instance of the cluster with the snapshot
+	// version its latest routing event routed on (RoutingEvent.gateway_id).
+	Gateways []gatewayRow
 }
 
 func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
@@ -297,6 +300,7 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	body.Rates, pts = c.live.clusterRates(id, now)
 	body.WeightChart, body.LatChart = c.historyCharts(es, id, colors, now, observedLatency(pts))
 	body.RateChart = c.rateChart(es, id, pts, now)
+	body.Gateways = c.live.gateways(id)
 	c.render(w, http.StatusOK, "cluster", "Cluster "+id, "overview", body, nil)
 }
 

@@ -117,3 +117,21 @@ func TestTimelineShowsOutagesHealthShedAndDeadLetters(t *testing.T) {
 		t.Fatalf("timeline of (8000, 40000]: %d events, want the dead letters only", n)
 	}
 }
+
+// TestGatewaysKeepTheLatestVersionBounded: a gateway's row is its latest
+// event's (an older one arriving late changes nothing), and beyond
+// maxGateways the gateway heard from longest ago is forgotten.
+func TestGatewaysKeepTheLatestVersionBounded(t *testing.T) {
+	var c clusterLive
+	c.seen("gw", 7, 2000)
+	c.seen("gw", 5, 1000) // late, older
+	if s := c.gateways["gw"]; s.Version != 7 || s.Ms != 2000 {
+		t.Fatalf("gw: %+v, want v7 at 2000", s)
+	}
+	for i := range maxGateways {
+		c.seen(fmt.Sprint("g", i), 1, int64(3000+i))
+	}
+	if _, ok := c.gateways["gw"]; ok || len(c.gateways) != maxGateways {
+		t.Fatalf("%d gateways, gw kept %v: want %d, the oldest forgotten", len(c.gateways), ok, maxGateways)
+	}
+}

@@ -58,6 +58,7 @@ func (g *Gateway) startArrival(ev *schemas.RoutingEvent) *arrival {
 		AffinityKeyHash: ev.AffinityKeyHash,
 		Priority:        ev.Priority,
 		Route:           ev.Route,
+		GatewayId:       ev.GatewayId,
 	}}
 	a.timer = time.AfterFunc(g.cfg.arrivalAfter, a.send)
 	return a

@@ -146,6 +146,7 @@ type cfg struct {
 	events            EventSink
 	arrivals          EventSink // arrival.go
 	trustTenantHeader bool      // event.go
+	instanceID        string    // event.go
 	signals           SignalFetcher
 	engines           []StaticEngine
 	models            []string
@@ -220,6 +221,11 @@ func Arrivals(sink EventSink) Opt { return opt(func(c *cfg) { c.arrivals = sink 
 // Default false: the header is ignored and a request without a key is
 // the DefaultTenant's (RoutingEvent.tenant_source "none").
 func TrustTenantHeader(trust bool) Opt { return opt(func(c *cfg) { c.trustTenantHeader = trust }) }
+
+// InstanceID names this gateway instance on its routing events
+// (RoutingEvent.gateway_id), as the --gateway-id it shares load under.
+// Default "": events carry no instance.
+func InstanceID(id string) Opt { return opt(func(c *cfg) { c.instanceID = id }) }
 
 // Signals is followed for engine health and ready replicas: an engine
 // whose own signals say unhealthy or no ready replicas gets no traffic.

@@ -52,6 +52,7 @@ func (g *Gateway) newEvent(r *http.Request, start time.Time) *schemas.RoutingEve
 		Tenant:          tenant,
 		TenantSource:    source,
 		Route:           routeOf(r.URL.Path),
+		GatewayId:       g.cfg.instanceID,
 	}
 }
 

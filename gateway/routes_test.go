@@ -213,11 +213,11 @@ func testChoicesStreamAccounted(t *testing.T, server string) {
 
 // TestEventNamesTheRoute: each request's routing event carries the route
 // the client called, so a reader tells an embeddings call or a tokenize
-// from a chat.
+// from a chat, and the gateway instance (InstanceID) that answered.
 func TestEventNamesTheRoute(t *testing.T) {
 	sim := startSim(t, "sim")
 	sink := make(eventSink, 8)
-	_, base := startGateway(t, Engines(StaticEngine{ID: "sim", URL: sim}), Events(sink))
+	_, base := startGateway(t, Engines(StaticEngine{ID: "sim", URL: sim}), Events(sink), InstanceID("gw-7"))
 	for _, c := range []struct{ path, body string }{
 		{pathChat, `{"max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`},
 		{"/v1/embeddings", `{"input":"a freight train"}`},
@@ -227,8 +227,8 @@ func TestEventNamesTheRoute(t *testing.T) {
 		if status, _, b := postRaw(t, base+c.path, c.body); status != 200 {
 			t.Fatalf("%s: %d %s", c.path, status, b)
 		}
-		if ev := sink.next(t); ev.GetRoute() != c.path || ev.GetEngineId() != "sim" {
-			t.Fatalf("%s: event route %q engine %q", c.path, ev.GetRoute(), ev.GetEngineId())
+		if ev := sink.next(t); ev.GetRoute() != c.path || ev.GetEngineId() != "sim" || ev.GetGatewayId() != "gw-7" {
+			t.Fatalf("%s: event route %q engine %q gateway %q", c.path, ev.GetRoute(), ev.GetEngineId(), ev.GetGatewayId())
 		}
 	}
 }

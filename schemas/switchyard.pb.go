@@ -918,7 +918,11 @@ type RoutingEvent struct {
 	// "/tokenize", "/detokenize" (answered in one piece: no tokens
 	// generated). "" in records of gateways before this field (chat or
 	// completions).
-	Route         string `protobuf:"bytes,35,opt,name=route,proto3" json:"route,omitempty"`
+	Route string `protobuf:"bytes,35,opt,name=route,proto3" json:"route,omitempty"`
+	// The gateway instance that answered (its --gateway-id; "" from
+	// gateways before this field or library users that set none), so a
+	// reader can tell which snapshot_version each gateway routes on.
+	GatewayId     string `protobuf:"bytes,36,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1194,6 +1198,13 @@ func (x *RoutingEvent) GetUsageEstimated() bool {
 func (x *RoutingEvent) GetRoute() string {
 	if x != nil {
 		return x.Route
+	}
+	return ""
+}
+
+func (x *RoutingEvent) GetGatewayId() string {
+	if x != nil {
+		return x.GatewayId
 	}
 	return ""
 }
@@ -2626,7 +2637,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\vhttp_status\x18\x04 \x01(\rR\n" +
 	"httpStatus\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
-	"durationMs\"\xca\n" +
+	"durationMs\"\xe9\n" +
 	"\n" +
 	"\fRoutingEvent\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
@@ -2667,7 +2678,9 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x11client_request_id\x18  \x01(\tR\x0fclientRequestId\x12#\n" +
 	"\rtenant_source\x18! \x01(\tR\ftenantSource\x12'\n" +
 	"\x0fusage_estimated\x18\" \x01(\bR\x0eusageEstimated\x12\x14\n" +
-	"\x05route\x18# \x01(\tR\x05route\"O\n" +
+	"\x05route\x18# \x01(\tR\x05route\x12\x1d\n" +
+	"\n" +
+	"gateway_id\x18$ \x01(\tR\tgatewayId\"O\n" +
 	"\fProfilePoint\x12 \n" +
 	"\vutilization\x18\x01 \x01(\x01R\vutilization\x12\x1d\n" +
 	"\n" +

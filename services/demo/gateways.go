@@ -67,7 +67,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		signals:  sig,
 	}
 	rg.gw, err = gateway.New(region, append(opts,
-		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Arrivals(rg.arrivals), gateway.Signals(streams.NewPoller(sig)), gateway.Registerer(reg))...)
+		gateway.Snapshots(rg.watcher), gateway.Events(rg.emitter), gateway.Arrivals(rg.arrivals), gateway.Signals(streams.NewPoller(sig)), gateway.Registerer(reg), gateway.InstanceID("demo-"+region))...)
 	if err != nil {
 		rg.close()
 		return nil, err

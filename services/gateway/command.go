@@ -199,6 +199,7 @@ func (f Flags) options() []gateway.Opt {
 		gateway.AdmissionQueue(f.AdmissionQueue),
 		gateway.PriorityHeader(f.PriorityHeader),
 		gateway.TrustTenantHeader(f.TrustTenantHeader),
+		gateway.InstanceID(f.GatewayID),
 		gateway.AdminListen(f.AdminListen),
 		gateway.ArrivalRecordAfter(f.ArrivalRecordAfter),
 		gateway.DrainDelay(f.DrainDelay),
