@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
@@ -138,11 +137,11 @@ type failConn struct {
 	fail    bool
 }
 
-func (c *failConn) Subscribe(subject string, h nats.MsgHandler) (*nats.Subscription, error) {
+func (c *failConn) Subscribe(subject string, fn func([]byte)) (Subscription, error) {
 	if c.fail && subject == c.subject {
 		return nil, errors.New("refused")
 	}
-	return c.recorder.Subscribe(subject, h)
+	return c.recorder.Subscribe(subject, fn)
 }
 
 // TestFollowRetriesFailedSubscription: a subscription that fails keeps

@@ -19,20 +19,38 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
 // Conn is the part of a NATS connection a Sharer uses: core publish and
-// subscribe (a *nats.Conn). Publish must copy data before it returns. A
-// Conn that also has IsConnected() bool is not published to while it
-// reports false (nothing stale is buffered for after a reconnect); one
-// that has MaxPayload() int64 bounds the reports sent (when positive).
+// subscribe (internal/peerconn adapts a *nats.Conn). Publish must copy
+// data before it returns. Subscribe calls fn with the payload of every
+// message published to subject, one call at a time, until the
+// Subscription is ended; fn owns data (the Conn never reuses it) and must
+// not block for long. A Conn that also has IsConnected() bool is not
+// published to while it reports false (nothing stale is buffered for
+// after a reconnect); one that has MaxPayload() int64 bounds the reports
+// sent (when positive).
 type Conn interface {
 	Publish(subject string, data []byte) error
-	Subscribe(subject string, h nats.MsgHandler) (*nats.Subscription, error)
+	Subscribe(subject string, fn func(data []byte)) (Subscription, error)
+}
+
+// Subscription is one subject a Conn delivers. Unsubscribe ends it:
+// after it returns, fn is not called again for it. A Subscription that
+// also has SetPendingLimits(msgs, bytes int) error (a *nats.Subscription)
+// is limited to as many messages waiting for fn as the Sharer queues
+// itself, and one that has Dropped() (int, error) has the messages it
+// dropped for exceeding them counted as overflow.
+type Subscription interface {
+	Unsubscribe() error
+}
+
+// pendingLimiter bounds the messages a Subscription holds for its
+// handler (a *nats.Subscription).
+type pendingLimiter interface {
+	SetPendingLimits(msgs, bytes int) error
 }
 
 // Engines lists the engine states whose load is shared and set: it
@@ -80,7 +98,7 @@ type Sharer struct {
 
 // subscription is one subject subscribed to.
 type subscription struct {
-	sub   *nats.Subscription
+	sub   Subscription
 	drops dropCounter // sub, if it counts drops
 	seen  int         // its drops already counted
 }
@@ -167,21 +185,21 @@ func (s *Sharer) Run(ctx context.Context) error {
 	}
 }
 
-// receive queues one message for Run (NATS's delivery goroutine), unless
-// queueLen messages or maxQueue bytes are waiting.
-func (s *Sharer) receive(msg *nats.Msg) {
-	if len(msg.Data) > s.cfg.MaxMessageBytes {
+// receive queues one report for Run (the Conn's delivery goroutine),
+// unless queueLen reports or maxQueue bytes are waiting.
+func (s *Sharer) receive(data []byte) {
+	if len(data) > s.cfg.MaxMessageBytes {
 		s.m.dropped[reasonOversized].Inc()
 		return
 	}
-	n := int64(len(msg.Data))
+	n := int64(len(data))
 	if s.queued.Add(n) > s.maxQueue {
 		s.queued.Add(-n)
 		s.m.dropped[reasonOverflow].Inc()
 		return
 	}
 	select {
-	case s.in <- msg.Data:
+	case s.in <- data:
 	default:
 		s.queued.Add(-n)
 		s.m.dropped[reasonOverflow].Inc()
@@ -280,15 +298,15 @@ func (s *Sharer) subscribe(subject string) (*subscription, error) {
 		return nil, fmt.Errorf("subscribing to %s: %w", subject, err)
 	}
 	sb := &subscription{sub: sub}
-	if sub != nil {
-		// The client's own queue of messages for the handler holds no
-		// more than the Sharer's (nats.go's default is 64 MB).
-		if err := sub.SetPendingLimits(queueLen, int(s.maxQueue)); err != nil {
+	// The client's own queue of messages for the handler holds no more
+	// than the Sharer's (nats.go's default is 64 MB).
+	if l, ok := sub.(pendingLimiter); ok {
+		if err := l.SetPendingLimits(queueLen, int(s.maxQueue)); err != nil {
 			_ = sub.Unsubscribe()
 			return nil, fmt.Errorf("limiting the pending reports of %s: %w", subject, err)
 		}
-		sb.drops = sub
 	}
+	sb.drops, _ = sub.(dropCounter)
 	return sb, nil
 }
 

@@ -52,14 +52,28 @@ func queue(t *testing.T, tb *pick.Table, id string, prompt int) (int, pick.Ticke
 	return i, tk
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
+// connect returns a connection to the NATS server at url as a Conn.
+func connect(t *testing.T, url string) natsConn {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	return nc
+	return natsConn{nc}
+}
+
+// natsConn is a *nats.Conn as a Conn, as internal/peerconn adapts it for
+// the services (which imports peers, so its tests cannot use it); its
+// subscriptions are *nats.Subscription.
+type natsConn struct{ *nats.Conn }
+
+func (c natsConn) Subscribe(subject string, fn func([]byte)) (Subscription, error) {
+	sub, err := c.Conn.Subscribe(subject, func(m *nats.Msg) { fn(m.Data) })
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
 }
 
 func eventually(t *testing.T, cond func() bool, msg string) {
@@ -166,7 +180,7 @@ func (r *recorder) Publish(_ string, b []byte) error {
 	return nil
 }
 
-func (r *recorder) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error) {
+func (r *recorder) Subscribe(string, func([]byte)) (Subscription, error) {
 	return nil, nil
 }
 
@@ -273,7 +287,7 @@ func TestMalformedReportsDropped(t *testing.T) {
 	if foreign(p, "x") != 5 {
 		t.Fatalf("valid report after the bad ones: x %d, want 5", foreign(p, "x"))
 	}
-	s.receive(&nats.Msg{Data: make([]byte, 4097)})
+	s.receive(make([]byte, 4097))
 	if got := value(s.m.dropped[reasonOversized]); got != 3 {
 		t.Fatalf("oversized at receipt: dropped %v, want 3", got)
 	}
@@ -324,7 +338,7 @@ func TestBounds(t *testing.T) {
 	}
 
 	for range queueLen + 5 {
-		s.receive(&nats.Msg{Data: b})
+		s.receive(b)
 	}
 	if got := value(s.m.dropped[reasonOverflow]); got != 5 {
 		t.Fatalf("overflow: dropped %v, want 5", got)
@@ -333,17 +347,20 @@ func TestBounds(t *testing.T) {
 
 // subConn is a Conn that keeps the subscription it made.
 type subConn struct {
-	*nats.Conn
+	natsConn
 	mu  sync.Mutex
 	sub *nats.Subscription
 }
 
-func (c *subConn) Subscribe(subj string, h nats.MsgHandler) (*nats.Subscription, error) {
-	sub, err := c.Conn.Subscribe(subj, h)
+func (c *subConn) Subscribe(subj string, fn func([]byte)) (Subscription, error) {
+	sub, err := c.natsConn.Subscribe(subj, fn)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
-	c.sub = sub
+	c.sub = sub.(*nats.Subscription)
 	c.mu.Unlock()
-	return sub, err
+	return sub, nil
 }
 
 // TestClientQueueBounded: the NATS client holds at most as many reports
@@ -352,7 +369,7 @@ func (c *subConn) Subscribe(subj string, h nats.MsgHandler) (*nats.Subscription,
 func TestClientQueueBounded(t *testing.T) {
 	srv := testenv.NATS(t)
 	p, _ := pool(t)
-	c := &subConn{Conn: connect(t, srv.ClientURL())}
+	c := &subConn{natsConn: connect(t, srv.ClientURL())}
 	s, err := New(c, p, Config{Cluster: "eu", ID: "me"})
 	if err != nil {
 		t.Fatal(err)
@@ -420,12 +437,12 @@ func TestQueueBytesBounded(t *testing.T) {
 	big := make([]byte, DefaultMaxMessageBytes)
 	fit := queueBytes / DefaultMaxMessageBytes
 	for range fit + 3 {
-		s.receive(&nats.Msg{Data: big})
+		s.receive(big)
 	}
 	if got, n := value(s.m.dropped[reasonOverflow]), len(s.in); got != 3 || n != fit || s.queued.Load() != queueBytes {
 		t.Fatalf("%d reports of 1 MiB: %d queued (%d bytes), %v dropped; want %d queued (%d bytes), 3 dropped", fit+3, n, s.queued.Load(), got, fit, queueBytes)
 	}
-	s.receive(&nats.Msg{Data: []byte{1}})
+	s.receive([]byte{1})
 	if got := value(s.m.dropped[reasonOverflow]); got != 4 {
 		t.Fatalf("one more byte: %v dropped, want 4", got)
 	}
@@ -433,7 +450,7 @@ func TestQueueBytesBounded(t *testing.T) {
 	b := <-s.in
 	s.apply(b)
 	s.queued.Add(-int64(len(b)))
-	s.receive(&nats.Msg{Data: big})
+	s.receive(big)
 	if got, n := value(s.m.dropped[reasonOverflow]), len(s.in); got != 4 || n != fit {
 		t.Fatalf("after one was applied: %d queued, %v dropped; want %d, 4", n, got, fit)
 	}
@@ -690,7 +707,7 @@ func benchSharer(b *testing.B, n int) (*Sharer, [][]byte) {
 type nopConn struct{}
 
 func (nopConn) Publish(string, []byte) error { return nil }
-func (nopConn) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error) {
+func (nopConn) Subscribe(string, func([]byte)) (Subscription, error) {
 	return nil, nil
 }
 

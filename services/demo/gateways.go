@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/gateway/peers"
+	"github.com/switchyard-llm/switchyard/internal/peerconn"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
@@ -77,7 +78,7 @@ func newRegionGateway(region, natsURL string, kafka []string, reg prometheus.Reg
 		rg.close()
 		return nil, fmt.Errorf("connecting to nats %s for peer load: %w", natsURL, err)
 	}
-	if rg.peers, err = peers.New(rg.nc, rg.gw.Pool(), peers.Config{Cluster: region, ID: "demo-" + region, Registerer: reg, PeerClusters: rg.gw.PeerClusters}); err != nil {
+	if rg.peers, err = peers.New(peerconn.New(rg.nc), rg.gw.Pool(), peers.Config{Cluster: region, ID: "demo-" + region, Registerer: reg, PeerClusters: rg.gw.PeerClusters}); err != nil {
 		rg.close()
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/internal/peerconn"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -330,7 +331,7 @@ func startPeers(f Flags, g *gateway.Gateway, log *slog.Logger, reg prometheus.Re
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to nats %s for peer load: %w", f.NATSURL, err)
 	}
-	sharer, err := peers.New(nc, g.Pool(), peers.Config{Cluster: f.Cluster, ID: f.GatewayID, Prefix: f.TopicPrefix,
+	sharer, err := peers.New(peerconn.New(nc), g.Pool(), peers.Config{Cluster: f.Cluster, ID: f.GatewayID, Prefix: f.TopicPrefix,
 		Interval: f.PeerLoadInterval, PeerClusters: g.PeerClusters, Logger: log.With("component", "peers"), Registerer: reg})
 	if err != nil {
 		nc.Close()

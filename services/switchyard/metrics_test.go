@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -183,7 +182,7 @@ func (nopStore) Publish(context.Context, *schemas.WeightSnapshot) error { return
 type nopConn struct{}
 
 func (nopConn) Publish(string, []byte) error { return nil }
-func (nopConn) Subscribe(string, nats.MsgHandler) (*nats.Subscription, error) {
+func (nopConn) Subscribe(string, func([]byte)) (peers.Subscription, error) {
 	return nil, errors.New("none")
 }
 
