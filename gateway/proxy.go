@@ -21,7 +21,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/gateway/engineclient"
 	"github.com/switchyard-llm/switchyard/gateway/httpserver"
-	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
+	"github.com/switchyard-llm/switchyard/gateway/internal/httpwire"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/relay"
 	"github.com/switchyard-llm/switchyard/gateway/shed"
@@ -744,7 +744,7 @@ type reqBuf struct{ b []byte }
 func (rb *reqBuf) Get(string) string { return "" }
 func (rb *reqBuf) Keys() []string    { return nil }
 func (rb *reqBuf) Set(key, value string) {
-	rb.b = wire.AppendHeader(rb.b, key, value)
+	rb.b = httpwire.AppendHeader(rb.b, key, value)
 }
 
 // appendRequest appends the engine's HTTP/1.1 request: the same headers
@@ -763,11 +763,11 @@ func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *engineclien
 			continue
 		}
 		if v := r.Header[h]; len(v) > 0 && v[0] != "" {
-			b = wire.AppendHeader(b, h, v[0])
+			b = httpwire.AppendHeader(b, h, v[0])
 		}
 	}
 	if v := w.Header()[HeaderRequestID]; len(v) > 0 && v[0] != "" {
-		b = wire.AppendHeader(b, HeaderRequestID, v[0])
+		b = httpwire.AppendHeader(b, HeaderRequestID, v[0])
 	}
 	rb.b = b
 	g.prop.Inject(ctx, rb)

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
+	"github.com/switchyard-llm/switchyard/gateway/internal/httpwire"
 )
 
 // Client is the gateway's own HTTP/1.1 client to plain-http engines,
@@ -56,7 +56,7 @@ type clientOpt func(*Client)
 func (o clientOpt) apply(c *Client) { o(c) }
 
 // RawSyscalls makes the client read and write its connections with raw
-// recvfrom/sendto calls (wire.RawIO, Linux only), which skip the
+// recvfrom/sendto calls (httpwire.RawIO, Linux only), which skip the
 // scheduler's syscall bookkeeping. Default false: the connections' own
 // Read and Write.
 func RawSyscalls(on bool) Opt { return clientOpt(func(c *Client) { c.raw = on }) }
@@ -116,7 +116,7 @@ func (hp *Host) ConnectRTT(now time.Time, maxAge time.Duration) time.Duration {
 // engineConn is one connection to an engine.
 type engineConn struct {
 	nc        net.Conn
-	raw       *wire.RawIO // nc's raw syscalls; nil: nc's own Read and Write
+	raw       *httpwire.RawIO // nc's raw syscalls; nil: nc's own Read and Write
 	br        *bufio.Reader
 	pool      *Host
 	nread     int64 // bytes read from nc, to tell a stale connection
@@ -216,7 +216,7 @@ func (hp *Host) get(ctx context.Context, c *Client, fresh bool) (*engineConn, er
 	hp.mu.Unlock()
 	ec := &engineConn{nc: nc, pool: hp}
 	if c.raw {
-		ec.raw = wire.NewRawIO(nc)
+		ec.raw = httpwire.NewRawIO(nc)
 	}
 	ec.br = bufio.NewReaderSize(ec, ReadBufSize)
 	return ec, nil

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
+	"github.com/switchyard-llm/switchyard/gateway/internal/httpwire"
 )
 
 // reqHead is what parseHead keeps of a request head besides the headers.
@@ -57,7 +57,7 @@ func parseHead(head string, paths []string, maxBody int64, h http.Header) (rh re
 			break
 		}
 		colon := strings.IndexByte(line, ':')
-		if colon <= 0 || !wire.ValidToken(line[:colon]) {
+		if colon <= 0 || !httpwire.ValidToken(line[:colon]) {
 			return rh, false
 		}
 		v := trimOWS(line[colon+1:])
@@ -73,7 +73,7 @@ func parseHead(head string, paths []string, maxBody int64, h http.Header) (rh re
 			haveHost, rh.host = true, v
 			continue
 		case "Content-Length":
-			n, ok := wire.ParseLength(v)
+			n, ok := httpwire.ParseLength(v)
 			if haveLen || !ok || n > maxBody {
 				return rh, false
 			}

@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
+	"github.com/switchyard-llm/switchyard/gateway/internal/httpwire"
 )
 
 // Timeouts of the server, which its net/http server should share.
@@ -90,7 +90,7 @@ type Config struct {
 	// defaults.
 	Limits BodyLimits
 	// RawSyscalls makes the server read and write its connections with
-	// raw recvfrom/sendto calls (wire.RawIO, Linux only). Default false:
+	// raw recvfrom/sendto calls (httpwire.RawIO, Linux only). Default false:
 	// the connections' own Read and Write.
 	RawSyscalls bool
 }
@@ -240,8 +240,8 @@ type fastConn struct {
 	bodyR    bodyReader
 	w        fastResponse
 	cancel   context.CancelFunc
-	raw      *wire.RawIO  // nil: write through fc.c
-	jobs     chan fastJob // to the request goroutine, started at the first request
+	raw      *httpwire.RawIO // nil: write through fc.c
+	jobs     chan fastJob    // to the request goroutine, started at the first request
 
 	// Written by the request goroutine before it signals done.
 	done   chan struct{}
@@ -273,7 +273,7 @@ func (fc *fastConn) serve() {
 	}()
 	s := fc.s
 	if s.raw {
-		fc.raw = wire.NewRawIO(fc.c)
+		fc.raw = httpwire.NewRawIO(fc.c)
 	}
 	fc.br = s.readers.Get().(*bufio.Reader)
 	if fc.raw != nil {
@@ -616,7 +616,7 @@ func (w *fastResponse) WriteHeader(code int) {
 	w.wroteHead, w.status = true, code
 	w.noBody = code == http.StatusNoContent || code == http.StatusNotModified
 	if v := w.hdr.Get("Content-Length"); v != "" {
-		if n, ok := wire.ParseLength(v); ok {
+		if n, ok := httpwire.ParseLength(v); ok {
 			w.cl = n
 		} else {
 			w.hdr.Del("Content-Length")
@@ -713,11 +713,11 @@ func (w *fastResponse) sendHead(final bool) {
 	b = append(b, http.StatusText(w.status)...)
 	b = append(b, "\r\n"...)
 	for k, vs := range w.hdr {
-		if !wire.ValidToken(k) || k == "Transfer-Encoding" || k == "Connection" || k == "Content-Length" {
+		if !httpwire.ValidToken(k) || k == "Transfer-Encoding" || k == "Connection" || k == "Content-Length" {
 			continue
 		}
 		for _, v := range vs {
-			b = wire.AppendHeader(b, k, v)
+			b = httpwire.AppendHeader(b, k, v)
 		}
 	}
 	if _, ok := w.hdr["Date"]; !ok {
@@ -726,7 +726,7 @@ func (w *fastResponse) sendHead(final bool) {
 		b = append(b, "\r\n"...)
 	}
 	if _, ok := w.hdr["Content-Type"]; !ok && len(w.pre) > 0 && !w.noBody {
-		b = wire.AppendHeader(b, "Content-Type", http.DetectContentType(w.pre))
+		b = httpwire.AppendHeader(b, "Content-Type", http.DetectContentType(w.pre))
 	}
 	switch {
 	case w.noBody:

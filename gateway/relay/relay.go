@@ -13,7 +13,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/internal/wire"
+	"github.com/switchyard-llm/switchyard/gateway/internal/httpwire"
 )
 
 // Causes of an upstream request's cancellation (context.Cause).
@@ -487,7 +487,7 @@ func (s *scan) lines(buf []byte, end int, last bool, res *Result) (int, int) {
 func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 	if s.lineStart {
 		s.inUsage = false
-		line := wire.TrimEOL(chunk)
+		line := httpwire.TrimEOL(chunk)
 		blank := len(line) == 0 && complete
 		s.atEvent = blank
 		if s.dropping {
@@ -549,7 +549,7 @@ func (s *scan) line(chunk []byte, complete bool, res *Result) (act int) {
 			}
 		}
 	} else if s.inUsage && (len(s.usageLine) < maxUsageLine || (s.responses && len(s.usageLine) < maxLastEvent)) {
-		s.usageLine = append(s.usageLine, wire.TrimEOL(chunk)...)
+		s.usageLine = append(s.usageLine, httpwire.TrimEOL(chunk)...)
 	}
 	if s.inUsage && complete {
 		if s.responses {

@@ -1,7 +1,7 @@
-// Package wire holds the HTTP/1.1 byte-level pieces that the gateway's
+// Package httpwire holds the HTTP/1.1 byte-level pieces that the gateway's
 // server (httpserver), engine client (engineclient) and relay share: raw
 // socket I/O and header field helpers.
-package wire
+package httpwire
 
 import "strings"
 
