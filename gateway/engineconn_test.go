@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -127,25 +128,34 @@ func TestUpstreamURLMatchesEngineClient(t *testing.T) {
 	}
 }
 
-// TestRawSyscalls: with RawSyscalls the fast server and the engine
-// client serve streams and whole responses over raw recvfrom/sendto,
-// with keep-alive on both sides.
-func TestRawSyscalls(t *testing.T) {
-	e, conns := newCountingEngine(t, "a")
-	g, base := startGateway(t, RawSyscalls(true), Engines(static(e)...))
-	for i := range 10 {
-		code, _, body := post(t, context.Background(), base, chatBody(i%2 == 0, "hi"), nil)
-		if code != 200 {
-			t.Fatalf("request %d: %d %s", i, code, body)
-		}
-		if i%2 == 0 && !strings.HasSuffix(body, "data: [DONE]\n\n") {
-			t.Fatalf("request %d: stream not complete: %q", i, body)
-		}
+// TestRawSyscallsOnAndOff: with RawSyscalls (the default) the fast
+// server and the engine client serve streams and whole responses over
+// raw recvfrom/sendto, and with RawSyscalls(false) over the connections'
+// own Read and Write, with keep-alive on both sides either way.
+func TestRawSyscallsOnAndOff(t *testing.T) {
+	d, _ := newCountingEngine(t, "d")
+	if g, _ := startGateway(t, Engines(static(d)...)); !g.cfg.rawSyscalls {
+		t.Error("RawSyscalls is off by default")
 	}
-	if n := conns.Load(); n > 2 {
-		t.Errorf("engine accepted %d connections for 10 sequential requests", n)
-	}
-	if s := g.Stats(); s.Succeeded != 10 {
-		t.Errorf("stats %+v", s)
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("raw=%v", on), func(t *testing.T) {
+			e, conns := newCountingEngine(t, "a")
+			g, base := startGateway(t, RawSyscalls(on), Engines(static(e)...))
+			for i := range 10 {
+				code, _, body := post(t, context.Background(), base, chatBody(i%2 == 0, "hi"), nil)
+				if code != 200 {
+					t.Fatalf("request %d: %d %s", i, code, body)
+				}
+				if i%2 == 0 && !strings.HasSuffix(body, "data: [DONE]\n\n") {
+					t.Fatalf("request %d: stream not complete: %q", i, body)
+				}
+			}
+			if n := conns.Load(); n > 2 {
+				t.Errorf("engine accepted %d connections for 10 sequential requests", n)
+			}
+			if s := g.Stats(); s.Succeeded != 10 {
+				t.Errorf("stats %+v", s)
+			}
+		})
 	}
 }

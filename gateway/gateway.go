@@ -129,7 +129,7 @@ type Gateway struct {
 // New builds the gateway of cluster (a CPU cluster, or region, whose
 // snapshots it routes on) from opts; Run starts it.
 func New(cluster string, opts ...Opt) (*Gateway, error) {
-	cfg := cfg{cluster: cluster}
+	cfg := cfg{cluster: cluster, rawSyscalls: true}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}

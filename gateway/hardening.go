@@ -29,6 +29,8 @@ func MinBodyRate(bytesPerSecond int64) Opt {
 
 // RawSyscalls makes the fast HTTP server and the engine client read and
 // write their sockets with raw recvfrom/sendto system calls (Linux only),
-// which skip the Go scheduler's syscall bookkeeping (a few percent of
-// CPU on loopback benchmarks). Default false.
+// which skip the Go scheduler's syscall bookkeeping and sysmon's
+// retaking of the P (0.61-0.69x the gateway's CPU per request in
+// bench/gateway, docs/gateway.md). Default true; false: the
+// connections' own Read and Write.
 func RawSyscalls(on bool) Opt { return opt(func(c *cfg) { c.rawSyscalls = on }) }

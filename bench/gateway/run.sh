@@ -3,12 +3,18 @@
 # wrk POSTs streaming chat completions (50 SSE tokens each) against
 #   (a) enginesim directly,
 #   (b) `switchyard gateway --snapshot-file` in front of it (its defaults:
-#       the own HTTP/1.1 server loop, engine client and JSON scan),
+#       the own HTTP/1.1 server loop, engine client and JSON scan, raw
+#       recvfrom/sendto socket calls),
 #   (c) the same gateway with net/http's server and client
 #       (`--http-server std --engine-client std`: "gwstd"; STD=0 skips it),
-#   (d) nginx as a plain streaming reverse proxy in front of it,
+#   (d) the default gateway without raw socket calls
+#       (`--raw-syscalls=false`: "gwsys"; RAW=0 skips it),
+#   (e) nginx as a plain streaming reverse proxy in front of it,
 # and prints throughput and p50/p99 latency of each plus the gateway/nginx
-# (and gwstd/nginx, gateway/gwstd) ratios.
+# (and gwstd/nginx, gateway/gwstd, gwsys/nginx, gateway/gwsys) ratios.
+# The whole run holds `flock /tmp/bench.lock` (the shared-machine rule for
+# timing-sensitive work), so concurrent runs queue instead of skewing each
+# other.
 #
 # Two phases: (1) closed loop, CONNS connections as fast as they go, for
 # throughput; (2) paced near RATE requests/s (each of PACED_CONNS
@@ -36,15 +42,20 @@
 #        hand-offs for both),
 #        GATEWAY_ENV (extra environment for both gateways, e.g. GOGC=200),
 #        STD (default 1: also measure the net/http gateway),
+#        RAW (default 1: also measure the gateway with --raw-syscalls=false),
 #        KEEP_RAW (a directory to copy the per-round results to),
 #        BASE_PORT (default 18000).
 set -euo pipefail
+if [ -z "${BENCH_LOCKED:-}" ] && command -v flock >/dev/null; then
+  BENCH_LOCKED=1 exec flock -o /tmp/bench.lock "$0" "$@"
+fi
 DURATION=${1:-5s}
 CONNS=${2:-32}
 TIME_SCALE=${TIME_SCALE:-100}
 ROUNDS=${ROUNDS:-5}
 GATEWAY_ENV=${GATEWAY_ENV:-}
 STD=${STD:-1}
+RAW=${RAW:-1}
 RATE=${RATE:-2000}
 PACED_CONNS=${PACED_CONNS:-128}
 PROXY_CPUS=${PROXY_CPUS:-1}
@@ -54,6 +65,7 @@ ENGINE=127.0.0.1:$BASE_PORT
 GATEWAY=127.0.0.1:$((BASE_PORT + 80))
 NGINX=127.0.0.1:$((BASE_PORT + 81))
 GWSTD=127.0.0.1:$((BASE_PORT + 82))
+GWSYS=127.0.0.1:$((BASE_PORT + 83))
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
@@ -108,6 +120,14 @@ if [ "$STD" = 1 ]; then
   wait_http "http://$GWSTD/health"
   GWSTD_PID=${PIDS[-1]}
   NAMES=(direct gateway gwstd nginx)
+fi
+if [ "$RAW" = 1 ]; then
+  env GOMAXPROCS=$PROXY_CPUS $GATEWAY_ENV "$BIN" gateway --cluster bench --listen "$GWSYS" --snapshot-file "$WORK/snapshot.json" \
+    --nats-url "" --kafka-brokers "" --log-level warn --raw-syscalls=false 2>"$WORK/gwsys.log" &
+  PIDS+=($!)
+  wait_http "http://$GWSYS/health"
+  GWSYS_PID=${PIDS[-1]}
+  NAMES+=(gwsys)
 fi
 
 mkdir -p "$WORK/nginx"
@@ -192,6 +212,7 @@ phase() { # connections delay_ms: ROUNDS rotated rounds over the targets
       direct) measure direct "$ENGINE" "$1" "$2" | sed "s/^/$r /" ;;
       gateway) measure gateway "$GATEWAY" "$1" "$2" "$GATEWAY_PID" | sed "s/^/$r /" ;;
       gwstd) measure gwstd "$GWSTD" "$1" "$2" "$GWSTD_PID" | sed "s/^/$r /" ;;
+      gwsys) measure gwsys "$GWSYS" "$1" "$2" "$GWSYS_PID" | sed "s/^/$r /" ;;
       nginx) measure nginx "$NGINX" "$1" "$2" "$NGINX_PID" | sed "s/^/$r /" ;;
       esac
     done
@@ -239,11 +260,21 @@ report() { # lines "round name requests=.. rps=.. p50_ms=.. p99_ms=.. errors=.. 
       minmax(sr, R); printf "gwstd/nginx cpu per request:    %.3f (rounds %.3f..%.3f)\n", median(sr, R), lo, hi
       minmax(gs, R); printf "gateway/gwstd cpu per request:  %.3f (rounds %.3f..%.3f)\n", median(gs, R), lo, hi
     }
+    if (names ~ /gwsys/) {
+      for (r = 0; r < R; r++) {
+        rn[r + 1] = v[r, "gwsys", "cpu_us"] / v[r, "nginx", "cpu_us"]
+        rg[r + 1] = v[r, "gateway", "cpu_us"] / v[r, "gwsys", "cpu_us"]
+        rt[r + 1] = v[r, "gwsys", "rps"] / v[r, "nginx", "rps"]
+      }
+      minmax(rt, R); printf "gwsys/nginx throughput ratio:   %.3f (rounds %.3f..%.3f)\n", median(rt, R), lo, hi
+      minmax(rn, R); printf "gwsys/nginx cpu per request:    %.3f (rounds %.3f..%.3f)\n", median(rn, R), lo, hi
+      minmax(rg, R); printf "gateway/gwsys cpu per request:  %.3f (rounds %.3f..%.3f)\n", median(rg, R), lo, hi
+    }
   }'
 }
 
 echo "== closed loop: $CONNS connections, $ROUNDS rounds of $DURATION per target, 50-token SSE responses (enginesim time-scale $TIME_SCALE, $REPLICAS replicas; proxies on $PROXY_CPUS CPU)"
-for a in "$ENGINE" "$GATEWAY" "$NGINX" ${GWSTD_PID:+"$GWSTD"}; do warm "$a" "$CONNS"; done
+for a in "$ENGINE" "$GATEWAY" "$NGINX" ${GWSTD_PID:+"$GWSTD"} ${GWSYS_PID:+"$GWSYS"}; do warm "$a" "$CONNS"; done
 RES=$(phase "$CONNS" 0)
 echo "$RES" >"$WORK/closed"
 report <"$WORK/closed"
@@ -253,7 +284,7 @@ if [ "$RATE" -gt 0 ]; then
   DELAY=$(awk -v c="$PACED_CONNS" -v r="$RATE" -v p="$P50" 'BEGIN { d=c*1000/r-p; if (d<1) d=1; printf "%d", d }')
   echo
   echo "== paced near $RATE req/s: $PACED_CONNS connections, ${DELAY} ms between requests per connection, $ROUNDS rounds of $DURATION per target"
-  for a in "$ENGINE" "$GATEWAY" "$NGINX" ${GWSTD_PID:+"$GWSTD"}; do warm "$a" "$PACED_CONNS"; done
+  for a in "$ENGINE" "$GATEWAY" "$NGINX" ${GWSTD_PID:+"$GWSTD"} ${GWSYS_PID:+"$GWSYS"}; do warm "$a" "$PACED_CONNS"; done
   phase "$PACED_CONNS" "$DELAY" >"$WORK/paced"
   report <"$WORK/paced"
 fi

@@ -47,6 +47,15 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_TRUST_TENANT_HEADER": "true"}[k] }); err != nil || !cfg.TrustTenantHeader {
 		t.Errorf("SWITCHYARD_TRUST_TENANT_HEADER=true: %v %v", cfg.TrustTenantHeader, err)
 	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(string) string { return "" }); err != nil || !cfg.RawSyscalls {
+		t.Errorf("--raw-syscalls off by default: %v %v", cfg.RawSyscalls, err)
+	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu", "--raw-syscalls=false"}, func(string) string { return "" }); err != nil || cfg.RawSyscalls {
+		t.Errorf("--raw-syscalls=false: %v %v", cfg.RawSyscalls, err)
+	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_RAW_SYSCALLS": "false"}[k] }); err != nil || cfg.RawSyscalls {
+		t.Errorf("SWITCHYARD_RAW_SYSCALLS=false: %v %v", cfg.RawSyscalls, err)
+	}
 	if cfg, err := ParseFlags([]string{"--cluster", "eu"}, func(k string) string { return map[string]string{"SWITCHYARD_HTTP_SERVER": "std"}[k] }); err != nil || cfg.HTTPServer != "std" {
 		t.Errorf("SWITCHYARD_HTTP_SERVER=std: %q %v", cfg.HTTPServer, err)
 	}
