@@ -13,7 +13,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/gateway"
 	"github.com/switchyard-llm/switchyard/gateway/peers"
-	"github.com/switchyard-llm/switchyard/internal/peerconn"
+	"github.com/switchyard-llm/switchyard/services/internal/peerconn"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
 )
