@@ -39,9 +39,7 @@ var funcs = template.FuncMap{
 	"age":      fmtAge,
 	"join":     strings.Join,
 	"observed": observedOf,
-	"health": func(h schemas.Health) string {
-		return strings.ToLower(strings.TrimPrefix(h.String(), "HEALTH_"))
-	},
+	"health":   healthName, // inputs.go
 }
 
 // parsePages parses every page with the layout.
@@ -882,18 +880,7 @@ func lastChange(es []snapEntry) int {
 // diffSnapshots compares every cluster of a and b; changed counts the
 // engine weights that moved by 0.0005 or more.
 func diffSnapshots(a, b *schemas.WeightSnapshot, colors map[string]string) (out []diffCluster, changed int) {
-	seen := map[string]bool{}
-	var ids []string
-	for _, s := range []*schemas.WeightSnapshot{a, b} {
-		for _, cw := range s.GetClusters() {
-			if !seen[cw.GetCluster()] {
-				seen[cw.GetCluster()] = true
-				ids = append(ids, cw.GetCluster())
-			}
-		}
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range unionClusters(a, b) { // inputs.go
 		ca, cb := findCluster(a, id), findCluster(b, id)
 		d := diffCluster{Cluster: id, InA: ca != nil, InB: cb != nil,
 			ShedA: ca.GetShedFraction(), ShedB: cb.GetShedFraction(), DemandA: ca.GetDemandRps(), DemandB: cb.GetDemandRps(),
