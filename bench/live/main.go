@@ -107,6 +107,8 @@ func replayCmd(ctx context.Context, args []string) error {
 	capRPS := fs.Float64("capacity", 0, "the fleet's capacity in completions per second (live capacity)")
 	engines := fs.String("engines", "", "engines whose /metrics are read before and after: id=url,...")
 	out := fs.String("out", "", "file the cell's JSON is written to")
+	sloTTFT := fs.Duration("slo-ttft", 5*time.Second, "goodput counts served requests whose first token came within this")
+	sloTBOT := fs.Duration("slo-tbot", 100*time.Millisecond, "... and whose mean time between tokens is at most this")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -136,7 +138,7 @@ func replayCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cell := summarise(*router, *load, results, counterDeltas(eng, before, after))
+	cell := summarise(*router, *load, results, counterDeltas(eng, before, after), slo{ttft: *sloTTFT, tbot: *sloTBOT})
 	cell.OfferedRPS, cell.CapacityRPS, cell.DurationS = offered, *capRPS, elapsed.Seconds()
 	cell.Trace, cell.MaxPromptTokens, cell.MaxOutputTokens = w.trace, w.maxPrompt, w.maxOutput
 	return writeJSON(*out, cell)

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // seconds is a latency in seconds; +Inf (a quantile that falls among
@@ -41,6 +42,13 @@ type cell struct {
 	Served   int            `json:"served"`
 	Failed   int            `json:"failed"`
 	Failures map[string]int `json:"failures"`
+	// Goodput counts the served requests that met the SLO: TTFT at most
+	// SLOTTFT and mean time between tokens at most SLOTBOT (the sim's
+	// definition, docs/sim.md; its hetero-slots scenarios, this bench's
+	// fleet in the sim, use 5 s and 100 ms).
+	Goodput int     `json:"goodput"`
+	SLOTTFT seconds `json:"slo_ttft"`
+	SLOTBOT seconds `json:"slo_tbot"`
 	// TTFT over all requests, a failed one counting as +Inf.
 	TTFTAllP50 seconds `json:"ttft_all_p50"`
 	TTFTAllP90 seconds `json:"ttft_all_p90"`
@@ -75,10 +83,25 @@ func quantile(sorted []float64, q float64) seconds {
 	return seconds(sorted[max(0, min(len(sorted)-1, i))])
 }
 
+// slo is the latency objective a served request meets to count as
+// goodput.
+type slo struct{ ttft, tbot time.Duration }
+
+// met reports whether served request r met s: its first token within
+// s.ttft and, over more than one token, a mean time between tokens
+// within s.tbot.
+func (s slo) met(r result) bool {
+	if !r.Served || r.TTFT > s.ttft {
+		return false
+	}
+	return r.Chunks < 2 || (r.E2E-r.TTFT)/time.Duration(r.Chunks-1) <= s.tbot
+}
+
 // summarise builds a cell from the replay's results and the engines'
 // counter deltas.
-func summarise(router string, load float64, results []result, engines []engineDelta) cell {
-	c := cell{Router: router, Load: load, Requests: len(results), Failures: map[string]int{}, EngineShare: map[string]float64{}}
+func summarise(router string, load float64, results []result, engines []engineDelta, s slo) cell {
+	c := cell{Router: router, Load: load, Requests: len(results), Failures: map[string]int{}, EngineShare: map[string]float64{},
+		SLOTTFT: seconds(s.ttft.Seconds()), SLOTBOT: seconds(s.tbot.Seconds())}
 	var all, ttft, e2e []float64
 	for _, r := range results {
 		if !r.Served {
@@ -88,6 +111,9 @@ func summarise(router string, load float64, results []result, engines []engineDe
 			continue
 		}
 		c.Served++
+		if s.met(r) {
+			c.Goodput++
+		}
 		all = append(all, r.TTFT.Seconds())
 		ttft = append(ttft, r.TTFT.Seconds())
 		e2e = append(e2e, r.E2E.Seconds())
@@ -144,6 +170,7 @@ var ratioMetrics = []struct {
 	{"e2e_p50", false, func(c cell) float64 { return float64(c.E2EP50) }},
 	{"e2e_p99", false, func(c cell) float64 { return float64(c.E2EP99) }},
 	{"served", true, func(c cell) float64 { return float64(c.Served) }},
+	{"goodput", true, func(c cell) float64 { return float64(c.Goodput) }},
 	{"prefix_cache_hit_rate", true, func(c cell) float64 { return c.PrefixCacheHitRate }},
 }
 
@@ -209,10 +236,11 @@ func printReport(w io.Writer, rep report) {
 	c0 := rep.Cells[0]
 	fmt.Fprintf(w, "trace %s, %d requests, prompts cut to %d tokens, outputs to %d; capacity %.2f rps; latencies in seconds, inf = failed\n",
 		c0.Trace, c0.Requests, c0.MaxPromptTokens, c0.MaxOutputTokens, c0.CapacityRPS)
-	fmt.Fprintf(w, "%-11s %5s %6s %6s  %-22s %-22s %-22s %6s  %s\n", "router", "load", "served", "failed",
+	fmt.Fprintf(w, "goodput: served with TTFT <= %gs and mean time between tokens <= %gs\n", float64(c0.SLOTTFT), float64(c0.SLOTBOT))
+	fmt.Fprintf(w, "%-11s %5s %6s %6s %7s  %-22s %-22s %-22s %6s  %s\n", "router", "load", "served", "failed", "goodput",
 		"ttft all p50/90/99", "ttft served p50/90/99", "e2e p50/90/99", "hit", "share per engine")
 	for _, c := range rep.Cells {
-		fmt.Fprintf(w, "%-11s %5.2f %6d %6d  %-22s %-22s %-22s %6.3f  %s\n", c.Router, c.Load, c.Served, c.Failed,
+		fmt.Fprintf(w, "%-11s %5.2f %6d %6d %7d  %-22s %-22s %-22s %6.3f  %s\n", c.Router, c.Load, c.Served, c.Failed, c.Goodput,
 			triple(c.TTFTAllP50, c.TTFTAllP90, c.TTFTAllP99), triple(c.TTFTServedP50, c.TTFTServedP90, c.TTFTServedP99),
 			triple(c.E2EP50, c.E2EP90, c.E2EP99), c.PrefixCacheHitRate, shares(c.EngineShare))
 	}

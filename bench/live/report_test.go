@@ -21,7 +21,7 @@ func TestSummariseCountsFailuresAsInfinite(t *testing.T) {
 	c := summarise("nginx-rr", 0.9, results, []engineDelta{
 		{id: "e0", counters: counters{prefixHits: 30, prefixQueries: 100, succeeded: 6}},
 		{id: "e1", counters: counters{prefixHits: 10, prefixQueries: 100, succeeded: 2}},
-	})
+	}, slo{ttft: time.Hour, tbot: time.Hour})
 	if c.Served != 8 || c.Failed != 2 || c.Failures["status 503"] != 1 {
 		t.Errorf("served %d failed %d failures %v", c.Served, c.Failed, c.Failures)
 	}
@@ -47,6 +47,27 @@ func TestSummariseCountsFailuresAsInfinite(t *testing.T) {
 	}
 	if !math.IsInf(float64(back.TTFTAllP99), 1) || back.TTFTAllP50 != 0.5 {
 		t.Errorf("round trip: %v %v", back.TTFTAllP50, back.TTFTAllP99)
+	}
+}
+
+// TestGoodputCountsServedRequestsWithinTheSLO: a request counts as
+// goodput when it was served, its first token came within the SLO's TTFT
+// and its tokens came, on average, within the SLO's TBOT.
+func TestGoodputCountsServedRequestsWithinTheSLO(t *testing.T) {
+	s := slo{ttft: 5 * time.Second, tbot: 100 * time.Millisecond}
+	results := []result{
+		{Served: true, TTFT: 5 * time.Second, E2E: 5*time.Second + 900*time.Millisecond, Chunks: 10}, // at both bounds: good
+		{Served: true, TTFT: 5*time.Second + 1, E2E: 6 * time.Second, Chunks: 10},                    // first token late
+		{Served: true, TTFT: time.Second, E2E: time.Second + 901*time.Millisecond, Chunks: 10},       // tokens too slow
+		{Served: true, TTFT: time.Second, E2E: 3 * time.Second, Chunks: 1},                           // one token: no TBOT
+		{Failure: "status 429"}, // not served
+	}
+	c := summarise("switchyard", 1.1, results, nil, s)
+	if c.Goodput != 2 || c.Served != 4 {
+		t.Errorf("goodput %d of %d served, want 2 of 4", c.Goodput, c.Served)
+	}
+	if c.SLOTTFT != 5 || c.SLOTBOT != 0.1 {
+		t.Errorf("slo in the cell: %v %v", c.SLOTTFT, c.SLOTBOT)
 	}
 }
 

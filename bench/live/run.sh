@@ -38,7 +38,9 @@
 #        (128), CAPACITY (skip the measurement and use this many rps),
 #        SWITCHYARD_BIN (default: build one from this tree into the run's
 #        directory), BASE_PORT (19400; ports BASE_PORT to BASE_PORT+26),
-#        SCENARIO (head-to-head, or restart), RESTART_RPS (1.5).
+#        SCENARIO (head-to-head, or restart), RESTART_RPS (1.5), SLO_TTFT
+#        (5s) and SLO_TBOT (100ms): goodput counts the served requests
+#        within both (the sim's hetero-slots scenarios' SLO).
 # needs: nginx and haproxy on PATH for their routers (apt-get install -y
 #        nginx haproxy), flock, curl, Go.
 # out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
@@ -339,7 +341,8 @@ for load in ${LOADS//,/ }; do
     start_engines "$dir"
     start_router "$router" "$dir"
     flock -o "$LOCK" "$LIVE" replay "${WORKLOAD[@]}" -target "$(router_url "$router")" -router "$router" -load "$load" \
-      -capacity "$CAPACITY" -engines "$(engine_list ,)" -out "$OUT/cells/$router-$load.json"
+      -capacity "$CAPACITY" -engines "$(engine_list ,)" -slo-ttft "${SLO_TTFT:-5s}" -slo-tbot "${SLO_TBOT:-100ms}" \
+      -out "$OUT/cells/$router-$load.json"
     if [ "$router" = switchyard ]; then # what its 429s were
       curl -fsS "http://127.0.0.1:$GATEWAY/metrics" >"$dir/gateway-metrics.txt" || true
       grep -E '^switchyard_gateway_(shed_total|admission_rejected_total)' "$dir/gateway-metrics.txt" | sed 's/^/  /' || true

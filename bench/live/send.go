@@ -59,6 +59,10 @@ type result struct {
 	Served    bool
 	Failure   string
 	TTFT, E2E time.Duration
+	// Chunks is the number of data events before [DONE] (each carries
+	// one token from enginesim and vLLM; the mean time between them is
+	// the TBOT the SLO judges).
+	Chunks int
 	// Engine is the engine that answered, when the router names it
 	// (Switchyard's X-Switchyard-Engine header).
 	Engine string
@@ -82,6 +86,7 @@ func (c *client) send(ctx context.Context, base string, r request) result {
 	})
 	defer timer.Stop()
 	var ttft time.Duration
+	chunks := 0
 	failed := func(reason string) result {
 		if (ttft == 0 || ttft > c.firstTokenWithin) && time.Since(start) >= c.firstTokenWithin {
 			reason = errNoFirstToken.Error()
@@ -111,8 +116,9 @@ func (c *client) send(ctx context.Context, base string, r request) result {
 				if ttft == 0 || ttft > c.firstTokenWithin {
 					return failed("no token before [DONE]")
 				}
-				return result{Served: true, TTFT: ttft, E2E: time.Since(start), Engine: resp.Header.Get(engineHeader)}
+				return result{Served: true, TTFT: ttft, E2E: time.Since(start), Chunks: chunks, Engine: resp.Header.Get(engineHeader)}
 			}
+			chunks++
 			if ttft == 0 {
 				ttft = time.Since(start)
 				got.Store(true)
