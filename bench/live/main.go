@@ -12,6 +12,7 @@
 //	live report -out all.json cell.json... the table of every cell and Switchyard's ratios to the best proxy
 //	live snapshots -nats-url URL           the audit stream's snapshots: demand, shed, weights, implied capacity
 //	live restart -targets r=URL,... -engine ID -pid PID ... -- CMD  kill an engine, restart it, report its share per bucket
+//	live floor                             the TTFT no router can beat: each request alone on an idle fast engine holding every earlier prefix
 //
 // A request fails when it gets no first token within -first-token-timeout
 // (30 s), a status other than 200, or a stream that ends before [DONE].
@@ -28,7 +29,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots|restart [flags]")
+		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots|restart|floor [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -45,8 +46,10 @@ func main() {
 		err = snapshotsCmd(ctx, args)
 	case "restart":
 		err = restartCmd(ctx, args)
+	case "floor":
+		err = floorCmd(args, os.Stdout)
 	default:
-		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots, restart)", cmd)
+		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots, restart, floor)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "live:", err)

@@ -26,30 +26,39 @@ type requests struct {
 // rows the sessions the simulator infers, spreads each tick's batch over
 // the tick and renders the first w.n requests.
 func loadRequests(w workloadFlags) (requests, error) {
-	f, err := os.Open(w.trace)
+	all, blockTokens, err := readTrace(w)
 	if err != nil {
-		return requests{}, fmt.Errorf("opening trace: %w", err)
+		return requests{}, err
 	}
-	defer f.Close()
-	all, rep, err := workload.ReadTrace(f, workload.TraceOptions{})
-	if err != nil {
-		return requests{}, fmt.Errorf("reading trace %s: %w", w.trace, err)
-	}
-	workload.InferSessions(all)
-	workload.SpreadTicks(all, rep.Tick)
-	if w.n < 2 || w.n > len(all) {
-		return requests{}, fmt.Errorf("-n %d: want 2 to the trace's %d requests", w.n, len(all))
-	}
-	all = all[:w.n]
 	out := requests{reqs: make([]request, len(all))}
 	for i, r := range all {
-		body, err := chatBody(w, r, rep.BlockTokens)
+		body, err := chatBody(w, r, blockTokens)
 		if err != nil {
 			return requests{}, err
 		}
 		out.reqs[i] = request{Arrival: r.Arrival - all[0].Arrival, Session: r.Session, Body: body}
 	}
 	return out, nil
+}
+
+// readTrace returns the first w.n requests of w.trace as loadRequests
+// renders them, and the trace's block size in tokens.
+func readTrace(w workloadFlags) ([]workload.Request, int, error) {
+	f, err := os.Open(w.trace)
+	if err != nil {
+		return nil, 0, fmt.Errorf("opening trace: %w", err)
+	}
+	defer f.Close()
+	all, rep, err := workload.ReadTrace(f, workload.TraceOptions{})
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading trace %s: %w", w.trace, err)
+	}
+	workload.InferSessions(all)
+	workload.SpreadTicks(all, rep.Tick)
+	if w.n < 2 || w.n > len(all) {
+		return nil, 0, fmt.Errorf("-n %d: want 2 to the trace's %d requests", w.n, len(all))
+	}
+	return all[:w.n], rep.BlockTokens, nil
 }
 
 // rescaled returns the requests with arrivals stretched or compressed so
