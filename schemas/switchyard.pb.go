@@ -404,6 +404,117 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_proto_rawDescGZIP(), []int{4}
 }
 
+// KVResyncReason says why a KVEventBatch starts the engine's view afresh.
+type KVResyncReason int32
+
+const (
+	KVResyncReason_KV_RESYNC_REASON_UNSPECIFIED KVResyncReason = 0
+	// The relay's first batch from the engine: what it cached before is
+	// unknown.
+	KVResyncReason_KV_RESYNC_REASON_FIRST_CONTACT KVResyncReason = 1
+	// Batches were lost and the engine's replay socket (if any) could not
+	// return them.
+	KVResyncReason_KV_RESYNC_REASON_GAP KVResyncReason = 2
+	// The sequence went back: the engine restarted with an empty cache.
+	KVResyncReason_KV_RESYNC_REASON_RESTART KVResyncReason = 3
+)
+
+// Enum value maps for KVResyncReason.
+var (
+	KVResyncReason_name = map[int32]string{
+		0: "KV_RESYNC_REASON_UNSPECIFIED",
+		1: "KV_RESYNC_REASON_FIRST_CONTACT",
+		2: "KV_RESYNC_REASON_GAP",
+		3: "KV_RESYNC_REASON_RESTART",
+	}
+	KVResyncReason_value = map[string]int32{
+		"KV_RESYNC_REASON_UNSPECIFIED":   0,
+		"KV_RESYNC_REASON_FIRST_CONTACT": 1,
+		"KV_RESYNC_REASON_GAP":           2,
+		"KV_RESYNC_REASON_RESTART":       3,
+	}
+)
+
+func (x KVResyncReason) Enum() *KVResyncReason {
+	p := new(KVResyncReason)
+	*p = x
+	return p
+}
+
+func (x KVResyncReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KVResyncReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_proto_enumTypes[5].Descriptor()
+}
+
+func (KVResyncReason) Type() protoreflect.EnumType {
+	return &file_switchyard_proto_enumTypes[5]
+}
+
+func (x KVResyncReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KVResyncReason.Descriptor instead.
+func (KVResyncReason) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{5}
+}
+
+// KVEventType is the type of a KVEvent (vLLM's event tags).
+type KVEventType int32
+
+const (
+	KVEventType_KV_EVENT_TYPE_UNSPECIFIED        KVEventType = 0
+	KVEventType_KV_EVENT_TYPE_BLOCK_STORED       KVEventType = 1
+	KVEventType_KV_EVENT_TYPE_BLOCK_REMOVED      KVEventType = 2
+	KVEventType_KV_EVENT_TYPE_ALL_BLOCKS_CLEARED KVEventType = 3
+)
+
+// Enum value maps for KVEventType.
+var (
+	KVEventType_name = map[int32]string{
+		0: "KV_EVENT_TYPE_UNSPECIFIED",
+		1: "KV_EVENT_TYPE_BLOCK_STORED",
+		2: "KV_EVENT_TYPE_BLOCK_REMOVED",
+		3: "KV_EVENT_TYPE_ALL_BLOCKS_CLEARED",
+	}
+	KVEventType_value = map[string]int32{
+		"KV_EVENT_TYPE_UNSPECIFIED":        0,
+		"KV_EVENT_TYPE_BLOCK_STORED":       1,
+		"KV_EVENT_TYPE_BLOCK_REMOVED":      2,
+		"KV_EVENT_TYPE_ALL_BLOCKS_CLEARED": 3,
+	}
+)
+
+func (x KVEventType) Enum() *KVEventType {
+	p := new(KVEventType)
+	*p = x
+	return p
+}
+
+func (x KVEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KVEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_proto_enumTypes[6].Descriptor()
+}
+
+func (KVEventType) Type() protoreflect.EnumType {
+	return &file_switchyard_proto_enumTypes[6]
+}
+
+func (x KVEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KVEventType.Descriptor instead.
+func (KVEventType) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{6}
+}
+
 // Histogram is a delta of a Prometheus histogram over one scrape interval.
 // bounds are the bucket upper bounds (the +Inf bucket is implicit);
 // counts[i] is the number of observations in (bounds[i-1], bounds[i]] and
@@ -2595,6 +2706,260 @@ func (x *EngineLoad) GetInFlight() int64 {
 	return 0
 }
 
+// KVEventBatch is one batch of an engine's KV-cache events (vLLM's
+// KVEventBatch, published on the engine's ZMQ socket with
+// --kv-events-config), relayed by `switchyard kvevents` to the kv.events
+// topic keyed by engine_id, in the engine's order (docs/kvevents.md). A
+// record with resync set tells consumers to drop everything they hold for
+// the engine before applying its events.
+type KVEventBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SchemaVersion uint32                 `protobuf:"varint,1,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// The engine, as named in the relay's --engines.
+	EngineId string `protobuf:"bytes,2,opt,name=engine_id,json=engineId,proto3" json:"engine_id,omitempty"`
+	// The publisher's sequence number of the batch (0, 1, ... from the
+	// engine's start); 0 in a resync record without events.
+	Sequence int64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The engine's time of the batch, Unix ms (from its ts in seconds).
+	EngineTimeUnixMs int64 `protobuf:"varint,4,opt,name=engine_time_unix_ms,json=engineTimeUnixMs,proto3" json:"engine_time_unix_ms,omitempty"`
+	// The relay's time of publishing, Unix ms.
+	RelayedAtUnixMs int64 `protobuf:"varint,5,opt,name=relayed_at_unix_ms,json=relayedAtUnixMs,proto3" json:"relayed_at_unix_ms,omitempty"`
+	// The publishing data-parallel rank, when the engine gave one.
+	DataParallelRank *int64 `protobuf:"varint,6,opt,name=data_parallel_rank,json=dataParallelRank,proto3,oneof" json:"data_parallel_rank,omitempty"`
+	// The message's ZMQ topic frame.
+	ZmqTopic string `protobuf:"bytes,7,opt,name=zmq_topic,json=zmqTopic,proto3" json:"zmq_topic,omitempty"`
+	// Why consumers must drop the engine's blocks first; unset when they
+	// need not.
+	Resync KVResyncReason `protobuf:"varint,8,opt,name=resync,proto3,enum=switchyard.v1.KVResyncReason" json:"resync,omitempty"`
+	// The events, in order.
+	Events []*KVEvent `protobuf:"bytes,9,rep,name=events,proto3" json:"events,omitempty"`
+	// Of a resync record for a gap: the first and one past the last
+	// sequence number lost.
+	MissingFrom   int64 `protobuf:"varint,10,opt,name=missing_from,json=missingFrom,proto3" json:"missing_from,omitempty"`
+	MissingTo     int64 `protobuf:"varint,11,opt,name=missing_to,json=missingTo,proto3" json:"missing_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVEventBatch) Reset() {
+	*x = KVEventBatch{}
+	mi := &file_switchyard_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVEventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVEventBatch) ProtoMessage() {}
+
+func (x *KVEventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVEventBatch.ProtoReflect.Descriptor instead.
+func (*KVEventBatch) Descriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *KVEventBatch) GetSchemaVersion() uint32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *KVEventBatch) GetEngineId() string {
+	if x != nil {
+		return x.EngineId
+	}
+	return ""
+}
+
+func (x *KVEventBatch) GetSequence() int64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+func (x *KVEventBatch) GetEngineTimeUnixMs() int64 {
+	if x != nil {
+		return x.EngineTimeUnixMs
+	}
+	return 0
+}
+
+func (x *KVEventBatch) GetRelayedAtUnixMs() int64 {
+	if x != nil {
+		return x.RelayedAtUnixMs
+	}
+	return 0
+}
+
+func (x *KVEventBatch) GetDataParallelRank() int64 {
+	if x != nil && x.DataParallelRank != nil {
+		return *x.DataParallelRank
+	}
+	return 0
+}
+
+func (x *KVEventBatch) GetZmqTopic() string {
+	if x != nil {
+		return x.ZmqTopic
+	}
+	return ""
+}
+
+func (x *KVEventBatch) GetResync() KVResyncReason {
+	if x != nil {
+		return x.Resync
+	}
+	return KVResyncReason_KV_RESYNC_REASON_UNSPECIFIED
+}
+
+func (x *KVEventBatch) GetEvents() []*KVEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *KVEventBatch) GetMissingFrom() int64 {
+	if x != nil {
+		return x.MissingFrom
+	}
+	return 0
+}
+
+func (x *KVEventBatch) GetMissingTo() int64 {
+	if x != nil {
+		return x.MissingTo
+	}
+	return 0
+}
+
+// KVEvent is one event of a KVEventBatch. Event types the relay does not
+// know are not relayed (they are counted in its metrics).
+type KVEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  KVEventType            `protobuf:"varint,1,opt,name=type,proto3,enum=switchyard.v1.KVEventType" json:"type,omitempty"`
+	// The blocks stored or removed, in order. Each hash is as the engine
+	// sent it when it sent bytes; an integer hash (older vLLM) is its 64
+	// bits, 8 bytes big-endian.
+	BlockHashes [][]byte `protobuf:"bytes,2,rep,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// BlockStored: the block before the first stored one, empty when the
+	// run starts the sequence.
+	ParentBlockHash []byte `protobuf:"bytes,3,opt,name=parent_block_hash,json=parentBlockHash,proto3" json:"parent_block_hash,omitempty"`
+	// BlockStored: the stored blocks' token ids.
+	TokenIds []uint32 `protobuf:"varint,4,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// BlockStored: tokens per block.
+	BlockSize uint32 `protobuf:"varint,5,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// BlockStored: vLLM's integer LoRA id, 0 for none.
+	LoraId int64 `protobuf:"varint,6,opt,name=lora_id,json=loraId,proto3" json:"lora_id,omitempty"`
+	// BlockStored: the LoRA adapter's name, empty for none.
+	LoraName string `protobuf:"bytes,7,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	// Where the blocks live ("GPU", "CPU", ...), empty when unsaid.
+	Medium        string `protobuf:"bytes,8,opt,name=medium,proto3" json:"medium,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KVEvent) Reset() {
+	*x = KVEvent{}
+	mi := &file_switchyard_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KVEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KVEvent) ProtoMessage() {}
+
+func (x *KVEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
+func (*KVEvent) Descriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *KVEvent) GetType() KVEventType {
+	if x != nil {
+		return x.Type
+	}
+	return KVEventType_KV_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *KVEvent) GetBlockHashes() [][]byte {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *KVEvent) GetParentBlockHash() []byte {
+	if x != nil {
+		return x.ParentBlockHash
+	}
+	return nil
+}
+
+func (x *KVEvent) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *KVEvent) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
+func (x *KVEvent) GetLoraId() int64 {
+	if x != nil {
+		return x.LoraId
+	}
+	return 0
+}
+
+func (x *KVEvent) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+func (x *KVEvent) GetMedium() string {
+	if x != nil {
+		return x.Medium
+	}
+	return ""
+}
+
 var File_switchyard_proto protoreflect.FileDescriptor
 
 const file_switchyard_proto_rawDesc = "" +
@@ -2799,7 +3164,32 @@ const file_switchyard_proto_rawDesc = "" +
 	"EngineLoad\x12\x1b\n" +
 	"\tengine_id\x18\x01 \x01(\tR\bengineId\x122\n" +
 	"\x15queued_prefill_tokens\x18\x02 \x01(\x03R\x13queuedPrefillTokens\x12\x1b\n" +
-	"\tin_flight\x18\x03 \x01(\x03R\binFlight*_\n" +
+	"\tin_flight\x18\x03 \x01(\x03R\binFlight\"\xda\x03\n" +
+	"\fKVEventBatch\x12%\n" +
+	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
+	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12\x1a\n" +
+	"\bsequence\x18\x03 \x01(\x03R\bsequence\x12-\n" +
+	"\x13engine_time_unix_ms\x18\x04 \x01(\x03R\x10engineTimeUnixMs\x12+\n" +
+	"\x12relayed_at_unix_ms\x18\x05 \x01(\x03R\x0frelayedAtUnixMs\x121\n" +
+	"\x12data_parallel_rank\x18\x06 \x01(\x03H\x00R\x10dataParallelRank\x88\x01\x01\x12\x1b\n" +
+	"\tzmq_topic\x18\a \x01(\tR\bzmqTopic\x125\n" +
+	"\x06resync\x18\b \x01(\x0e2\x1d.switchyard.v1.KVResyncReasonR\x06resync\x12.\n" +
+	"\x06events\x18\t \x03(\v2\x16.switchyard.v1.KVEventR\x06events\x12!\n" +
+	"\fmissing_from\x18\n" +
+	" \x01(\x03R\vmissingFrom\x12\x1d\n" +
+	"\n" +
+	"missing_to\x18\v \x01(\x03R\tmissingToB\x15\n" +
+	"\x13_data_parallel_rank\"\x92\x02\n" +
+	"\aKVEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.switchyard.v1.KVEventTypeR\x04type\x12!\n" +
+	"\fblock_hashes\x18\x02 \x03(\fR\vblockHashes\x12*\n" +
+	"\x11parent_block_hash\x18\x03 \x01(\fR\x0fparentBlockHash\x12\x1b\n" +
+	"\ttoken_ids\x18\x04 \x03(\rR\btokenIds\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x05 \x01(\rR\tblockSize\x12\x17\n" +
+	"\alora_id\x18\x06 \x01(\x03R\x06loraId\x12\x1b\n" +
+	"\tlora_name\x18\a \x01(\tR\bloraName\x12\x16\n" +
+	"\x06medium\x18\b \x01(\tR\x06medium*_\n" +
 	"\x06Health\x12\x16\n" +
 	"\x12HEALTH_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eHEALTH_HEALTHY\x10\x01\x12\x13\n" +
@@ -2844,7 +3234,17 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPRIORITY_LOW\x10\x01\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x02\x12\x11\n" +
-	"\rPRIORITY_HIGH\x10\x03B6Z4github.com/switchyard-llm/switchyard/schemas;schemasb\x06proto3"
+	"\rPRIORITY_HIGH\x10\x03*\x8e\x01\n" +
+	"\x0eKVResyncReason\x12 \n" +
+	"\x1cKV_RESYNC_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eKV_RESYNC_REASON_FIRST_CONTACT\x10\x01\x12\x18\n" +
+	"\x14KV_RESYNC_REASON_GAP\x10\x02\x12\x1c\n" +
+	"\x18KV_RESYNC_REASON_RESTART\x10\x03*\x93\x01\n" +
+	"\vKVEventType\x12\x1d\n" +
+	"\x19KV_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aKV_EVENT_TYPE_BLOCK_STORED\x10\x01\x12\x1f\n" +
+	"\x1bKV_EVENT_TYPE_BLOCK_REMOVED\x10\x02\x12$\n" +
+	" KV_EVENT_TYPE_ALL_BLOCKS_CLEARED\x10\x03B6Z4github.com/switchyard-llm/switchyard/schemas;schemasb\x06proto3"
 
 var (
 	file_switchyard_proto_rawDescOnce sync.Once
@@ -2858,61 +3258,68 @@ func file_switchyard_proto_rawDescGZIP() []byte {
 	return file_switchyard_proto_rawDescData
 }
 
-var file_switchyard_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_switchyard_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_switchyard_proto_goTypes = []any{
 	(Health)(0),             // 0: switchyard.v1.Health
 	(RequestStatus)(0),      // 1: switchyard.v1.RequestStatus
 	(DecisionReason)(0),     // 2: switchyard.v1.DecisionReason
 	(FailureReason)(0),      // 3: switchyard.v1.FailureReason
 	(Priority)(0),           // 4: switchyard.v1.Priority
-	(*Histogram)(nil),       // 5: switchyard.v1.Histogram
-	(*EngineSignal)(nil),    // 6: switchyard.v1.EngineSignal
-	(*Attempt)(nil),         // 7: switchyard.v1.Attempt
-	(*RoutingEvent)(nil),    // 8: switchyard.v1.RoutingEvent
-	(*ProfilePoint)(nil),    // 9: switchyard.v1.ProfilePoint
-	(*LatencyProfile)(nil),  // 10: switchyard.v1.LatencyProfile
-	(*EngineEstimate)(nil),  // 11: switchyard.v1.EngineEstimate
-	(*DemandEstimate)(nil),  // 12: switchyard.v1.DemandEstimate
-	(*NetworkEstimate)(nil), // 13: switchyard.v1.NetworkEstimate
-	(*Estimate)(nil),        // 14: switchyard.v1.Estimate
-	(*Explanation)(nil),     // 15: switchyard.v1.Explanation
-	(*EngineWeight)(nil),    // 16: switchyard.v1.EngineWeight
-	(*ClusterWeights)(nil),  // 17: switchyard.v1.ClusterWeights
-	(*SolveStats)(nil),      // 18: switchyard.v1.SolveStats
-	(*WeightSnapshot)(nil),  // 19: switchyard.v1.WeightSnapshot
-	(*GatewayLoad)(nil),     // 20: switchyard.v1.GatewayLoad
-	(*EngineLoad)(nil),      // 21: switchyard.v1.EngineLoad
+	(KVResyncReason)(0),     // 5: switchyard.v1.KVResyncReason
+	(KVEventType)(0),        // 6: switchyard.v1.KVEventType
+	(*Histogram)(nil),       // 7: switchyard.v1.Histogram
+	(*EngineSignal)(nil),    // 8: switchyard.v1.EngineSignal
+	(*Attempt)(nil),         // 9: switchyard.v1.Attempt
+	(*RoutingEvent)(nil),    // 10: switchyard.v1.RoutingEvent
+	(*ProfilePoint)(nil),    // 11: switchyard.v1.ProfilePoint
+	(*LatencyProfile)(nil),  // 12: switchyard.v1.LatencyProfile
+	(*EngineEstimate)(nil),  // 13: switchyard.v1.EngineEstimate
+	(*DemandEstimate)(nil),  // 14: switchyard.v1.DemandEstimate
+	(*NetworkEstimate)(nil), // 15: switchyard.v1.NetworkEstimate
+	(*Estimate)(nil),        // 16: switchyard.v1.Estimate
+	(*Explanation)(nil),     // 17: switchyard.v1.Explanation
+	(*EngineWeight)(nil),    // 18: switchyard.v1.EngineWeight
+	(*ClusterWeights)(nil),  // 19: switchyard.v1.ClusterWeights
+	(*SolveStats)(nil),      // 20: switchyard.v1.SolveStats
+	(*WeightSnapshot)(nil),  // 21: switchyard.v1.WeightSnapshot
+	(*GatewayLoad)(nil),     // 22: switchyard.v1.GatewayLoad
+	(*EngineLoad)(nil),      // 23: switchyard.v1.EngineLoad
+	(*KVEventBatch)(nil),    // 24: switchyard.v1.KVEventBatch
+	(*KVEvent)(nil),         // 25: switchyard.v1.KVEvent
 }
 var file_switchyard_proto_depIdxs = []int32{
 	0,  // 0: switchyard.v1.EngineSignal.health:type_name -> switchyard.v1.Health
-	5,  // 1: switchyard.v1.EngineSignal.ttft_seconds:type_name -> switchyard.v1.Histogram
-	5,  // 2: switchyard.v1.EngineSignal.tbot_seconds:type_name -> switchyard.v1.Histogram
+	7,  // 1: switchyard.v1.EngineSignal.ttft_seconds:type_name -> switchyard.v1.Histogram
+	7,  // 2: switchyard.v1.EngineSignal.tbot_seconds:type_name -> switchyard.v1.Histogram
 	1,  // 3: switchyard.v1.Attempt.status:type_name -> switchyard.v1.RequestStatus
 	3,  // 4: switchyard.v1.Attempt.failure_reason:type_name -> switchyard.v1.FailureReason
 	1,  // 5: switchyard.v1.RoutingEvent.status:type_name -> switchyard.v1.RequestStatus
 	4,  // 6: switchyard.v1.RoutingEvent.priority:type_name -> switchyard.v1.Priority
-	7,  // 7: switchyard.v1.RoutingEvent.tried:type_name -> switchyard.v1.Attempt
+	9,  // 7: switchyard.v1.RoutingEvent.tried:type_name -> switchyard.v1.Attempt
 	3,  // 8: switchyard.v1.RoutingEvent.failure_reason:type_name -> switchyard.v1.FailureReason
 	2,  // 9: switchyard.v1.RoutingEvent.decision:type_name -> switchyard.v1.DecisionReason
-	9,  // 10: switchyard.v1.LatencyProfile.points:type_name -> switchyard.v1.ProfilePoint
+	11, // 10: switchyard.v1.LatencyProfile.points:type_name -> switchyard.v1.ProfilePoint
 	0,  // 11: switchyard.v1.EngineEstimate.health:type_name -> switchyard.v1.Health
-	10, // 12: switchyard.v1.EngineEstimate.ttft_profile:type_name -> switchyard.v1.LatencyProfile
-	10, // 13: switchyard.v1.EngineEstimate.tbot_profile:type_name -> switchyard.v1.LatencyProfile
-	11, // 14: switchyard.v1.Estimate.engine:type_name -> switchyard.v1.EngineEstimate
-	12, // 15: switchyard.v1.Estimate.demand:type_name -> switchyard.v1.DemandEstimate
-	13, // 16: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
-	15, // 17: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
-	16, // 18: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
-	12, // 19: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
-	17, // 20: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
-	18, // 21: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
-	21, // 22: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	12, // 12: switchyard.v1.EngineEstimate.ttft_profile:type_name -> switchyard.v1.LatencyProfile
+	12, // 13: switchyard.v1.EngineEstimate.tbot_profile:type_name -> switchyard.v1.LatencyProfile
+	13, // 14: switchyard.v1.Estimate.engine:type_name -> switchyard.v1.EngineEstimate
+	14, // 15: switchyard.v1.Estimate.demand:type_name -> switchyard.v1.DemandEstimate
+	15, // 16: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
+	17, // 17: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
+	18, // 18: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
+	14, // 19: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
+	19, // 20: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
+	20, // 21: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
+	23, // 22: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
+	5,  // 23: switchyard.v1.KVEventBatch.resync:type_name -> switchyard.v1.KVResyncReason
+	25, // 24: switchyard.v1.KVEventBatch.events:type_name -> switchyard.v1.KVEvent
+	6,  // 25: switchyard.v1.KVEvent.type:type_name -> switchyard.v1.KVEventType
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_proto_init() }
@@ -2925,13 +3332,14 @@ func file_switchyard_proto_init() {
 		(*Estimate_Demand)(nil),
 		(*Estimate_Network)(nil),
 	}
+	file_switchyard_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_proto_rawDesc), len(file_switchyard_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   17,
+			NumEnums:      7,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -34,6 +34,9 @@ type Topics struct {
 	// DeadLetter carries records that could not be processed, with the
 	// reason in the "switchyard-dlq-reason" header.
 	DeadLetter string
+	// KVEvents carries KVEventBatch records keyed by engine id: engines'
+	// KV-cache events relayed by `switchyard kvevents` (docs/kvevents.md).
+	KVEvents string
 }
 
 // DefaultPrefix is the topic prefix used when none is configured.
@@ -41,7 +44,7 @@ const DefaultPrefix = "switchyard"
 
 // TopicsFor returns the topic names under prefix ("" means DefaultPrefix):
 // PREFIX.engine.signals, PREFIX.routing.events, PREFIX.routing.arrivals,
-// PREFIX.estimates, PREFIX.deadletter.
+// PREFIX.estimates, PREFIX.deadletter, PREFIX.kv.events.
 func TopicsFor(prefix string) Topics {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -52,12 +55,13 @@ func TopicsFor(prefix string) Topics {
 		RoutingArrivals: prefix + ".routing.arrivals",
 		Estimates:       prefix + ".estimates",
 		DeadLetter:      prefix + ".deadletter",
+		KVEvents:        prefix + ".kv.events",
 	}
 }
 
 // All lists every topic.
 func (t Topics) All() []string {
-	return []string{t.Signals, t.RoutingEvents, t.RoutingArrivals, t.Estimates, t.DeadLetter}
+	return []string{t.Signals, t.RoutingEvents, t.RoutingArrivals, t.Estimates, t.DeadLetter, t.KVEvents}
 }
 
 // Inputs are the topics the processor reads: signals, routing events and
@@ -70,7 +74,7 @@ func (t Topics) Inputs() []string {
 // Retention of the delete-policy topics: how far back replay, export-trace
 // and tap can read (docs/topics.md). Estimates are compacted instead.
 const (
-	EventRetention      = 7 * 24 * time.Hour  // signals, routing events and arrivals
+	EventRetention      = 7 * 24 * time.Hour  // signals, routing events, arrivals and kv events
 	DeadLetterRetention = 30 * 24 * time.Hour // time to inspect and re-drive
 )
 

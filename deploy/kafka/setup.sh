@@ -46,6 +46,7 @@ topic switchyard.routing.events 3 --config cleanup.policy=delete --config retent
 topic switchyard.routing.arrivals 3 --config cleanup.policy=delete --config retention.ms=604800000
 topic switchyard.estimates 1 --config cleanup.policy=compact
 topic switchyard.deadletter 3 --config cleanup.policy=delete --config retention.ms=2592000000
+topic switchyard.kv.events 3 --config cleanup.policy=delete --config retention.ms=604800000
 topic switchyard.processor.checkpoints 1 --config cleanup.policy=compact
 topic switchyard.processor.partials 1 --config cleanup.policy=compact
 topic switchyard.settings 1
@@ -59,11 +60,14 @@ user reader "$SWITCHYARD_READER_PASSWORD"
 
 # Each role's ACLs: literal resources, allow only.
 acl agent --operation Write --operation Describe --topic switchyard.engine.signals
+acl agent --operation Write --operation Describe --topic switchyard.kv.events
+acl agent --operation Write --operation Describe --topic switchyard.deadletter
 acl processor --operation Read --operation Describe --topic switchyard.engine.signals
 acl processor --operation Read --operation Describe --topic switchyard.routing.events
 acl processor --operation Read --operation Describe --topic switchyard.routing.arrivals
 acl processor --operation Write --operation Describe --topic switchyard.estimates
 acl processor --operation Write --operation Describe --topic switchyard.deadletter
+acl processor --operation Describe --topic switchyard.kv.events
 acl processor --operation Read --operation Write --operation Describe --topic switchyard.processor.checkpoints
 acl processor --operation Write --operation Describe --topic switchyard.settings
 acl processor --operation Read --operation Write --operation Describe --topic switchyard.processor.partials
@@ -79,6 +83,7 @@ acl reader --operation Read --operation Describe --topic switchyard.routing.even
 acl reader --operation Read --operation Describe --topic switchyard.routing.arrivals
 acl reader --operation Read --operation Describe --topic switchyard.estimates
 acl reader --operation Read --operation Describe --topic switchyard.deadletter
+acl reader --operation Read --operation Describe --topic switchyard.kv.events
 acl reader --operation Read --operation Describe --topic switchyard.processor.checkpoints
 acl reader --operation Read --operation Describe --topic switchyard.settings
 acl reader --operation Read --operation Describe --topic switchyard.processor.partials

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-llm/switchyard/services/exporttrace"
 	"github.com/switchyard-llm/switchyard/services/gateway"
 	"github.com/switchyard-llm/switchyard/services/keygen"
+	"github.com/switchyard-llm/switchyard/services/kvevents"
 	"github.com/switchyard-llm/switchyard/services/optimizer"
 	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/services/replay"
@@ -44,6 +45,7 @@ func commands() []cli.Command {
 		brokers.Command(),
 		enginesim.Command(),
 		agent.Command(),
+		kvevents.Command(),
 		processor.Command(),
 		combiner.Command(),
 		optimizer.Command(),

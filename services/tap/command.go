@@ -29,7 +29,7 @@ func Command() cli.Command {
 
 // shortNames are the short names of the project's topics, under
 // --topic-prefix (Resolve).
-const shortNames = "signals, routing-events, routing-arrivals, estimates, deadletter, checkpoints, settings"
+const shortNames = "signals, routing-events, routing-arrivals, estimates, deadletter, kv-events, checkpoints, settings"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // Resolve maps a short topic name (signals, routing-events,
 // routing-arrivals, estimates,
-// deadletter, checkpoints, settings) to its full name under prefix; any other name
+// deadletter, kv-events, checkpoints, settings) to its full name under prefix; any other name
 // is a full name already.
 func Resolve(name, prefix string) string {
 	t := streams.TopicsFor(prefix)
@@ -109,6 +109,8 @@ func Resolve(name, prefix string) string {
 		return t.Estimates
 	case "deadletter", "dlq":
 		return t.DeadLetter
+	case "kv-events", "kvevents":
+		return t.KVEvents
 	case "checkpoints":
 		return process.CheckpointTopic(prefix)
 	case "settings":

@@ -339,6 +339,7 @@ func topicMessage(topic string) string {
 		".engine.signals": &schemas.EngineSignal{},
 		".routing.events": &schemas.RoutingEvent{},
 		".estimates":      &schemas.Estimate{},
+		".kv.events":      &schemas.KVEventBatch{},
 	} {
 		if strings.HasSuffix(topic, suffix) {
 			return schemas.MessageName(m)

@@ -119,7 +119,11 @@ func (r KafkaRole) ACLs(prefix, group string) []kfake.ACL {
 	var acls []kfake.ACL
 	switch r {
 	case KafkaAgent:
+		// The agent's user also runs `switchyard kvevents`, the other
+		// engine-side publisher (docs/kvevents.md).
 		acls = topic(t.Signals, write, describe)
+		acls = append(acls, topic(t.KVEvents, write, describe)...)
+		acls = append(acls, topic(t.DeadLetter, write, describe)...)
 	case KafkaGateway:
 		acls = append(topic(t.RoutingEvents, write, describe), topic(t.Signals, read, describe)...)
 		acls = append(acls, topic(t.RoutingArrivals, write, describe)...)
@@ -129,6 +133,9 @@ func (r KafkaRole) ACLs(prefix, group string) []kfake.ACL {
 		acls = append(acls, topic(t.RoutingArrivals, read, describe)...)
 		acls = append(acls, topic(t.Estimates, write, describe)...)
 		acls = append(acls, topic(t.DeadLetter, write, describe)...)
+		// Describe only: the processor checks that every topic exists
+		// before creating the missing ones (streams/process).
+		acls = append(acls, topic(t.KVEvents, describe)...)
 		acls = append(acls, topic(checkpoints, read, write, describe)...)
 		acls = append(acls, topic(recorded, write, describe)...)
 		// Partitioned processing: the instances write partials, the
