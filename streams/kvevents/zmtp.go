@@ -21,7 +21,8 @@ import (
 // declared length is checked against MaxFrameBytes before a byte is
 // allocated, and a message has at most MaxFrames frames. (go-zeromq/zmq4,
 // which enginesim publishes with, allocates whatever length a peer
-// declares.) TestClientReadsWhatZMQ4Sends checks it against zmq4.
+// declares.) TestRelayPublishesBatchesInOrderReplaysGapsAndResyncsRestarts
+// runs it against zmq4's PUB and ROUTER sockets.
 
 // ZMTP limits and errors.
 var (
