@@ -20,7 +20,7 @@ import (
 // relay reads frames from engines it does not trust: every frame's
 // declared length is checked against MaxFrameBytes before a byte is
 // allocated, and a message has at most MaxFrames frames. (go-zeromq/zmq4,
-// which enginesim publishes with, allocates whatever length a peer
+// which the tests publish with, allocates whatever length a peer
 // declares.) TestRelayPublishesBatchesInOrderReplaysGapsAndResyncsRestarts
 // runs it against zmq4's PUB and ROUTER sockets.
 
