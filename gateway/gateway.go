@@ -164,6 +164,9 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 		return nil, err
 	}
 	g.admit.onHeld = g.degrade.heldBelow
+	if err := registerEngineCollector(g); err != nil {
+		return nil, err
+	}
 	_, noTracing := cfg.tracerProvider.(noop.TracerProvider)
 	g.tracing = !noTracing
 	g.bufs.New = func() any { b := make([]byte, relay.BufSize); return &b }

@@ -178,7 +178,8 @@ func TestFaultInjection(t *testing.T) {
 		if at, ok := ld.waitEngineAfter(ctx, r.id, r.at, 30*time.Second); ok {
 			t.Logf("fault %d: engine %s answered a request %v after its restart", r.fault, r.id, at.Sub(r.at).Round(time.Millisecond))
 		} else {
-			t.Errorf("fault %d: engine %s answered no request within 30s of its restart", r.fault, r.id)
+			t.Errorf("fault %d: engine %s answered no request within 30s of its restart (latest snapshot: %s); the gateway's metrics of it:\n%s",
+				r.fault, r.id, f.snaps.latest(), engineMetrics(ctx, f.gateway, r.id))
 		}
 	}
 
@@ -251,7 +252,7 @@ func startFaultPipeline(t *testing.T, ctx context.Context, plan faultPlan) *faul
 	f.named["processor"] = spawn(t, ctx, f.env, "processor", "processor", "--window", faultWindow.String(), "--slide", faultWindow.String(),
 		"--allowed-lateness", "1s", "--instance-id", "processor-0", "--session-timeout", "10s", "--metrics-listen", "")
 	f.named["optimizer"] = spawn(t, ctx, f.env, "optimizer", "optimizer", "--clusters", "r1", "--settle", "200ms", "--metrics-listen", "")
-	spawn(t, ctx, f.env, "gateway", "gateway", "--cluster", "r1", "--listen", f.gateway, "--log-level", "warn",
+	spawn(t, ctx, f.env, "gateway", "gateway", "--cluster", "r1", "--listen", f.gateway, "--log-level", "info",
 		"--engines", strings.Join(gatewayEngines, ","))
 	waitTCP(t, ctx, f.gateway)
 	f.snaps = watchSnapshots(t, ctx, f.nats, "r1")
@@ -281,7 +282,9 @@ func (f *faultPipeline) restart(t *testing.T, ctx context.Context, p *proc) *pro
 type snapshotWatch struct {
 	mu   sync.Mutex
 	seen []seenSnapshot
-	cond chan struct{} // closed and replaced on every new version
+	// weights are the latest snapshot's engine weights (for failures).
+	weights string
+	cond    chan struct{} // closed and replaced on every new version
 }
 
 type seenSnapshot struct {
@@ -315,6 +318,7 @@ func watchSnapshots(t *testing.T, ctx context.Context, natsAddr, cluster string)
 				last = snap.GetVersion()
 				w.mu.Lock()
 				w.seen = append(w.seen, seenSnapshot{version: last, at: time.Now()})
+				w.weights = describeWeights(snap)
 				close(w.cond)
 				w.cond = make(chan struct{})
 				w.mu.Unlock()
@@ -323,6 +327,52 @@ func watchSnapshots(t *testing.T, ctx context.Context, natsAddr, cluster string)
 		}
 	})
 	return w
+}
+
+// engineMetrics returns the gateway's metric lines labelled with engine id.
+func engineMetrics(ctx context.Context, gateway, id string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+gateway+"/metrics", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `engine="`+id+`"`) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// latest describes the latest snapshot's weights.
+func (w *snapshotWatch) latest() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.weights
+}
+
+// describeWeights lists a snapshot's weights, "cluster: engine=weight ...".
+func describeWeights(snap *schemas.WeightSnapshot) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version %d", snap.GetVersion())
+	for _, c := range snap.GetClusters() {
+		fmt.Fprintf(&b, "; %s shed %.3f:", c.GetCluster(), c.GetShedFraction())
+		for _, e := range c.GetWeights() {
+			x := e.GetExplanation()
+			fmt.Fprintf(&b, " %s=%.3f (network %.1f ms, engine %.1f ms, marginal %.1f ms, binding %v, utilization %.3f)",
+				e.GetEngineId(), e.GetWeight(), x.GetNetworkMs(), x.GetEngineMs(), x.GetMarginalMs(), x.GetBinding(), e.GetPlannedUtilization())
+		}
+	}
+	return b.String()
 }
 
 // waitAfter waits up to limit for a snapshot of a window that ended after
