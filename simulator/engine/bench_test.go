@@ -15,15 +15,17 @@ func BenchmarkEngine(b *testing.B) {
 		name      string
 		blockSize int
 		rate      float64
+		events    bool // Config.CacheEvents, drained after every Advance
 	}{
-		{"block16", 16, 14},
-		{"block512", 512, 14},
+		{"block16", 16, 14, false},
+		{"block512", 512, 14, false},
+		{"block16_cache_events", 16, 14, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			p, _ := LookupPreset("h100")
 			p.BlockSize = tc.blockSize
 			p.KVBlocks = 24000 * 16 / tc.blockSize
-			e, err := New(Config{Preset: p, Replicas: 4})
+			e, err := New(Config{Preset: p, Replicas: 4, CacheEvents: tc.events})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -49,6 +51,7 @@ func BenchmarkEngine(b *testing.B) {
 						finished++
 					}
 				}
+				e.CacheEvents()
 				if err := e.Submit(at, Request{ID: uint64(i), PromptTokens: prompt, OutputTokens: output, PrefixHashes: hashes}); err != nil {
 					b.Fatal(err)
 				}

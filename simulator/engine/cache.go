@@ -11,6 +11,11 @@ type blockCache struct {
 	byHash   map[uint64]*block
 	lru      blockList // ref == 0, oldest at head
 	spare    []*block  // recycled entries
+	// stored and evicted count blocks registered and evicted.
+	stored, evicted int64
+	// log, when not nil, records the changes as replica's.
+	log     *cacheLog
+	replica int
 }
 
 type block struct {
@@ -50,8 +55,25 @@ func (l *blockList) remove(b *block) {
 	l.n--
 }
 
-func newBlockCache(capacity int) *blockCache {
-	return &blockCache{capacity: capacity, byHash: make(map[uint64]*block)}
+func newBlockCache(capacity, replica int, log *cacheLog) *blockCache {
+	c := &blockCache{capacity: capacity, byHash: make(map[uint64]*block), log: log, replica: replica}
+	if log != nil {
+		log.cleared(replica) // an engine starts with nothing cached
+	}
+	return c
+}
+
+// reset empties the cache (no block may be held) and keeps its counters.
+func (c *blockCache) reset() {
+	for _, b := range c.byHash {
+		*b = block{}
+		c.spare = append(c.spare, b)
+	}
+	clear(c.byHash)
+	c.lru, c.used = blockList{}, 0
+	if c.log != nil {
+		c.log.cleared(c.replica)
+	}
 }
 
 // match returns how many leading hashes are cached (held or in the LRU),
@@ -112,13 +134,18 @@ func (c *blockCache) evict() {
 	c.lru.remove(b)
 	delete(c.byHash, b.hash)
 	c.spare = append(c.spare, b)
+	c.evicted++
+	if c.log != nil {
+		c.log.removed(c.replica, b.hash)
+	}
 }
 
 // register turns one private block of a sequence into a cached block for
-// hash h, held by that sequence. It returns nil when h is already cached
+// hash h, held by that sequence; parent is the hash of the block before it
+// in the prompt when hasParent. It returns nil when h is already cached
 // (another sequence computed it first), in which case the block stays
 // private.
-func (c *blockCache) register(h uint64) *block {
+func (c *blockCache) register(h, parent uint64, hasParent bool) *block {
 	if _, ok := c.byHash[h]; ok {
 		return nil
 	}
@@ -131,6 +158,10 @@ func (c *blockCache) register(h uint64) *block {
 	}
 	b.hash, b.ref = h, 1
 	c.byHash[h] = b
+	c.stored++
+	if c.log != nil {
+		c.log.stored(c.replica, parent, hasParent, h)
+	}
 	return b
 }
 

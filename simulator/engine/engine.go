@@ -117,6 +117,11 @@ type Stats struct {
 	// Steps counts forward passes; BusyTime sums their durations.
 	Steps    int64
 	BusyTime time.Duration
+	// KVBlocksStored counts blocks that entered the prefix cache (a
+	// prefill's new full blocks not cached already); KVBlocksEvicted
+	// those evicted to make room. Reset empties the caches without
+	// counting evictions.
+	KVBlocksStored, KVBlocksEvicted int64
 }
 
 // KVUsage is the fraction of KV-cache blocks in use, in [0, 1].
@@ -147,6 +152,10 @@ type Config struct {
 	// preset, and so Preset() and Stats, stay the class's own (default
 	// 1; must be in (0, 1000]).
 	LatencyMultiplier float64
+	// CacheEvents makes the engine record every change to its replicas'
+	// prefix caches for CacheEvents, as vLLM's KV events report them
+	// (default off: nothing is recorded).
+	CacheEvents bool
 }
 
 // Engine is the model. Create it with New; it is not safe for concurrent
@@ -160,7 +169,9 @@ type Engine struct {
 	events   []Event // buffered for the next Advance
 	prev     []Event // returned by the last Advance
 	spare    []*seq
-	st       Stats // counters only; gauges are computed in Stats()
+	st       Stats     // counters only; gauges are computed in Stats()
+	clog     *cacheLog // nil unless Config.CacheEvents
+	clogPrev cacheLog  // the buffers CacheEvents handed out last
 }
 
 // New validates cfg and returns an idle engine at virtual time 0.
@@ -191,8 +202,11 @@ func New(cfg Config) (*Engine, error) {
 		prefill: 1e9 / cfg.Preset.PrefillTokensPerSec,
 		byID:    make(map[uint64]*seq),
 	}
+	if cfg.CacheEvents {
+		e.clog = &cacheLog{}
+	}
 	for i := range cfg.Replicas {
-		e.replicas = append(e.replicas, &replica{idx: i, cache: newBlockCache(cfg.Preset.KVBlocks)})
+		e.replicas = append(e.replicas, &replica{idx: i, cache: newBlockCache(cfg.Preset.KVBlocks, i, e.clog)})
 	}
 	return e, nil
 }
@@ -308,7 +322,7 @@ func (e *Engine) Reset(now time.Duration) []uint64 {
 	for _, r := range e.replicas {
 		r.head(e) // recycles the canceled queue entries
 		r.busy = false
-		r.cache = newBlockCache(e.cfg.Preset.KVBlocks)
+		r.cache.reset()
 	}
 	return ids
 }
@@ -363,6 +377,8 @@ func (e *Engine) Stats() Stats {
 		st.KVBlocksUsed += r.cache.used
 		st.KVBlocksTotal += r.cache.capacity
 		st.MaxSeqs += e.cfg.Preset.MaxSeqs
+		st.KVBlocksStored += r.cache.stored
+		st.KVBlocksEvicted += r.cache.evicted
 	}
 	return st
 }

@@ -196,8 +196,12 @@ func (e *Engine) firstToken(r *replica, s *seq, t time.Duration) {
 	e.st.PromptTokens += int64(s.prompt)
 	e.st.GenerationTokens++
 	// Publish the prompt's newly computed full blocks.
-	for _, h := range s.hashes[s.cached/e.cfg.Preset.BlockSize:] {
-		if b := r.cache.register(h); b != nil {
+	for j := s.cached / e.cfg.Preset.BlockSize; j < len(s.hashes); j++ {
+		var parent uint64
+		if j > 0 {
+			parent = s.hashes[j-1]
+		}
+		if b := r.cache.register(s.hashes[j], parent, j > 0); b != nil {
 			s.held = append(s.held, b)
 			s.private--
 		}
