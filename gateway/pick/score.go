@@ -107,8 +107,9 @@ type cand struct {
 // engines that would start the request at once, but the requests this
 // gateway sees beyond an engine's batch limit are a lower bound on the
 // queue there (other gateways' requests wait in it too); and one with
-// more than its share·(1+Slack) of this gateway's requests in flight
-// (the key's last engine stays a candidate up to 1+AffinitySlack, but
+// more than its share·(1+Slack) of this gateway's requests in flight,
+// rounded up to whole requests (the first request on an engine never
+// is; the key's last engine stays a candidate up to 1+AffinitySlack, but
 // past the normal slack it must win on its score), since the score sees
 // queued prefill and not a full batch whose limit is not known yet.
 //
@@ -410,7 +411,13 @@ func (t *Table) score(r *Request, c []scored) float64 {
 			wait = slotWait(e, math.Float64frombits(e.State.model.e2e.Load()))
 		}
 		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait
-		c[k].strict = wait > 0 || float64(e.State.inflight.Load())+1 > e.Share*fair
+		// More than its share: rounded up to whole requests, so the first
+		// request in flight on an engine never is (with few requests in
+		// flight, share·fair is below one for most engines, and a strict
+		// engine whose model is unknown, scored at the candidates' mean,
+		// could never be the best: a restarted engine with a small share
+		// took no request at all, TestPickRequestSmallShareStillServed).
+		c[k].strict = wait > 0 || float64(e.State.inflight.Load())+1 > math.Max(1, e.Share*fair)
 		best = min(best, c[k].score)
 	}
 	return best

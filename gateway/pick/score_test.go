@@ -184,6 +184,36 @@ func TestPickRequestKeepsShares(t *testing.T) {
 	}
 }
 
+// TestPickRequestSmallShareStillServed: with one request in flight at a
+// time, each engine keeps its share of keys although the engines' models
+// differ and one, restarted (Forget), has none: with few requests in
+// flight share·(total+1)·(1+Slack) is below one for every engine, and
+// counting the first request on an engine as beyond its share made every
+// candidate strict, so the best-scored engine took everything and the
+// restarted one, scored at the others' mean, nothing.
+func TestPickRequestSmallShareStillServed(t *testing.T) {
+	w := []float64{0.05, 0.45, 0.5}
+	p := NewPool()
+	tb := mustBuild(t, p, specs(3, func(i int) float64 { return w[i] }), Options{})
+	teach(tb, 1, 20, 30, 0.05, 0)
+	teach(tb, 2, 20, 40, 0.05, 0)
+	tb.Engine(0).State.Forget(0)
+	r := rand.New(rand.NewPCG(3, 4))
+	n := 4000
+	got := make([]int, 3)
+	for range n {
+		_, i, tk := place(t, tb, &Request{Key: r.Uint64(), PromptTokens: 47, NowMs: 1})
+		tb.Finished(i, tk, false, 0, 0)
+		tb.Done(i)
+		got[i]++
+	}
+	for i := range w {
+		if s := float64(got[i]) / float64(n); math.Abs(s-w[i]) > 0.02 {
+			t.Errorf("engine %d share %.3f, want %.2f±0.02 (%v)", i, s, w[i], got)
+		}
+	}
+}
+
 // TestForgetDropsAffinity: after an engine went down and came back
 // (Forget), a key it served is no longer sent back to it for affinity's
 // sake, and its model is relearned.
