@@ -5,6 +5,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // Prefix blocks of a prompt, as engines hash token blocks: the prompt's
@@ -51,7 +52,7 @@ func (c *chain) write(b []byte) {
 }
 
 func (c *chain) block(b []byte) {
-	c.h = pick.Mix(c.h ^ hashBlock(b))
+	c.h = hashkey.Mix(c.h ^ hashBlock(b))
 	n := len(c.blocks)
 	if n == cap(c.blocks) {
 		// Grown by hand: an append through c would move the caller's
@@ -75,7 +76,7 @@ func hashBlock(b []byte) uint64 {
 	for _, c := range b {
 		h = (h ^ uint64(c)) * 0x100000001b3
 	}
-	return pick.Mix(h)
+	return hashkey.Mix(h)
 }
 
 // promptChain appends to dst the prefix-block hashes of the request's

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/tenant"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -34,7 +34,7 @@ func TestRoutingEventForBilling(t *testing.T) {
 	}
 	ev := sink.next(t)
 	want := &schemas.RoutingEvent{
-		Tenant: "acme", AffinityKeyHash: pick.HashString("u:alice@example.com"), Priority: schemas.Priority_PRIORITY_HIGH,
+		Tenant: "acme", AffinityKeyHash: hashkey.String("u:alice@example.com"), Priority: schemas.Priority_PRIORITY_HIGH,
 		PromptTokens: 11, OutputTokens: 5, FinishReason: "stop", EngineRegion: "us-east-1", EngineGpuClass: "h100",
 		Status: schemas.RequestStatus_REQUEST_STATUS_OK, HttpStatus: 200, Decision: schemas.DecisionReason_DECISION_REASON_FALLBACK,
 		DecisionReason: "fallback", EngineId: "a", Attempts: 1,

@@ -8,7 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/switchyard-llm/switchyard/gateway/internal/jscan"
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // Request headers the gateway reads.
@@ -295,11 +295,11 @@ func scanInference(body []byte) (in *inference, ok bool) {
 func affinityKey(session string, in *inference) uint64 {
 	switch {
 	case session != "":
-		return pick.HashString("s:" + session)
+		return hashkey.String("s:" + session)
 	case in.User != "":
-		return pick.HashString("u:" + in.User)
+		return hashkey.String("u:" + in.User)
 	case isSet(in.PreviousResponseID):
-		return pick.HashString("p:" + string(stringText(in.PreviousResponseID)))
+		return hashkey.String("p:" + string(stringText(in.PreviousResponseID)))
 	}
 	p := in.Messages
 	if !isSet(p) {
@@ -318,12 +318,12 @@ func affinityKey(session string, in *inference) uint64 {
 		if isSet(in.Input) {
 			n += copy(buf[n:], in.Input)
 		}
-		return pick.HashBytes(buf[:n])
+		return hashkey.Bytes(buf[:n])
 	}
 	if len(p) > prefixBytes {
 		p = p[:prefixBytes]
 	}
-	return pick.HashBytes(p)
+	return hashkey.Bytes(p)
 }
 
 // validHeaderValue: printable ASCII, bounded.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -279,12 +279,12 @@ func TestResponsesAffinity(t *testing.T) {
 			`{"model":"sim","user":"alice","input":"one"}`,
 			`{"model":"sim","user":"alice","input":"two","previous_response_id":"resp_9"}`,
 			`{"model":"sim","user":"alice","instructions":"x","input":[{"role":"user","content":"three"}]}`,
-		}, pick.HashString("u:alice")},
+		}, hashkey.String("u:alice")},
 		{"previous_response_id", []string{
 			`{"model":"sim","previous_response_id":"resp_42","input":"one"}`,
 			`{"model":"sim","previous_response_id":"resp_42","input":[{"role":"user","content":"two"}],"instructions":"be brief"}`,
 			`{"model":"sim","previous_response_id":"resp_42","input":"three","stream":true}`,
-		}, pick.HashString("p:resp_42")},
+		}, hashkey.String("p:resp_42")},
 		{"prefix", []string{
 			`{"model":"sim","instructions":"You answer about trains.","input":[{"role":"user","content":"What is a hump yard?"}]}`,
 			`{"model":"sim","instructions":"You answer about trains.","input":[{"role":"user","content":"What is a hump yard?"}],"stream":true}`,

@@ -52,6 +52,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // Reason says how Pick chose.
@@ -991,39 +993,9 @@ func nextPrime(n int) int {
 	}
 }
 
-// hashString is FNV-1a of s seeded with seed, then mixed.
-func hashString(s string, seed uint64) uint64 {
-	h := uint64(14695981039346656037) ^ seed
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return mix(h)
-}
+// mix is the splitmix64 finalizer (internal/hashkey), the mixer of the
+// affinity keys, prefix-block chains and Maglev tables.
+func mix(x uint64) uint64 { return hashkey.Mix(x) }
 
-// HashBytes hashes b to an affinity key.
-func HashBytes(b []byte) uint64 {
-	h := uint64(14695981039346656037)
-	for _, c := range b {
-		h ^= uint64(c)
-		h *= 1099511628211
-	}
-	return mix(h)
-}
-
-// HashString hashes s to an affinity key.
-func HashString(s string) uint64 { return hashString(s, 0) }
-
-// Mix is the splitmix64 finalizer, the hash mixer the affinity keys,
-// prefix-block chains and Maglev tables use.
-func Mix(x uint64) uint64 { return mix(x) }
-
-// mix is the splitmix64 finalizer.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
+// hashString is the hash of s seeded with seed (internal/hashkey).
+func hashString(s string, seed uint64) uint64 { return hashkey.Seeded(s, seed) }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 func specs(n int, weight func(i int) float64) []Spec {
@@ -92,7 +94,7 @@ func TestAffinityAndMinimalDisruption(t *testing.T) {
 	const n = 50000
 	moved := 0
 	for k := uint64(0); k < n; k++ {
-		key := HashString(fmt.Sprint("session-", k))
+		key := hashkey.String(fmt.Sprint("session-", k))
 		a, _ := pickDone(t1, key, nil)
 		if b, _ := pickDone(t1, key, nil); a != b {
 			t.Fatal("same key, different engine")
@@ -226,7 +228,7 @@ func BenchmarkPick(b *testing.B) {
 	tb := mustBuild(b, p, specs(1024, func(int) float64 { return r.Float64() + 0.01 }), Options{})
 	keys := make([]uint64, 4096)
 	for i := range keys {
-		keys[i] = HashString(fmt.Sprint("conversation-", r.IntN(2000)))
+		keys[i] = hashkey.String(fmt.Sprint("conversation-", r.IntN(2000)))
 	}
 	// Some background load and guardrails so the walk does real work.
 	for i := 0; i < 1024; i += 16 {

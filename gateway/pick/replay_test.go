@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -135,7 +137,7 @@ func replay(c replayCase) []string {
 		}
 		// The request.
 		conv := r.IntN(convs)
-		req := Request{Key: HashString(fmt.Sprint("conversation-", conv)), NowMs: now}
+		req := Request{Key: hashkey.String(fmt.Sprint("conversation-", conv)), NowMs: now}
 		if r.IntN(10) != 0 {
 			req.BlockTokens = 16
 			nb := 1 + r.IntN(40)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // place picks r and returns the engine id.
@@ -312,7 +314,7 @@ func BenchmarkPickRequest(b *testing.B) {
 	tb := mustBuild(b, p, specs(1024, func(int) float64 { return r.Float64() + 0.01 }), Options{})
 	keys := make([]uint64, 4096)
 	for i := range keys {
-		keys[i] = HashString(fmt.Sprint("conversation-", r.IntN(2000)))
+		keys[i] = hashkey.String(fmt.Sprint("conversation-", r.IntN(2000)))
 	}
 	for i := 0; i < 1024; i += 16 {
 		tb.Engine(i).State.SetPenalty(0.3)
@@ -488,9 +490,9 @@ func TestSharedPrefixDoesNotHideDeeperBlocks(t *testing.T) {
 		teach(tb, i, 20, 20, 0.05, 0)
 	}
 	chain := func(conv uint64, n int) []uint64 {
-		out := []uint64{Mix(0x5eed)} // the shared first block
+		out := []uint64{hashkey.Mix(0x5eed)} // the shared first block
 		for k := 1; k < n; k++ {
-			out = append(out, Mix(out[k-1]^(conv<<20|uint64(k))))
+			out = append(out, hashkey.Mix(out[k-1]^(conv<<20|uint64(k))))
 		}
 		return out
 	}

@@ -3,6 +3,8 @@ package pick
 import (
 	"fmt"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // The tests of this file hold PickRequest's score to each of its terms
@@ -42,7 +44,7 @@ func termTable(t *testing.T, sp []Spec, opt Options, inflight int) (*Table, uint
 func keyWithCandidates(t *testing.T, tb *Table, ids ...int32) uint64 {
 	t.Helper()
 	for k := uint64(1); k < 100_000; k++ {
-		key := Mix(k)
+		key := hashkey.Mix(k)
 		var buf [maxCandidates + 1]scored
 		c, _, _ := tb.collect(&Request{Key: key, NowMs: 1}, nil, buf[:0])
 		got := make([]int32, len(c))
@@ -129,13 +131,13 @@ func TestScoreCountsDecodeSpeed(t *testing.T) {
 // holdPrefix records that engine i was sent the n blocks of chain (as a
 // request of another key would have been).
 func holdPrefix(tb *Table, i int, chain []uint64) {
-	tb.remember(&Request{Key: Mix(0xb10c), Blocks: chain, BlockTokens: 64, NowMs: 1}, tb.Engine(i).State)
+	tb.remember(&Request{Key: hashkey.Mix(0xb10c), Blocks: chain, BlockTokens: 64, NowMs: 1}, tb.Engine(i).State)
 }
 
 func prefixChain(n int) []uint64 {
 	c := make([]uint64, n)
 	for k := range c {
-		c[k] = Mix(uint64(k) + 0xc4a1)
+		c[k] = hashkey.Mix(uint64(k) + 0xc4a1)
 	}
 	return c
 }

@@ -29,7 +29,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
 	"github.com/switchyard-llm/switchyard/simulator/scenario"
 )
@@ -210,7 +210,7 @@ func newSim(sc *scenario.Scenario, wl *scenario.Stream) (*sim, error) {
 		if !ok {
 			return nil, fmt.Errorf("request %d: unknown cluster %q", i, r.Cluster)
 		}
-		s.views[i] = Request{Index: i, Cluster: c, Key: pick.HashString("s:" + r.Session), W: r}
+		s.views[i] = Request{Index: i, Cluster: c, Key: hashkey.String("s:" + r.Session), W: r}
 		s.reqs[i] = reqState{slot: -1, inst: -1, tried: [MaxAttempts]int32{-1, -1, -1}}
 	}
 	return s, nil
@@ -247,7 +247,7 @@ func (s *sim) hashesFor(r *Request) []uint64 {
 	var h uint64 = 0x9e3779b97f4a7c15
 	for _, id := range r.W.Blocks {
 		for k := 0; k < per && len(buf) < n; k++ {
-			h = pick.Mix(h ^ (id*0x100000001b3 + uint64(k) + 1))
+			h = hashkey.Mix(h ^ (id*0x100000001b3 + uint64(k) + 1))
 			buf = append(buf, h)
 		}
 		if len(buf) >= n {

@@ -3,7 +3,7 @@ package engineserver
 import (
 	"slices"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // Log probabilities of the simulated output, when a request asks for
@@ -38,7 +38,7 @@ type textLogprobs struct {
 
 // logprobOf is output token i's log probability for engine request id.
 func (rs responder) logprobOf(id uint64, i int) float64 {
-	return -float64(pick.Mix(uint64(rs.s.cfg.Seed)^pick.Mix(id)+uint64(i)+0x6c70)%4000) / 1000
+	return -float64(hashkey.Mix(uint64(rs.s.cfg.Seed)^hashkey.Mix(id)+uint64(i)+0x6c70)%4000) / 1000
 }
 
 func tokenBytes(tok string) []int {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
 )
 
@@ -166,10 +166,10 @@ func embed(text string, dim int) []float64 {
 		words = []string{text}
 	}
 	for _, w := range words {
-		h := pick.HashString(w)
+		h := hashkey.String(w)
 		for d := range v {
 			// A uniform value in [-1, 1) per word and dimension.
-			v[d] += float64(int64(pick.Mix(h+uint64(d))>>11))/float64(1<<52) - 1
+			v[d] += float64(int64(hashkey.Mix(h+uint64(d))>>11))/float64(1<<52) - 1
 		}
 	}
 	norm := 0.0

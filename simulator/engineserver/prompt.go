@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // charsPerToken is the rule of thumb used to estimate tokens from text.
@@ -86,7 +86,7 @@ func idBlockHashes(ids []uint64, idTokens, blockSize, limit int) ([]uint64, erro
 	out := make([]uint64, n)
 	h := uint64(fnvOffset)
 	for i := range n {
-		h = pick.Mix(h ^ pick.Mix(ids[i/per]+uint64(i%per)))
+		h = hashkey.Mix(h ^ hashkey.Mix(ids[i/per]+uint64(i%per)))
 		out[i] = h
 	}
 	return out, nil
@@ -108,5 +108,5 @@ func newVocab() []string {
 
 // word returns output token i of request id.
 func word(vocab []string, seed int64, id uint64, i int) string {
-	return vocab[pick.Mix(uint64(seed)^pick.Mix(id)+uint64(i))%uint64(len(vocab))]
+	return vocab[hashkey.Mix(uint64(seed)^hashkey.Mix(id)+uint64(i))%uint64(len(vocab))]
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 
 	"github.com/switchyard-llm/switchyard/simulator/des"
 	"github.com/switchyard-llm/switchyard/simulator/scenario"
@@ -55,7 +55,7 @@ func loadTest(w *des.World, e scenario.Engine) (float64, error) {
 		if r.Arrival >= calibrationSpan && len(base) >= 200 {
 			break
 		}
-		if pick.HashString("s:"+r.Session)%stride == 0 {
+		if hashkey.String("s:"+r.Session)%stride == 0 {
 			base = append(base, r)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/simulator/des"
 )
 
@@ -219,7 +219,7 @@ func (p *llmd) Pick(now time.Duration, r *des.Request, exclude []int32) int {
 func chainHashes(dst []uint64, r *des.Request) []uint64 {
 	var h uint64 = 0x51ed27
 	for _, b := range r.W.Blocks {
-		h = pick.Mix(h ^ (b + 0x9e3779b97f4a7c15))
+		h = hashkey.Mix(h ^ (b + 0x9e3779b97f4a7c15))
 		dst = append(dst, h)
 	}
 	return dst
@@ -279,5 +279,5 @@ func hashID(id string, k uint64) uint64 {
 		h ^= uint64(id[i])
 		h *= 1099511628211
 	}
-	return pick.Mix(h ^ (k+1)*0x9e3779b97f4a7c15)
+	return hashkey.Mix(h ^ (k+1)*0x9e3779b97f4a7c15)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/optimizer/plan"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/simulator/des"
@@ -259,7 +260,7 @@ func gatewayChain(dst []uint64, r *des.Request, blockTokens int) ([]uint64, int)
 				n = min(split, (r.W.PromptTokens-k*blockTokens)/part)
 			}
 			for j := 0; j < n && len(dst) < pick.MaxPromptBlocks; j++ {
-				h = pick.Mix(h ^ (b*uint64(split) + uint64(j) + 0x9e3779b97f4a7c15))
+				h = hashkey.Mix(h ^ (b*uint64(split) + uint64(j) + 0x9e3779b97f4a7c15))
 				dst = append(dst, h)
 			}
 		}

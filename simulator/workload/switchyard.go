@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 )
 
 // switchyardRow holds the fields a Switchyard trace adds to a Mooncake
@@ -127,11 +127,11 @@ func switchyardBlocks(out []Request, rows []twinRow, bs int) {
 		for k := range n {
 			switch {
 			case k < root:
-				blocks[k] = pick.Mix(0x7e57ab1e ^ uint64(root)<<32 ^ uint64(k))
+				blocks[k] = hashkey.Mix(0x7e57ab1e ^ uint64(root)<<32 ^ uint64(k))
 			case k < chain:
-				blocks[k] = pick.Mix(pick.Mix(t.hash^0x5157a7d) + uint64(k))
+				blocks[k] = hashkey.Mix(hashkey.Mix(t.hash^0x5157a7d) + uint64(k))
 			default:
-				blocks[k] = pick.Mix(uint64(t.line)<<20|uint64(k)) | 1<<63
+				blocks[k] = hashkey.Mix(uint64(t.line)<<20|uint64(k)) | 1<<63
 			}
 		}
 		out[t.index].Blocks = blocks
