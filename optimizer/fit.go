@@ -90,8 +90,8 @@ func (p Profile) At(u float64) float64 {
 	return a.LatencyMs + (b.LatencyMs-a.LatencyMs)*(u-a.Utilization)/(b.Utilization-a.Utilization)
 }
 
-// FitOption configures FitProfile.
-type FitOption interface{ applyFit(*fitConfig) }
+// FitOpt configures FitProfile.
+type FitOpt interface{ applyFit(*fitConfig) }
 
 type fitConfig struct {
 	knots       []float64
@@ -104,13 +104,13 @@ func (f fitOptionFunc) applyFit(c *fitConfig) { f(c) }
 
 // Knots sets the utilization grid of the fitted profile (sorted, >= 0,
 // at least two). Default 0, .2, .4, .5, .6, .7, .8, .85, .9, .95, 1.
-func Knots(u ...float64) FitOption {
+func Knots(u ...float64) FitOpt {
 	return fitOptionFunc(func(c *fitConfig) { c.knots = slices.Clone(u) })
 }
 
 // PriorWeight sets how many observations the prior is worth, spread over
 // the knots. Default 20.
-func PriorWeight(w float64) FitOption {
+func PriorWeight(w float64) FitOpt {
 	return fitOptionFunc(func(c *fitConfig) { c.priorWeight = w })
 }
 
@@ -129,7 +129,7 @@ func PriorWeight(w float64) FitOption {
 // the one factor that best fits the data (clamped to [1/4, 4]): the class
 // gives the shape, the data the level. Observations that are not
 // finite, have negative latency or utilization are ignored.
-func FitProfile(obs []Observation, prior Profile, opts ...FitOption) (Profile, error) {
+func FitProfile(obs []Observation, prior Profile, opts ...FitOpt) (Profile, error) {
 	cfg := fitConfig{knots: []float64{0, .2, .4, .5, .6, .7, .8, .85, .9, .95, 1}, priorWeight: 20}
 	for _, o := range opts {
 		o.applyFit(&cfg)

@@ -128,7 +128,7 @@ func TestFitProfileBadInput(t *testing.T) {
 		t.Fatalf("mixed observations: %v samples %d", err, p.Samples)
 	}
 	validProfile(t, p)
-	for _, opt := range []optimizer.FitOption{optimizer.Knots(0.5), optimizer.Knots(0.5, 0.2), optimizer.PriorWeight(-1), optimizer.PriorWeight(math.NaN())} {
+	for _, opt := range []optimizer.FitOpt{optimizer.Knots(0.5), optimizer.Knots(0.5, 0.2), optimizer.PriorWeight(-1), optimizer.PriorWeight(math.NaN())} {
 		if _, err := optimizer.FitProfile(nil, prior, opt); err == nil {
 			t.Errorf("bad option accepted")
 		}

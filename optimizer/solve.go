@@ -5,8 +5,8 @@ import (
 	"math"
 )
 
-// Option configures Solve.
-type Option interface{ apply(*config) }
+// Opt configures Solve.
+type Opt interface{ apply(*config) }
 
 type config struct {
 	tol      float64
@@ -20,13 +20,13 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // Tolerance sets the relative duality gap at which Solve stops.
 // Default 1e-4 (0.01%).
-func Tolerance(gap float64) Option {
+func Tolerance(gap float64) Opt {
 	return optionFunc(func(c *config) { c.tol = gap })
 }
 
 // MaxIterations bounds the number of coordinate-descent sweeps.
 // Default 200.
-func MaxIterations(n int) Option {
+func MaxIterations(n int) Opt {
 	return optionFunc(func(c *config) { c.maxIters = n })
 }
 
@@ -76,7 +76,7 @@ type solver struct {
 // routed; the smoothed dual Newton method then finds the optimum for all
 // clusters at once; coordinate descent (with cycle cancelling) polishes,
 // adds churn and certifies the gap.
-func Solve(in *Instance, opts ...Option) (*Solution, error) {
+func Solve(in *Instance, opts ...Opt) (*Solution, error) {
 	cfg := config{tol: 1e-4, maxIters: 200}
 	for _, o := range opts {
 		o.apply(&cfg)
