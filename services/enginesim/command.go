@@ -39,6 +39,12 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Float64Var(&cfg.LatencyMultiplier, "latency-multiplier", 1, "make prefill and decode this many times slower than the GPU class's preset")
 	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 0, "most requests a replica runs at once, as vLLM's --max-num-seqs (0: the GPU class preset's)")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "KV-cache capacity of a replica in blocks of the preset's block size (0: the GPU class preset's)")
+	fs.StringVar(&cfg.KVEvents.Endpoint, "kv-events-endpoint", "", "publish the prefix cache's changes as vLLM's KV events on this ZMQ PUB socket, tcp://host:port (empty: off)")
+	fs.StringVar(&cfg.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "ZMQ ROUTER socket answering replay requests for recent KV event batches, tcp://host:port (empty: none)")
+	fs.StringVar(&cfg.KVEvents.Topic, "kv-events-topic", "", "topic frame of every KV event message (vLLM's default: empty)")
+	fs.IntVar(&cfg.KVEvents.BufferSteps, "kv-events-buffer-steps", engineserver.DefaultKVBufferSteps, "KV event batches kept for replay requests (vLLM's buffer_steps)")
+	fs.IntVar(&cfg.KVEvents.HWM, "kv-events-hwm", engineserver.DefaultKVHWM, "KV event batches queued for the PUB socket before new ones are dropped (vLLM's hwm)")
+	fs.StringVar(&cfg.KVEvents.Encoding, "kv-events-encoding", engineserver.KVEncodingMap, `msgpack layout of KV event batches: "map" (current vLLM) or "array" (earlier vLLM's array_like structs)`)
 	conn.Register(fs) // unused: the engine publishes nothing itself; every service takes them
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err

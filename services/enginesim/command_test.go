@@ -27,6 +27,10 @@ func TestCommandUsage(t *testing.T) {
 		{"negative max num seqs", []string{"--max-num-seqs", "-1"}},
 		{"max num seqs over the step budget", []string{"--gpu-class", "l4", "--max-num-seqs", "1024"}},
 		{"negative kv blocks", []string{"--kv-blocks", "-1"}},
+		{"kv events endpoint not tcp", []string{"--kv-events-endpoint", "ipc:///tmp/kv"}},
+		{"kv events replay without endpoint", []string{"--kv-events-replay-endpoint", "tcp://127.0.0.1:5558"}},
+		{"kv events encoding", []string{"--kv-events-endpoint", "tcp://127.0.0.1:5557", "--kv-events-encoding", "json"}},
+		{"kv events buffer steps", []string{"--kv-events-endpoint", "tcp://127.0.0.1:5557", "--kv-events-buffer-steps", "-1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,11 +51,14 @@ func TestCommandRuns(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Command().Run(ctx, []string{"--listen", "127.0.0.1:0", "--gpu-class", "l4", "--kafka-brokers", "x:1",
-			"--max-num-seqs", "6", "--kv-blocks", "900"}, io.Discard, &stderr)
+			"--max-num-seqs", "6", "--kv-blocks", "900", "--kv-events-endpoint", "tcp://127.0.0.1:0", "--kv-events-encoding", "array"}, io.Discard, &stderr)
 	}()
-	waitFor(t, func() bool { return strings.Contains(stderr.String(), "enginesim listening") })
-	if s := stderr.String(); !strings.Contains(s, "max_num_seqs=6 kv_blocks=900") {
-		t.Errorf("--max-num-seqs 6 --kv-blocks 900 not in the engine it runs: %s", s)
+	waitFor(t, func() bool {
+		s := stderr.String()
+		return strings.Contains(s, "enginesim listening") && strings.Contains(s, "publishing kv events")
+	})
+	if s := stderr.String(); !strings.Contains(s, "max_num_seqs=6 kv_blocks=900") || !strings.Contains(s, "encoding=array") {
+		t.Errorf("--max-num-seqs 6 --kv-blocks 900 --kv-events-encoding array not in the engine it runs: %s", s)
 	}
 	cancel()
 	if err := <-done; err != nil {

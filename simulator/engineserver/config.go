@@ -75,6 +75,9 @@ type Config struct {
 	// preset's block size (vLLM's num_gpu_blocks); 0 keeps the preset's.
 	// At most 1<<24.
 	KVBlocks int
+	// KVEvents publishes the prefix cache's changes as vLLM's KV events
+	// over ZMQ; off unless KVEvents.Endpoint is set.
+	KVEvents KVEvents
 	// Logger receives diagnostics (default: discarded).
 	Logger *slog.Logger
 	// Registerer, when set, also receives the engine's metrics with an
@@ -114,6 +117,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.KVEvents.setDefaults()
 }
 
 // Upper bounds of Config.MaxNumSeqs and Config.KVBlocks.
@@ -159,6 +163,9 @@ func (c *Config) validate() (engine.Preset, error) {
 		return p, fmt.Errorf("%w: time scale must be in [0.001, 1e6], got %v", ErrInvalidConfig, c.TimeScale)
 	case c.DefaultMaxTokens < 1 || c.DefaultMaxTokens >= p.MaxModelLen:
 		return p, fmt.Errorf("%w: default max tokens must be in [1, %d), got %d", ErrInvalidConfig, p.MaxModelLen, c.DefaultMaxTokens)
+	}
+	if err := c.KVEvents.validate(); err != nil {
+		return p, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return p, nil
 }

@@ -166,6 +166,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge("switchyard_enginesim_max_num_seqs", "Maximum number of concurrently running requests (max_num_seqs times replicas).", float64(c.info.maxSeqs*c.info.replicas))
 	gauge("switchyard_enginesim_replicas", "Number of engine replicas behind this endpoint.", float64(c.info.replicas))
+	counter("switchyard_enginesim_kv_blocks_stored_total", "KV-cache blocks that entered the prefix cache (a BlockStored hash each).", float64(st.KVBlocksStored))
+	counter("switchyard_enginesim_kv_blocks_evicted_total", "Prefix-cache blocks evicted to make room (a BlockRemoved hash each).", float64(st.KVBlocksEvicted))
 	ch <- prometheus.MustNewConstMetric(
 		c.desc("switchyard_enginesim_info", "Simulated engine identity.", "engine_id", "gpu_class"),
 		prometheus.GaugeValue, 1, c.info.id, c.info.gpuClass)

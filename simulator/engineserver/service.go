@@ -77,7 +77,7 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(engine.Config{Preset: p, Replicas: cfg.Replicas, TokenEvents: true})
+	eng, err := engine.New(engine.Config{Preset: p, Replicas: cfg.Replicas, TokenEvents: true, CacheEvents: cfg.KVEvents.Endpoint != ""})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -200,12 +200,22 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // Drive runs the engine model in real time until ctx is done; at most one
-// Drive runs per Service. Requests still in the engine then fail.
+// Drive runs per Service. Requests still in the engine then fail. With
+// Config.KVEvents it publishes the cache's changes after every step it
+// runs, and returns an error at once when its sockets cannot listen.
 func (s *Service) Drive(ctx context.Context) error {
 	if !s.driving.CompareAndSwap(false, true) {
 		return errors.New("engine already driven")
 	}
 	defer close(s.stopped)
+	var kv *kvPublisher
+	if s.cfg.KVEvents.Endpoint != "" {
+		var err error
+		if kv, err = startKVPublisher(ctx, s.cfg.KVEvents, s.log, s.preset.BlockSize, s.cfg.Replicas); err != nil {
+			return err
+		}
+		defer kv.Close()
+	}
 	start := time.Now()
 	scale := s.cfg.TimeScale
 	vnow := func() time.Duration { return time.Duration(float64(time.Since(start)) * scale) }
@@ -214,6 +224,9 @@ func (s *Service) Drive(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		s.dispatch(s.eng.Advance(vnow()), inflight)
+		if kv != nil {
+			kv.publish(s.eng.CacheEvents())
+		}
 		s.met.engine.set(s.eng.Stats())
 		if next, ok := s.eng.NextEvent(); ok {
 			wait := time.Duration(float64(next-vnow())/scale) + time.Microsecond

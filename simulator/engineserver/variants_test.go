@@ -35,6 +35,8 @@ func TestMetricSets(t *testing.T) {
 	}
 	full := append(slices.Clone(vllm),
 		"switchyard_enginesim_info",
+		"switchyard_enginesim_kv_blocks_evicted_total",
+		"switchyard_enginesim_kv_blocks_stored_total",
 		"switchyard_enginesim_max_num_seqs",
 		"switchyard_enginesim_replicas",
 		"switchyard_enginesim_requests_canceled_total",
