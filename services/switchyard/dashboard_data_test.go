@@ -36,6 +36,14 @@ var notInDemo = map[string]string{
 	"switchyard_combiner_estimates_published_total":       "switchyard combiner; the demo runs none",
 	"switchyard_combiner_windows_fired_total":             "switchyard combiner; the demo runs none",
 	"switchyard_combiner_window_end_seconds":              "switchyard combiner; the demo runs none",
+	"switchyard_kvevents_batches_total":                   "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_events_total":                    "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_gaps_total":                      "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_replayed_batches_total":          "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_resyncs_total":                   "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_decode_errors_total":             "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_publish_errors_total":            "switchyard kvevents; the demo runs none",
+	"switchyard_kvevents_connected":                       "switchyard kvevents; the demo runs none",
 }
 
 // dashboardRateInterval stands for Grafana's $__rate_interval: several

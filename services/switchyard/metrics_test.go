@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/control"
+	kvrelay "github.com/switchyard-llm/switchyard/streams/kvevents"
 	"github.com/switchyard-llm/switchyard/streams/process"
 )
 
@@ -240,6 +241,14 @@ func registeredSeries(t *testing.T) map[string]series {
 		t.Fatalf("combiner: %v", err)
 	}
 	rec.families(t, "combiner", out)
+
+	rec = &recorder{reg: prometheus.NewRegistry()}
+	if _, err := kvrelay.New(client(kvrelay.ClientOpts()...), kvrelay.Config{
+		Engines: []kvrelay.Engine{{ID: "e", Endpoint: "tcp://127.0.0.1:1"}}, Topics: streams.TopicsFor(""), Logger: quiet, Registerer: rec,
+	}); err != nil {
+		t.Fatalf("kvevents: %v", err)
+	}
+	rec.families(t, "kvevents", out)
 
 	rec = &recorder{reg: prometheus.NewRegistry()}
 	ocfg := control.Config{Logger: quiet, Registerer: rec}
