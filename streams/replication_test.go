@@ -56,7 +56,7 @@ func TestEnsureTopicsReplicated(t *testing.T) {
 	}
 	for _, rc := range configs {
 		want := ""
-		if _, isHA := map[string]bool{ha.Signals: true, ha.RoutingEvents: true, ha.RoutingArrivals: true, ha.Estimates: true, ha.DeadLetter: true}[rc.Name]; isHA {
+		if _, isHA := map[string]bool{ha.Signals: true, ha.RoutingEvents: true, ha.RoutingArrivals: true, ha.Estimates: true, ha.DeadLetter: true, ha.KVEvents: true}[rc.Name]; isHA {
 			want = "2"
 		}
 		got := ""

@@ -22,7 +22,7 @@ func TestTopicsFor(t *testing.T) {
 			t.Errorf("TopicsFor(%q).Signals = %q, want %q", tc.prefix, got, tc.signals)
 		}
 	}
-	if n := len(streams.TopicsFor("").All()); n != 5 {
+	if n := len(streams.TopicsFor("").All()); n != 6 {
 		t.Errorf("All() has %d topics", n)
 	}
 }

@@ -41,6 +41,7 @@ func TestEnsureTopicsContract(t *testing.T) {
 		topics.RoutingArrivals: {4, "delete", "604800000"},
 		topics.Estimates:       {1, "compact", ""},
 		topics.DeadLetter:      {4, "delete", "2592000000"},
+		topics.KVEvents:        {4, "delete", "604800000"},
 	}
 	if len(want) != len(topics.All()) {
 		t.Fatalf("the test checks %d topics, EnsureTopics creates %d", len(want), len(topics.All()))
