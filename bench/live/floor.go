@@ -60,17 +60,17 @@ func ttftFloor(reqs []workload.Request, blockTokens, maxPrompt int, p enginemode
 		if maxPrompt > 0 && tokens > maxPrompt {
 			tokens = maxPrompt
 		}
-		hit, h, broken := 0, uint64(0), false
+		hit, h := 0, uint64(0)
 		for k, id := range r.Blocks {
 			end := min((k+1)*blockTokens, tokens)
 			if k*blockTokens >= tokens {
 				break
 			}
 			h = h*1099511628211 ^ (id + 1)
-			if _, ok := seen[h]; ok && !broken {
+			// h covers blocks 0..k, so it was seen only if the whole
+			// prefix up to k was: the first new block ends the hits.
+			if _, ok := seen[h]; ok {
 				hit = end
-			} else {
-				broken = true
 			}
 			seen[h] = struct{}{}
 		}
