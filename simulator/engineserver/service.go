@@ -223,10 +223,11 @@ func (s *Service) Drive(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		s.dispatch(s.eng.Advance(vnow()), inflight)
-		if kv != nil {
+		evs := s.eng.Advance(vnow())
+		if kv != nil { // before the clients hear of the step: a cache event is never later than the response it belongs to
 			kv.publish(s.eng.CacheEvents())
 		}
+		s.dispatch(evs, inflight)
 		s.met.engine.set(s.eng.Stats())
 		if next, ok := s.eng.NextEvent(); ok {
 			wait := time.Duration(float64(next-vnow())/scale) + time.Microsecond
