@@ -94,6 +94,10 @@ type reading struct {
 	// kvCapacity is the KV-cache size in tokens the metrics state over
 	// all of the engine's processes (see kvCapacity), zero if none.
 	kvCapacity float64
+	// adapters are the LoRA adapters with requests running or waiting
+	// and maxLora the engine's adapter slots (models.go), if it says.
+	adapters []string
+	maxLora  uint32
 }
 
 // parse reads Prometheus text exposition format.
@@ -177,6 +181,7 @@ func parse(r io.Reader) (*reading, error) {
 	}
 	out.infoMaxBatch = infoMaxBatch(fams)
 	out.kvCapacity = kvCapacity(fams)
+	out.adapters, out.maxLora = loraState(fams)
 	return out, nil
 }
 

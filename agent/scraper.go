@@ -20,6 +20,9 @@ type Scraper struct {
 
 	prev     *reading
 	prevTime time.Time
+
+	modelIDs []string  // the last /v1/models list (models.go)
+	modelsAt time.Time // when it was asked
 }
 
 // NewScraper returns a Scraper of t using client (http.DefaultClient if
@@ -45,6 +48,8 @@ func (s *Scraper) Scrape(ctx context.Context, now time.Time) (*schemas.EngineSig
 		return sig, err
 	}
 	fill(sig, s.health(ctx), cur, s, now)
+	sig.Models = s.models(ctx, now)
+	sig.ActiveAdapters, sig.MaxLora = cur.adapters, cur.maxLora
 	return sig, nil
 }
 

@@ -3,8 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Target is one engine to scrape.
@@ -25,10 +27,13 @@ type Target struct {
 	// engine's metrics where they state one, else publish none. It wins
 	// over the metrics.
 	KVCapacityTokens uint64
+	// Models are the model ids the engine serves (base models and LoRA
+	// adapters), sorted. Empty: ask the engine's GET /v1/models.
+	Models []string
 }
 
 // TargetSyntax describes one engine spec as ParseTargets reads it.
-const TargetSyntax = "id=url[,region=R][,gpu=CLASS][,max_batch=N][,kv_capacity_tokens=N]"
+const TargetSyntax = "id=url[,region=R][,gpu=CLASS][,max_batch=N][,kv_capacity_tokens=N][,models=M1|M2...]"
 
 // ParseTargets parses engine specs (TargetSyntax); region and gpuClass are
 // the defaults for specs that do not name them.
@@ -75,6 +80,15 @@ func parseTarget(spec, region, gpuClass string) (Target, error) {
 				return Target{}, fmt.Errorf("engine %q: kv_capacity_tokens %q is not an integer in [1, %d]", spec, v, uint64(maxKVCapacityTokens))
 			}
 			t.KVCapacityTokens = n
+		case k == "models":
+			for _, m := range strings.Split(v, "|") {
+				m = strings.TrimSpace(m)
+				if m == "" || len(m) > maxModelIDBytes || !utf8.ValidString(m) {
+					return Target{}, fmt.Errorf("engine %q: models %q: want model ids separated by |, each 1-%d bytes of UTF-8", spec, v, maxModelIDBytes)
+				}
+				t.Models = addModel(t.Models, m)
+			}
+			slices.Sort(t.Models)
 		default:
 			return Target{}, fmt.Errorf("engine %q: unknown option %q", spec, k)
 		}

@@ -12,10 +12,10 @@ func TestParseTargets(t *testing.T) {
 		want    string
 		wantErr bool
 	}{
-		{"defaults", []string{"a=http://h:1"}, "[{a http://h:1 eu l4 0 0}]", false},
-		{"options", []string{"a=http://h:1,region=us,gpu=h100", "b=http://h:2"}, "[{a http://h:1 us h100 0 0} {b http://h:2 eu l4 0 0}]", false},
-		{"max_batch", []string{"a=http://h:1,max_batch=16", "b=http://h:2,gpu_class=a100,max-batch=8"}, "[{a http://h:1 eu l4 16 0} {b http://h:2 eu a100 8 0}]", false},
-		{"kv_capacity_tokens", []string{"a=http://h:1,kv_capacity_tokens=434976", "b=http://h:2,kv-capacity-tokens=77000,max_batch=8"}, "[{a http://h:1 eu l4 0 434976} {b http://h:2 eu l4 8 77000}]", false},
+		{"defaults", []string{"a=http://h:1"}, "[{a http://h:1 eu l4 0 0 []}]", false},
+		{"options", []string{"a=http://h:1,region=us,gpu=h100", "b=http://h:2"}, "[{a http://h:1 us h100 0 0 []} {b http://h:2 eu l4 0 0 []}]", false},
+		{"max_batch", []string{"a=http://h:1,max_batch=16", "b=http://h:2,gpu_class=a100,max-batch=8"}, "[{a http://h:1 eu l4 16 0 []} {b http://h:2 eu a100 8 0 []}]", false},
+		{"kv_capacity_tokens", []string{"a=http://h:1,kv_capacity_tokens=434976", "b=http://h:2,kv-capacity-tokens=77000,max_batch=8"}, "[{a http://h:1 eu l4 0 434976 []} {b http://h:2 eu l4 8 77000 []}]", false},
 		{"kv_capacity_tokens_zero", []string{"a=http://h,kv_capacity_tokens=0"}, "", true},
 		{"kv_capacity_tokens_not_integer", []string{"a=http://h,kv_capacity_tokens=1e6"}, "", true},
 		{"kv_capacity_tokens_too_big", []string{"a=http://h,kv_capacity_tokens=1000000000000001"}, "", true},

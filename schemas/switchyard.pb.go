@@ -641,8 +641,21 @@ type EngineSignal struct {
 	// cache_config_info num_gpu_blocks x block_size, SGLang's
 	// max_total_num_tokens, or the agent's engine list); 0 unknown.
 	KvCapacityTokens float64 `protobuf:"fixed64,23,opt,name=kv_capacity_tokens,json=kvCapacityTokens,proto3" json:"kv_capacity_tokens,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Every model id the engine serves, base models and LoRA adapters
+	// alike, as its GET /v1/models lists them (or the agent's engine list
+	// states them), sorted; empty: unknown, and gateways then route any
+	// model to it. A gateway sends a request only to engines whose list
+	// holds the request's model (or that publish none).
+	Models []string `protobuf:"bytes,24,rep,name=models,proto3" json:"models,omitempty"`
+	// LoRA adapters with requests running or waiting on the engine at the
+	// scrape (vLLM's lora_requests_info running_lora_adapters and
+	// waiting_lora_adapters), sorted: the adapters loaded on its GPU.
+	ActiveAdapters []string `protobuf:"bytes,25,rep,name=active_adapters,json=activeAdapters,proto3" json:"active_adapters,omitempty"`
+	// Most LoRA adapters the engine holds on its GPU at once (vLLM's
+	// --max-loras, lora_requests_info max_lora); 0 unknown.
+	MaxLora       uint32 `protobuf:"varint,26,opt,name=max_lora,json=maxLora,proto3" json:"max_lora,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineSignal) Reset() {
@@ -832,6 +845,27 @@ func (x *EngineSignal) GetMaxBatchSource() string {
 func (x *EngineSignal) GetKvCapacityTokens() float64 {
 	if x != nil {
 		return x.KvCapacityTokens
+	}
+	return 0
+}
+
+func (x *EngineSignal) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+func (x *EngineSignal) GetActiveAdapters() []string {
+	if x != nil {
+		return x.ActiveAdapters
+	}
+	return nil
+}
+
+func (x *EngineSignal) GetMaxLora() uint32 {
+	if x != nil {
+		return x.MaxLora
 	}
 	return 0
 }
@@ -2969,7 +3003,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06bounds\x18\x01 \x03(\x01R\x06bounds\x12\x16\n" +
 	"\x06counts\x18\x02 \x03(\x04R\x06counts\x12\x10\n" +
 	"\x03sum\x18\x03 \x01(\x01R\x03sum\x12\x14\n" +
-	"\x05count\x18\x04 \x01(\x04R\x05count\"\xb6\a\n" +
+	"\x05count\x18\x04 \x01(\x04R\x05count\"\x92\b\n" +
 	"\fEngineSignal\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -2994,7 +3028,10 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x05model\x18\x14 \x01(\tR\x05model\x12\x1b\n" +
 	"\tmax_batch\x18\x15 \x01(\rR\bmaxBatch\x12(\n" +
 	"\x10max_batch_source\x18\x16 \x01(\tR\x0emaxBatchSource\x12,\n" +
-	"\x12kv_capacity_tokens\x18\x17 \x01(\x01R\x10kvCapacityTokens\"\xe3\x01\n" +
+	"\x12kv_capacity_tokens\x18\x17 \x01(\x01R\x10kvCapacityTokens\x12\x16\n" +
+	"\x06models\x18\x18 \x03(\tR\x06models\x12'\n" +
+	"\x0factive_adapters\x18\x19 \x03(\tR\x0eactiveAdapters\x12\x19\n" +
+	"\bmax_lora\x18\x1a \x01(\rR\amaxLora\"\xe3\x01\n" +
 	"\aAttempt\x12\x1b\n" +
 	"\tengine_id\x18\x01 \x01(\tR\bengineId\x124\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.switchyard.v1.RequestStatusR\x06status\x12C\n" +

@@ -150,6 +150,9 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 	if err := checkTime(s.GetEventTimeUnixMs(), recordTime); err != nil {
 		return err
 	}
+	if err := checkModels(s); err != nil {
+		return err
+	}
 	if plain(s.GetRunningRequests()) && plain(s.GetWaitingRequests()) && plain(s.GetKvCacheUsage()) && s.GetKvCacheUsage() <= 1 &&
 		plain(s.GetPrefixCacheHits()) && plain(s.GetPrefixCacheQueries()) && plain(s.GetIntervalSeconds()) &&
 		plain(s.GetRequestsFinished()) && plain(s.GetPromptTokens()) && plain(s.GetGenerationTokens()) &&
@@ -176,6 +179,28 @@ func ValidateSignal(s *schemas.EngineSignal, recordTime time.Time) error {
 		}
 	}
 	return validHists(s)
+}
+
+// checkModels bounds s's models and active_adapters (count, id length,
+// no empty id) and max_lora.
+func checkModels(s *schemas.EngineSignal) error {
+	for _, l := range []struct {
+		name string
+		ids  []string
+	}{{"models", s.GetModels()}, {"active_adapters", s.GetActiveAdapters()}} {
+		if len(l.ids) > schemas.MaxSignalModels {
+			return invalid(ReasonInvalidValue, "%s: %d ids, at most %d", l.name, len(l.ids), schemas.MaxSignalModels)
+		}
+		for _, id := range l.ids {
+			if id == "" || len(id) > schemas.MaxModelIDBytes {
+				return invalid(ReasonInvalidValue, "%s: an id of %d bytes, want 1-%d", l.name, len(id), schemas.MaxModelIDBytes)
+			}
+		}
+	}
+	if s.GetMaxLora() > schemas.MaxSignalMaxLoRA {
+		return invalid(ReasonInvalidValue, "max_lora %d: at most %d", s.GetMaxLora(), schemas.MaxSignalMaxLoRA)
+	}
+	return nil
 }
 
 func validHists(s *schemas.EngineSignal) error {
