@@ -65,12 +65,12 @@ func (g *Gateway) applyViewErr(v snapView) error {
 		return fmt.Errorf("%w: got %d, hold %d", ErrSnapshotStale, v.version, old.version)
 	}
 	rt := &routing{version: v.version, shed: v.cw.shed, created: time.UnixMilli(v.created), cw: v.cw,
-		versionHeader: []string{strconv.FormatUint(v.version, 10)}, rttFromSnapshot: true}
+		versionHeader: []string{strconv.FormatUint(v.version, 10)}, rttFromSnapshot: true, models: &modelTables{}}
 	if v.created <= 0 {
 		rt.created = g.cfg.now()
 	}
 	if same && old.rttFromSnapshot && old.table != nil {
-		rt.table = old.table
+		rt.table, rt.specs = old.table, old.specs
 		g.admit.refresh(g.cfg.cluster, rt.table, g.cfg.now()) // admission.go
 		g.outlier.SetClusterSize(rt.table.Len())
 		g.cur.Store(rt)
@@ -91,6 +91,7 @@ func (g *Gateway) applyViewErr(v snapView) error {
 		}
 		specs = append(specs, sp)
 	}
+	rt.specs = specs
 	t, err := g.pool.Build(specs, g.cfg.pick)
 	switch {
 	case errors.Is(err, pick.ErrNoEngines) && rt.shed >= 1-sumTolerance:

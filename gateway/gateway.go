@@ -59,6 +59,11 @@ type routing struct {
 	// (none from the gateway's health checks), so the same entry makes
 	// the same table (apply.go).
 	rttFromSnapshot bool
+	// specs are the engines table was built from (weights of 0
+	// included); models the tables of their parts that serve one model
+	// (models.go).
+	specs  []pick.Spec
+	models *modelTables
 }
 
 // Stats is a summary for status lines.
@@ -118,7 +123,9 @@ type Gateway struct {
 	// stream_options the gateway added (*pick.State -> struct{}); they get
 	// the client's own body, and the gateway counts their tokens itself.
 	noStreamOptions sync.Map
-	engineInfo      sync.Map // engine id -> *engineInfo from signals, for routing events (event.go)
+	engineInfo      sync.Map                     // engine id -> *engineInfo from signals, for routing events (event.go)
+	served          atomic.Pointer[servedModels] // the engines' model lists from signals (models.go)
+	servedMu        sync.Mutex                   // serializes changes of served
 
 	client  *engineclient.Client // nil when a Transport was given
 	reqBufs sync.Pool            // *reqBuf
@@ -155,6 +162,7 @@ func New(cluster string, opts ...Opt) (*Gateway, error) {
 		healthNow:  make(chan struct{}, 1),
 	}
 	g.cut, g.cutStreams = context.WithCancel(context.Background())
+	g.served.Store(&servedModels{})
 	g.hot = g.m.hot(cfg.cluster)
 	g.m.zero(cfg.cluster, knownEngines(cfg))
 	if g.admit, err = newAdmission(&g.cfg, cfg.registerer); err != nil {
@@ -211,7 +219,7 @@ func (g *Gateway) applyStatic(engines []StaticEngine) error {
 		return fmt.Errorf("static engines: %w", err)
 	}
 	g.setLimits(t)
-	g.cur.Store(&routing{table: t, fallback: true, versionHeader: []string{"0"}})
+	g.cur.Store(&routing{table: t, fallback: true, versionHeader: []string{"0"}, specs: specs, models: &modelTables{}})
 	g.outlier.SetClusterSize(t.Len())
 	return nil
 }

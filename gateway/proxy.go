@@ -294,6 +294,17 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	}
 	ev.SnapshotVersion = rt.version
 	w.Header()[HeaderSnapshot] = rt.versionHeader
+	if rt.table != nil {
+		t, ok := g.tableFor(rt, in.Model) // models.go
+		if !ok {
+			return clientError(w, http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("the model %q does not exist: no engine serves it", in.Model))
+		}
+		if t != rt.table {
+			part := *rt
+			part.table = t
+			rt = &part
+		}
+	}
 	if rt.shed > 0 {
 		g.shedder.Count(prio)
 		if rt.table == nil || g.shedder.Decide(prio, rand.Float64()) {
@@ -880,12 +891,18 @@ func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 	g.askModels(w, r)
 }
 
-// askModels relays an engine's GET /v1/models to w (trying up to
-// MaxAttempts engines); a 503 or 502 error when none answers.
+// askModels answers GET /v1/models: the union of the engines' model
+// lists when their signals give every engine's, else an engine's own
+// answer relayed (trying up to MaxAttempts engines); a 503 or 502 error
+// when none answers.
 func (g *Gateway) askModels(w http.ResponseWriter, r *http.Request) {
 	rt := g.cur.Load()
 	if rt == nil || rt.table == nil {
 		writeError(w, 503, typeUnavailable, "no_engines", "", "no engines to ask for models")
+		return
+	}
+	if ids, ok := g.listedModels(rt); ok { // models.go
+		writeModelList(w, ids)
 		return
 	}
 	var tried [DefaultMaxAttempts]int32

@@ -39,7 +39,10 @@ func (g *Gateway) applySignal(b []byte) {
 	if !g.screen(&s) { // registry_signals.go
 		return
 	}
-	g.noteEngine(&s) // event.go
+	g.noteEngine(&s)      // event.go
+	if g.noteModels(&s) { // models.go
+		g.log.Info("engine models", "engine", s.GetEngineId(), "models", s.GetModels())
+	}
 	st, ok := g.pool.Lookup(s.GetEngineId())
 	if !ok {
 		g.m.signals.WithLabelValues(g.cfg.cluster, "unknown_engine").Inc()

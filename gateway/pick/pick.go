@@ -324,6 +324,19 @@ type Table struct {
 // (unless opt.LeastLoaded, which ignores weights). Weights must be finite
 // and non-negative with a positive sum; ids unique and non-empty.
 func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
+	return p.build(specs, opt, true)
+}
+
+// BuildPart returns a table over specs, a part of the pool's engines (the
+// ones that serve one model, say), as Build does but leaving the pool's
+// latest table and Maglev fill as they are, so that the next Build of the
+// whole fleet still reuses them. The part's engines share the pool's
+// states: a request placed through either table counts on both.
+func (p *Pool) BuildPart(specs []Spec, opt Options) (*Table, error) {
+	return p.build(specs, opt, false)
+}
+
+func (p *Pool) build(specs []Spec, opt Options, record bool) (*Table, error) {
 	opt.defaults()
 	if len(specs) > MaxEngines {
 		return nil, fmt.Errorf("%d engines, at most %d: %w", len(specs), MaxEngines, ErrBadWeight)
@@ -337,7 +350,7 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 	p.mu.Lock()
 	prev := p.built
 	p.mu.Unlock()
-	same := prev != nil && len(prev.engines) == len(specs)
+	same := record && prev != nil && len(prev.engines) == len(specs)
 	for i := 0; same && i < len(specs); i++ {
 		same = prev.engines[i].ID == specs[i].ID
 	}
@@ -436,12 +449,18 @@ func (p *Pool) Build(specs []Spec, opt Options) (*Table, error) {
 			t.byPool[t.engines[i].State.idx] = int32(i)
 		}
 	}
-	if !opt.LeastLoaded {
+	switch {
+	case opt.LeastLoaded:
+	case record:
 		t.slots = p.maglev(t.engines, opt.SlotsPerEngine)
+	default:
+		t.slots = maglev(t.engines, opt.SlotsPerEngine)
 	}
-	p.mu.Lock()
-	p.built = t
-	p.mu.Unlock()
+	if record {
+		p.mu.Lock()
+		p.built = t
+		p.mu.Unlock()
+	}
 	return t, nil
 }
 

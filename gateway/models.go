@@ -1,0 +1,191 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sync"
+
+	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// servedModels is what the engines' signals say each engine serves
+// (EngineSignal.models: base models and LoRA adapters). An engine with no
+// list is unknown and may get any model. It is immutable; the gateway
+// swaps in a new one when a list changes.
+type servedModels struct {
+	byEngine map[string][]string // engine id -> sorted model ids
+	listed   map[string]bool     // union of the lists
+	ver      uint64
+}
+
+// serves reports whether engine id may get model (its list holds it, or
+// it has none).
+func (s *servedModels) serves(id, model string) bool {
+	l, ok := s.byEngine[id]
+	if !ok {
+		return true
+	}
+	_, found := slices.BinarySearch(l, model)
+	return found
+}
+
+// noteModels records signal s's model list for its engine and reports
+// whether it changed what the gateway knows.
+func (g *Gateway) noteModels(s *schemas.EngineSignal) bool {
+	g.servedMu.Lock()
+	defer g.servedMu.Unlock()
+	cur := g.served.Load()
+	id, l := s.GetEngineId(), s.GetModels()
+	if old, ok := cur.byEngine[id]; ok == (len(l) > 0) && slices.Equal(old, l) {
+		return false
+	}
+	next := &servedModels{byEngine: make(map[string][]string, len(cur.byEngine)+1), listed: map[string]bool{}, ver: cur.ver + 1}
+	for e, ms := range cur.byEngine {
+		if e != id {
+			next.byEngine[e] = ms
+		}
+	}
+	if len(l) > 0 {
+		l = slices.Clone(l)
+		slices.Sort(l)
+		next.byEngine[id] = slices.Compact(l)
+	}
+	for _, ms := range next.byEngine {
+		for _, m := range ms {
+			next.listed[m] = true
+		}
+	}
+	g.served.Store(next)
+	return true
+}
+
+// modelTables are a routing's tables of the engines that serve one model
+// (each a part of the routing's engines, sharing their states), built
+// when a request first asks for the model under the current model lists.
+// Only listed models (and "" for the unlisted) get a table, so their
+// number is bounded by what the signals list.
+type modelTables struct {
+	m sync.Map // model ("" = a model no engine lists) -> *modelTable
+}
+
+type modelTable struct {
+	ver uint64      // servedModels.ver it was built under
+	t   *pick.Table // nil: no engine serves the model
+}
+
+// tableFor returns the table to route a request for model on: rt's own
+// when every engine of it may serve the model (no lists known, no model
+// named, or all serve it), else the table of the engines that serve it;
+// ok is false when none does.
+func (g *Gateway) tableFor(rt *routing, model string) (t *pick.Table, ok bool) {
+	sm := g.served.Load()
+	if len(sm.byEngine) == 0 || model == "" || rt.table == nil || rt.models == nil {
+		return rt.table, rt.table != nil
+	}
+	key := model
+	if !sm.listed[model] {
+		key = ""
+	}
+	if v, hit := rt.models.m.Load(key); hit {
+		if mt := v.(*modelTable); mt.ver == sm.ver {
+			return mt.t, mt.t != nil
+		}
+	}
+	mt := &modelTable{ver: sm.ver, t: g.buildModelTable(rt, sm, key)}
+	rt.models.m.Store(key, mt)
+	return mt.t, mt.t != nil
+}
+
+// buildModelTable returns the table of rt's engines that serve model
+// (key "": the engines without a list), with the plan's weights; when
+// the plan gives all of them none, with equal weights (the plan does not
+// know models, and they are the only engines that serve it). nil when
+// there is no such engine.
+func (g *Gateway) buildModelTable(rt *routing, sm *servedModels, key string) *pick.Table {
+	var part []pick.Spec
+	all, sum := true, 0.0
+	for _, sp := range rt.specs {
+		in := false
+		if key == "" {
+			_, listed := sm.byEngine[sp.ID]
+			in = !listed
+		} else {
+			in = sm.serves(sp.ID, key)
+		}
+		if !in {
+			all = false
+			continue
+		}
+		part = append(part, sp)
+		sum += sp.Weight
+	}
+	switch {
+	case len(part) == 0:
+		return nil
+	case all:
+		return rt.table
+	case !(sum > 0):
+		for i := range part {
+			part[i].Weight = 1
+		}
+	}
+	opt := g.cfg.pick
+	opt.LeastLoaded = opt.LeastLoaded || rt.fallback
+	t, err := g.pool.BuildPart(part, opt)
+	if err != nil {
+		g.log.Warn("table of a model's engines", "model", key, "engines", len(part), "err", err)
+		return nil
+	}
+	return t
+}
+
+// listedModels returns the union of the model lists of rt's engines,
+// sorted, when the signals gave a list for every one of them.
+func (g *Gateway) listedModels(rt *routing) ([]string, bool) {
+	sm := g.served.Load()
+	if len(sm.byEngine) == 0 || len(rt.specs) == 0 {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	for _, sp := range rt.specs {
+		l, ok := sm.byEngine[sp.ID]
+		if !ok {
+			return nil, false
+		}
+		for _, m := range l {
+			seen[m] = true
+		}
+	}
+	ids := make([]string, 0, len(seen))
+	for m := range seen {
+		ids = append(ids, m)
+	}
+	slices.Sort(ids)
+	return ids, true
+}
+
+// writeModelList writes OpenAI's model list of ids.
+func writeModelList(w http.ResponseWriter, ids []string) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	list := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: make([]model, len(ids))}
+	for i, id := range ids {
+		list.Data[i] = model{ID: id, Object: "model", OwnedBy: "switchyard"}
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, typeServer, "internal_error", "", "encoding the model list")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}

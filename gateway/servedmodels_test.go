@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/schemas"
+)
+
+// TestRequestsGoOnlyToEnginesServingTheirModel: four engines, two serving
+// model "a" (one with its LoRA adapter "a-sql"), one "b", one without a
+// model list (unknown: it may get anything). Requests for each model
+// reach only the engines whose signalled list holds it, or the unknown
+// one; a model no engine lists goes to the unknown engine only; once
+// every engine has a list, it is answered 404 model_not_found in
+// OpenAI's form and reaches no engine. A request without a model may go
+// anywhere. An engine the plan gives no weight gets its model's requests
+// when it is the only engine that serves the model.
+func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
+	es := map[string]*fakeEngine{}
+	ws := map[*fakeEngine]float64{}
+	for _, id := range []string{"a1", "a2", "b1", "u1"} {
+		e := newFakeEngine(t, id)
+		es[id] = e
+		ws[e] = 1.0 / 3
+	}
+	ws[es["b1"]] = 0 // the plan gives b1 nothing: it still serves "b"
+	g, base := startGateway(t)
+	if err := g.ApplySnapshot(marshal(t, snapshot(1, "us-east", 0, ws))); err != nil {
+		t.Fatal(err)
+	}
+	lists := map[string][]string{"a1": {"a", "a-sql"}, "a2": {"a"}, "b1": {"b"}}
+	for id, l := range lists {
+		g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: id, EndpointUrl: es[id].url(),
+			EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, Models: l}))
+	}
+	send := func(model string, n int) map[string]int64 {
+		t.Helper()
+		before := map[string]int64{}
+		for id, e := range es {
+			before[id] = e.requests.Load()
+		}
+		for i := range n {
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"q%d"}]}`, model, i)
+			if model == "" {
+				body = fmt.Sprintf(`{"messages":[{"role":"user","content":"q%d"}]}`, i)
+			}
+			if code, _, out := post(t, context.Background(), base, body, nil); code != http.StatusOK {
+				t.Fatalf("model %q: status %d: %s", model, code, out)
+			}
+		}
+		got := map[string]int64{}
+		for id, e := range es {
+			if d := e.requests.Load() - before[id]; d > 0 {
+				got[id] = d
+			}
+		}
+		return got
+	}
+	for _, c := range []struct {
+		model   string
+		allowed string
+		each    bool // every allowed engine gets some of 200
+	}{
+		{"a", "a1 a2 u1", true},
+		{"a-sql", "a1 u1", true},
+		{"b", "b1 u1", false}, // u1 only: the plan gives b1 none
+		{"z", "u1", true},
+		{"", "a1 a2 b1 u1", false},
+	} {
+		got := send(c.model, 200)
+		for id, n := range got {
+			if !strings.Contains(c.allowed, id) {
+				t.Errorf("model %q: %d requests reached %s, which does not serve it (%v)", c.model, n, id, got)
+			}
+		}
+		for _, id := range strings.Fields(c.allowed) {
+			if c.each && got[id] == 0 {
+				t.Errorf("model %q: %s served none of 200 (%v)", c.model, id, got)
+			}
+		}
+	}
+	g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: "u1", EndpointUrl: es["u1"].url(),
+		EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, Models: []string{"u"}}))
+	var total int64
+	for _, e := range es {
+		total += e.requests.Load()
+	}
+	code, _, out := post(t, context.Background(), base, `{"model":"z","messages":[{"role":"user","content":"hi"}]}`, nil)
+	if code != http.StatusNotFound || !strings.Contains(out, `"code":"model_not_found"`) || !strings.Contains(out, `"param":"model"`) {
+		t.Errorf("model no engine serves: %d %s, want 404 model_not_found", code, out)
+	}
+	var after int64
+	for _, e := range es {
+		after += e.requests.Load()
+	}
+	if after != total {
+		t.Errorf("the 404 reached an engine (%d requests, was %d)", after, total)
+	}
+	if got := send("b", 20); got["b1"] != 20 {
+		t.Errorf("model b after u1 listed its models: %v, want all 20 on b1", got)
+	}
+	// Every engine listed: GET /v1/models is the union of the lists.
+	code, out = get(t, base+"/v1/models")
+	var list struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID     string `json:"id"`
+			Object string `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil || code != http.StatusOK || list.Object != "list" {
+		t.Fatalf("GET /v1/models: %d %s (%v)", code, out, err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		ids = append(ids, m.ID)
+	}
+	if want := "a a-sql b u"; strings.Join(ids, " ") != want {
+		t.Errorf("GET /v1/models lists %q, want %q", ids, want)
+	}
+	if code, out := get(t, base+"/v1/models/a-sql"); code != http.StatusOK || !strings.Contains(out, `"id":"a-sql"`) {
+		t.Errorf("GET /v1/models/a-sql: %d %s", code, out)
+	}
+	if code, _ := get(t, base+"/v1/models/z"); code != http.StatusNotFound {
+		t.Errorf("GET /v1/models/z: %d, want 404", code)
+	}
+}
