@@ -20,6 +20,13 @@ type Request struct {
 	// the end of its block. Extra entries beyond PromptTokens/BlockSize are
 	// ignored. The engine copies them.
 	PrefixHashes []uint64
+	// Adapter is the LoRA adapter the request runs with, 1 to 65536 (0:
+	// the base model). A replica holds Config.MaxLoRAs adapters on its GPU
+	// at once; a request whose adapter is not loaded when every slot is in
+	// use waits (requests behind it may start), and loading one makes that
+	// step Config.LoRALoad longer. Prefix hashes are the caller's: give
+	// each adapter its own, as vLLM does.
+	Adapter int
 }
 
 // EventKind says what an Event reports.
@@ -122,6 +129,8 @@ type Stats struct {
 	// those evicted to make room. Reset empties the caches without
 	// counting evictions.
 	KVBlocksStored, KVBlocksEvicted int64
+	// LoRALoads counts adapters loaded onto a replica's GPU.
+	LoRALoads int64
 }
 
 // KVUsage is the fraction of KV-cache blocks in use, in [0, 1].
@@ -156,6 +165,13 @@ type Config struct {
 	// prefix caches for CacheEvents, as vLLM's KV events report them
 	// (default off: nothing is recorded).
 	CacheEvents bool
+	// MaxLoRAs is the number of LoRA adapters a replica holds on its GPU
+	// at once (vLLM's --max-loras); 0: the engine serves no adapters and
+	// refuses requests that name one.
+	MaxLoRAs int
+	// LoRALoad is the time loading one adapter adds to a step (default
+	// DefaultLoRALoad when MaxLoRAs > 0).
+	LoRALoad time.Duration
 }
 
 // Engine is the model. Create it with New; it is not safe for concurrent
@@ -197,6 +213,12 @@ func New(cfg Config) (*Engine, error) {
 	if !(cfg.LatencyMultiplier > 0) || cfg.LatencyMultiplier > 1000 {
 		return nil, fmt.Errorf("%w: latency multiplier must be in (0, 1000], got %v", ErrInvalidConfig, cfg.LatencyMultiplier)
 	}
+	if cfg.MaxLoRAs < 0 || cfg.MaxLoRAs > maxAdapter || cfg.LoRALoad < 0 {
+		return nil, fmt.Errorf("%w: max LoRAs must be in [0, %d] and the load time non-negative, got %d and %v", ErrInvalidConfig, maxAdapter, cfg.MaxLoRAs, cfg.LoRALoad)
+	}
+	if cfg.MaxLoRAs > 0 && cfg.LoRALoad == 0 {
+		cfg.LoRALoad = DefaultLoRALoad
+	}
 	e := &Engine{
 		cfg:     cfg,
 		prefill: 1e9 / cfg.Preset.PrefillTokensPerSec,
@@ -237,6 +259,10 @@ func (e *Engine) Submit(now time.Duration, r Request) error {
 		return fmt.Errorf("%w: %d prompt + %d output tokens exceed the model's %d-token context or %d-block cache",
 			ErrTooLong, r.PromptTokens, r.OutputTokens, p.MaxModelLen, p.KVBlocks)
 	}
+	if r.Adapter != 0 && (e.cfg.MaxLoRAs == 0 || r.Adapter < 0 || r.Adapter > maxAdapter) {
+		e.st.Rejected++
+		return fmt.Errorf("%w: adapter %d (the engine holds %d adapters)", ErrInvalidRequest, r.Adapter, e.cfg.MaxLoRAs)
+	}
 	if _, dup := e.byID[r.ID]; dup {
 		e.st.Rejected++
 		return fmt.Errorf("%w: %d", ErrDuplicateID, r.ID)
@@ -257,7 +283,7 @@ func (e *Engine) Submit(now time.Duration, r Request) error {
 	s := e.newSeq()
 	s.id, s.rep, s.state = r.ID, rep, stateWaiting
 	s.arrival = e.now
-	s.prompt, s.output = r.PromptTokens, r.OutputTokens
+	s.prompt, s.output, s.adapter = r.PromptTokens, r.OutputTokens, r.Adapter
 	full := min(len(r.PrefixHashes), r.PromptTokens/p.BlockSize)
 	s.hashes = append(s.hashes[:0], r.PrefixHashes[:full]...)
 	e.byID[r.ID] = s
@@ -294,11 +320,13 @@ func (e *Engine) Cancel(now time.Duration, id uint64) bool {
 			}
 		}
 		r.cache.release(s.held, s.private)
+		r.lora.release(s.adapter)
 		e.recycle(s)
 	case stateDecoding:
 		r.decoding.remove(s)
 		r.ctxSum -= int64(s.prompt + s.generated(r.step))
 		r.cache.release(s.held, s.private)
+		r.lora.release(s.adapter)
 		e.recycle(s)
 	}
 	e.st.Canceled++
@@ -323,6 +351,7 @@ func (e *Engine) Reset(now time.Duration) []uint64 {
 		r.head(e) // recycles the canceled queue entries
 		r.busy = false
 		r.cache.reset()
+		r.lora = loraSlots{}
 	}
 	return ids
 }

@@ -21,6 +21,7 @@ type seq struct {
 	firstTok time.Duration
 	prompt   int
 	output   int
+	adapter  int // LoRA adapter, 0: the base model
 	cached   int
 	// remaining prefill tokens, and this step's chunk of them.
 	remaining, chunk int
@@ -40,7 +41,8 @@ func (s *seq) generated(step int64) int { return 1 + int(step-s.startStep) }
 type replica struct {
 	idx        int
 	cache      *blockCache
-	queue      []*seq // FIFO from qHead; may hold canceled entries
+	lora       loraSlots // adapters on the GPU (lora.go)
+	queue      []*seq    // FIFO from qHead; may hold canceled entries
 	qHead      int
 	nWaiting   int // queue entries not canceled
 	prefilling []*seq
@@ -100,13 +102,18 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 			seqs++
 		}
 	}
+	loads := 0
 	for budget > 0 && r.running() < p.MaxSeqs {
-		s := r.head(e)
+		s := r.next(e) // lora.go
 		if s == nil || !e.admit(r, s) {
 			break
 		}
-		r.pop()
+		r.take(s)
 		r.nWaiting--
+		if r.lora.acquire(s.adapter, e.cfg.MaxLoRAs, r.step) {
+			loads++
+			e.st.LoRALoads++
+		}
 		s.admitted = t
 		c := min(s.remaining, budget)
 		s.chunk = c
@@ -122,7 +129,8 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 	d := p.StepBase +
 		p.StepPerSeq*time.Duration(seqs) +
 		p.StepPerContextToken*time.Duration(r.ctxSum) +
-		time.Duration(float64(prefill)*e.prefill)
+		time.Duration(float64(prefill)*e.prefill) +
+		e.cfg.LoRALoad*time.Duration(loads)
 	if m := e.cfg.LatencyMultiplier; m != 1 {
 		d = time.Duration(float64(d) * m)
 	}
@@ -218,6 +226,7 @@ func (e *Engine) firstToken(r *replica, s *seq, t time.Duration) {
 
 func (e *Engine) finish(r *replica, s *seq, t time.Duration) {
 	r.cache.release(s.held, s.private)
+	r.lora.release(s.adapter)
 	delete(e.byID, s.id)
 	e.st.Finished++
 	e.emit(Event{Kind: EventFinished, ID: s.id, Time: t, Tokens: s.output, Result: Result{
