@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/simulator/engineserver"
@@ -39,6 +40,10 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Float64Var(&cfg.LatencyMultiplier, "latency-multiplier", 1, "make prefill and decode this many times slower than the GPU class's preset")
 	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", 0, "most requests a replica runs at once, as vLLM's --max-num-seqs (0: the GPU class preset's)")
 	fs.IntVar(&cfg.KVBlocks, "kv-blocks", 0, "KV-cache capacity of a replica in blocks of the preset's block size (0: the GPU class preset's)")
+	var lora string
+	fs.StringVar(&lora, "lora-modules", "", "LoRA adapters served besides --model, comma-separated, each NAME or NAME=PATH as vLLM's --lora-modules (the path is ignored)")
+	fs.IntVar(&cfg.MaxLoRAs, "max-loras", 0, "most LoRA adapters in one replica's batch at once, as vLLM's --max-loras (0: 1 with --lora-modules)")
+	fs.DurationVar(&cfg.LoRALoad, "lora-load", 0, "time loading an adapter onto the GPU adds to a step (0: 25ms)")
 	fs.StringVar(&cfg.KVEvents.Endpoint, "kv-events-endpoint", "", "publish the prefix cache's changes as vLLM's KV events on this ZMQ PUB socket, tcp://host:port (empty: off)")
 	fs.StringVar(&cfg.KVEvents.ReplayEndpoint, "kv-events-replay-endpoint", "", "ZMQ ROUTER socket answering replay requests for recent KV event batches, tcp://host:port (empty: none)")
 	fs.StringVar(&cfg.KVEvents.Topic, "kv-events-topic", "", "topic frame of every KV event message (vLLM's default: empty)")
@@ -48,6 +53,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	conn.Register(fs) // unused: the engine publishes nothing itself; every service takes them
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
+	}
+	for _, m := range strings.Split(lora, ",") {
+		if name, _, _ := strings.Cut(strings.TrimSpace(m), "="); name != "" {
+			cfg.LoRAModules = append(cfg.LoRAModules, name)
+		}
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())

@@ -474,6 +474,8 @@ type modelCard struct {
 	Object      string `json:"object"`
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
+	Root        string `json:"root,omitempty"`
+	Parent      string `json:"parent,omitempty"`
 	MaxModelLen int    `json:"max_model_len"`
 }
 

@@ -75,6 +75,16 @@ type Config struct {
 	// preset's block size (vLLM's num_gpu_blocks); 0 keeps the preset's.
 	// At most 1<<24.
 	KVBlocks int
+	// LoRAModules are the LoRA adapters the engine serves besides Model
+	// (vLLM's --lora-modules): a request naming one runs with it, and
+	// /v1/models lists each with Model as its parent.
+	LoRAModules []string
+	// MaxLoRAs is the most adapters one replica's batch holds at once
+	// (vLLM's --max-loras; default 1 when LoRAModules are given).
+	MaxLoRAs int
+	// LoRALoad is the time loading an adapter onto the GPU adds to a step
+	// (default engine.DefaultLoRALoad).
+	LoRALoad time.Duration
 	// KVEvents publishes the prefix cache's changes as vLLM's KV events
 	// over ZMQ; off unless KVEvents.Endpoint is set.
 	KVEvents KVEvents
@@ -117,7 +127,35 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if len(c.LoRAModules) > 0 && c.MaxLoRAs == 0 {
+		c.MaxLoRAs = 1
+	}
 	c.KVEvents.setDefaults()
+}
+
+// Bounds of Config.LoRAModules.
+const (
+	maxLoRAModules = 1 << 12
+	maxLoRAName    = 256
+)
+
+// validateLoRA checks the adapters: unique names of 1-256 bytes of UTF-8,
+// none the base model's, and MaxLoRAs in [1, 65536] when there are any.
+func (c *Config) validateLoRA() error {
+	if len(c.LoRAModules) > maxLoRAModules {
+		return fmt.Errorf("%w: at most %d LoRA modules, got %d", ErrInvalidConfig, maxLoRAModules, len(c.LoRAModules))
+	}
+	seen := map[string]bool{c.Model: true}
+	for _, n := range c.LoRAModules {
+		if n == "" || len(n) > maxLoRAName || !utf8.ValidString(n) || seen[n] {
+			return fmt.Errorf("%w: LoRA module %q: want a unique name of 1-%d bytes of UTF-8, not the model's", ErrInvalidConfig, n, maxLoRAName)
+		}
+		seen[n] = true
+	}
+	if c.MaxLoRAs < 0 || c.MaxLoRAs > 1<<16 || c.LoRALoad < 0 || (len(c.LoRAModules) > 0 && c.MaxLoRAs == 0) {
+		return fmt.Errorf("%w: max LoRAs must be in [1, 65536] with LoRA modules and the load time non-negative, got %d and %v", ErrInvalidConfig, c.MaxLoRAs, c.LoRALoad)
+	}
+	return nil
 }
 
 // Upper bounds of Config.MaxNumSeqs and Config.KVBlocks.
@@ -167,7 +205,7 @@ func (c *Config) validate() (engine.Preset, error) {
 	if err := c.KVEvents.validate(); err != nil {
 		return p, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return p, nil
+	return p, c.validateLoRA()
 }
 
 // slower returns p with every step cost multiplied and the prefill rate

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
 )
 
@@ -33,9 +35,24 @@ func (s *Service) routes() http.Handler {
 }
 
 func (s *Service) serveModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
-		ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "switchyard", MaxModelLen: s.preset.MaxModelLen,
-	}}})
+	cards := []modelCard{{ID: s.cfg.Model, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: s.cfg.Model, MaxModelLen: s.preset.MaxModelLen}}
+	for _, a := range s.cfg.LoRAModules { // as vLLM lists its LoRA modules
+		cards = append(cards, modelCard{ID: a, Object: "model", Created: s.created, OwnedBy: "switchyard", Root: a, Parent: s.cfg.Model, MaxModelLen: s.preset.MaxModelLen})
+	}
+	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: cards})
+}
+
+// adapterOf returns the LoRA adapter id of a request's model (0: the
+// base model, also when no model is named), false for a model the engine
+// does not serve.
+func (s *Service) adapterOf(model string) (int, bool) {
+	if model == "" || model == s.cfg.Model {
+		return 0, true
+	}
+	if i := slices.Index(s.cfg.LoRAModules, model); i >= 0 {
+		return i + 1, true
+	}
+	return 0, false
 }
 
 func (s *Service) serveHealth(w http.ResponseWriter, _ *http.Request) {
@@ -114,9 +131,16 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, kind a
 		s.reject(w, reason, apiErr)
 		return
 	}
-	if p.model != "" && p.model != s.cfg.Model { // vLLM: no model is the served one
+	adapter, ok := s.adapterOf(p.model) // vLLM: no model is the served one
+	if !ok {
 		s.reject(w, "invalid", &apiError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", p.model), typ: "invalid_request_error", param: "model", code: "model_not_found"})
 		return
+	}
+	if adapter != 0 { // an adapter's KV blocks are its own, as vLLM keys them
+		salt := hashkey.Mix(uint64(adapter))
+		for i := range p.hashes {
+			p.hashes[i] ^= salt
+		}
 	}
 	if s.injectError() {
 		s.reject(w, "fault", &apiError{status: http.StatusInternalServerError, message: "injected engine fault", typ: "server_error"})
@@ -139,7 +163,7 @@ func (s *Service) serveCompletion(w http.ResponseWriter, r *http.Request, kind a
 	for i := range ids {
 		ids[i] = s.nextID.Add(1)
 		var err error
-		evs[i], err = s.submit(r.Context(), engine.Request{ID: ids[i], PromptTokens: p.promptTokens, OutputTokens: p.maxTokens, PrefixHashes: p.hashes})
+		evs[i], err = s.submit(r.Context(), engine.Request{ID: ids[i], PromptTokens: p.promptTokens, OutputTokens: p.maxTokens, PrefixHashes: p.hashes, Adapter: adapter})
 		switch {
 		case err == nil:
 			continue

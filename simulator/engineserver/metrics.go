@@ -1,8 +1,11 @@
 package engineserver
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-llm/switchyard/simulator/engine"
@@ -107,6 +110,8 @@ type engineInfo struct {
 	blockSize int
 	kvBlocks  int
 	maxSeqs   int
+	adapters  []string // LoRA adapter names; adapter id i+1 is adapters[i]
+	maxLoRAs  int
 }
 
 // engineCollector exports the model's gauges and counters from the last
@@ -117,6 +122,36 @@ type engineCollector struct {
 	full  bool // also enginesim's own gauges
 	mu    sync.Mutex
 	st    engine.Stats
+	// running and waiting adapters (ids) and when they last changed, for
+	// vllm:lora_requests_info
+	running, waiting []int
+	loraAt           float64
+}
+
+// setAdapters records the adapters with running and waiting requests.
+func (c *engineCollector) setAdapters(running, waiting []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loraAt != 0 && slices.Equal(running, c.running) && slices.Equal(waiting, c.waiting) {
+		return
+	}
+	c.running, c.waiting = running, waiting
+	c.loraAt = float64(time.Now().UnixNano()) / 1e9
+}
+
+// names returns the adapter names of ids, comma-joined, as vLLM labels
+// them.
+func (c *engineCollector) names(ids []int) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if id >= 1 && id <= len(c.info.adapters) {
+			b.WriteString(c.info.adapters[id-1])
+		}
+	}
+	return b.String()
 }
 
 func (c *engineCollector) set(st engine.Stats) {
@@ -161,6 +196,14 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			"block_size", "cache_dtype", "enable_prefix_caching", "gpu_memory_utilization", "num_gpu_blocks"),
 		prometheus.GaugeValue, 1,
 		strconv.Itoa(c.info.blockSize), "auto", "True", "0.9", strconv.Itoa(c.info.kvBlocks*c.info.replicas))
+	if c.info.maxLoRAs > 0 {
+		c.mu.Lock()
+		run, wait, at := c.names(c.running), c.names(c.waiting), c.loraAt
+		c.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(
+			c.desc("vllm:lora_requests_info", "Running stats on lora requests.", "max_lora", "running_lora_adapters", "waiting_lora_adapters"),
+			prometheus.GaugeValue, at, strconv.Itoa(c.info.maxLoRAs), run, wait)
+	}
 	if !c.full {
 		return
 	}

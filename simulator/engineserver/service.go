@@ -77,7 +77,12 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := engine.New(engine.Config{Preset: p, Replicas: cfg.Replicas, TokenEvents: true, CacheEvents: cfg.KVEvents.Endpoint != ""})
+	maxLoRAs := 0
+	if len(cfg.LoRAModules) > 0 {
+		maxLoRAs = cfg.MaxLoRAs
+	}
+	eng, err := engine.New(engine.Config{Preset: p, Replicas: cfg.Replicas, TokenEvents: true, CacheEvents: cfg.KVEvents.Endpoint != "",
+		MaxLoRAs: maxLoRAs, LoRALoad: cfg.LoRALoad})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -97,6 +102,7 @@ func New(cfg Config) (*Service, error) {
 	s.met = newMetrics(cfg.Model, engineInfo{
 		id: cfg.ID, gpuClass: p.Name, replicas: cfg.Replicas,
 		blockSize: p.BlockSize, kvBlocks: p.KVBlocks, maxSeqs: p.MaxSeqs,
+		adapters: cfg.LoRAModules, maxLoRAs: maxLoRAs,
 	}, cfg.Metrics == MetricsFull)
 	s.met.engine.set(eng.Stats())
 	if err := s.met.register(s.reg); err != nil {
@@ -229,6 +235,9 @@ func (s *Service) Drive(ctx context.Context) error {
 		}
 		s.dispatch(evs, inflight)
 		s.met.engine.set(s.eng.Stats())
+		if maxLoRAs := s.met.engine.info.maxLoRAs; maxLoRAs > 0 {
+			s.met.engine.setAdapters(s.eng.Adapters())
+		}
 		if next, ok := s.eng.NextEvent(); ok {
 			wait := time.Duration(float64(next-vnow())/scale) + time.Microsecond
 			timer.Reset(max(wait, 0))
