@@ -40,7 +40,10 @@
 #        directory), BASE_PORT (19400; ports BASE_PORT to BASE_PORT+26),
 #        SCENARIO (head-to-head, or restart), RESTART_RPS (1.5), SLO_TTFT
 #        (5s) and SLO_TBOT (100ms): goodput counts the served requests
-#        within both (the sim's hetero-slots scenarios' SLO).
+#        within both (the sim's hetero-slots scenarios' SLO), ENGINE
+#        (enginesim, or indie: bench/live/indie/engine.py, an independent
+#        vLLM-compatible engine in Python, preset fast for h100, slow for
+#        a100, with FLEET's slots).
 # needs: nginx and haproxy on PATH for their routers (apt-get install -y
 #        nginx haproxy), flock, curl, Go.
 # out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
@@ -61,6 +64,8 @@ PORT=${BASE_PORT:-19400}
 OUT=/tmp/bench-live/$(date +%Y%m%d-%H%M%S)
 LOCK=/tmp/bench.lock
 SCENARIO=${SCENARIO:-head-to-head}
+ENGINE=${ENGINE:-enginesim}
+MODEL=switchyard-sim-8b # the model name live sends (its -model default)
 # id:gpu-class:batch-slots[:region (default live)], one engine each, on
 # ports PORT, PORT+1, ...
 case $SCENARIO in
@@ -78,6 +83,11 @@ NATS=$((PORT + 22))
 
 need() { command -v "$1" >/dev/null || { echo "bench/live: $1 is not installed ($2)" >&2; exit 1; }; }
 need flock "util-linux"
+case $ENGINE in
+enginesim) ;;
+indie) need python3 "apt-get install -y python3" ;;
+*) echo "bench/live: unknown ENGINE $ENGINE (enginesim, indie)" >&2; exit 2 ;;
+esac
 need curl "apt-get install -y curl"
 for r in $ROUTERS; do
   case $r in
@@ -137,8 +147,21 @@ engine_list() { # sep: id=url pairs joined by sep
 engine_cmd() { # index: the command line of FLEET[index]'s engine
   local id class slots region
   IFS=: read -r id class slots region <<<"${FLEET[$1]}"
+  if [ "$ENGINE" = indie ]; then
+    echo python3 "$ROOT/bench/live/indie/engine.py" --port "$((PORT + $1))" --preset "$(indie_preset "$class")" \
+      --slots "$slots" --model "$MODEL" --seed "$1"
+    return
+  fi
   echo "$BIN" enginesim --listen "127.0.0.1:$((PORT + $1))" --id "$id" --gpu-class "$class" --max-num-seqs "$slots" \
     --metrics vllm --seed "$1"
+}
+
+indie_preset() { # gpu class: the indie engine's preset standing in for it
+  case $1 in
+  h100) echo fast ;;
+  a100) echo slow ;;
+  *) echo "bench/live: no indie engine preset for GPU class $1 (h100, a100)" >&2; return 1 ;;
+  esac
 }
 
 start_engines() { # logdir
