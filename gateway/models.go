@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
@@ -188,4 +189,30 @@ func writeModelList(w http.ResponseWriter, ids []string) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// setAdapters hands the picker what signal s says of engine st's LoRA
+// adapters (its base model, the adapters with requests on it, max_lora),
+// so that a request for an adapter prefers engines where it is loaded.
+func (g *Gateway) setAdapters(st *pick.State, s *schemas.EngineSignal) {
+	var base uint64
+	if m := s.GetModel(); m != "" {
+		base = hashkey.String(m)
+	}
+	var active []uint64
+	if n := len(s.GetActiveAdapters()); n > 0 {
+		active = make([]uint64, 0, min(n, schemas.MaxSignalModels))
+		for _, a := range s.GetActiveAdapters()[:min(n, schemas.MaxSignalModels)] {
+			active = append(active, hashkey.String(a))
+		}
+	}
+	g.pool.SetAdapters(st, base, active, int(min(s.GetMaxLora(), schemas.MaxSignalMaxLoRA)), g.cfg.now().UnixMilli())
+}
+
+// modelHash is the picker's hash of a request's model (0: none named).
+func modelHash(model string) uint64 {
+	if model == "" {
+		return 0
+	}
+	return hashkey.String(model)
 }

@@ -346,7 +346,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 			promptBytes = len(body)
 		}
 	}
-	preq := pick.Request{Key: ev.AffinityKeyHash, PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens}
+	preq := pick.Request{Key: ev.AffinityKeyHash, PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens, Model: modelHash(in.Model)}
 	return g.route(ctx, w, r, rt, &preq, bodies{fwd: fwd, own: body, choices: in.choices(), generates: generates(r.URL.Path)}, in.Stream, strip, prio, ev, start)
 }
 

@@ -131,3 +131,55 @@ func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
 		t.Errorf("GET /v1/models/z: %d, want 404", code)
 	}
 }
+
+// TestAdapterRequestsGoWhereSignalsSayItIsLoaded: three engines serve the
+// base model and the LoRA adapter "sql" (max_lora 2); the signals say
+// "sql" has requests on e2 only. Requests for "sql" all go to e2;
+// requests for the base model spread over the three.
+func TestAdapterRequestsGoWhereSignalsSayItIsLoaded(t *testing.T) {
+	es := map[string]*fakeEngine{}
+	ws := map[*fakeEngine]float64{}
+	for _, id := range []string{"e0", "e1", "e2"} {
+		e := newFakeEngine(t, id)
+		es[id] = e
+		ws[e] = 1.0 / 3
+	}
+	g, base := startGateway(t)
+	if err := g.ApplySnapshot(marshal(t, snapshot(1, "us-east", 0, ws))); err != nil {
+		t.Fatal(err)
+	}
+	for id, e := range es {
+		var active []string
+		if id == "e2" {
+			active = []string{"sql"}
+		}
+		g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: id, EndpointUrl: e.url(), Model: "base",
+			EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1,
+			Models: []string{"base", "sql"}, ActiveAdapters: active, MaxLora: 2}))
+	}
+	count := func(model string) map[string]int64 {
+		before := map[string]int64{}
+		for id, e := range es {
+			before[id] = e.requests.Load()
+		}
+		for i := range 60 {
+			// Distinct conversations per model: a conversation's engine
+			// is kept whatever its model.
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"%s %d"}]}`, model, model, i)
+			if code, _, out := post(t, context.Background(), base, body, nil); code != http.StatusOK {
+				t.Fatalf("%s: %d %s", model, code, out)
+			}
+		}
+		got := map[string]int64{}
+		for id, e := range es {
+			got[id] = e.requests.Load() - before[id]
+		}
+		return got
+	}
+	if got := count("sql"); got["e2"] != 60 {
+		t.Errorf("adapter sql went to %v, want all 60 on e2 where it is loaded", got)
+	}
+	if got := count("base"); got["e0"] == 0 || got["e1"] == 0 || got["e2"] == 0 {
+		t.Errorf("base model went to %v, want all three engines", got)
+	}
+}

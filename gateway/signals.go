@@ -61,6 +61,7 @@ func (g *Gateway) applySignal(b []byte) {
 		}
 	}
 	st.SetSignalDown(down)
+	g.setAdapters(st, &s)            // models.go
 	g.admit.noteSignal(st, &s, down) // admission.go
 	g.m.signals.WithLabelValues(g.cfg.cluster, "applied").Inc()
 }

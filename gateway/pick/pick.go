@@ -150,6 +150,11 @@ type Options struct {
 	// tokens, so a slow decoder costs something but the plan, not the
 	// picker, trades decode speed against everything else. Default 8.
 	LookaheadTokens int
+	// AdapterColdMs is what a request whose model is a LoRA adapter not
+	// loaded on an engine that holds adapters adds to that engine's score
+	// (twice that when its adapter slots are full). Default
+	// DefaultAdapterColdMs; negative: 0.
+	AdapterColdMs float64
 }
 
 func (o *Options) defaults() {
@@ -179,6 +184,12 @@ func (o *Options) defaults() {
 	o.Candidates = min(o.Candidates, maxCandidates)
 	if !(o.ScoreSlack > 0) || math.IsInf(o.ScoreSlack, 0) {
 		o.ScoreSlack = 0.2
+	}
+	switch {
+	case o.AdapterColdMs == 0 || math.IsNaN(o.AdapterColdMs) || math.IsInf(o.AdapterColdMs, 0):
+		o.AdapterColdMs = DefaultAdapterColdMs
+	case o.AdapterColdMs < 0:
+		o.AdapterColdMs = 0
 	}
 	if o.LookaheadTokens <= 0 {
 		o.LookaheadTokens = 8

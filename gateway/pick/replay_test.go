@@ -200,7 +200,7 @@ func replay(c replayCase) []string {
 // score, and whether it is strict (wins only with the best score).
 // collect and score only read the table.
 func candidateTerms(tb *Table, r *Request, ex []int32) []string {
-	var buf [maxCandidates + 1]scored
+	var buf [maxCollected]scored
 	c, _, _ := tb.collect(r, ex, buf[:0])
 	if len(c) == 0 {
 		return []string{"    (no candidate within its bounded load: overflow)"}

@@ -19,6 +19,10 @@ type Request struct {
 	// prompt up to the end of block k, BlockTokens tokens each.
 	Blocks      []uint64
 	BlockTokens int
+	// Model is the hash of the request's model (hashkey.String; 0: none):
+	// on engines that hold LoRA adapters, one whose model is an adapter
+	// not loaded there costs Options.AdapterColdMs more (adapters.go).
+	Model uint64
 }
 
 // The prefix blocks a gateway cuts a prompt into (gateway/blocks.go),
@@ -43,6 +47,11 @@ type Ticket struct {
 
 // maxCandidates bounds Options.Candidates.
 const maxCandidates = 4
+
+// maxCollected bounds collect's candidates: the key's last engine, the
+// walk's, and the two engines this gateway last sent the request's
+// adapter to.
+const maxCollected = maxCandidates + 3
 
 // scored is one candidate of PickRequest (72 bytes).
 type scored struct {
@@ -79,7 +88,7 @@ type cand struct {
 // them. Each is scored by the time until the client would have its first
 // Options.LookaheadTokens (8) tokens from it, as this gateway can tell:
 //
-//	RTT + a + p·(queued + uncached + redo) + d·8 + slot wait
+//	RTT + a + p·(queued + uncached + redo) + d·8 + slot wait + adapter
 //
 // where RTT is the snapshot's network latency to the engine, queued the
 // prefill tokens of this gateway's requests on the engine that have no
@@ -95,9 +104,11 @@ type cand struct {
 // nothing current take the mean of the candidates that have), d the
 // engine's decode speed (the low envelope of its requests' time between
 // tokens: its hardware, not its momentary load, which would lag and make
-// traffic swing), and the slot wait, when the snapshot gives the
+// traffic swing), the slot wait, when the snapshot gives the
 // engine's concurrency limit, the requests this gateway has in flight
-// beyond it times a mean engine request time over the limit. The first
+// beyond it times a mean engine request time over the limit, and adapter
+// the cost of a LoRA adapter not loaded there (adapters.go; the engines
+// holding the request's adapter are candidates too). The first
 // candidate in that order whose score is within the tolerance
 // (Options.ScoreSlack·best + Options.ScoreSlackMs, 20% + 30 ms) of the
 // best wins, so the plan's shares and affinity hold unless a queue, a
@@ -135,7 +146,7 @@ func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
 		i, why := t.Pick(r.Key, exclude)
 		return i, why, t.ticket(i, r)
 	}
-	var buf [maxCandidates + 1]scored
+	var buf [maxCollected]scored
 	c, sticky, own := t.collect(r, exclude, buf[:0])
 	if len(c) == 0 {
 		return t.overflow(r, exclude)
@@ -319,7 +330,29 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 		}
 		c = add(c, i)
 	}
-	return c, sticky, own
+	return t.adapterHolders(r, exclude, h, tot, grow, c), sticky, own
+}
+
+// adapterHolders adds to c the (up to two) engines this gateway last sent
+// r's model to where it is a LoRA adapter (adapters.go), when acceptable:
+// the walk may not reach them, and they hold it loaded.
+func (t *Table) adapterHolders(r *Request, exclude []int32, h uint64, tot, grow float64, c []scored) []scored {
+	mem := t.mem
+	if r.Model == 0 || mem == nil {
+		return c
+	}
+	e0, e1, _, _ := mem.holders(r.Model, stampOf(r.NowMs))
+	for _, id := range [2]uint32{e0, e1} {
+		if id == 0 || int(id) > len(t.byPool) {
+			continue
+		}
+		i := t.byPool[id-1]
+		if i < 0 || has(c, i) || !t.engines[i].State.isAdapter(r.Model) || !t.acceptable(i, h, tot, grow, exclude) {
+			continue
+		}
+		c = add(c, i)
+	}
+	return c
 }
 
 // affinityGrow is the bounded-load factor of the key's last engine i:
@@ -410,7 +443,8 @@ func (t *Table) score(r *Request, c []scored) float64 {
 		if e.Slots > 0 {
 			wait = slotWait(e, math.Float64frombits(e.State.model.e2e.Load()))
 		}
-		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait
+		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait +
+			e.State.adapterCost(r.Model, r.NowMs, t.opt.AdapterColdMs)
 		// More than its share: rounded up to whole requests, so the first
 		// request in flight on an engine never is (with few requests in
 		// flight, share·fair is below one for most engines, and a strict
@@ -508,8 +542,10 @@ func chooseBest(c []scored, best, slack, slackMs float64) int {
 	return 0
 }
 
-// remember records r's key and blocks as served by s.
+// remember records r's key, blocks and model (adapters.go) as served by
+// s.
 func (t *Table) remember(r *Request, s *State) {
+	s.noteAdapter(r.Model, r.NowMs)
 	mem := t.mem
 	if mem == nil || s.idx >= maxMemEngine {
 		return
@@ -517,6 +553,9 @@ func (t *Table) remember(r *Request, s *State) {
 	now := stampOf(r.NowMs)
 	id := s.idx + 1
 	mem.rememberKey(r.Key, now, id)
+	if s.isAdapter(r.Model) {
+		mem.rememberBlock(r.Model, now, id)
+	}
 	for _, h := range r.Blocks {
 		mem.rememberBlock(h, now, id)
 	}

@@ -36,8 +36,9 @@ type State struct {
 	// prefix stays in the engine's cache (SetCacheResidency; 0: unknown).
 	foreign   atomic.Int64
 	residency atomic.Int64
-	total     *atomic.Int64 // the pool's in-flight total
-	idx       uint32        // position in the pool, for the affinity memory
+	total     *atomic.Int64            // the pool's in-flight total
+	ad        atomic.Pointer[adapters] // nil: holds no adapters (adapters.go)
+	idx       uint32                   // position in the pool, for the affinity memory
 	id        string
 	_         [stateSize - stateUsed]byte
 }
@@ -46,7 +47,7 @@ type State struct {
 // objects are 64-byte aligned (TestStateLayout checks it).
 const (
 	stateSize = 256
-	stateUsed = 32 + modelSize + 8 + 8 + 8 + 8 + 8 + 16 // idx is padded to 8
+	stateUsed = 32 + modelSize + 8 + 8 + 8 + 8 + 8 + 8 + 16 // idx is padded to 8
 )
 
 // Prefill returns the prompt tokens of this gateway's requests on the

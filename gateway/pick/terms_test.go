@@ -45,7 +45,7 @@ func keyWithCandidates(t *testing.T, tb *Table, ids ...int32) uint64 {
 	t.Helper()
 	for k := uint64(1); k < 100_000; k++ {
 		key := hashkey.Mix(k)
-		var buf [maxCandidates + 1]scored
+		var buf [maxCollected]scored
 		c, _, _ := tb.collect(&Request{Key: key, NowMs: 1}, nil, buf[:0])
 		got := make([]int32, len(c))
 		for j := range c {

@@ -1,0 +1,162 @@
+package pick
+
+import "sync"
+
+// How the picker tells where a LoRA adapter is loaded. An engine holds
+// at most max_lora adapters on its GPU; a request for one that is not
+// loaded waits for it to load, and for a free adapter slot when every
+// slot is busy. So a request whose model is an adapter costs more on an
+// engine that does not hold it.
+const (
+	// adapterWarmMs is how long after this gateway last sent a request
+	// of an adapter to an engine it counts the adapter as loaded there
+	// (engines unload an idle adapter only to load another).
+	adapterWarmMs = 30_000
+	// maxSentAdapters bounds the adapters remembered per engine.
+	maxSentAdapters = 32
+	// DefaultAdapterColdMs is Options.AdapterColdMs's default: loading an
+	// adapter (tens of MB to the GPU) and the slot it takes from the
+	// adapters already there.
+	DefaultAdapterColdMs = 150
+)
+
+// adapters is what the picker knows of an engine's LoRA adapters: from
+// its signals, its base model, max_lora and the adapters with requests
+// on it; from this gateway, the adapters it sent there and when.
+type adapters struct {
+	mu      sync.Mutex
+	base    uint64
+	maxLora int
+	active  []uint64
+	sent    [maxSentAdapters]sentAdapter
+}
+
+type sentAdapter struct {
+	h    uint64
+	atMs int64
+}
+
+// SetAdapters records what engine s's signal at nowMs says of its
+// adapters: the hash of its base model (0: unknown), the hashes of the
+// adapters with requests on it, and its adapter slots (max_lora; 0: the
+// engine serves no adapters or does not say, and the picker then sees
+// no adapter cost on it). The active adapters are remembered as held by
+// s, so a request for one has s among its candidates.
+func (p *Pool) SetAdapters(s *State, base uint64, active []uint64, maxLora int, nowMs int64) {
+	s.setAdapters(base, active, maxLora)
+	if maxLora <= 0 || p.mem == nil || s.idx >= maxMemEngine {
+		return
+	}
+	for _, h := range active {
+		if h != 0 && h != base {
+			p.mem.rememberBlock(h, stampOf(nowMs), s.idx+1)
+		}
+	}
+}
+
+func (s *State) setAdapters(base uint64, active []uint64, maxLora int) {
+	ad := s.ad.Load()
+	if maxLora <= 0 {
+		if ad != nil {
+			s.ad.Store(nil)
+		}
+		return
+	}
+	if ad == nil {
+		ad = &adapters{}
+		if !s.ad.CompareAndSwap(nil, ad) {
+			ad = s.ad.Load()
+		}
+	}
+	ad.mu.Lock()
+	ad.base, ad.maxLora = base, maxLora
+	ad.active = append(ad.active[:0], active...)
+	ad.mu.Unlock()
+}
+
+// adapterCost is the score's adapter term for a request of model h at
+// nowMs: 0 when the engine is not known to hold adapters, when h is its
+// base model, or when h is loaded there (among its signal's active
+// adapters, or sent there by this gateway within adapterWarmMs); else
+// coldMs, and twice that when as many adapters as max_lora are loaded
+// there (it waits for a slot too).
+func (s *State) adapterCost(h uint64, nowMs int64, coldMs float64) float64 {
+	ad := s.ad.Load()
+	if ad == nil || h == 0 {
+		return 0
+	}
+	ad.mu.Lock()
+	defer ad.mu.Unlock()
+	if h == ad.base {
+		return 0
+	}
+	warm := len(ad.active)
+	for _, a := range ad.active {
+		if a == h {
+			return 0
+		}
+	}
+	for i := range ad.sent {
+		e := &ad.sent[i]
+		if e.h == 0 || nowMs-e.atMs > adapterWarmMs {
+			continue
+		}
+		if e.h == h {
+			return 0
+		}
+		if !hasHash(ad.active, e.h) {
+			warm++
+		}
+	}
+	if warm >= ad.maxLora {
+		return 2 * coldMs
+	}
+	return coldMs
+}
+
+// isAdapter reports whether model h is a LoRA adapter on the engine: it
+// holds adapters and h is not its base model.
+func (s *State) isAdapter(h uint64) bool {
+	ad := s.ad.Load()
+	if ad == nil || h == 0 {
+		return false
+	}
+	ad.mu.Lock()
+	defer ad.mu.Unlock()
+	return h != ad.base
+}
+
+// noteAdapter records that a request of model h was sent to the engine
+// at nowMs (when it holds adapters and h is not its base model).
+func (s *State) noteAdapter(h uint64, nowMs int64) {
+	ad := s.ad.Load()
+	if ad == nil || h == 0 {
+		return
+	}
+	ad.mu.Lock()
+	defer ad.mu.Unlock()
+	if h == ad.base {
+		return
+	}
+	oldest := 0
+	for i := range ad.sent {
+		e := &ad.sent[i]
+		if e.h == h {
+			e.atMs = max(e.atMs, nowMs)
+			return
+		}
+		if e.atMs < ad.sent[oldest].atMs {
+			oldest = i
+		}
+	}
+	ad.sent[oldest] = sentAdapter{h: h, atMs: nowMs}
+}
+
+func hasHash(l []uint64, h uint64) bool {
+	for _, x := range l {
+		if x == h {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,89 @@
+package pick
+
+import (
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
+)
+
+// TestAdapterRequestsGoWhereTheAdapterIsLoaded: three equal engines that
+// hold LoRA adapters (max_lora 2). Requests of adapter "sql", loaded on
+// e1 by its signal, go to e1 while its bounded load allows (not by the
+// weights' spread over all three); requests of a new adapter "law" keep
+// to the engine the first one was sent to; requests of the base model
+// spread as the weights say. With AdapterColdMs negative (no adapter
+// term) "sql" spreads too: the term is what concentrates it.
+func TestAdapterRequestsGoWhereTheAdapterIsLoaded(t *testing.T) {
+	base, sql, law := hashkey.String("base"), hashkey.String("sql"), hashkey.String("law")
+	run := func(cold float64) (sqlOn, lawOn, baseOn [3]int) {
+		p := NewPool()
+		tb := mustBuild(t, p, specs(3, func(int) float64 { return 1 }), Options{AdapterColdMs: cold})
+		for i := range 3 {
+			teach(tb, i, 20, 20, 0.05, 0)
+			var active []uint64
+			if i == 1 {
+				active = []uint64{sql}
+			}
+			p.SetAdapters(tb.Engine(i).State, base, active, 2, 100)
+		}
+		send := func(key, model uint64, now int64) int {
+			_, i, tk := place(t, tb, &Request{Key: key, PromptTokens: 200, Model: model, NowMs: now})
+			tb.FirstToken(i, tk, 30)
+			tb.Finished(i, tk, true, 10, 0)
+			tb.Done(i)
+			return i
+		}
+		for k := range 300 {
+			now := int64(100 + k)
+			sqlOn[send(uint64(k)*7919+1, sql, now)]++
+			lawOn[send(uint64(k)*104729+2, law, now)]++
+			baseOn[send(uint64(k)*1299709+3, base, now)]++
+		}
+		return
+	}
+	sqlOn, lawOn, baseOn := run(0)
+	if sqlOn[1] != 300 {
+		t.Errorf("sql (loaded on e1) went to %v, want all 300 on e1", sqlOn)
+	}
+	if max(lawOn[0], lawOn[1], lawOn[2]) != 300 {
+		t.Errorf("law (loaded nowhere) went to %v, want all 300 on the engine it was first sent to", lawOn)
+	}
+	for i, n := range baseOn {
+		if n < 60 {
+			t.Errorf("base model: e%d took %d of 300 (%v): the adapter term applies to adapters only", i, n, baseOn)
+		}
+	}
+	sqlOn, _, _ = run(-1)
+	if sqlOn[1] > 200 {
+		t.Errorf("without the adapter term sql went to %v: the test does not show the term's effect", sqlOn)
+	}
+}
+
+// TestAdapterSlotsFullCostMore: an engine whose max_lora adapters are all
+// loaded costs twice AdapterColdMs for another adapter; an engine that
+// publishes no max_lora costs nothing.
+func TestAdapterSlotsFullCostMore(t *testing.T) {
+	s := &State{}
+	a, b, c := hashkey.String("a"), hashkey.String("b"), hashkey.String("c")
+	if got := s.adapterCost(a, 0, 100); got != 0 {
+		t.Errorf("engine without adapters: cost %v, want 0", got)
+	}
+	s.setAdapters(0, []uint64{a}, 2)
+	if got := s.adapterCost(b, 0, 100); got != 100 {
+		t.Errorf("one slot free: cost %v, want 100", got)
+	}
+	s.noteAdapter(b, 0)
+	if got := s.adapterCost(b, 1000, 100); got != 0 {
+		t.Errorf("b just sent there: cost %v, want 0", got)
+	}
+	if got := s.adapterCost(c, 1000, 100); got != 200 {
+		t.Errorf("slots full (a active, b sent): cost %v, want 200", got)
+	}
+	if got := s.adapterCost(c, 1000+adapterWarmMs+1, 100); got != 100 {
+		t.Errorf("b idle past adapterWarmMs: cost %v, want 100", got)
+	}
+	s.setAdapters(0, nil, 0)
+	if got := s.adapterCost(c, 0, 100); got != 0 {
+		t.Errorf("max_lora withdrawn: cost %v, want 0", got)
+	}
+}
