@@ -32,6 +32,13 @@ type Row struct {
 	// Stream is false for a request that asked for the whole response at
 	// once.
 	Stream bool `json:"stream"`
+	// EngineID and TTFTms are what the live run observed: the engine of
+	// the last attempt and the time to first token at the gateway (0 when
+	// not streamed). The simulator reads neither; they are what a twin's
+	// per-request outcomes (`switchyard sim --requests`) are compared
+	// with.
+	EngineID string  `json:"engine_id"`
+	TTFTms   float64 `json:"ttft_ms"`
 }
 
 // WriteRow writes r as one JSON line.

@@ -11,12 +11,12 @@ import (
 func TestWriteRowWritesOneJSONLine(t *testing.T) {
 	var b bytes.Buffer
 	r := Row{Timestamp: 1500, InputLength: 300, OutputLength: 20, CachedTokens: 128,
-		AffinityHash: "00000000deadbeef", Cluster: "eu", Stream: true}
+		AffinityHash: "00000000deadbeef", Cluster: "eu", Stream: true, EngineID: "eu-h100-0", TTFTms: 41.5}
 	if err := WriteRow(&b, r); err != nil {
 		t.Fatal(err)
 	}
 	want := `{"timestamp":1500,"input_length":300,"output_length":20,"cached_tokens":128,` +
-		`"affinity_hash":"00000000deadbeef","cluster":"eu","stream":true}` + "\n"
+		`"affinity_hash":"00000000deadbeef","cluster":"eu","stream":true,"engine_id":"eu-h100-0","ttft_ms":41.5}` + "\n"
 	if got := b.String(); got != want {
 		t.Fatalf("wrote %q, want %q", got, want)
 	}

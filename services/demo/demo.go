@@ -33,6 +33,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/brokers"
 	"github.com/switchyard-llm/switchyard/internal/cli"
 	"github.com/switchyard-llm/switchyard/internal/obs"
+	"github.com/switchyard-llm/switchyard/internal/stall"
 	"github.com/switchyard-llm/switchyard/simulator/workload"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/snapshots"
@@ -95,9 +96,13 @@ type Summary struct {
 	TTFTms             Quantiles        `json:"ttft_ms"`
 	Gateways           []GatewaySummary `json:"gateways"`
 	Errors             map[string]int   `json:"errors,omitempty"`
-	DurationS          float64          `json:"duration_s"`
-	Kafka              string           `json:"kafka"`
-	NATS               string           `json:"nats"`
+	// Stalls is how long the demo's process was kept from running
+	// while the load ran (stall.Stats): a client-observed latency grew
+	// by as much as a stall it spanned.
+	Stalls    stall.Stats `json:"stalls"`
+	DurationS float64     `json:"duration_s"`
+	Kafka     string      `json:"kafka"`
+	NATS      string      `json:"nats"`
 }
 
 // Quantiles of a latency in ms.
@@ -318,6 +323,16 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		gateways[gw.cluster] = "http://" + gw.addr
 	}
 	lg := newLoadGen(gateways, cfg.Model, blockTokens, cfg.MaxPromptTokens, cfg.MaxOutputTokens)
+	probe, err := stall.New()
+	if err != nil {
+		stopComponents()
+		_ = g.Wait()
+		return nil, err
+	}
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan error, 1)
+	go func() { probeDone <- probe.Run(probeCtx) }()
+	defer func() { stopProbe(); <-probeDone }()
 	started := time.Now()
 	loadCtx := ctx
 	if cfg.Duration > 0 {
@@ -331,7 +346,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 		lg.run(loadCtx, reqs)
 	}()
 
-	st := &status{cfg: cfg, lg: lg, pipe: pipe, fleet: fleet, js: js, started: started}
+	st := &status{cfg: cfg, lg: lg, pipe: pipe, fleet: fleet, js: js, started: started, probe: probe}
 	tick := time.NewTicker(cfg.StatusInterval)
 	defer tick.Stop()
 	componentsFailed := false
@@ -442,6 +457,7 @@ type status struct {
 	js      jetstream.JetStream
 	store   *snapshots.Store
 	started time.Time
+	probe   *stall.Probe
 
 	mu       sync.Mutex
 	lastReqs int64
@@ -527,6 +543,7 @@ func (s *status) summary(_ context.Context, kafka, natsURL string) *Summary {
 		TTFTms:             Quantiles{P50: p50, P99: p99},
 		Gateways:           s.pipe.gatewaySummaries(),
 		Errors:             s.lg.errorSummary(),
+		Stalls:             s.probe.Stats(),
 		DurationS:          time.Since(s.started).Seconds(),
 		Kafka:              kafka,
 		NATS:               natsURL,

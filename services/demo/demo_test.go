@@ -94,10 +94,14 @@ func TestDemoEndToEnd(t *testing.T) {
 	var raw map[string]any
 	_ = json.Unmarshal([]byte(last), &raw)
 	for _, k := range []string{"requests", "succeeded", "failed", "snapshots_published", "latest_snapshot_version",
-		"signals_consumed", "routing_events", "kv_hit_rate", "ttft_ms", "gateways"} {
+		"signals_consumed", "routing_events", "kv_hit_rate", "ttft_ms", "gateways", "stalls"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("summary has no %q", k)
 		}
+	}
+	// The stall probe ran beside the load: every 10 ms for 20 s.
+	if sum.Stalls.Wakeups < 100 || sum.Stalls.PeriodMs != 10 {
+		t.Errorf("stall probe woke %d times every %v ms during the load, want 100 or more every 10", sum.Stalls.Wakeups, sum.Stalls.PeriodMs)
 	}
 	if sum.Requests < 100 {
 		t.Fatalf("only %d requests in 20s at 10 rps", sum.Requests)

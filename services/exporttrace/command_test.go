@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/schemas/trace"
 	"github.com/switchyard-llm/switchyard/simulator/scenario"
 	"github.com/switchyard-llm/switchyard/simulator/workload"
 	"github.com/switchyard-llm/switchyard/streams"
@@ -45,6 +46,8 @@ func TestRoundTrip(t *testing.T) {
 		cluster                string
 		hash                   uint64
 		stream                 bool
+		engine                 string
+		ttft                   float64
 	}
 	var wants []want
 	var recs []*kgo.Record
@@ -60,10 +63,13 @@ func TestRoundTrip(t *testing.T) {
 		start := from.Add(time.Duration(i)*100*time.Millisecond - 5*time.Second)
 		dur := time.Duration(200+(i*7919)%9000) * time.Millisecond
 		ev := &schemas.RoutingEvent{
-			SchemaVersion: schemas.Version, RequestId: fmt.Sprint("r", i), Cluster: []string{"us", "eu"}[i%2], EngineId: "e1",
+			SchemaVersion: schemas.Version, RequestId: fmt.Sprint("r", i), Cluster: []string{"us", "eu"}[i%2], EngineId: fmt.Sprint("e", i%4),
 			EventTimeUnixMs: start.UnixMilli(), CompletionTimeUnixMs: start.Add(dur).UnixMilli(), E2EMs: float64(dur.Milliseconds()),
 			Status: schemas.RequestStatus_REQUEST_STATUS_OK, Stream: i%5 != 0, AffinityKeyHash: uint64(i%9) * 0x9e3779b97f4a7c15,
 			PromptTokens: uint32(600 + i%1500), CachedTokens: uint32((i % 3) * 512), OutputTokens: uint32(i % 300),
+		}
+		if ev.Stream {
+			ev.TtftMs = float64(i%97) + 0.25
 		}
 		if i%17 == 0 {
 			ev.Status, ev.PromptTokens, ev.CachedTokens, ev.OutputTokens, ev.EngineId = schemas.RequestStatus_REQUEST_STATUS_SHED, 0, 0, 0, ""
@@ -82,7 +88,8 @@ func TestRoundTrip(t *testing.T) {
 			shed++
 		default:
 			wants = append(wants, want{at: at.Milliseconds(), prompt: int(ev.GetPromptTokens()), cached: int(min(ev.GetCachedTokens(), ev.GetPromptTokens())),
-				output: int(ev.GetOutputTokens()), cluster: ev.GetCluster(), hash: ev.GetAffinityKeyHash(), stream: ev.GetStream()})
+				output: int(ev.GetOutputTokens()), cluster: ev.GetCluster(), hash: ev.GetAffinityKeyHash(), stream: ev.GetStream(),
+				engine: ev.GetEngineId(), ttft: ev.GetTtftMs()})
 		}
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
@@ -103,6 +110,21 @@ func TestRoundTrip(t *testing.T) {
 	}
 	if res.Requests != len(wants) || res.NoPrompt != shed || res.Unfinished != 0 || res.Arrivals == 0 || res.Undecodable != 0 {
 		t.Fatalf("summary %+v; want %d requests, %d without prompt", res, len(wants), shed)
+	}
+
+	// Each row carries what the live run observed: its engine and TTFT.
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var row trace.Row
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		if w := wants[i]; row.EngineID != w.engine || row.TTFTms != w.ttft {
+			t.Fatalf("row %d: engine %q ttft %v ms, want %q and %v", i, row.EngineID, row.TTFTms, w.engine, w.ttft)
+		}
 	}
 
 	f, err := os.Open(out)

@@ -4,12 +4,14 @@
 package sim
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
 	"text/tabwriter"
@@ -46,7 +48,10 @@ type Config struct {
 	Seed     int64
 	JSON     bool
 	PlotsDir string
-	Strict   bool
+	// RequestsFile, when set, receives every request's outcome under
+	// every policy as JSON lines (des.RequestResult plus "policy").
+	RequestsFile string
+	Strict       bool
 	// Format overrides what the trace readers infer.
 	Format workload.Format
 	// Parallel bounds the policies simulated at once (default GOMAXPROCS).
@@ -64,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Int64Var(&cfg.Seed, "seed", -1, "random seed (default: the scenario's)")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON object with every policy's metrics as the last line")
 	fs.StringVar(&cfg.PlotsDir, "plots", "", "directory to write PNG plots into (TTFT CDF, weights, utilization)")
+	fs.StringVar(&cfg.RequestsFile, "requests", "", "write every request's outcome under every policy to this file as JSON lines (engine, TTFT, engine TTFT, tokens; docs/sim.md)")
 	fs.BoolVar(&cfg.Strict, "strict", false, "fail on the first malformed trace row instead of skipping it")
 	unit := fs.String("trace-time-unit", "", "unit of the trace's numeric times, ms or s (default: inferred, docs/sim.md#trace-formats)")
 	blockTokens := fs.Int("trace-block-tokens", 0, "size in tokens of a JSONL trace's hash_ids blocks, or of a CSV trace's synthesised ones (default: inferred)")
@@ -178,7 +184,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			if err := gctx.Err(); err != nil {
 				return err
 			}
-			r, err := des.Run(sc, wl, name, factories[i], des.Options{Series: keep})
+			r, err := des.Run(sc, wl, name, factories[i], des.Options{Series: keep, Requests: cfg.RequestsFile != ""})
 			if err != nil {
 				return err
 			}
@@ -199,6 +205,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stderr, "sim: wrote %d plots to %s\n", len(files), cfg.PlotsDir)
+	}
+	if cfg.RequestsFile != "" {
+		if err := writeRequests(cfg.RequestsFile, results); err != nil {
+			return err
+		}
 	}
 	if cfg.JSON {
 		b, err := json.Marshal(out)
@@ -246,6 +257,39 @@ func writeTable(w io.Writer, out Output, order []string, sc *scenario.Scenario) 
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "latencies in ms; goodput = requests/s meeting the SLO; slo = share of all requests meeting it")
+}
+
+// requestLine is one line of --requests.
+type requestLine struct {
+	Policy string `json:"policy"`
+	des.RequestResult
+}
+
+// writeRequests writes every request of every result as a JSON line, in
+// policy then workload order.
+func writeRequests(path string, results []*des.Result) (err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("writing %s: %w", path, cerr)
+		}
+	}()
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, r := range results {
+		for _, q := range r.Requests {
+			if err := enc.Encode(requestLine{Policy: r.Policy, RequestResult: q}); err != nil {
+				return fmt.Errorf("writing %s: %w", path, err)
+			}
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
 }
 
 func joinInts(x []int) string {

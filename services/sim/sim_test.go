@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,5 +193,87 @@ func TestPlots(t *testing.T) {
 		if !bytes.HasPrefix(b, []byte("\x89PNG")) {
 			t.Fatalf("%s is not a PNG", f)
 		}
+	}
+}
+
+// overloadJSON is scenarioJSON on two L4 engines with short queues at
+// 150 rps: switchyard sheds some requests and others fail.
+const overloadJSON = `{
+  "name": "over", "duration_s": 8, "slo": {"ttft_ms": 2000, "tbot_ms": 100},
+  "regions": ["a", "b"], "rtt_ms": {"a": {"b": 40}},
+  "clusters": [{"id": "a", "region": "a", "share": 3}, {"id": "b", "region": "b", "share": 1}],
+  "engines": [{"id": "a-0", "region": "a", "gpu": "l4", "max_waiting": 4}, {"id": "b-0", "region": "b", "gpu": "l4", "max_waiting": 4}],
+  "workload": {"kind": "generator", "rate_rps": 150},
+  "control": {"optimizer_period_s": 2, "window_s": 4, "slide_s": 1, "allowed_lateness_s": 1}
+}`
+
+// TestRequestsFileHoldsEveryRequestAndAgreesWithTheMetrics: --requests
+// writes one line per request and policy, in order, whose outcomes (ok,
+// shed, failed) add up to the policy's counts and whose TTFTs give its
+// percentiles.
+func TestRequestsFileHoldsEveryRequestAndAgreesWithTheMetrics(t *testing.T) {
+	dir := t.TempDir()
+	sc := writeFile(t, dir, "s.json", overloadJSON)
+	reqFile := filepath.Join(dir, "requests.jsonl")
+	out, _, err := runCmd(t, "--scenario", sc, "--json", "--policies", "switchyard,p2c", "--requests", reqFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var o Output
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &o); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(reqFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(rows) != 2*o.Requests || o.Requests < 100 {
+		t.Fatalf("%d lines for %d requests under 2 policies", len(rows), o.Requests)
+	}
+	for p, name := range []string{"switchyard", "p2c"} {
+		m := o.Policies[name]
+		var ttft []float32
+		ok, shed, failed := 0, 0, 0
+		for i, row := range rows[p*o.Requests : (p+1)*o.Requests] {
+			var r requestLine
+			if err := json.Unmarshal([]byte(row), &r); err != nil {
+				t.Fatalf("%s line %d: %v", name, i, err)
+			}
+			if r.Policy != name || r.Index != i || (r.Cluster != "a" && r.Cluster != "b") {
+				t.Fatalf("%s line %d: %+v", name, i, r)
+			}
+			switch r.Status {
+			case "ok":
+				ok++
+				if r.Engine != "a-0" && r.Engine != "b-0" || r.EngineTTFTms <= 0 || r.TTFTms < r.EngineTTFTms || r.PromptTokens <= 0 {
+					t.Fatalf("%s line %d: %+v", name, i, r)
+				}
+				if r.Stream {
+					ttft = append(ttft, float32(r.TTFTms))
+				}
+			case "shed":
+				shed++
+			case "failed":
+				failed++
+			default:
+				t.Fatalf("%s line %d: status %q", name, i, r.Status)
+			}
+		}
+		if name == "switchyard" && (shed == 0 || failed == 0) {
+			t.Fatalf("switchyard shed %d and failed %d: the scenario no longer overloads", shed, failed)
+		}
+		if ok != m.Completed || shed != m.Shed || failed != m.Failed {
+			t.Errorf("%s: %d ok, %d shed, %d failed in the file; metrics say %d, %d, %d", name, ok, shed, failed, m.Completed, m.Shed, m.Failed)
+		}
+		slices.Sort(ttft)
+		// Within a rounding step: the file keeps µs, the metrics float32 ms.
+		if got := ttft[int(math.Ceil(0.99*float64(len(ttft))))-1]; math.Abs(float64(got)-m.TTFTms.P99) > 0.06 {
+			t.Errorf("%s: p99 of the file's TTFTs %v ms, metrics %v", name, got, m.TTFTms.P99)
+		}
+	}
+	if _, _, err := runCmd(t, "--scenario", sc, "--policies", "p2c", "--requests", filepath.Join(dir, "no", "such", "dir", "r.jsonl")); err == nil {
+		t.Fatal("an unwritable --requests file was not an error")
 	}
 }

@@ -12,6 +12,33 @@ type Result struct {
 	Metrics Metrics `json:"metrics"`
 	// Series is set when Options.Series was.
 	Series *Series `json:"-"`
+	// Requests holds every request's outcome, in workload order, when
+	// Options.Requests was set.
+	Requests []RequestResult `json:"-"`
+}
+
+// RequestResult is one request's outcome in a run.
+type RequestResult struct {
+	// Index is the request's position in the workload.
+	Index int `json:"index"`
+	// ArrivalMs is its arrival since the workload's start.
+	ArrivalMs float64 `json:"arrival_ms"`
+	Cluster   string  `json:"cluster"`
+	// Engine served it (the last attempt's); "" when shed.
+	Engine string `json:"engine"`
+	// Status is "ok", "shed" or "failed".
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
+	Stream   bool   `json:"stream"`
+	// TTFTms is at the gateway (network included; a non-streaming
+	// request's is its E2E); EngineTTFTms the engine's own, from the
+	// attempt reaching it. Both 0 unless Status is "ok".
+	TTFTms       float64 `json:"ttft_ms"`
+	EngineTTFTms float64 `json:"engine_ttft_ms"`
+	E2Ems        float64 `json:"e2e_ms"`
+	PromptTokens int     `json:"prompt_tokens"`
+	CachedTokens int     `json:"cached_tokens"`
+	OutputTokens int     `json:"output_tokens"`
 }
 
 // Percentiles of a latency, in ms.
@@ -90,6 +117,7 @@ type collector struct {
 	attemptFailed int
 	sloTTFT       time.Duration
 	sloTBOT       time.Duration
+	reqs          []RequestResult // per request when kept (Options.Requests)
 
 	wver   uint64
 	dir    [][]int8    // current direction of each weight (0: not yet moved)
@@ -123,7 +151,15 @@ func newCollector(name string, s *sim, keep bool) *collector {
 
 func ms(d time.Duration) float32 { return float32(float64(d) / 1e6) }
 
+// msRound is d in ms to the microsecond.
+func msRound(d time.Duration) float64 { return round(float64(d)/1e6, 3) }
+
 func (c *collector) done(s *sim, v *Request, e int, o Outcome) {
+	if c.reqs != nil {
+		c.reqs[v.Index] = RequestResult{Engine: s.world.Engines[e].ID, Status: "ok",
+			TTFTms: msRound(o.TTFT), EngineTTFTms: msRound(o.EngineTTFT), E2Ems: msRound(o.E2E),
+			PromptTokens: o.PromptTokens, CachedTokens: o.CachedTokens, OutputTokens: o.OutputTokens}
+	}
 	c.completed++
 	c.e2e = append(c.e2e, ms(o.E2E))
 	if v.W.NonStreaming {
@@ -263,7 +299,7 @@ func (c *collector) result(s *sim) *Result {
 	if query > 0 {
 		m.KVHitRate = round(float64(hit)/float64(query), 4)
 	}
-	r := &Result{Policy: c.name, Metrics: m, Series: c.series}
+	r := &Result{Policy: c.name, Metrics: m, Series: c.series, Requests: c.requests(s)}
 	if c.keep {
 		c.series.TTFTms = make([]float64, len(ttft))
 		for i, v := range ttft {
@@ -271,6 +307,32 @@ func (c *collector) result(s *sim) *Result {
 		}
 	}
 	return r
+}
+
+// requests completes the kept per-request outcomes with what every
+// request's final state says (nil when none were kept).
+func (c *collector) requests(s *sim) []RequestResult {
+	if c.reqs == nil {
+		return nil
+	}
+	for i := range c.reqs {
+		r := &c.reqs[i]
+		st := &s.reqs[i]
+		v := &s.views[i]
+		r.Index, r.ArrivalMs = i, msRound(v.W.Arrival)
+		r.Cluster, r.Stream, r.Attempts = s.world.Clusters[v.Cluster].ID, !v.W.NonStreaming, int(st.attempt)
+		switch st.state {
+		case stDone:
+		case stShed:
+			r.Status = "shed"
+		default:
+			r.Status = "failed"
+		}
+		if r.Status != "ok" && st.slot >= 0 {
+			r.Engine = s.world.Engines[st.slot].ID
+		}
+	}
+	return c.reqs
 }
 
 func sorted(x []float32) []float32 {

@@ -45,6 +45,9 @@ type Options struct {
 	// SampleEvery is the series' sampling period (default: the run's
 	// span / 240, at least one tick).
 	SampleEvery time.Duration
+	// Requests keeps every request's outcome in Result.Requests
+	// (default off).
+	Requests bool
 }
 
 // Factory builds a policy over the world of a run.
@@ -152,6 +155,9 @@ func Run(sc *scenario.Scenario, wl *scenario.Stream, name string, mk Factory, op
 	}
 	sample = max(tick, sample/tick*tick)
 	s.col = newCollector(name, s, opt.Series)
+	if opt.Requests {
+		s.col.reqs = make([]RequestResult, len(wl.Requests))
+	}
 	s.run(tick, sample)
 	if s.misuse != nil {
 		return nil, fmt.Errorf("policy %s: %w", name, s.misuse)

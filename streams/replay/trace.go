@@ -112,7 +112,7 @@ func ExportTrace(ctx context.Context, cl *kgo.Client, cfg TraceConfig, w io.Writ
 		reqs = append(reqs, req{at: at, id: ev.GetRequestId(), row: trace.Row{
 			Timestamp: at - cfg.From.UnixMilli(), InputLength: int(ev.GetPromptTokens()), OutputLength: int(ev.GetOutputTokens()),
 			CachedTokens: int(min(ev.GetCachedTokens(), ev.GetPromptTokens())), AffinityHash: fmt.Sprintf("%016x", ev.GetAffinityKeyHash()),
-			Cluster: ev.GetCluster(), Stream: ev.GetStream(),
+			Cluster: ev.GetCluster(), Stream: ev.GetStream(), EngineID: ev.GetEngineId(), TTFTms: ev.GetTtftMs(),
 		}})
 	})
 	if err != nil {
