@@ -53,6 +53,9 @@ func (g *Gateway) applyViewErr(v snapView) error {
 			return err
 		}
 	}
+	if err := validateModels(v.cw); err != nil { // models.go
+		return err
+	}
 	if held && v.version == old.version && v.cw.sameAs(old.cw) {
 		// The version held, again (an optimizer restarted, or a replica
 		// wrote the same plan): nothing to apply and nothing wrong.

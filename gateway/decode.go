@@ -37,6 +37,15 @@ type clusterView struct {
 	// wire: read from the wire (by decodeView), so its strings are valid
 	// UTF-8; not so from a message made in the process (InitialSnapshot).
 	wire bool
+	// models are the entry's plans per model (model_weights), nil when
+	// it has none (models.go).
+	models map[string]*modelView
+}
+
+// modelView is one ModelWeights, as routing uses it.
+type modelView struct {
+	engines []engineView
+	shed    float64
 }
 
 // engineView is one EngineWeight, as applying it uses it.
@@ -92,11 +101,28 @@ func clusterViewOf(c *schemas.ClusterWeights) *clusterView {
 	cv := &clusterView{shed: c.GetShedFraction(), peers: c.GetPeerClusters(), msg: c,
 		engines: make([]engineView, len(c.GetWeights()))}
 	for i, w := range c.GetWeights() {
-		x := w.GetExplanation()
-		cv.engines[i] = engineView{id: w.GetEngineId(), url: w.GetEndpointUrl(), weight: w.GetWeight(),
-			networkMs: x.GetNetworkMs(), cacheResidencyS: x.GetCacheResidencyS(), maxConcurrency: x.GetMaxConcurrency()}
+		cv.engines[i] = engineViewOf(w)
+	}
+	if mws := c.GetModelWeights(); len(mws) > 0 {
+		cv.models = make(map[string]*modelView, len(mws))
+		for _, mw := range mws {
+			mv := &modelView{shed: mw.GetShedFraction(), engines: make([]engineView, len(mw.GetWeights()))}
+			for i, w := range mw.GetWeights() {
+				mv.engines[i] = engineViewOf(w)
+			}
+			if _, dup := cv.models[mw.GetModel()]; dup {
+				mv = nil // validateModels rejects the entry
+			}
+			cv.models[mw.GetModel()] = mv
+		}
 	}
 	return cv
+}
+
+func engineViewOf(w *schemas.EngineWeight) engineView {
+	x := w.GetExplanation()
+	return engineView{id: w.GetEngineId(), url: w.GetEndpointUrl(), weight: w.GetWeight(),
+		networkMs: x.GetNetworkMs(), cacheResidencyS: x.GetCacheResidencyS(), maxConcurrency: x.GetMaxConcurrency()}
 }
 
 // decodeView decodes b, a proto-binary WeightSnapshot, into its view for

@@ -2,8 +2,11 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/switchyard-llm/switchyard/gateway/pick"
@@ -76,38 +79,50 @@ type modelTable struct {
 	t   *pick.Table // nil: no engine serves the model
 }
 
-// tableFor returns the table to route a request for model on: rt's own
-// when every engine of it may serve the model (no lists known, no model
-// named, or all serve it), else the table of the engines that serve it;
-// ok is false when none does.
-func (g *Gateway) tableFor(rt *routing, model string) (t *pick.Table, ok bool) {
+// tableFor returns the table to route a request for model on, and the
+// snapshot's plan for the model if it has one: the table of the plan's
+// engines for the model (those the signals say serve it) when the
+// snapshot plans the model apart; else rt's own when every engine of it
+// may serve the model (no lists known, no model named, or all serve it),
+// else the table of the engines that serve it; ok is false when none
+// does.
+func (g *Gateway) tableFor(rt *routing, model string) (t *pick.Table, mv *modelView, ok bool) {
 	sm := g.served.Load()
-	if len(sm.byEngine) == 0 || model == "" || rt.table == nil || rt.models == nil {
-		return rt.table, rt.table != nil
+	if rt.cw != nil && model != "" {
+		mv = rt.cw.models[model]
+	}
+	if (len(sm.byEngine) == 0 && mv == nil) || model == "" || rt.table == nil || rt.models == nil {
+		return rt.table, nil, rt.table != nil
 	}
 	key := model
-	if !sm.listed[model] {
+	if mv == nil && !sm.listed[model] {
 		key = ""
 	}
 	if v, hit := rt.models.m.Load(key); hit {
 		if mt := v.(*modelTable); mt.ver == sm.ver {
-			return mt.t, mt.t != nil
+			return mt.t, mv, mt.t != nil
 		}
 	}
-	mt := &modelTable{ver: sm.ver, t: g.buildModelTable(rt, sm, key)}
+	mt := &modelTable{ver: sm.ver, t: g.buildModelTable(rt, sm, key, mv)}
 	rt.models.m.Store(key, mt)
-	return mt.t, mt.t != nil
+	return mt.t, mv, mt.t != nil
 }
 
-// buildModelTable returns the table of rt's engines that serve model
-// (key "": the engines without a list), with the plan's weights; when
-// the plan gives all of them none, with equal weights (the plan does not
-// know models, and they are the only engines that serve it). nil when
+// buildModelTable returns the table of the engines that serve model
+// (key "": the engines without a list): the engines of mv, the
+// snapshot's plan for the model, with its weights, when there is one;
+// else rt's, with the plan's weights. Either way only engines the
+// signals do not rule out, and when the weights give all of them none,
+// with equal weights (they are the only engines that serve it). nil when
 // there is no such engine.
-func (g *Gateway) buildModelTable(rt *routing, sm *servedModels, key string) *pick.Table {
+func (g *Gateway) buildModelTable(rt *routing, sm *servedModels, key string, mv *modelView) *pick.Table {
+	specs := rt.specs
+	if mv != nil {
+		specs = g.modelSpecs(mv)
+	}
 	var part []pick.Spec
-	all, sum := true, 0.0
-	for _, sp := range rt.specs {
+	all, sum := mv == nil, 0.0
+	for _, sp := range specs {
 		in := false
 		if key == "" {
 			_, listed := sm.byEngine[sp.ID]
@@ -140,6 +155,24 @@ func (g *Gateway) buildModelTable(rt *routing, sm *servedModels, key string) *pi
 		return nil
 	}
 	return t
+}
+
+// modelSpecs returns the engines of a model's plan as the picker takes
+// them (as apply does for the cluster's).
+func (g *Gateway) modelSpecs(mv *modelView) []pick.Spec {
+	specs := make([]pick.Spec, 0, len(mv.engines))
+	for i := range mv.engines {
+		w := &mv.engines[i]
+		sp := pick.Spec{ID: w.id, URL: strings.TrimRight(w.url, "/"), Weight: w.weight, RTTms: w.networkMs, MaxConcurrency: int(w.maxConcurrency)}
+		if !(sp.RTTms > 0) {
+			sp.RTTms = 0
+			if st, ok := g.pool.Lookup(sp.ID); ok {
+				sp.RTTms = ms(g.engineRTT(st, sp.URL))
+			}
+		}
+		specs = append(specs, sp)
+	}
+	return specs
 }
 
 // listedModels returns the union of the model lists of rt's engines,
@@ -215,4 +248,48 @@ func modelHash(model string) uint64 {
 		return 0
 	}
 	return hashkey.String(model)
+}
+
+// validateModels checks an entry's plans per model: model ids of 1-256
+// bytes, each once; every engine one of the entry's own, at the same
+// endpoint; weights in [0,1] that with the shed fraction add up to 1.
+func validateModels(cw *clusterView) error {
+	if len(cw.models) == 0 {
+		return nil
+	}
+	if len(cw.models) > schemas.MaxSignalModels*4 {
+		return fmt.Errorf("%w: %d model plans", ErrSnapshotInvalid, len(cw.models))
+	}
+	url := make(map[string]string, len(cw.engines))
+	for i := range cw.engines {
+		url[cw.engines[i].id] = cw.engines[i].url
+	}
+	for m, mv := range cw.models {
+		if m == "" || len(m) > schemas.MaxModelIDBytes || mv == nil {
+			return fmt.Errorf("%w: model plan %.40q empty, too long or twice", ErrSnapshotInvalid, m)
+		}
+		if !(mv.shed >= 0 && mv.shed <= 1) {
+			return fmt.Errorf("%w: model %q shed fraction %v", ErrSnapshotInvalid, m, mv.shed)
+		}
+		sum := 0.0
+		seen := make(map[string]bool, len(mv.engines))
+		for i := range mv.engines {
+			w := &mv.engines[i]
+			if seen[w.id] {
+				return fmt.Errorf("%w: model %q: engine %q listed twice", ErrSnapshotInvalid, m, w.id)
+			}
+			seen[w.id] = true
+			if u, ok := url[w.id]; !ok || u != w.url {
+				return fmt.Errorf("%w: model %q: engine %q is not the entry's", ErrSnapshotInvalid, m, w.id)
+			}
+			if !(w.weight >= 0 && w.weight <= 1) {
+				return fmt.Errorf("%w: model %q: engine %q weight %v", ErrSnapshotInvalid, m, w.id, w.weight)
+			}
+			sum += w.weight
+		}
+		if math.Abs(sum+mv.shed-1) > sumTolerance {
+			return fmt.Errorf("%w: model %q: weights %.6f + shed %.6f != 1", ErrSnapshotInvalid, m, sum, mv.shed)
+		}
+	}
+	return nil
 }

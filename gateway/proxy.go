@@ -295,13 +295,22 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	ev.SnapshotVersion = rt.version
 	w.Header()[HeaderSnapshot] = rt.versionHeader
 	if rt.table != nil {
-		t, ok := g.tableFor(rt, in.Model) // models.go
+		t, mv, ok := g.tableFor(rt, in.Model) // models.go
 		if !ok {
 			return clientError(w, http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("the model %q does not exist: no engine serves it", in.Model))
 		}
-		if t != rt.table {
+		if mv != nil && mv.shed > 0 && rand.Float64() < mv.shed {
+			// The model's own plan sheds it (at random: the cluster's
+			// priority mix is not kept per model).
+			ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
+			return g.shed(w, "snapshot", prio)
+		}
+		if t != rt.table || mv != nil {
 			part := *rt
 			part.table = t
+			if mv != nil {
+				part.shed = 0 // the model's plan's shed is decided above
+			}
 			rt = &part
 		}
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -181,5 +182,69 @@ func TestAdapterRequestsGoWhereSignalsSayItIsLoaded(t *testing.T) {
 	}
 	if got := count("base"); got["e0"] == 0 || got["e1"] == 0 || got["e2"] == 0 {
 		t.Errorf("base model went to %v, want all three engines", got)
+	}
+}
+
+// TestModelPlansRouteTheirModel: a snapshot whose entry plans model "a"
+// apart (model_weights: all of it on e1) sends every request for "a" to
+// e1 while other requests follow the cluster's weights over the three
+// engines; a model plan that sheds everything answers 429; a snapshot
+// whose model plan names an engine outside the entry is rejected and the
+// last good one kept.
+func TestModelPlansRouteTheirModel(t *testing.T) {
+	es := []*fakeEngine{newFakeEngine(t, "e0"), newFakeEngine(t, "e1"), newFakeEngine(t, "e2")}
+	ws := map[*fakeEngine]float64{es[0]: 1.0 / 3, es[1]: 1.0 / 3, es[2]: 1.0 / 3}
+	g, base := startGateway(t)
+	snap := snapshot(1, "us-east", 0, ws)
+	cw := snap.Clusters[0]
+	weight := func(e *fakeEngine, w float64) *schemas.EngineWeight {
+		return &schemas.EngineWeight{EngineId: e.id, EndpointUrl: e.url(), Weight: w}
+	}
+	cw.ModelWeights = []*schemas.ModelWeights{
+		{Model: "a", Weights: []*schemas.EngineWeight{weight(es[1], 1)}},
+		{Model: "z", Weights: []*schemas.EngineWeight{weight(es[2], 0)}, ShedFraction: 1},
+	}
+	if err := g.ApplySnapshot(marshal(t, snap)); err != nil {
+		t.Fatal(err)
+	}
+	count := func(model string, n int) ([3]int64, int) {
+		var before [3]int64
+		for i, e := range es {
+			before[i] = e.requests.Load()
+		}
+		shed := 0
+		for i := range n {
+			body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"%s %d"}]}`, model, model, i)
+			code, _, out := post(t, context.Background(), base, body, nil)
+			switch code {
+			case http.StatusOK:
+			case http.StatusTooManyRequests:
+				shed++
+			default:
+				t.Fatalf("%s: %d %s", model, code, out)
+			}
+		}
+		var got [3]int64
+		for i, e := range es {
+			got[i] = e.requests.Load() - before[i]
+		}
+		return got, shed
+	}
+	if got, _ := count("a", 40); got[1] != 40 {
+		t.Errorf("model a (planned on e1) went to %v, want all 40 on e1", got)
+	}
+	if got, _ := count("b", 60); got[0] == 0 || got[1] == 0 || got[2] == 0 {
+		t.Errorf("model b (no plan of its own) went to %v, want all three engines", got)
+	}
+	if got, shed := count("z", 10); shed != 10 || got != [3]int64{} {
+		t.Errorf("model z (its plan sheds all): %d of 10 shed, %v served", shed, got)
+	}
+	bad := snapshot(2, "us-east", 0, ws)
+	bad.Clusters[0].ModelWeights = []*schemas.ModelWeights{{Model: "a", Weights: []*schemas.EngineWeight{{EngineId: "x", EndpointUrl: "http://x.example", Weight: 1}}}}
+	if err := g.ApplySnapshot(marshal(t, bad)); !errors.Is(err, ErrSnapshotInvalid) {
+		t.Fatalf("model plan with an engine outside the entry: %v, want ErrSnapshotInvalid", err)
+	}
+	if got, _ := count("a", 10); got[1] != 10 {
+		t.Errorf("after the rejected snapshot model a went to %v, want the last good plan (all on e1)", got)
 	}
 }

@@ -1541,8 +1541,11 @@ type EngineEstimate struct {
 	// engine's speed): the planner tracks capacity in that unit
 	// (docs/optimizer.md).
 	WorkPerRequestS float64 `protobuf:"fixed64,23,opt,name=work_per_request_s,json=workPerRequestS,proto3" json:"work_per_request_s,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The models the engine serves (its latest signal's models, sorted);
+	// empty: unknown, it may serve any.
+	Models        []string `protobuf:"bytes,24,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EngineEstimate) Reset() {
@@ -1736,6 +1739,13 @@ func (x *EngineEstimate) GetWorkPerRequestS() float64 {
 	return 0
 }
 
+func (x *EngineEstimate) GetModels() []string {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
 // DemandEstimate is the processor's view of one cluster's demand.
 type DemandEstimate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1770,8 +1780,13 @@ type DemandEstimate struct {
 	// (failure_reason SHED_ADMISSION). The rest found every engine at its
 	// limit (SHED_CAPACITY).
 	ShedAdmissionCount uint32 `protobuf:"varint,12,opt,name=shed_admission_count,json=shedAdmissionCount,proto3" json:"shed_admission_count,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The window's requests by the model they named (RoutingEvent.model),
+	// sorted by model; "" gathers the requests that named none and, past
+	// the 63 models a window keeps apart, the rest. Empty when no request
+	// named a model.
+	Models        []*ModelDemand `protobuf:"bytes,13,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DemandEstimate) Reset() {
@@ -1888,6 +1903,76 @@ func (x *DemandEstimate) GetShedAdmissionCount() uint32 {
 	return 0
 }
 
+func (x *DemandEstimate) GetModels() []*ModelDemand {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+// ModelDemand is one model's part of a cluster's demand.
+type ModelDemand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Requests of request_count that named the model.
+	RequestCount uint32 `protobuf:"varint,2,opt,name=request_count,json=requestCount,proto3" json:"request_count,omitempty"`
+	// Their rate over the window, requests per second.
+	DemandRps     float64 `protobuf:"fixed64,3,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelDemand) Reset() {
+	*x = ModelDemand{}
+	mi := &file_switchyard_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelDemand) ProtoMessage() {}
+
+func (x *ModelDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelDemand.ProtoReflect.Descriptor instead.
+func (*ModelDemand) Descriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ModelDemand) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelDemand) GetRequestCount() uint32 {
+	if x != nil {
+		return x.RequestCount
+	}
+	return 0
+}
+
+func (x *ModelDemand) GetDemandRps() float64 {
+	if x != nil {
+		return x.DemandRps
+	}
+	return 0
+}
+
 // NetworkEstimate is the cluster→engine network latency.
 type NetworkEstimate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1906,7 +1991,7 @@ type NetworkEstimate struct {
 
 func (x *NetworkEstimate) Reset() {
 	*x = NetworkEstimate{}
-	mi := &file_switchyard_proto_msgTypes[8]
+	mi := &file_switchyard_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2003,7 @@ func (x *NetworkEstimate) String() string {
 func (*NetworkEstimate) ProtoMessage() {}
 
 func (x *NetworkEstimate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[8]
+	mi := &file_switchyard_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2016,7 @@ func (x *NetworkEstimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkEstimate.ProtoReflect.Descriptor instead.
 func (*NetworkEstimate) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{8}
+	return file_switchyard_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NetworkEstimate) GetSchemaVersion() uint32 {
@@ -1993,7 +2078,7 @@ type Estimate struct {
 
 func (x *Estimate) Reset() {
 	*x = Estimate{}
-	mi := &file_switchyard_proto_msgTypes[9]
+	mi := &file_switchyard_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2090,7 @@ func (x *Estimate) String() string {
 func (*Estimate) ProtoMessage() {}
 
 func (x *Estimate) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[9]
+	mi := &file_switchyard_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2103,7 @@ func (x *Estimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Estimate.ProtoReflect.Descriptor instead.
 func (*Estimate) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{9}
+	return file_switchyard_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Estimate) GetKind() isEstimate_Kind {
@@ -2113,7 +2198,7 @@ type Explanation struct {
 
 func (x *Explanation) Reset() {
 	*x = Explanation{}
-	mi := &file_switchyard_proto_msgTypes[10]
+	mi := &file_switchyard_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2125,7 +2210,7 @@ func (x *Explanation) String() string {
 func (*Explanation) ProtoMessage() {}
 
 func (x *Explanation) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[10]
+	mi := &file_switchyard_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2138,7 +2223,7 @@ func (x *Explanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
 func (*Explanation) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{10}
+	return file_switchyard_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Explanation) GetNetworkMs() float64 {
@@ -2213,7 +2298,7 @@ type EngineWeight struct {
 
 func (x *EngineWeight) Reset() {
 	*x = EngineWeight{}
-	mi := &file_switchyard_proto_msgTypes[11]
+	mi := &file_switchyard_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2310,7 @@ func (x *EngineWeight) String() string {
 func (*EngineWeight) ProtoMessage() {}
 
 func (x *EngineWeight) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[11]
+	mi := &file_switchyard_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2323,7 @@ func (x *EngineWeight) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineWeight.ProtoReflect.Descriptor instead.
 func (*EngineWeight) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{11}
+	return file_switchyard_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EngineWeight) GetEngineId() string {
@@ -2299,13 +2384,20 @@ type ClusterWeights struct {
 	// shed_fraction. Absent when the cluster had none (it was planned at
 	// the minimum demand) and from optimizers built before it.
 	DemandEstimate *DemandEstimate `protobuf:"bytes,7,opt,name=demand_estimate,json=demandEstimate,proto3" json:"demand_estimate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Per model, when the engines' signals say which models each serves
+	// and the demand estimate splits the demand by model: the plan for
+	// that model's requests over the engines that serve it (the engines'
+	// capacity shared between the models of one solve), sorted by model.
+	// A gateway routes a request naming one of them on its weights, and
+	// every other request on weights above. Empty otherwise.
+	ModelWeights  []*ModelWeights `protobuf:"bytes,8,rep,name=model_weights,json=modelWeights,proto3" json:"model_weights,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterWeights) Reset() {
 	*x = ClusterWeights{}
-	mi := &file_switchyard_proto_msgTypes[12]
+	mi := &file_switchyard_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2409,7 @@ func (x *ClusterWeights) String() string {
 func (*ClusterWeights) ProtoMessage() {}
 
 func (x *ClusterWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[12]
+	mi := &file_switchyard_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2422,7 @@ func (x *ClusterWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterWeights.ProtoReflect.Descriptor instead.
 func (*ClusterWeights) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{12}
+	return file_switchyard_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ClusterWeights) GetCluster() string {
@@ -2382,6 +2474,85 @@ func (x *ClusterWeights) GetDemandEstimate() *DemandEstimate {
 	return nil
 }
 
+func (x *ClusterWeights) GetModelWeights() []*ModelWeights {
+	if x != nil {
+		return x.ModelWeights
+	}
+	return nil
+}
+
+// ModelWeights is the plan for one model's requests of a cluster.
+type ModelWeights struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Model string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Shares of the model's requests, as ClusterWeights.weights, over the
+	// engines that serve the model; with shed_fraction they add up to 1.
+	Weights      []*EngineWeight `protobuf:"bytes,2,rep,name=weights,proto3" json:"weights,omitempty"`
+	ShedFraction float64         `protobuf:"fixed64,3,opt,name=shed_fraction,json=shedFraction,proto3" json:"shed_fraction,omitempty"`
+	// The model's demand the plan was made for, requests per second.
+	DemandRps     float64 `protobuf:"fixed64,4,opt,name=demand_rps,json=demandRps,proto3" json:"demand_rps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelWeights) Reset() {
+	*x = ModelWeights{}
+	mi := &file_switchyard_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelWeights) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelWeights) ProtoMessage() {}
+
+func (x *ModelWeights) ProtoReflect() protoreflect.Message {
+	mi := &file_switchyard_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelWeights.ProtoReflect.Descriptor instead.
+func (*ModelWeights) Descriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ModelWeights) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ModelWeights) GetWeights() []*EngineWeight {
+	if x != nil {
+		return x.Weights
+	}
+	return nil
+}
+
+func (x *ModelWeights) GetShedFraction() float64 {
+	if x != nil {
+		return x.ShedFraction
+	}
+	return 0
+}
+
+func (x *ModelWeights) GetDemandRps() float64 {
+	if x != nil {
+		return x.DemandRps
+	}
+	return 0
+}
+
 type SolveStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Solver that produced the plan.
@@ -2402,7 +2573,7 @@ type SolveStats struct {
 
 func (x *SolveStats) Reset() {
 	*x = SolveStats{}
-	mi := &file_switchyard_proto_msgTypes[13]
+	mi := &file_switchyard_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2585,7 @@ func (x *SolveStats) String() string {
 func (*SolveStats) ProtoMessage() {}
 
 func (x *SolveStats) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[13]
+	mi := &file_switchyard_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2598,7 @@ func (x *SolveStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SolveStats.ProtoReflect.Descriptor instead.
 func (*SolveStats) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{13}
+	return file_switchyard_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SolveStats) GetSolver() string {
@@ -2501,7 +2672,7 @@ type WeightSnapshot struct {
 
 func (x *WeightSnapshot) Reset() {
 	*x = WeightSnapshot{}
-	mi := &file_switchyard_proto_msgTypes[14]
+	mi := &file_switchyard_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2684,7 @@ func (x *WeightSnapshot) String() string {
 func (*WeightSnapshot) ProtoMessage() {}
 
 func (x *WeightSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[14]
+	mi := &file_switchyard_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2697,7 @@ func (x *WeightSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightSnapshot.ProtoReflect.Descriptor instead.
 func (*WeightSnapshot) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{14}
+	return file_switchyard_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WeightSnapshot) GetSchemaVersion() uint32 {
@@ -2613,7 +2784,7 @@ type GatewayLoad struct {
 
 func (x *GatewayLoad) Reset() {
 	*x = GatewayLoad{}
-	mi := &file_switchyard_proto_msgTypes[15]
+	mi := &file_switchyard_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2796,7 @@ func (x *GatewayLoad) String() string {
 func (*GatewayLoad) ProtoMessage() {}
 
 func (x *GatewayLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[15]
+	mi := &file_switchyard_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2809,7 @@ func (x *GatewayLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GatewayLoad.ProtoReflect.Descriptor instead.
 func (*GatewayLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{15}
+	return file_switchyard_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GatewayLoad) GetSchemaVersion() uint32 {
@@ -2691,7 +2862,7 @@ type EngineLoad struct {
 
 func (x *EngineLoad) Reset() {
 	*x = EngineLoad{}
-	mi := &file_switchyard_proto_msgTypes[16]
+	mi := &file_switchyard_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +2874,7 @@ func (x *EngineLoad) String() string {
 func (*EngineLoad) ProtoMessage() {}
 
 func (x *EngineLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[16]
+	mi := &file_switchyard_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +2887,7 @@ func (x *EngineLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineLoad.ProtoReflect.Descriptor instead.
 func (*EngineLoad) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{16}
+	return file_switchyard_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EngineLoad) GetEngineId() string {
@@ -2777,7 +2948,7 @@ type KVEventBatch struct {
 
 func (x *KVEventBatch) Reset() {
 	*x = KVEventBatch{}
-	mi := &file_switchyard_proto_msgTypes[17]
+	mi := &file_switchyard_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2789,7 +2960,7 @@ func (x *KVEventBatch) String() string {
 func (*KVEventBatch) ProtoMessage() {}
 
 func (x *KVEventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[17]
+	mi := &file_switchyard_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2802,7 +2973,7 @@ func (x *KVEventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEventBatch.ProtoReflect.Descriptor instead.
 func (*KVEventBatch) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{17}
+	return file_switchyard_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *KVEventBatch) GetSchemaVersion() uint32 {
@@ -2910,7 +3081,7 @@ type KVEvent struct {
 
 func (x *KVEvent) Reset() {
 	*x = KVEvent{}
-	mi := &file_switchyard_proto_msgTypes[18]
+	mi := &file_switchyard_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3093,7 @@ func (x *KVEvent) String() string {
 func (*KVEvent) ProtoMessage() {}
 
 func (x *KVEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_switchyard_proto_msgTypes[18]
+	mi := &file_switchyard_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3106,7 @@ func (x *KVEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVEvent.ProtoReflect.Descriptor instead.
 func (*KVEvent) Descriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{18}
+	return file_switchyard_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KVEvent) GetType() KVEventType {
@@ -3091,7 +3262,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x06points\x18\x01 \x03(\v2\x1b.switchyard.v1.ProfilePointR\x06points\x12\x18\n" +
 	"\asamples\x18\x02 \x01(\rR\asamples\x12\x1e\n" +
 	"\vfit_rmse_ms\x18\x03 \x01(\x01R\tfitRmseMs\x12\x14\n" +
-	"\x05prior\x18\x04 \x01(\bR\x05prior\"\xbd\a\n" +
+	"\x05prior\x18\x04 \x01(\bR\x05prior\"\xd5\a\n" +
 	"\x0eEngineEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1b\n" +
 	"\tengine_id\x18\x02 \x01(\tR\bengineId\x12!\n" +
@@ -3116,7 +3287,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x0fcapacity_source\x18\x14 \x01(\tR\x0ecapacitySource\x12,\n" +
 	"\x12kv_capacity_tokens\x18\x15 \x01(\x01R\x10kvCapacityTokens\x12*\n" +
 	"\x11cache_residency_s\x18\x16 \x01(\x01R\x0fcacheResidencyS\x12+\n" +
-	"\x12work_per_request_s\x18\x17 \x01(\x01R\x0fworkPerRequestS\"\xfb\x03\n" +
+	"\x12work_per_request_s\x18\x17 \x01(\x01R\x0fworkPerRequestS\x12\x16\n" +
+	"\x06models\x18\x18 \x03(\tR\x06models\"\xaf\x04\n" +
 	"\x0eDemandEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12/\n" +
@@ -3131,7 +3303,13 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x0erejected_count\x18\n" +
 	" \x01(\rR\rrejectedCount\x12.\n" +
 	"\x13shed_snapshot_count\x18\v \x01(\rR\x11shedSnapshotCount\x120\n" +
-	"\x14shed_admission_count\x18\f \x01(\rR\x12shedAdmissionCount\"\xcd\x01\n" +
+	"\x14shed_admission_count\x18\f \x01(\rR\x12shedAdmissionCount\x122\n" +
+	"\x06models\x18\r \x03(\v2\x1a.switchyard.v1.ModelDemandR\x06models\"g\n" +
+	"\vModelDemand\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12#\n" +
+	"\rrequest_count\x18\x02 \x01(\rR\frequestCount\x12\x1d\n" +
+	"\n" +
+	"demand_rps\x18\x03 \x01(\x01R\tdemandRps\"\xcd\x01\n" +
 	"\x0fNetworkEstimate\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x18\n" +
 	"\acluster\x18\x02 \x01(\tR\acluster\x12\x1b\n" +
@@ -3160,7 +3338,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\fendpoint_url\x18\x02 \x01(\tR\vendpointUrl\x12\x16\n" +
 	"\x06weight\x18\x03 \x01(\x01R\x06weight\x12<\n" +
 	"\vexplanation\x18\x04 \x01(\v2\x1a.switchyard.v1.ExplanationR\vexplanation\x12/\n" +
-	"\x13planned_utilization\x18\x05 \x01(\x01R\x12plannedUtilization\"\xc2\x02\n" +
+	"\x13planned_utilization\x18\x05 \x01(\x01R\x12plannedUtilization\"\x84\x03\n" +
 	"\x0eClusterWeights\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x125\n" +
 	"\aweights\x18\x02 \x03(\v2\x1b.switchyard.v1.EngineWeightR\aweights\x12#\n" +
@@ -3169,7 +3347,14 @@ const file_switchyard_proto_rawDesc = "" +
 	"demand_rps\x18\x04 \x01(\x01R\tdemandRps\x12.\n" +
 	"\x13expected_latency_ms\x18\x05 \x01(\x01R\x11expectedLatencyMs\x12#\n" +
 	"\rpeer_clusters\x18\x06 \x03(\tR\fpeerClusters\x12F\n" +
-	"\x0fdemand_estimate\x18\a \x01(\v2\x1d.switchyard.v1.DemandEstimateR\x0edemandEstimate\"\xc9\x01\n" +
+	"\x0fdemand_estimate\x18\a \x01(\v2\x1d.switchyard.v1.DemandEstimateR\x0edemandEstimate\x12@\n" +
+	"\rmodel_weights\x18\b \x03(\v2\x1b.switchyard.v1.ModelWeightsR\fmodelWeights\"\x9f\x01\n" +
+	"\fModelWeights\x12\x14\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x125\n" +
+	"\aweights\x18\x02 \x03(\v2\x1b.switchyard.v1.EngineWeightR\aweights\x12#\n" +
+	"\rshed_fraction\x18\x03 \x01(\x01R\fshedFraction\x12\x1d\n" +
+	"\n" +
+	"demand_rps\x18\x04 \x01(\x01R\tdemandRps\"\xc9\x01\n" +
 	"\n" +
 	"SolveStats\x12\x16\n" +
 	"\x06solver\x18\x01 \x01(\tR\x06solver\x12!\n" +
@@ -3296,7 +3481,7 @@ func file_switchyard_proto_rawDescGZIP() []byte {
 }
 
 var file_switchyard_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_switchyard_proto_goTypes = []any{
 	(Health)(0),             // 0: switchyard.v1.Health
 	(RequestStatus)(0),      // 1: switchyard.v1.RequestStatus
@@ -3313,17 +3498,19 @@ var file_switchyard_proto_goTypes = []any{
 	(*LatencyProfile)(nil),  // 12: switchyard.v1.LatencyProfile
 	(*EngineEstimate)(nil),  // 13: switchyard.v1.EngineEstimate
 	(*DemandEstimate)(nil),  // 14: switchyard.v1.DemandEstimate
-	(*NetworkEstimate)(nil), // 15: switchyard.v1.NetworkEstimate
-	(*Estimate)(nil),        // 16: switchyard.v1.Estimate
-	(*Explanation)(nil),     // 17: switchyard.v1.Explanation
-	(*EngineWeight)(nil),    // 18: switchyard.v1.EngineWeight
-	(*ClusterWeights)(nil),  // 19: switchyard.v1.ClusterWeights
-	(*SolveStats)(nil),      // 20: switchyard.v1.SolveStats
-	(*WeightSnapshot)(nil),  // 21: switchyard.v1.WeightSnapshot
-	(*GatewayLoad)(nil),     // 22: switchyard.v1.GatewayLoad
-	(*EngineLoad)(nil),      // 23: switchyard.v1.EngineLoad
-	(*KVEventBatch)(nil),    // 24: switchyard.v1.KVEventBatch
-	(*KVEvent)(nil),         // 25: switchyard.v1.KVEvent
+	(*ModelDemand)(nil),     // 15: switchyard.v1.ModelDemand
+	(*NetworkEstimate)(nil), // 16: switchyard.v1.NetworkEstimate
+	(*Estimate)(nil),        // 17: switchyard.v1.Estimate
+	(*Explanation)(nil),     // 18: switchyard.v1.Explanation
+	(*EngineWeight)(nil),    // 19: switchyard.v1.EngineWeight
+	(*ClusterWeights)(nil),  // 20: switchyard.v1.ClusterWeights
+	(*ModelWeights)(nil),    // 21: switchyard.v1.ModelWeights
+	(*SolveStats)(nil),      // 22: switchyard.v1.SolveStats
+	(*WeightSnapshot)(nil),  // 23: switchyard.v1.WeightSnapshot
+	(*GatewayLoad)(nil),     // 24: switchyard.v1.GatewayLoad
+	(*EngineLoad)(nil),      // 25: switchyard.v1.EngineLoad
+	(*KVEventBatch)(nil),    // 26: switchyard.v1.KVEventBatch
+	(*KVEvent)(nil),         // 27: switchyard.v1.KVEvent
 }
 var file_switchyard_proto_depIdxs = []int32{
 	0,  // 0: switchyard.v1.EngineSignal.health:type_name -> switchyard.v1.Health
@@ -3340,23 +3527,26 @@ var file_switchyard_proto_depIdxs = []int32{
 	0,  // 11: switchyard.v1.EngineEstimate.health:type_name -> switchyard.v1.Health
 	12, // 12: switchyard.v1.EngineEstimate.ttft_profile:type_name -> switchyard.v1.LatencyProfile
 	12, // 13: switchyard.v1.EngineEstimate.tbot_profile:type_name -> switchyard.v1.LatencyProfile
-	13, // 14: switchyard.v1.Estimate.engine:type_name -> switchyard.v1.EngineEstimate
-	14, // 15: switchyard.v1.Estimate.demand:type_name -> switchyard.v1.DemandEstimate
-	15, // 16: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
-	17, // 17: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
-	18, // 18: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
-	14, // 19: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
-	19, // 20: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
-	20, // 21: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
-	23, // 22: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
-	5,  // 23: switchyard.v1.KVEventBatch.resync:type_name -> switchyard.v1.KVResyncReason
-	25, // 24: switchyard.v1.KVEventBatch.events:type_name -> switchyard.v1.KVEvent
-	6,  // 25: switchyard.v1.KVEvent.type:type_name -> switchyard.v1.KVEventType
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	15, // 14: switchyard.v1.DemandEstimate.models:type_name -> switchyard.v1.ModelDemand
+	13, // 15: switchyard.v1.Estimate.engine:type_name -> switchyard.v1.EngineEstimate
+	14, // 16: switchyard.v1.Estimate.demand:type_name -> switchyard.v1.DemandEstimate
+	16, // 17: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
+	18, // 18: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
+	19, // 19: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
+	14, // 20: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
+	21, // 21: switchyard.v1.ClusterWeights.model_weights:type_name -> switchyard.v1.ModelWeights
+	19, // 22: switchyard.v1.ModelWeights.weights:type_name -> switchyard.v1.EngineWeight
+	20, // 23: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
+	22, // 24: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
+	25, // 25: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
+	5,  // 26: switchyard.v1.KVEventBatch.resync:type_name -> switchyard.v1.KVResyncReason
+	27, // 27: switchyard.v1.KVEventBatch.events:type_name -> switchyard.v1.KVEvent
+	6,  // 28: switchyard.v1.KVEvent.type:type_name -> switchyard.v1.KVEventType
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_proto_init() }
@@ -3364,19 +3554,19 @@ func file_switchyard_proto_init() {
 	if File_switchyard_proto != nil {
 		return
 	}
-	file_switchyard_proto_msgTypes[9].OneofWrappers = []any{
+	file_switchyard_proto_msgTypes[10].OneofWrappers = []any{
 		(*Estimate_Engine)(nil),
 		(*Estimate_Demand)(nil),
 		(*Estimate_Network)(nil),
 	}
-	file_switchyard_proto_msgTypes[17].OneofWrappers = []any{}
+	file_switchyard_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_proto_rawDesc), len(file_switchyard_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

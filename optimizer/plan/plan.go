@@ -214,25 +214,34 @@ func (s *State) Remember(snap *schemas.WeightSnapshot) {
 		idleRPS = pc.set.idleRPS()
 	}
 	for _, cw := range snap.GetClusters() {
-		p := &previousPlan{weights: map[string]float64{}, usable: map[string]bool{}, createdMs: snap.GetCreatedUnixMs(),
-			real: cw.GetDemandRps() > idleRPS}
-		for _, w := range cw.GetWeights() {
-			if w.GetWeight() > 0 {
-				p.weights[w.GetEngineId()] = w.GetWeight()
-			}
-			if !slices.Contains(w.GetExplanation().GetBinding(), "unhealthy") && !slices.Contains(w.GetExplanation().GetBinding(), "residency") {
-				p.usable[w.GetEngineId()] = true
-			}
+		s.rememberCluster(cw.GetCluster(), cw.GetWeights(), cw.GetDemandRps(), snap.GetCreatedUnixMs(), idleRPS)
+		for _, mw := range cw.GetModelWeights() { // models.go
+			s.rememberCluster(modelClusterID(cw.GetCluster(), mw.GetModel()), mw.GetWeights(), mw.GetDemandRps(), snap.GetCreatedUnixMs(), idleRPS)
 		}
-		// An idle cluster's weights held from real-demand weights stay
-		// real (they are kept through the idle period); weights spread by
-		// capacity are a fine churn reference for the next burst but not
-		// a reason to keep anything.
-		if old := s.previous[cw.GetCluster()]; !p.real && old != nil && old.real && s.planned != nil && s.planned.idle[cw.GetCluster()] {
-			p.real = true
-		}
-		s.previous[cw.GetCluster()] = p
 	}
+}
+
+// rememberCluster records the weights of instance cluster id (a cluster,
+// or a model's part of one) planned for demandRPS, for Remember.
+func (s *State) rememberCluster(id string, weights []*schemas.EngineWeight, demandRPS float64, createdMs int64, idleRPS float64) {
+	p := &previousPlan{weights: map[string]float64{}, usable: map[string]bool{}, createdMs: createdMs,
+		real: demandRPS > idleRPS}
+	for _, w := range weights {
+		if w.GetWeight() > 0 {
+			p.weights[w.GetEngineId()] = w.GetWeight()
+		}
+		if !slices.Contains(w.GetExplanation().GetBinding(), "unhealthy") && !slices.Contains(w.GetExplanation().GetBinding(), "residency") {
+			p.usable[w.GetEngineId()] = true
+		}
+	}
+	// An idle cluster's weights held from real-demand weights stay
+	// real (they are kept through the idle period); weights spread by
+	// capacity are a fine churn reference for the next burst but not
+	// a reason to keep anything.
+	if old := s.previous[id]; !p.real && old != nil && old.real && s.planned != nil && s.planned.idle[id] {
+		p.real = true
+	}
+	s.previous[id] = p
 }
 
 // Instance builds the optimisation problem from the estimates fresh at
@@ -253,6 +262,8 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	for _, id := range set.Clusters {
 		demand[id] = set.MinDemandRPS
 	}
+	fresh := s.freshEngines(cutoff)
+	served := servedModels(fresh) // models.go
 	for _, id := range sortedKeys(s.demand) {
 		d := s.demand[id]
 		if d.GetWindowEndUnixMs() < cutoff {
@@ -262,9 +273,14 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		if !ok {
 			continue
 		}
-		raw[id] = rps
 		used[id] = d
-		demand[id] = math.Max(rps, set.MinDemandRPS)
+		parts, rest := modelParts(d, rps, fresh, served)
+		raw[id] = rest
+		demand[id] = math.Max(rest, set.MinDemandRPS)
+		for m, p := range parts {
+			raw[modelClusterID(id, m)] = p
+			demand[modelClusterID(id, m)] = math.Max(p, set.MinDemandRPS)
+		}
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
 			outTok += float64(mo * rps)
 			outW += rps
@@ -277,7 +293,6 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	for _, id := range sortedKeys(demand) {
 		in.Clusters = append(in.Clusters, opt.Cluster{ID: id, DemandRPS: demand[id]})
 	}
-	fresh := s.freshEngines(cutoff)
 	s.observePools(fresh)
 	s.observeRef(fresh)
 	ttftPool, tbotPool := s.profilePools(fresh)
@@ -324,11 +339,16 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	for _, c := range in.Clusters {
 		total += c.DemandRPS
 	}
+	release := make([]float64, len(in.Engines))
 	if need := total / set.MaxUtilization; need > sumLo && sumHi > sumLo {
 		t := math.Min(1, (need-sumLo)/(sumHi-sumLo))
-		for i := range in.Engines {
-			in.Engines[i].CapacityRPS += float64(t * (his[i] - in.Engines[i].CapacityRPS))
+		for i := range release {
+			release[i] = t
 		}
+	}
+	maxU := releaseForModels(in, his, served, set.MaxUtilization, release) // models.go
+	for i := range in.Engines {
+		in.Engines[i].CapacityRPS += float64(release[i] * (his[i] - in.Engines[i].CapacityRPS))
 	}
 	if planned := s.burstAbsorbed(in.Clusters, total, sumHi, cutoff); planned < total {
 		for i := range in.Clusters {
@@ -336,25 +356,29 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		}
 		total = planned
 	}
-	in.MaxUtilization = spendHeadroom(set.MaxUtilization, total, sumHi)
+	in.MaxUtilization = max(spendHeadroom(set.MaxUtilization, total, sumHi), maxU)
 	netCutoff := now.Add(-set.NetworkTTL).UnixMilli()
 	for _, c := range in.Clusters {
 		row := map[string]float64{}
+		cid, model, part := splitModelCluster(c.ID) // models.go: a model's part of cluster cid
 		for _, e := range in.Engines {
-			key := [2]string{c.ID, e.ID}
+			if part && !serves(served, e.ID, model) {
+				continue
+			}
+			key := [2]string{cid, e.ID}
 			if n, ok := s.network[key]; ok && n.GetWindowEndUnixMs() >= netCutoff &&
 				n.GetSamples() >= set.MinNetworkSamples && finite(n.GetRttMs()) && n.GetRttMs() >= 0 && n.GetRttMs() <= opt.MaxValue {
 				row[e.ID] = s.heldRTT(key, n.GetRttMs())
 				continue
 			}
-			if v, ok := set.RegionRTTms[c.ID][region[e.ID]]; ok {
+			if v, ok := set.RegionRTTms[cid][region[e.ID]]; ok {
 				row[e.ID] = v
 				continue
 			}
 			if set.StrictResidency {
 				continue
 			}
-			if region[e.ID] == c.ID {
+			if region[e.ID] == cid {
 				row[e.ID] = 0
 			} else {
 				row[e.ID] = set.DefaultRTTms
@@ -448,6 +472,7 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 			}
 		}
 	}
+	foldModelClusters(snap) // models.go
 	return snap, nil
 }
 

@@ -18,6 +18,34 @@ type Demand struct {
 	// Of requests, those a gateway answered 429 itself (status SHED), and
 	// of those the snapshot's and admission control's.
 	rejected, shedSnapshot, shedAdmission uint32
+	// models counts requests by the model they named (see addModel).
+	models map[string]uint32
+}
+
+// empty reports whether d counted nothing.
+func (d *Demand) empty() bool {
+	return d.requests == 0 && d.tokened == 0 && d.promptSum == 0 && d.outputSum == 0 && d.prompted == 0 &&
+		d.rejected == 0 && d.shedSnapshot == 0 && d.shedAdmission == 0 && len(d.models) == 0
+}
+
+// maxPaneModels bounds the entries of a cluster's pane's requests by
+// model: 63 models and "", which counts the requests of later models
+// with those naming none.
+const maxPaneModels = 64
+
+// addModel counts n requests of model m: under "" when m is empty,
+// longer than a model id may be, or new past maxPaneModels models.
+func (d *Demand) addModel(m string, n uint32) {
+	if len(m) > schemas.MaxModelIDBytes {
+		m = ""
+	}
+	if _, ok := d.models[m]; !ok && m != "" && len(d.models) >= maxPaneModels-1 {
+		m = "" // the last entry is kept for ""
+	}
+	if d.models == nil {
+		d.models = map[string]uint32{}
+	}
+	d.models[m] += n
 }
 
 // Add folds a validated routing event in. A request counts toward demand
@@ -31,6 +59,7 @@ type Demand struct {
 func (d *Demand) Add(ev *schemas.RoutingEvent) {
 	if CountsAsDemand(ev) {
 		d.requests++
+		d.addModel(ev.GetModel(), 1)
 		if ev.GetStatus() == schemas.RequestStatus_REQUEST_STATUS_SHED {
 			d.rejected++
 			switch ev.GetFailureReason() {
@@ -114,6 +143,7 @@ func demandEstimate(cluster string, start, end int64, slideMs int64, panes []*De
 	if tot.tokened > 0 {
 		out.MeanOutputTokens = tot.outputSum / tot.tokened
 	}
+	out.Models = modelDemand(tot.models, float64(end-start)/1000)
 	if n := tot.prompted + unsized.n; n > 0 {
 		out.MeanPromptTokens = (tot.promptSum + unsized.sum) / n
 	}
@@ -227,4 +257,22 @@ func networkEstimate(out *schemas.NetworkEstimate, cluster, engine string, end i
 		out.RttMs = 0
 	}
 	return true
+}
+
+// modelDemand returns counts as ModelDemand sorted by model over a window
+// of secs seconds; nil when no request named a model.
+func modelDemand(counts map[string]uint32, secs float64) []*schemas.ModelDemand {
+	named := false
+	for m := range counts {
+		named = named || m != ""
+	}
+	if !named {
+		return nil
+	}
+	out := make([]*schemas.ModelDemand, 0, len(counts))
+	for _, m := range sortedKeys(counts) {
+		n := counts[m]
+		out = append(out, &schemas.ModelDemand{Model: m, RequestCount: n, DemandRps: float64(n) / secs})
+	}
+	return out
 }

@@ -58,7 +58,8 @@ type Engine struct {
 	health                            schemas.Health
 	maxBatch                          uint32
 	maxBatchSource                    string
-	kvCap                             float64 // KV-cache tokens, newest non-zero
+	kvCap                             float64  // KV-cache tokens, newest non-zero
+	models                            []string // the latest signal's models (shared, never modified)
 	signals, unhealthy                uint32
 	interval, finished, prompt, gen   float64
 	running, waiting, kv, util        float64
@@ -108,6 +109,7 @@ func (e *Engine) Add(s *schemas.EngineSignal) {
 		if s.GetKvCapacityTokens() > 0 {
 			e.kvCap = s.GetKvCapacityTokens()
 		}
+		e.models = s.GetModels()
 	}
 	e.signals++
 	r := s.GetRunningRequests() / float64(max(s.GetReadyReplicas(), 1))
@@ -156,6 +158,7 @@ func (e *Engine) Merge(o *Engine) {
 		if o.kvCap > 0 {
 			e.kvCap = o.kvCap
 		}
+		e.models = o.models
 	}
 	e.signals += o.signals
 	e.runSum += o.runSum
@@ -390,6 +393,7 @@ func (e *Engine) estimate(id string, start, end int64, fit Fitter, t Tries) *sch
 	out.WorkPerRequestS = workPerRequest(p, e.prompt, e.ttftCount, 1, e.gen, e.finished)
 	out.CapacityTokensPerS = capRPS * tokPerReq
 	out.KvCapacityTokens = e.kvCap
+	out.Models = e.models
 	out.CacheResidencyS = e.cacheResidency(out.KvCacheUsage)
 	if fit == nil {
 		fit = ConvexFit

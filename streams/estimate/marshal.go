@@ -82,7 +82,12 @@ type (
 	networkMsg struct{ *schemas.NetworkEstimate }
 	profileMsg struct{ *schemas.LatencyProfile }
 	pointMsg   struct{ *schemas.ProfilePoint }
+	// modelDemandMsg is one of DemandEstimate.models.
+	modelDemandMsg struct{ *schemas.ModelDemand }
 )
+
+func (m modelDemandMsg) isNil() bool      { return m.ModelDemand == nil }
+func (m modelDemandMsg) hasUnknown() bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
 
 func (m engineMsg) isNil() bool  { return m.EngineEstimate == nil }
 func (m demandMsg) isNil() bool  { return m.DemandEstimate == nil }
@@ -191,7 +196,21 @@ func appendEngine(b []byte, m engineMsg) ([]byte, bool) {
 	}
 	b = appendDouble(b, 21, m.KvCapacityTokens)
 	b = appendDouble(b, 22, m.CacheResidencyS)
-	return appendDouble(b, 23, m.WorkPerRequestS), true
+	b = appendDouble(b, 23, m.WorkPerRequestS)
+	return appendStrings(b, 24, m.Models)
+}
+
+// appendStrings appends a repeated string field (every element, empty
+// ones too, as proto.Marshal does).
+func appendStrings(b []byte, num protowire.Number, ss []string) ([]byte, bool) {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return b, false
+		}
+		b = appendTag(b, num, protowire.BytesType)
+		b = protowire.AppendString(b, s)
+	}
+	return b, true
 }
 
 func appendProfile(b []byte, m profileMsg) ([]byte, bool) {
@@ -226,7 +245,22 @@ func appendDemand(b []byte, m demandMsg) ([]byte, bool) {
 	b = appendUint(b, 9, uint64(m.RequestCount))
 	b = appendUint(b, 10, uint64(m.RejectedCount))
 	b = appendUint(b, 11, uint64(m.ShedSnapshotCount))
-	return appendUint(b, 12, uint64(m.ShedAdmissionCount)), true
+	b = appendUint(b, 12, uint64(m.ShedAdmissionCount))
+	for _, md := range m.Models {
+		if b, ok = appendNested(b, 13, modelDemandMsg{md}, appendModelDemand); !ok {
+			return b, false
+		}
+	}
+	return b, true
+}
+
+func appendModelDemand(b []byte, m modelDemandMsg) ([]byte, bool) {
+	b, ok := appendString(b, 1, m.Model)
+	if !ok {
+		return b, false
+	}
+	b = appendUint(b, 2, uint64(m.RequestCount))
+	return appendDouble(b, 3, m.DemandRps), true
 }
 
 func appendNetwork(b []byte, m networkMsg) ([]byte, bool) {

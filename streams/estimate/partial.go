@@ -70,4 +70,7 @@ func (d *Demand) merge(o *Demand) {
 	d.rejected += o.rejected
 	d.shedSnapshot += o.shedSnapshot
 	d.shedAdmission += o.shedAdmission
+	for _, m := range sortedKeys(o.models) {
+		d.addModel(m, o.models[m])
+	}
 }

@@ -42,7 +42,10 @@ func PaneParts(p *Pane, maxBytes int) [][]byte {
 	for _, name := range sortedKeys(p.clusters) {
 		c := p.clusters[name]
 		// The cluster's name, demand and network count.
-		head := binaryMaxVarint + len(name) + 5*binaryMaxVarint + 4*8
+		head := binaryMaxVarint + len(name) + 5*binaryMaxVarint + 4*8 + binaryMaxVarint
+		for m := range c.demand.models {
+			head += 2*binaryMaxVarint + len(m)
+		}
 		fits(head)
 		cur.clusters = append(cur.clusters, partCluster{name: name, demand: &c.demand, c: c})
 		ids := make([]string, 0, len(c.network))
@@ -137,7 +140,7 @@ func (p *Pane) Join(o *Pane) error {
 		if c == nil {
 			continue
 		}
-		if oc.demand != (Demand{}) {
+		if !oc.demand.empty() {
 			return fmt.Errorf("%w: cluster %q with demand in two parts", ErrPaneEncoding, name)
 		}
 		for id := range oc.network {

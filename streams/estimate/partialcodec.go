@@ -14,11 +14,12 @@ import (
 // paneCodecVersion is the first byte of an encoded pane. Version 2
 // added the attempt counts (Tries) at the end, version 3 each engine's
 // KV-cache capacity after its sums, version 4 each cluster's rejected
-// requests after its demand sums; DecodePane still reads versions 1 (a
-// pane without attempts), 2 and 3, so partials written before an upgrade
-// are not lost.
+// requests after its demand sums, version 5 each cluster's requests by
+// model after those and each engine's models after its profiles;
+// DecodePane still reads versions 1 (a pane without attempts) to 4, so
+// partials written before an upgrade are not lost.
 const (
-	paneCodecVersion   = 4
+	paneCodecVersion   = 5
 	paneCodecVersionV1 = 1
 )
 
@@ -64,6 +65,11 @@ func appendPaneCluster(buf []byte, name string, d *Demand, network map[string]*N
 	for _, v := range []uint32{d.rejected, d.shedSnapshot, d.shedAdmission} {
 		buf = binary.AppendUvarint(buf, uint64(v))
 	}
+	buf = binary.AppendUvarint(buf, uint64(len(d.models)))
+	for _, m := range sortedKeys(d.models) {
+		buf = appendPaneString(buf, m)
+		buf = binary.AppendUvarint(buf, uint64(d.models[m]))
+	}
 	buf = binary.AppendUvarint(buf, uint64(len(ids)))
 	for _, id := range ids {
 		n := network[id]
@@ -99,6 +105,10 @@ func appendPaneEngine(buf []byte, e *Engine) []byte {
 		for _, x := range b {
 			buf = appendPaneFloats(buf, x.w, x.wu, x.wl)
 		}
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(e.models)))
+	for _, m := range e.models {
+		buf = appendPaneString(buf, m)
 	}
 	return buf
 }
@@ -187,6 +197,15 @@ func DecodePane(b []byte) (*Pane, error) {
 				r.floats("engine profile", &bs[i].w, &bs[i].wu, &bs[i].wl)
 			}
 		}
+		if b[0] >= 5 {
+			n := r.count("engine model count", 1)
+			if n > schemas.MaxSignalModels {
+				return nil, fmt.Errorf("%w: engine %q with %d models", ErrPaneEncoding, id, n)
+			}
+			for range n {
+				e.models = append(e.models, r.str("engine model"))
+			}
+		}
 		if r.Err != nil {
 			return nil, r.Err
 		}
@@ -202,6 +221,16 @@ func DecodePane(b []byte) (*Pane, error) {
 		r.floats("demand", &c.demand.tokened, &c.demand.promptSum, &c.demand.outputSum, &c.demand.prompted)
 		if b[0] >= 4 {
 			c.demand.rejected, c.demand.shedSnapshot, c.demand.shedAdmission = r.u32("rejected"), r.u32("rejected"), r.u32("rejected")
+		}
+		if b[0] >= 5 {
+			for range r.count("model count", 2) {
+				m := r.str("model")
+				n := r.u32("model requests")
+				if _, dup := c.demand.models[m]; dup || r.Err != nil {
+					return nil, fmt.Errorf("%w: model %q of cluster %q twice or cut", ErrPaneEncoding, m, name)
+				}
+				c.demand.addModel(m, n)
+			}
 		}
 		for range r.count("network count", 2) {
 			id := r.str("network engine")

@@ -16,7 +16,7 @@ func TestPaneCodecCoversEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{Engine{}, 33}, {Demand{}, 8}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
+	}{{Engine{}, 34}, {Demand{}, 9}, {Network{}, 7}, {clusterPane{}, 2}, {Tries{}, 2}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the pane codec carries %d: update partialcodec.go and this test", c.v, n, c.want)
 		}
@@ -75,7 +75,12 @@ func TestDecodePaneV2(t *testing.T) {
 	if at < 0 || bytes.Count(v3, capBytes) != 1 {
 		t.Fatal("capacity not found once in the encoding")
 	}
-	v2 := append(append([]byte{2}, v3[1:at]...), v3[at+8:]...)
+	// And the engine's model count (0) after its profiles.
+	mc := at + 8 + 2*len(Engine{}.ttft)*3*8
+	if v3[mc] != 0 {
+		t.Fatal("model count not found after the profiles")
+	}
+	v2 := append(append(append([]byte{2}, v3[1:at]...), v3[at+8:mc]...), v3[mc+1:]...)
 	q, err := DecodePane(v2)
 	if err != nil {
 		t.Fatal(err)
@@ -91,25 +96,37 @@ func TestDecodePaneV2(t *testing.T) {
 
 // TestDecodePaneV3: a pane written by version 3 of the codec (before
 // clusters carried their rejected requests) decodes to the same pane
-// with none rejected; version 4 carries them.
+// with none rejected, and one written by version 4 (before the requests
+// by model) to the same pane with none by model; version 5 carries both.
 func TestDecodePaneV3(t *testing.T) {
 	p := NewPane()
 	p.clusters["us"] = &clusterPane{demand: Demand{requests: 9, tokened: 2, rejected: 5, shedSnapshot: 2, shedAdmission: 3}, network: map[string]*Network{}}
-	v4 := AppendPane(nil, p)
-	q, err := DecodePane(v4)
+	p.clusters["us"].demand.addModel("m", 9)
+	v5 := AppendPane(nil, p)
+	q, err := DecodePane(v5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := q.clusters["us"].demand; d != p.clusters["us"].demand {
-		t.Fatalf("version 4 round trip: %+v, want %+v", d, p.clusters["us"].demand)
+	if d := q.clusters["us"].demand; !reflect.DeepEqual(d, p.clusters["us"].demand) {
+		t.Fatalf("version 5 round trip: %+v, want %+v", d, p.clusters["us"].demand)
 	}
-	// Version 3: the three counts (one byte each) after the four demand
-	// floats are not there.
-	at := bytes.Index(v4, []byte{5, 2, 3, 0}) // rejected, snapshot, admission, network count
+	// Versions 3 and 4: the three counts (one byte each) after the four
+	// demand floats, and the model count and model ("m", 9), are not
+	// there.
+	at := bytes.Index(v5, []byte{5, 2, 3, 1, 1, 'm', 9, 0}) // rejected, snapshot, admission, models, network count
 	if at < 0 {
 		t.Fatal("rejected counts not found in the encoding")
 	}
-	v3 := append(append([]byte{3}, v4[1:at]...), v4[at+3:]...)
+	v4 := append(append([]byte{4}, v5[1:at+3]...), v5[at+7:]...)
+	v3 := append(append([]byte{3}, v5[1:at]...), v5[at+7:]...)
+	p.clusters["us"].demand.models = nil
+	q, err = DecodePane(v4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(AppendPane(nil, q), AppendPane(nil, p)) {
+		t.Fatal("version 4 pane decodes to another pane")
+	}
 	q, err = DecodePane(v3)
 	if err != nil {
 		t.Fatal(err)
