@@ -14,14 +14,15 @@ import (
 // Decoder decodes and validates input records like DecodeSignal and
 // DecodeRoutingEvent, with the same results and errors, but without
 // allocating per record: it scans the wire format for the fields the
-// estimates use into messages it reuses, and interns entity names. Any
+// estimates use into messages it reuses, and interns entity and model
+// names. Any
 // record that is not plainly encoded (an unknown field, a field with an
 // unexpected wire type, a histogram sent in parts, bad UTF-8, truncation)
 // goes through proto.Unmarshal instead, so the outcome is always the
 // same as DecodeSignal's or DecodeRoutingEvent's.
 //
 // A returned message is valid until the next call. Routing events come
-// back without request_id, decision_reason and model (checked, not kept:
+// back without request_id and decision_reason (checked, not kept:
 // no estimate uses them), and their attempts (tried) with only engine_id,
 // status and failure_reason. A Decoder is not safe for concurrent use; the
 // zero value is ready to use.
@@ -342,7 +343,7 @@ func scanHist(h *schemas.Histogram, bb *[]float64, cb *[]uint64, b []byte) bool 
 }
 
 // RoutingEvent decodes and validates a RoutingEvent (see
-// DecodeRoutingEvent; request_id, decision_reason, model and the billing
+// DecodeRoutingEvent; request_id, decision_reason and the billing
 // fields no estimate uses (tenant, finish_reason, engine_region,
 // engine_gpu_class, and each attempt's http_status and duration_ms) are
 // checked but not kept).
@@ -363,7 +364,7 @@ func (d *Decoder) RoutingEvent(b []byte, recordTime time.Time) (*schemas.Routing
 
 // dropUnkept clears the fields of ev the Decoder checks but does not keep.
 func dropUnkept(ev *schemas.RoutingEvent) {
-	ev.RequestId, ev.DecisionReason, ev.Model = "", "", ""
+	ev.RequestId, ev.DecisionReason = "", ""
 	ev.Tenant, ev.FinishReason, ev.EngineRegion, ev.EngineGpuClass = "", "", "", ""
 	ev.ClientRequestId, ev.TenantSource = "", ""
 	for _, a := range ev.Tried {
@@ -534,7 +535,9 @@ func (d *Decoder) scanRoutingEvent(b []byte) bool {
 				ev.Cluster, ok = d.str(v)
 			case 4:
 				ev.EngineId, ok = d.str(v)
-			case 2, 6, 15, 21, 24, 25, 26, 32, 33: // not kept
+			case 15: // model: demand is split by it
+				ev.Model, ok = d.str(v)
+			case 2, 6, 21, 24, 25, 26, 32, 33: // not kept
 				ok = utf8.Valid(v)
 			case 28: // tried: engine, status and failure kept
 				ok = d.scanAttempt(v, d.attempt())
