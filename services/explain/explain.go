@@ -158,13 +158,48 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 		fmt.Fprintf(tw, "rejected\t%s\n", rejected)
 	}
 	fmt.Fprintln(tw)
-	ws := append([]*schemas.EngineWeight(nil), cw.GetWeights()...)
+	ws := sortedWeights(cw.GetWeights())
+	table(tw, ws, cw.GetShedFraction())
+	fmt.Fprintln(tw)
+	all := ws // the footer's legend explains the model plans' bindings too
+	for _, mw := range cw.GetModelWeights() {
+		fmt.Fprintf(tw, "model\t%s: demand %.3f rps, shed %.2f%% (planned apart: only some engines serve it)\n",
+			mw.GetModel(), mw.GetDemandRps(), 100*mw.GetShedFraction())
+		mws := sortedWeights(mw.GetWeights())
+		table(tw, mws, mw.GetShedFraction())
+		fmt.Fprintln(tw)
+		all = append(all[:len(all):len(all)], mws...)
+	}
+	fmt.Fprintln(tw, "demand and shed are what the plan was made for; offered is every request the gateways received in")
+	fmt.Fprintln(tw, "the demand window the plan used, those they answered 429 (rejected) included.")
+	fmt.Fprintln(tw, "marginal ms is the end-to-end latency of one more request from this cluster on that engine")
+	for _, line := range Marginal(ws) {
+		fmt.Fprintln(tw, line)
+	}
+	for _, line := range Legend(all) {
+		fmt.Fprintln(tw, line)
+	}
+	fmt.Fprintln(tw, "max batch is the per-replica batch limit the capacity estimate used and where it came from:")
+	fmt.Fprintln(tw, "configured (agent), engine_metrics (the engine's), inferred (running while requests waited), prior.")
+	fmt.Fprintln(tw, "cache s is how long a prefix stays in the engine's prefix cache (free KV capacity over the rate")
+	fmt.Fprintln(tw, "of new tokens); gateways credit no prefix sent to the engine longer ago.")
+	return tw.Flush()
+}
+
+// sortedWeights returns a copy of ws, heaviest first, then by engine.
+func sortedWeights(in []*schemas.EngineWeight) []*schemas.EngineWeight {
+	ws := append([]*schemas.EngineWeight(nil), in...)
 	sort.SliceStable(ws, func(a, b int) bool {
 		if ws[a].GetWeight() != ws[b].GetWeight() {
 			return ws[a].GetWeight() > ws[b].GetWeight()
 		}
 		return ws[a].GetEngineId() < ws[b].GetEngineId()
 	})
+	return ws
+}
+
+// table writes the engine table of ws and its shed row.
+func table(tw io.Writer, ws []*schemas.EngineWeight, shed float64) {
 	fmt.Fprintln(tw, "ENGINE\tWEIGHT\tNETWORK MS\tENGINE MS\tMARGINAL MS\tPLANNED UTIL\tBINDING\tMAX BATCH\tCACHE S\tENDPOINT")
 	for _, ew := range ws {
 		ex := ew.GetExplanation()
@@ -176,24 +211,9 @@ func Write(w io.Writer, snap *schemas.WeightSnapshot, cw *schemas.ClusterWeights
 			ex.GetNetworkMs(), ex.GetEngineMs(), ex.GetMarginalMs(), ew.GetPlannedUtilization(), binding, batchLimit(ex),
 			residency(ex), ew.GetEndpointUrl())
 	}
-	if cw.GetShedFraction() > 0 {
-		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\t\n", cw.GetShedFraction(), "demand above capacity")
+	if shed > 0 {
+		fmt.Fprintf(tw, "(shed)\t%.4f\t\t\t\t\t%s\t\t\t\n", shed, "demand above capacity")
 	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "demand and shed are what the plan was made for; offered is every request the gateways received in")
-	fmt.Fprintln(tw, "the demand window the plan used, those they answered 429 (rejected) included.")
-	fmt.Fprintln(tw, "marginal ms is the end-to-end latency of one more request from this cluster on that engine")
-	for _, line := range Marginal(ws) {
-		fmt.Fprintln(tw, line)
-	}
-	for _, line := range Legend(ws) {
-		fmt.Fprintln(tw, line)
-	}
-	fmt.Fprintln(tw, "max batch is the per-replica batch limit the capacity estimate used and where it came from:")
-	fmt.Fprintln(tw, "configured (agent), engine_metrics (the engine's), inferred (running while requests waited), prior.")
-	fmt.Fprintln(tw, "cache s is how long a prefix stays in the engine's prefix cache (free KV capacity over the rate")
-	fmt.Fprintln(tw, "of new tokens); gateways credit no prefix sent to the engine longer ago.")
-	return tw.Flush()
 }
 
 // Bindings maps every BINDING value the optimizer and its planner write
@@ -203,7 +223,7 @@ var Bindings = map[string]string{
 	"churn":          "the churn term holds the weight at its previous value or keeps traffic on an engine dearer at the margin than the cluster's cheapest (moving it would cost more than it gains)",
 	"zero":           "no traffic: the engine is dearer at the margin than the cluster's price",
 	"unhealthy":      "the engine is down; it gets no traffic",
-	"residency":      "the cluster may not use the engine (no network entry for it): it gets no traffic",
+	"residency":      "the cluster may not use the engine (no network entry for it; in a model's plan, the engine does not serve the model): it gets no traffic",
 	"hold":           "the cluster kept its previous weights (the solver's move was under 10% of its traffic), which may load an engine up to 1.05 x the cap",
 	"failover_split": "a weight the planner added so the cluster fails over to the nearest other region",
 	"probe":          "a floor weight the planner added to keep measuring the engine",

@@ -72,3 +72,29 @@ func TestEveryBindingIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainModelPlans: a cluster whose snapshot plans a model apart
+// shows a model line and that plan's table after the cluster's, and the
+// legend explains the bindings of both tables.
+func TestExplainModelPlans(t *testing.T) {
+	var buf bytes.Buffer
+	cw := &schemas.ClusterWeights{Cluster: "c", Weights: []*schemas.EngineWeight{weight("a", 1, 100)},
+		ModelWeights: []*schemas.ModelWeights{{Model: "llama-sql", DemandRps: 2.5, ShedFraction: 0.25,
+			Weights: []*schemas.EngineWeight{weight("b", 0.75, 140, "capacity"), weight("a", 0, 0, "residency")}}}}
+	snap := &schemas.WeightSnapshot{Clusters: []*schemas.ClusterWeights{cw}}
+	if err := Write(&buf, snap, cw); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"llama-sql: demand 2.500 rps, shed 25.00%", "binding capacity: ", "binding residency: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "ENGINE  ") != 2 {
+		t.Errorf("want two tables (the cluster's and the model's):\n%s", out)
+	}
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), "share the cluster's lowest, 100.00 ms.") {
+		t.Errorf("the footer's price statement must be about the cluster's table only:\n%s", out)
+	}
+}
