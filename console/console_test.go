@@ -47,6 +47,7 @@ func TestPages(t *testing.T) {
 			"Expected and observed latency", "observed TTFT (served, mean)", // the routing events' 80 ms TTFTs
 			fmt.Sprintf("<td>region-a-gw-0</td><td class=\"num\">v%d", last), fmt.Sprintf("<td>region-a-gw-1</td><td class=\"num\">v%d", prev),
 			`<td class="num warn">behind</td>`,
+			"Plans per model", "llama-sql · demand 4.00 rps · shed <b>5.0%</b>", "0.9500", // the model planned apart
 		}},
 		{"cluster with shed", "/cluster?id=region-b", 200, []string{"(shed)", "0.1500", "capacity", ">shed<",
 			"offered 1.50 rps (45 requests), <b>20.0%</b> answered 429 by the gateways (shed by the snapshot 6.7%, admission 11.1%, every engine at its limit 2.2%)",

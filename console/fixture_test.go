@@ -195,7 +195,9 @@ func fixtureSnapshot(v uint64, i int) *schemas.WeightSnapshot {
 			{Cluster: "region-a", DemandRps: 20, ExpectedLatencyMs: 95 - float64(i), Weights: []*schemas.EngineWeight{
 				{EngineId: "a-h100-0", EndpointUrl: "http://127.0.0.1:1/a-h100-0", Weight: h, PlannedUtilization: 0.6, Explanation: explain(1, 70)},
 				{EngineId: "a-a100-1", EndpointUrl: "http://127.0.0.1:1/a-a100-1", Weight: 1 - h, PlannedUtilization: 0.4, Explanation: explain(1, 95)},
-			}},
+			}, ModelWeights: []*schemas.ModelWeights{{Model: "llama-sql", DemandRps: 4, ShedFraction: 0.05, Weights: []*schemas.EngineWeight{
+				{EngineId: "a-h100-0", EndpointUrl: "http://127.0.0.1:1/a-h100-0", Weight: 0.95, PlannedUtilization: 0.6, Explanation: explain(1, 70)},
+			}}}},
 			{Cluster: "region-b", DemandRps: 3, ShedFraction: shed, ExpectedLatencyMs: 160, DemandEstimate: &schemas.DemandEstimate{
 				SchemaVersion: schemas.Version, Cluster: "region-b", WindowStartUnixMs: int64(v) - 30_000, WindowEndUnixMs: int64(v),
 				DemandRps: 1.5, ForecastRps: 1.6, RequestCount: 45, RejectedCount: 9, ShedSnapshotCount: 3, ShedAdmissionCount: 5,

@@ -274,6 +274,26 @@ type clusterBody struct {
 	// Gateways: each gateway instance of the cluster with the snapshot
 	// version its latest routing event routed on (RoutingEvent.gateway_id).
 	Gateways []gatewayRow
+	// Models: the snapshot's plans for the models it plans apart
+	// (ClusterWeights.model_weights), in its order.
+	Models []modelPlan
+}
+
+// modelPlan is one model's plan as the cluster page shows it.
+type modelPlan struct {
+	Model        string
+	Demand, Shed float64
+	Weights      []weightRow
+}
+
+// modelPlans returns cw's plans per model with their weight rows.
+func modelPlans(cw *schemas.ClusterWeights, colors map[string]string) []modelPlan {
+	var out []modelPlan
+	for _, mw := range cw.GetModelWeights() {
+		out = append(out, modelPlan{Model: mw.GetModel(), Demand: mw.GetDemandRps(), Shed: mw.GetShedFraction(),
+			Weights: weightRows(&schemas.ClusterWeights{Weights: mw.GetWeights()}, colors)})
+	}
+	return out
 }
 
 func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
@@ -299,6 +319,7 @@ func (c *Console) cluster(w http.ResponseWriter, r *http.Request) {
 	body.WeightChart, body.LatChart = c.historyCharts(es, id, colors, now, observedLatency(pts))
 	body.RateChart = c.rateChart(es, id, pts, now)
 	body.Gateways = c.live.gateways(id)
+	body.Models = modelPlans(cw, colors)
 	c.render(w, http.StatusOK, "cluster", "Cluster "+id, "overview", body, nil)
 }
 
