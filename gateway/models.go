@@ -68,10 +68,10 @@ func (g *Gateway) noteModels(s *schemas.EngineSignal) bool {
 // modelTables are a routing's tables of the engines that serve one model
 // (each a part of the routing's engines, sharing their states), built
 // when a request first asks for the model under the current model lists.
-// Only listed models (and "" for the unlisted) get a table, so their
-// number is bounded by what the signals list.
+// Only models the signals list or the snapshot plans get a table, so
+// their number is bounded by what those list.
 type modelTables struct {
-	m sync.Map // model ("" = a model no engine lists) -> *modelTable
+	m sync.Map // model -> *modelTable
 }
 
 type modelTable struct {
@@ -83,9 +83,9 @@ type modelTable struct {
 // snapshot's plan for the model if it has one: the table of the plan's
 // engines for the model (those the signals say serve it) when the
 // snapshot plans the model apart; else rt's own when every engine of it
-// may serve the model (no lists known, no model named, or all serve it),
-// else the table of the engines that serve it; ok is false when none
-// does.
+// may serve the model (no lists known, no model named, all serve it, or
+// no engine lists it), else the table of the engines that serve it; ok
+// is false when the model is listed but none of rt's engines serves it.
 func (g *Gateway) tableFor(rt *routing, model string) (t *pick.Table, mv *modelView, ok bool) {
 	sm := g.served.Load()
 	if rt.cw != nil && model != "" {
@@ -94,10 +94,12 @@ func (g *Gateway) tableFor(rt *routing, model string) (t *pick.Table, mv *modelV
 	if (len(sm.byEngine) == 0 && mv == nil) || model == "" || rt.table == nil || rt.models == nil {
 		return rt.table, nil, rt.table != nil
 	}
-	key := model
 	if mv == nil && !sm.listed[model] {
-		key = ""
+		// No engine lists it: the engines judge (vLLM answers 404; SGLang
+		// and TGI serve any model name).
+		return rt.table, nil, true
 	}
+	key := model
 	if v, hit := rt.models.m.Load(key); hit {
 		if mt := v.(*modelTable); mt.ver == sm.ver {
 			return mt.t, mv, mt.t != nil
@@ -109,7 +111,7 @@ func (g *Gateway) tableFor(rt *routing, model string) (t *pick.Table, mv *modelV
 }
 
 // buildModelTable returns the table of the engines that serve model
-// (key "": the engines without a list): the engines of mv, the
+// key: the engines of mv, the
 // snapshot's plan for the model, with its weights, when there is one;
 // else rt's, with the plan's weights. Either way only engines the
 // signals do not rule out, and when the weights give all of them none,
@@ -123,14 +125,7 @@ func (g *Gateway) buildModelTable(rt *routing, sm *servedModels, key string, mv 
 	var part []pick.Spec
 	all, sum := mv == nil, 0.0
 	for _, sp := range specs {
-		in := false
-		if key == "" {
-			_, listed := sm.byEngine[sp.ID]
-			in = !listed
-		} else {
-			in = sm.serves(sp.ID, key)
-		}
-		if !in {
+		if !sm.serves(sp.ID, key) {
 			all = false
 			continue
 		}

@@ -297,7 +297,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	if rt.table != nil {
 		t, mv, ok := g.tableFor(rt, in.Model) // models.go
 		if !ok {
-			return clientError(w, http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("the model %q does not exist: no engine serves it", in.Model))
+			return clientError(w, http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("the model %q does not exist: no engine of cluster %s serves it", in.Model, g.cfg.cluster))
 		}
 		if mv != nil && mv.shed > 0 && rand.Float64() < mv.shed {
 			// The model's own plan sheds it (at random: the cluster's

@@ -17,10 +17,11 @@ import (
 // model "a" (one with its LoRA adapter "a-sql"), one "b", one without a
 // model list (unknown: it may get anything). Requests for each model
 // reach only the engines whose signalled list holds it, or the unknown
-// one; a model no engine lists goes to the unknown engine only; once
-// every engine has a list, it is answered 404 model_not_found in
-// OpenAI's form and reaches no engine. A request without a model may go
-// anywhere. An engine the plan gives no weight gets its model's requests
+// one; a model no engine lists, like a request without a model, may go
+// to any engine (the engines judge: SGLang and TGI serve any model
+// name); a model listed only by an engine outside the cluster's snapshot
+// is answered 404 model_not_found in OpenAI's form and reaches no
+// engine. An engine the plan gives no weight gets its model's requests
 // when it is the only engine that serves the model.
 func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
 	es := map[string]*fakeEngine{}
@@ -71,7 +72,7 @@ func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
 		{"a", "a1 a2 u1", true},
 		{"a-sql", "a1 u1", true},
 		{"b", "b1 u1", false}, // u1 only: the plan gives b1 none
-		{"z", "u1", true},
+		{"z", "a1 a2 b1 u1", false},
 		{"", "a1 a2 b1 u1", false},
 	} {
 		got := send(c.model, 200)
@@ -88,13 +89,16 @@ func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
 	}
 	g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: "u1", EndpointUrl: es["u1"].url(),
 		EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, Models: []string{"u"}}))
+	// x9, outside the cluster's snapshot, is the only engine serving "x".
+	g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: "x9", EndpointUrl: "http://x9.example:8000",
+		EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, Models: []string{"x"}}))
 	var total int64
 	for _, e := range es {
 		total += e.requests.Load()
 	}
-	code, _, out := post(t, context.Background(), base, `{"model":"z","messages":[{"role":"user","content":"hi"}]}`, nil)
+	code, _, out := post(t, context.Background(), base, `{"model":"x","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if code != http.StatusNotFound || !strings.Contains(out, `"code":"model_not_found"`) || !strings.Contains(out, `"param":"model"`) {
-		t.Errorf("model no engine serves: %d %s, want 404 model_not_found", code, out)
+		t.Errorf("model no engine of the cluster serves: %d %s, want 404 model_not_found", code, out)
 	}
 	var after int64
 	for _, e := range es {
@@ -122,7 +126,7 @@ func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
 	for _, m := range list.Data {
 		ids = append(ids, m.ID)
 	}
-	if want := "a a-sql b u"; strings.Join(ids, " ") != want {
+	if want := "a a-sql b u"; strings.Join(ids, " ") != want { // x9 is not the cluster's
 		t.Errorf("GET /v1/models lists %q, want %q", ids, want)
 	}
 	if code, out := get(t, base+"/v1/models/a-sql"); code != http.StatusOK || !strings.Contains(out, `"id":"a-sql"`) {

@@ -54,8 +54,9 @@ func serves(served map[string][]string, id, model string) bool {
 
 // modelParts splits rps, a cluster's planned demand, by d's requests per
 // model: the models some but not all of engines serve get their share of
-// rps; the models no engine serves get nothing (gateways answer them 404
-// and count them as no demand); the rest of rps is returned as rest.
+// rps; the rest of rps (requests naming no model, a model every engine
+// serves, or one no engine lists, which gateways send to any engine) is
+// returned as rest.
 func modelParts(d *schemas.DemandEstimate, rps float64, engines []*schemas.EngineEstimate, served map[string][]string) (parts map[string]float64, rest float64) {
 	total := float64(d.GetRequestCount())
 	if len(served) == 0 || len(d.GetModels()) == 0 || !(total > 0) {
@@ -73,14 +74,11 @@ func modelParts(d *schemas.DemandEstimate, rps float64, engines []*schemas.Engin
 				n++
 			}
 		}
-		if n == len(engines) {
-			continue
+		if n == len(engines) || n == 0 {
+			continue // every engine may take it (no engine lists it: gateways let the engines judge)
 		}
 		share := rps * float64(md.GetRequestCount()) / total
 		rest -= share
-		if n == 0 {
-			continue
-		}
 		if parts == nil {
 			parts = map[string]float64{}
 		}
