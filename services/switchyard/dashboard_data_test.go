@@ -44,6 +44,9 @@ var notInDemo = map[string]string{
 	"switchyard_kvevents_decode_errors_total":             "switchyard kvevents; the demo runs none",
 	"switchyard_kvevents_publish_errors_total":            "switchyard kvevents; the demo runs none",
 	"switchyard_kvevents_connected":                       "switchyard kvevents; the demo runs none",
+	"switchyard_enginesim_lora_requests_total":            "enginesim --lora-modules; the demo's engines serve no adapters",
+	"switchyard_enginesim_lora_loads_total":               "enginesim --lora-modules; the demo's engines serve no adapters",
+	"vllm:lora_requests_info":                             "enginesim --lora-modules; the demo's engines serve no adapters",
 }
 
 // dashboardRateInterval stands for Grafana's $__rate_interval: several

@@ -264,7 +264,7 @@ func registeredSeries(t *testing.T) map[string]series {
 	rec.families(t, "all", out)
 
 	rec = &recorder{reg: prometheus.NewRegistry()}
-	if _, err := engineserver.New(engineserver.Config{Metrics: engineserver.MetricsFull, Registerer: rec, Logger: quiet}); err != nil {
+	if _, err := engineserver.New(engineserver.Config{Metrics: engineserver.MetricsFull, LoRAModules: []string{"sql"}, Registerer: rec, Logger: quiet}); err != nil {
 		t.Fatalf("enginesim: %v", err)
 	}
 	rec.families(t, "enginesim", out)

@@ -129,8 +129,11 @@ type Stats struct {
 	// those evicted to make room. Reset empties the caches without
 	// counting evictions.
 	KVBlocksStored, KVBlocksEvicted int64
-	// LoRALoads counts adapters loaded onto a replica's GPU.
-	LoRALoads int64
+	// LoRARequests counts requests of a LoRA adapter admitted to a batch;
+	// LoRALoads counts adapters loaded onto a replica's GPU. An adapter
+	// request that needed no load found its adapter loaded:
+	// 1 - LoRALoads/LoRARequests of them did.
+	LoRARequests, LoRALoads int64
 }
 
 // KVUsage is the fraction of KV-cache blocks in use, in [0, 1].

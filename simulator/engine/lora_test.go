@@ -37,6 +37,9 @@ func TestLoRASlotsBoundAdaptersInTheBatch(t *testing.T) {
 	if got := e.Stats().LoRALoads; got != 3 {
 		t.Errorf("%d adapter loads, want 3", got)
 	}
+	if got := e.Stats().LoRARequests; got != 3 {
+		t.Errorf("%d adapter requests admitted, want 3 (the base-model request is none)", got)
+	}
 	plain := newEngine(t, "h100", func(c *Config) { c.MaxLoRAs = 2; c.LoRALoad = 40 * time.Millisecond })
 	_, base := drive(t, plain, []arrival{{0, Request{ID: 1, PromptTokens: 64, OutputTokens: 5}}})
 	_, lora := drive(t, newEngine(t, "h100", func(c *Config) { c.MaxLoRAs = 2; c.LoRALoad = 40 * time.Millisecond }),

@@ -110,6 +110,9 @@ func (e *Engine) schedule(r *replica, t time.Duration) {
 		}
 		r.take(s)
 		r.nWaiting--
+		if s.adapter != 0 {
+			e.st.LoRARequests++
+		}
 		if r.lora.acquire(s.adapter, e.cfg.MaxLoRAs, r.step) {
 			loads++
 			e.st.LoRALoads++

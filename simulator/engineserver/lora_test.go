@@ -1,13 +1,16 @@
 package engineserver_test
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,4 +88,81 @@ func TestLoRAModulesAsVLLMServesThem(t *testing.T) {
 	}
 	cancel()
 	<-slow
+}
+
+// TestLoRAHitsCounted: four requests one after another on an engine with
+// one adapter slot, sql, sql, law, sql, are four adapter requests and
+// three loads (the second sql found its adapter loaded; law evicted it).
+// Full metrics export both counters; vLLM's metrics do not (vLLM has no
+// such series), and the engine's stop line in its log states them for
+// runs that serve vLLM's only.
+func TestLoRAHitsCounted(t *testing.T) {
+	for _, metrics := range []string{engineserver.MetricsFull, engineserver.MetricsVLLM} {
+		t.Run(metrics, func(t *testing.T) {
+			var log syncBuffer
+			sim, err := engineserver.New(engineserver.Config{ID: "sim", Listen: "127.0.0.1:0", Model: "base", LoRAModules: []string{"sql", "law"},
+				MaxLoRAs: 1, TimeScale: 20, Metrics: metrics, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- sim.Run(ctx) }()
+			stop := sync.OnceValue(func() error { cancel(); return <-done })
+			defer stop()
+			<-sim.Ready()
+			base := "http://" + sim.Addr()
+			for _, model := range []string{"sql", "sql", "law", "sql"} {
+				resp, err := http.Post(base+"/v1/completions", "application/json",
+					strings.NewReader(`{"model":"`+model+`","prompt":"hello there","max_tokens":2}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("%s: status %d", model, resp.StatusCode)
+				}
+			}
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			http.DefaultClient.CloseIdleConnections()
+			for _, want := range []string{`switchyard_enginesim_lora_requests_total{model_name="base"} 4`, `switchyard_enginesim_lora_loads_total{model_name="base"} 3`} {
+				if got := strings.Contains(string(b), want); got != (metrics == engineserver.MetricsFull) {
+					t.Errorf("/metrics has %q: %v, want %v", want, got, metrics == engineserver.MetricsFull)
+				}
+			}
+			if err := stop(); err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if line := log.String(); !strings.Contains(line, `msg="enginesim stopped"`) || !strings.Contains(line, "lora_requests=4 lora_loads=3") {
+				t.Errorf("log lacks the stop line with lora_requests=4 lora_loads=3:\n%s", line)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -211,6 +211,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge("switchyard_enginesim_replicas", "Number of engine replicas behind this endpoint.", float64(c.info.replicas))
 	counter("switchyard_enginesim_kv_blocks_stored_total", "KV-cache blocks that entered the prefix cache (a BlockStored hash each).", float64(st.KVBlocksStored))
 	counter("switchyard_enginesim_kv_blocks_evicted_total", "Prefix-cache blocks evicted to make room (a BlockRemoved hash each).", float64(st.KVBlocksEvicted))
+	if c.info.maxLoRAs > 0 {
+		counter("switchyard_enginesim_lora_requests_total", "Requests of a LoRA adapter admitted to a batch.", float64(st.LoRARequests))
+		counter("switchyard_enginesim_lora_loads_total", "LoRA adapters loaded onto the GPU (an admitted adapter request that was not loaded).", float64(st.LoRALoads))
+	}
 	ch <- prometheus.MustNewConstMetric(
 		c.desc("switchyard_enginesim_info", "Simulated engine identity.", "engine_id", "gpu_class"),
 		prometheus.GaugeValue, 1, c.info.id, c.info.gpuClass)

@@ -202,7 +202,13 @@ func (s *Service) Run(ctx context.Context) error {
 		_ = srv.Close()
 	}
 	stopDrive()
-	return errors.Join(serveErr, g.Wait())
+	err = errors.Join(serveErr, g.Wait())
+	// The totals, for runs whose /metrics shows only vLLM's series.
+	st := s.met.engine.get()
+	s.log.Info("enginesim stopped", "requests_finished", st.Finished, "requests_canceled", st.Canceled,
+		"prompt_tokens", st.PromptTokens, "prefix_hit_tokens", st.PrefixHitTokens,
+		"lora_requests", st.LoRARequests, "lora_loads", st.LoRALoads)
+	return err
 }
 
 // Drive runs the engine model in real time until ctx is done; at most one
