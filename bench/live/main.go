@@ -13,6 +13,7 @@
 //	live snapshots -nats-url URL           the audit stream's snapshots: demand, shed, weights, implied capacity
 //	live restart -targets r=URL,... -engine ID -pid PID ... -- CMD  kill an engine, restart it, report its share per bucket
 //	live floor                             the TTFT no router can beat: each request alone on an idle fast engine holding every earlier prefix
+//	live models capacity|replay|tally|report  the multi-model head-to-head of bench/models/run.sh (models.go)
 //
 // A request fails when it gets no first token within -first-token-timeout
 // (30 s), a status other than 200, or a stream that ends before [DONE].
@@ -29,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots|restart|floor [flags]")
+		fmt.Fprintln(os.Stderr, "usage: live capacity|replay|report|snapshots|restart|floor|models [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -48,8 +49,10 @@ func main() {
 		err = restartCmd(ctx, args)
 	case "floor":
 		err = floorCmd(args, os.Stdout)
+	case "models":
+		err = modelsCmd(ctx, args)
 	default:
-		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots, restart, floor)", cmd)
+		err = fmt.Errorf("unknown command %q (capacity, replay, report, snapshots, restart, floor, models)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "live:", err)
