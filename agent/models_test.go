@@ -27,10 +27,16 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql,chat",waiting_lo
 
 // modelsEngine serves loraPage, and /v1/models listing the base model and
 // three adapters until broken is set (then 404).
-func modelsEngine(t *testing.T, broken *atomic.Bool, asked *atomic.Int64) string {
+func modelsEngine(t *testing.T, broken *atomic.Bool, asked *atomic.Int64, down ...*atomic.Bool) string {
 	t.Helper()
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, loraPage) })
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if len(down) > 0 && down[0].Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, loraPage)
+	})
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		asked.Add(1)
 		if broken.Load() {
@@ -48,12 +54,12 @@ func modelsEngine(t *testing.T, broken *atomic.Bool, asked *atomic.Int64) string
 // TestScrapeReadsModelsAndAdapters: the signal lists the engine's
 // /v1/models ids (sorted, deduplicated, empty ids dropped), the adapters
 // of the lora_requests_info series set last, and max_lora; a failing
-// /v1/models keeps the last list, and the list is asked at most every
-// modelsEvery.
+// /v1/models keeps the last list, as does a failed scrape's signal, and
+// the list is asked at most every modelsEvery.
 func TestScrapeReadsModelsAndAdapters(t *testing.T) {
-	var broken atomic.Bool
+	var broken, down atomic.Bool
 	var asked atomic.Int64
-	s := NewScraper(Target{ID: "e", URL: modelsEngine(t, &broken, &asked)}, nil)
+	s := NewScraper(Target{ID: "e", URL: modelsEngine(t, &broken, &asked, &down)}, nil)
 	t0 := time.Unix(1_700_000_000, 0)
 	sig, err := s.Scrape(context.Background(), t0)
 	if err != nil {
@@ -80,6 +86,11 @@ func TestScrapeReadsModelsAndAdapters(t *testing.T) {
 		if len(sig.GetModels()) != 4 {
 			t.Errorf("scrape %d: models %q, want the last list kept", i+2, sig.GetModels())
 		}
+	}
+	down.Store(true)
+	sig, err = s.Scrape(context.Background(), t0.Add(12*time.Second))
+	if err == nil || len(sig.GetModels()) != 4 {
+		t.Errorf("failed scrape: err %v, models %q; want an error and the last list", err, sig.GetModels())
 	}
 	if n := asked.Load(); n != 2 {
 		t.Errorf("/v1/models asked %d times in 3 scrapes over 11 s, want 2 (at most every %v)", n, modelsEvery)

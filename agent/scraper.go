@@ -45,6 +45,12 @@ func (s *Scraper) Scrape(ctx context.Context, now time.Time) (*schemas.EngineSig
 	}
 	cur, err := s.fetchMetrics(ctx)
 	if err != nil {
+		// The models it served stay known: an engine down for a while
+		// does not become one that may get any model.
+		sig.Models = s.modelIDs
+		if len(s.target.Models) > 0 {
+			sig.Models = s.target.Models
+		}
 		return sig, err
 	}
 	fill(sig, s.health(ctx), cur, s, now)
