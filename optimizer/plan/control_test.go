@@ -460,8 +460,10 @@ func TestHoldShedding(t *testing.T) {
 				Engines:        []opt.Engine{{ID: "a", CapacityRPS: 100, Healthy: true}, {ID: "b", CapacityRPS: tt.capB, Healthy: true}},
 				Previous:       map[string]map[string]float64{"r": {"a": 0.5, "b": 0.5}},
 			}
+			// The solver's weights and shed add up to 1 (solverA is a's
+			// share of what is served).
 			cw := &schemas.ClusterWeights{Cluster: "r", DemandRps: 100, ShedFraction: tt.shed, Weights: []*schemas.EngineWeight{
-				{EngineId: "a", Weight: tt.solverA}, {EngineId: "b", Weight: 1 - tt.solverA},
+				{EngineId: "a", Weight: tt.solverA * (1 - tt.shed)}, {EngineId: "b", Weight: (1 - tt.solverA) * (1 - tt.shed)},
 			}}
 			if held := hold(in, holdShare, []*schemas.ClusterWeights{cw}); !held["r"] {
 				t.Fatalf("not held")
@@ -470,10 +472,10 @@ func TestHoldShedding(t *testing.T) {
 				t.Fatalf("shed %v, want %v", cw.GetShedFraction(), tt.wantShed)
 			}
 			wa, wb := cw.GetWeights()[0].GetWeight(), cw.GetWeights()[1].GetWeight()
-			if math.Abs(wa+wb-1) > 1e-12 {
-				t.Fatalf("weights sum to %v", wa+wb)
+			if math.Abs(wa+wb+cw.GetShedFraction()-1) > 1e-12 {
+				t.Fatalf("weights %v + shed %v = %v, want 1 (gateways reject anything else)", wa+wb, cw.GetShedFraction(), wa+wb+cw.GetShedFraction())
 			}
-			if lb := 100 * (1 - cw.GetShedFraction()) * wb; math.Abs(lb-tt.wantLB) > 1e-9 {
+			if lb := 100 * wb; math.Abs(lb-tt.wantLB) > 1e-9 {
 				t.Fatalf("b carries %v rps, want %v", lb, tt.wantLB)
 			}
 		})

@@ -95,9 +95,13 @@ func hold(in *opt.Instance, share float64, cws []*schemas.ClusterWeights) map[st
 		return nil // the solver's weights stand
 	}
 	for _, h := range keep {
+		// The weights are shares of the cluster's whole demand (they and
+		// the shed fraction add up to 1): the mix of the previous weights
+		// (adding up to 1) and the solver's (adding up to 1 − its shed)
+		// adds up to 1 − λ × its shed, the new shed fraction.
 		shed := lambda * h.cw.GetShedFraction()
 		for i, w := range h.cw.GetWeights() {
-			w.Weight = (h.prev[i] + lambda*(h.routed[i]-h.prev[i])) / (1 - shed)
+			w.Weight = h.prev[i] + lambda*(h.routed[i]-h.prev[i])
 			labelHeld(w)
 		}
 		h.cw.ShedFraction = shed
@@ -106,8 +110,9 @@ func hold(in *opt.Instance, share float64, cws []*schemas.ClusterWeights) map[st
 }
 
 // heldCluster is a cluster hold keeps: per weight, in cw's order, the
-// share of its demand the solver routes to the engine ((1 − shed) ×
-// weight) and the previous weight (normalised over cw's engines).
+// share of its demand the solver routes to the engine (the weight: the
+// weights and the shed fraction add up to 1) and the previous weight
+// (normalised over cw's engines).
 type heldCluster struct {
 	cw           *schemas.ClusterWeights
 	routed, prev []float64
@@ -131,7 +136,7 @@ func holdable(prev map[string]float64, share float64, cw *schemas.ClusterWeights
 	h := heldCluster{cw: cw}
 	tv := f
 	for _, w := range cw.GetWeights() {
-		r, p := (1-f)*w.GetWeight(), prev[w.GetEngineId()]/psum
+		r, p := w.GetWeight(), prev[w.GetEngineId()]/psum
 		h.routed, h.prev = append(h.routed, r), append(h.prev, p)
 		tv += math.Abs(r - p)
 	}
@@ -146,7 +151,7 @@ func holdable(prev map[string]float64, share float64, cw *schemas.ClusterWeights
 func loads(cws []*schemas.ClusterWeights) map[string]float64 {
 	load := map[string]float64{}
 	for _, cw := range cws {
-		d := cw.GetDemandRps() * (1 - cw.GetShedFraction())
+		d := cw.GetDemandRps() // weights are shares of the whole demand, shed apart
 		for _, w := range cw.GetWeights() {
 			load[w.GetEngineId()] += d * w.GetWeight()
 		}

@@ -20,6 +20,12 @@ import (
 // clusters back into their cluster's ClusterWeights.model_weights.
 const modelSep = "\x1f" // a control character: no cluster name holds it
 
+// partFloorRPS is the least demand a cluster split by model, and each of
+// its models' parts, is planned at (instead of --min-demand-rps, which
+// would add that much phantom load to every part): enough for the solve
+// to give each part weights, too little to take capacity.
+const partFloorRPS = 1e-3
+
 func modelClusterID(cluster, model string) string { return cluster + modelSep + model }
 
 // splitModelCluster returns the cluster and model of an instance cluster

@@ -35,7 +35,7 @@ func TestPlanPerModel(t *testing.T) {
 		d.GetDemand().RequestCount = 150 * 30
 		d.GetDemand().Models = []*schemas.ModelDemand{{Model: "a", RequestCount: 120 * 30, DemandRps: 120}, {Model: "b", RequestCount: 30 * 30, DemandRps: 30}}
 		s.Apply(d)
-		in, eps, err := s.Instance(now, Settings{})
+		in, eps, err := s.Instance(now, Settings{MinDemandRPS: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,6 +52,9 @@ func TestPlanPerModel(t *testing.T) {
 	cw := snap.GetClusters()[0]
 	if len(cw.GetPeerClusters()) != 1 || cw.GetPeerClusters()[0] != "r" {
 		t.Errorf("peer clusters %q, want [r]", cw.GetPeerClusters())
+	}
+	if d := cw.GetDemandRps(); d > 0.01 {
+		t.Errorf("the cluster's own demand (requests of no planned model: none) planned at %v rps, want ~0: no --min-demand-rps floor on a split demand", d)
 	}
 	mws := cw.GetModelWeights()
 	if len(mws) != 2 || mws[0].GetModel() != "a" || mws[1].GetModel() != "b" {
@@ -72,6 +75,9 @@ func TestPlanPerModel(t *testing.T) {
 	}
 	if a, b := mws[0].GetShedFraction(), mws[1].GetShedFraction(); math.Abs(a-1.0/6) > 0.02 || b > 1e-3 {
 		t.Errorf("shed a %.3f (want 1/6: 120 rps on 100), b %.3f (want 0)", a, b)
+	}
+	if a, b := mws[0].GetDemandRps(), mws[1].GetDemandRps(); math.Abs(a-120) > 1e-6 || math.Abs(b-30) > 1e-6 {
+		t.Errorf("model demands %v and %v rps, want 120 and 30", a, b)
 	}
 	whole := build(false).GetClusters()[0]
 	if len(whole.GetModelWeights()) != 0 || whole.GetShedFraction() > 1e-3 {

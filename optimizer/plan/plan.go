@@ -277,9 +277,14 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 		parts, rest := modelParts(d, rps, fresh, served)
 		raw[id] = rest
 		demand[id] = math.Max(rest, set.MinDemandRPS)
+		if len(parts) > 0 {
+			// The parts split a real demand: --min-demand-rps, a floor for
+			// clusters without traffic, would add phantom load to each.
+			demand[id] = math.Max(rest, math.Min(set.MinDemandRPS, partFloorRPS))
+		}
 		for m, p := range parts {
 			raw[modelClusterID(id, m)] = p
-			demand[modelClusterID(id, m)] = math.Max(p, set.MinDemandRPS)
+			demand[modelClusterID(id, m)] = math.Max(p, math.Min(set.MinDemandRPS, partFloorRPS))
 		}
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
 			outTok += float64(mo * rps)

@@ -69,7 +69,7 @@ func spill(in *opt.Instance, region map[string]string, keep map[string]bool, cws
 		engines[e.ID] = &spillEngine{region: region[e.ID], cap: e.CapacityRPS, healthy: e.Healthy}
 	}
 	for _, cw := range cws {
-		d := cw.GetDemandRps() * (1 - cw.GetShedFraction())
+		d := cw.GetDemandRps() // weights are shares of the whole demand, shed apart
 		for _, w := range cw.GetWeights() {
 			if e := engines[w.GetEngineId()]; e != nil {
 				e.room -= d * w.GetWeight()
