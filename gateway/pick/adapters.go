@@ -78,9 +78,10 @@ func (s *State) setAdapters(base uint64, active []uint64, maxLora int) {
 // nowMs: 0 when the engine is not known to hold adapters, when h is its
 // base model, or when h is loaded there (among its signal's active
 // adapters, or sent there by this gateway within adapterWarmMs); else
-// coldMs, and twice that when as many adapters as max_lora are loaded
-// there (it waits for a slot too).
-func (s *State) adapterCost(h uint64, nowMs int64, coldMs float64) float64 {
+// coldMs, and when as many adapters as max_lora are loaded there, twice
+// that plus e2eMs, the engine's mean request time (0 unknown): the
+// request waits for an adapter's requests to finish to free its slot.
+func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float64 {
 	ad := s.ad.Load()
 	if ad == nil || h == 0 {
 		return 0
@@ -109,7 +110,7 @@ func (s *State) adapterCost(h uint64, nowMs int64, coldMs float64) float64 {
 		}
 	}
 	if warm >= ad.maxLora {
-		return 2 * coldMs
+		return 2*coldMs + max(e2eMs, 0)
 	}
 	return coldMs
 }

@@ -15,11 +15,11 @@ import (
 // term) "sql" spreads too: the term is what concentrates it.
 func TestAdapterRequestsGoWhereTheAdapterIsLoaded(t *testing.T) {
 	base, sql, law := hashkey.String("base"), hashkey.String("sql"), hashkey.String("law")
-	run := func(cold float64) (sqlOn, lawOn, baseOn [3]int) {
+	run := func(cold, ttftMs float64) (sqlOn, lawOn, baseOn [3]int) {
 		p := NewPool()
 		tb := mustBuild(t, p, specs(3, func(int) float64 { return 1 }), Options{AdapterColdMs: cold})
 		for i := range 3 {
-			teach(tb, i, 20, 20, 0.05, 0)
+			teach(tb, i, 20, ttftMs, 0.05, 0)
 			var active []uint64
 			if i == 1 {
 				active = []uint64{sql}
@@ -28,7 +28,7 @@ func TestAdapterRequestsGoWhereTheAdapterIsLoaded(t *testing.T) {
 		}
 		send := func(key, model uint64, now int64) int {
 			_, i, tk := place(t, tb, &Request{Key: key, PromptTokens: 200, Model: model, NowMs: now})
-			tb.FirstToken(i, tk, 30)
+			tb.FirstToken(i, tk, ttftMs+10)
 			tb.Finished(i, tk, true, 10, 0)
 			tb.Done(i)
 			return i
@@ -41,9 +41,16 @@ func TestAdapterRequestsGoWhereTheAdapterIsLoaded(t *testing.T) {
 		}
 		return
 	}
-	sqlOn, lawOn, baseOn := run(0)
+	sqlOn, lawOn, baseOn := run(0, 20)
 	if sqlOn[1] != 300 {
 		t.Errorf("sql (loaded on e1) went to %v, want all 300 on e1", sqlOn)
+	}
+	// Engines of 2-s first tokens: the score's tolerance (20% + 30 ms) is
+	// more than the cold cost, and still the adapter stays where it is
+	// loaded (a candidate that would load it wins only with the best
+	// score).
+	if slow, _, _ := run(0, 2000); slow[1] != 300 {
+		t.Errorf("2-s engines: sql went to %v, want all 300 on e1", slow)
 	}
 	if max(lawOn[0], lawOn[1], lawOn[2]) != 300 {
 		t.Errorf("law (loaded nowhere) went to %v, want all 300 on the engine it was first sent to", lawOn)
@@ -53,37 +60,37 @@ func TestAdapterRequestsGoWhereTheAdapterIsLoaded(t *testing.T) {
 			t.Errorf("base model: e%d took %d of 300 (%v): the adapter term applies to adapters only", i, n, baseOn)
 		}
 	}
-	sqlOn, _, _ = run(-1)
+	sqlOn, _, _ = run(-1, 20)
 	if sqlOn[1] > 200 {
 		t.Errorf("without the adapter term sql went to %v: the test does not show the term's effect", sqlOn)
 	}
 }
 
 // TestAdapterSlotsFullCostMore: an engine whose max_lora adapters are all
-// loaded costs twice AdapterColdMs for another adapter; an engine that
-// publishes no max_lora costs nothing.
+// loaded costs twice AdapterColdMs and a mean request time for another
+// adapter; an engine that publishes no max_lora costs nothing.
 func TestAdapterSlotsFullCostMore(t *testing.T) {
 	s := &State{}
 	a, b, c := hashkey.String("a"), hashkey.String("b"), hashkey.String("c")
-	if got := s.adapterCost(a, 0, 100); got != 0 {
+	if got := s.adapterCost(a, 0, 100, 0); got != 0 {
 		t.Errorf("engine without adapters: cost %v, want 0", got)
 	}
 	s.setAdapters(0, []uint64{a}, 2)
-	if got := s.adapterCost(b, 0, 100); got != 100 {
+	if got := s.adapterCost(b, 0, 100, 0); got != 100 {
 		t.Errorf("one slot free: cost %v, want 100", got)
 	}
 	s.noteAdapter(b, 0)
-	if got := s.adapterCost(b, 1000, 100); got != 0 {
+	if got := s.adapterCost(b, 1000, 100, 0); got != 0 {
 		t.Errorf("b just sent there: cost %v, want 0", got)
 	}
-	if got := s.adapterCost(c, 1000, 100); got != 200 {
-		t.Errorf("slots full (a active, b sent): cost %v, want 200", got)
+	if got := s.adapterCost(c, 1000, 100, 900); got != 1100 {
+		t.Errorf("slots full (a active, b sent), requests of 900 ms: cost %v, want 2 x 100 + 900", got)
 	}
-	if got := s.adapterCost(c, 1000+adapterWarmMs+1, 100); got != 100 {
+	if got := s.adapterCost(c, 1000+adapterWarmMs+1, 100, 900); got != 100 {
 		t.Errorf("b idle past adapterWarmMs: cost %v, want 100", got)
 	}
 	s.setAdapters(0, nil, 0)
-	if got := s.adapterCost(c, 0, 100); got != 0 {
+	if got := s.adapterCost(c, 0, 100, 0); got != 0 {
 		t.Errorf("max_lora withdrawn: cost %v, want 0", got)
 	}
 }

@@ -443,15 +443,20 @@ func (t *Table) score(r *Request, c []scored) float64 {
 		if e.Slots > 0 {
 			wait = slotWait(e, math.Float64frombits(e.State.model.e2e.Load()))
 		}
-		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait +
-			e.State.adapterCost(r.Model, r.NowMs, t.opt.AdapterColdMs)
+
+		e2e := math.Float64frombits(e.State.model.e2e.Load())
+		adapter := e.State.adapterCost(r.Model, r.NowMs, t.opt.AdapterColdMs, e2e)
+		c[k].score = e.RTTms + m.a + m.p*(c[k].work+redo) + m.d*look + wait + adapter
 		// More than its share: rounded up to whole requests, so the first
 		// request in flight on an engine never is (with few requests in
 		// flight, share·fair is below one for most engines, and a strict
 		// engine whose model is unknown, scored at the candidates' mean,
 		// could never be the best: a restarted engine with a small share
 		// took no request at all, TestPickRequestSmallShareStillServed).
-		c[k].strict = wait > 0 || float64(e.State.inflight.Load())+1 > math.Max(1, e.Share*fair)
+		// A candidate that would load the request's adapter is strict too:
+		// the tolerance must not move an adapter's requests off the
+		// engines that hold it.
+		c[k].strict = wait > 0 || adapter > 0 || float64(e.State.inflight.Load())+1 > math.Max(1, e.Share*fair)
 		best = min(best, c[k].score)
 	}
 	return best
