@@ -1,6 +1,10 @@
 package pick
 
-import "sync"
+import (
+	"cmp"
+	"slices"
+	"sync"
+)
 
 // How the picker tells where a LoRA adapter is loaded. An engine holds
 // at most max_lora adapters on its GPU; a request for one that is not
@@ -77,7 +81,8 @@ func (s *State) setAdapters(base uint64, active []uint64, maxLora int) {
 // adapterCost is the score's adapter term for a request of model h at
 // nowMs: 0 when the engine is not known to hold adapters, when h is its
 // base model, or when h is loaded there (among its signal's active
-// adapters, or sent there by this gateway within adapterWarmMs); else
+// adapters, or among the max_lora adapters counting those that this
+// gateway sent there most recently, within adapterWarmMs); else
 // coldMs, and when as many adapters as max_lora are loaded there, twice
 // that plus e2eMs, the engine's mean request time (0 unknown): the
 // request waits for an adapter's requests to finish to free its slot.
@@ -91,24 +96,28 @@ func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float6
 	if h == ad.base {
 		return 0
 	}
-	warm := len(ad.active)
-	for _, a := range ad.active {
-		if a == h {
-			return 0
+	if hasHash(ad.active, h) {
+		return 0
+	}
+	// Loaded: the adapters with requests on the engine, then those this
+	// gateway sent there most recently, up to max_lora of them (the
+	// engine keeps the most recently used adapters, as vLLM's LRU does).
+	var recent [maxSentAdapters]sentAdapter
+	n := 0
+	for _, e := range ad.sent {
+		if e.h != 0 && nowMs-e.atMs <= adapterWarmMs && !hasHash(ad.active, e.h) {
+			recent[n] = e
+			n++
 		}
 	}
-	for i := range ad.sent {
-		e := &ad.sent[i]
-		if e.h == 0 || nowMs-e.atMs > adapterWarmMs {
-			continue
-		}
+	slices.SortFunc(recent[:n], func(a, b sentAdapter) int { return cmp.Compare(b.atMs, a.atMs) })
+	room := max(ad.maxLora-len(ad.active), 0)
+	for _, e := range recent[:min(n, room)] {
 		if e.h == h {
 			return 0
 		}
-		if !hasHash(ad.active, e.h) {
-			warm++
-		}
 	}
+	warm := len(ad.active) + n
 	if warm >= ad.maxLora {
 		return 2*coldMs + max(e2eMs, 0)
 	}

@@ -94,3 +94,24 @@ func TestAdapterSlotsFullCostMore(t *testing.T) {
 		t.Errorf("max_lora withdrawn: cost %v, want 0", got)
 	}
 }
+
+// TestAdapterWarmIsTheMostRecentMaxLora: an engine holds max_lora
+// adapters, the most recently used: of three adapters sent to an engine
+// with two slots, the oldest counts as unloaded again.
+func TestAdapterWarmIsTheMostRecentMaxLora(t *testing.T) {
+	s := &State{}
+	a, b, c := hashkey.String("a"), hashkey.String("b"), hashkey.String("c")
+	s.setAdapters(0, nil, 2)
+	s.noteAdapter(a, 1)
+	s.noteAdapter(b, 2)
+	s.noteAdapter(c, 3)
+	for _, tc := range []struct {
+		name string
+		h    uint64
+		want float64
+	}{{"c", c, 0}, {"b", b, 0}, {"a (evicted)", a, 200}} {
+		if got := s.adapterCost(tc.h, 10, 100, 0); got != tc.want {
+			t.Errorf("%s: cost %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
