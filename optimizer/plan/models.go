@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	opt "github.com/switchyard-llm/switchyard/optimizer"
 	"github.com/switchyard-llm/switchyard/schemas"
 )
@@ -58,45 +60,73 @@ func serves(served map[string][]string, id, model string) bool {
 	return found
 }
 
+// modelShare is one model's demand within a part of a cluster's demand.
+type modelShare struct {
+	model string
+	rps   float64
+}
+
 // modelParts splits rps, a cluster's planned demand, by d's requests per
-// model: the models some but not all of engines serve get their share of
-// rps; the rest of rps (requests naming no model, a model every engine
-// serves, or one no engine lists, which gateways send to any engine) is
-// returned as rest.
-func modelParts(d *schemas.DemandEstimate, rps float64, engines []*schemas.EngineEstimate, served map[string][]string) (parts map[string]float64, rest float64) {
+// model. The models some but not all of engines serve are grouped by the
+// engines that serve them (a base model and the LoRA adapters listed on
+// the same engines are one part: planning each apart would give them the
+// same weights and spread every adapter over every engine); each group is
+// a part named by its first model, with its members' shares of rps. The
+// rest of rps (requests naming no model, a model every engine serves, or
+// one no engine lists, which gateways send to any engine) is returned as
+// rest.
+func modelParts(d *schemas.DemandEstimate, rps float64, engines []*schemas.EngineEstimate, served map[string][]string) (parts map[string][]modelShare, rest float64) {
 	total := float64(d.GetRequestCount())
 	if len(served) == 0 || len(d.GetModels()) == 0 || !(total > 0) {
 		return nil, rps
 	}
 	rest = rps
+	leader := map[string]string{} // the serving engines, joined -> the group's first model
 	for _, md := range d.GetModels() {
 		m := md.GetModel()
 		if m == "" {
 			continue
 		}
-		n := 0
+		var set []string
 		for _, e := range engines {
 			if serves(served, e.GetEngineId(), m) {
-				n++
+				set = append(set, e.GetEngineId())
 			}
 		}
-		if n == len(engines) || n == 0 {
+		if len(set) == len(engines) || len(set) == 0 {
 			continue // every engine may take it (no engine lists it: gateways let the engines judge)
 		}
 		share := rps * float64(md.GetRequestCount()) / total
 		rest -= share
-		if parts == nil {
-			parts = map[string]float64{}
+		key := strings.Join(set, "\x00")
+		l, ok := leader[key]
+		if !ok {
+			l = m
+			leader[key] = m
 		}
-		parts[m] += share
+		if parts == nil {
+			parts = map[string][]modelShare{}
+		}
+		parts[l] = append(parts[l], modelShare{m, share})
 	}
 	return parts, max(rest, 0)
 }
 
+// partDemand is the demand of a part's models.
+func partDemand(ms []modelShare) float64 {
+	var sum float64
+	for _, m := range ms {
+		sum += m.rps
+	}
+	return sum
+}
+
 // foldModelClusters moves the entries of model clusters into their
-// cluster's model_weights (sorted by model) and names the cluster in
-// place of a model cluster among every entry's peer clusters.
-func foldModelClusters(snap *schemas.WeightSnapshot) {
+// cluster's model_weights, one per model of the part (members, by
+// instance cluster id; a part without members is its first model's
+// alone), sorted by model, and names the cluster in place of a model
+// cluster among every entry's peer clusters.
+func foldModelClusters(snap *schemas.WeightSnapshot, members map[string][]modelShare) {
 	byName := map[string]*schemas.ClusterWeights{}
 	var kept []*schemas.ClusterWeights
 	var parts []*schemas.ClusterWeights
@@ -119,8 +149,21 @@ func foldModelClusters(snap *schemas.WeightSnapshot) {
 			byName[c] = cw
 			kept = append(kept, cw)
 		}
-		cw.ModelWeights = append(cw.ModelWeights, &schemas.ModelWeights{Model: m, Weights: p.GetWeights(),
-			ShedFraction: p.GetShedFraction(), DemandRps: p.GetDemandRps()})
+		ms := members[p.GetCluster()]
+		if len(ms) == 0 {
+			ms = []modelShare{{m, p.GetDemandRps()}}
+		}
+		for i, x := range ms {
+			ws := p.GetWeights()
+			if i > 0 {
+				ws = make([]*schemas.EngineWeight, len(p.GetWeights()))
+				for j, w := range p.GetWeights() {
+					ws[j] = proto.CloneOf(w)
+				}
+			}
+			cw.ModelWeights = append(cw.ModelWeights, &schemas.ModelWeights{Model: x.model, Weights: ws,
+				ShedFraction: p.GetShedFraction(), DemandRps: x.rps})
+		}
 		cw.PeerClusters = append(cw.PeerClusters, p.GetPeerClusters()...)
 	}
 	for _, cw := range kept {

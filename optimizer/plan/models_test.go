@@ -8,14 +8,16 @@ import (
 	"github.com/switchyard-llm/switchyard/schemas"
 )
 
-// TestPlanPerModel: engines a-0 and a-1 serve model "a", b-0 and b-1
-// model "b" (their estimates list them), one cluster offers 120 rps of
-// "a" and 30 of "b". The snapshot's entry for the cluster carries a plan
-// per model over the engines that serve it only: "a"'s 120 rps shed a
-// sixth on its 100 rps of engines while "b" sheds nothing though the
-// fleet as a whole (400 rps) has room; peer clusters name the cluster,
-// not its models' parts. Without model lists the same demand is one
-// plan over all four engines and sheds nothing.
+// TestPlanPerModel: engines a-0 and a-1 serve model "a" and its LoRA
+// adapter "a-sql", b-0 and b-1 model "b" (their estimates list them);
+// one cluster offers 100 rps of "a", 20 of "a-sql" and 30 of "b". The
+// snapshot's entry for the cluster carries a plan per model over the
+// engines that serve it only; "a" and "a-sql", served by the same
+// engines, are planned together: their 120 rps shed a sixth on their
+// 100 rps of engines while "b" sheds nothing though the fleet as a whole
+// (400 rps) has room; peer clusters name the cluster, not its models'
+// parts. Without model lists the same demand is one plan over all four
+// engines and sheds nothing.
 func TestPlanPerModel(t *testing.T) {
 	now := time.Unix(1000, 0)
 	build := func(lists bool) *schemas.WeightSnapshot {
@@ -28,12 +30,16 @@ func TestPlanPerModel(t *testing.T) {
 			est := engineEst(e.id, "r", e.cap, now)
 			if lists {
 				est.GetEngine().Models = []string{e.model}
+				if e.model == "a" {
+					est.GetEngine().Models = []string{"a", "a-sql"} // its LoRA adapter, on both
+				}
 			}
 			s.Apply(est)
 		}
 		d := demandEst("r", 150, now)
 		d.GetDemand().RequestCount = 150 * 30
-		d.GetDemand().Models = []*schemas.ModelDemand{{Model: "a", RequestCount: 120 * 30, DemandRps: 120}, {Model: "b", RequestCount: 30 * 30, DemandRps: 30}}
+		d.GetDemand().Models = []*schemas.ModelDemand{{Model: "a", RequestCount: 100 * 30, DemandRps: 100},
+			{Model: "a-sql", RequestCount: 20 * 30, DemandRps: 20}, {Model: "b", RequestCount: 30 * 30, DemandRps: 30}}
 		s.Apply(d)
 		in, eps, err := s.Instance(now, Settings{MinDemandRPS: 1})
 		if err != nil {
@@ -57,8 +63,8 @@ func TestPlanPerModel(t *testing.T) {
 		t.Errorf("the cluster's own demand (requests of no planned model: none) planned at %v rps, want ~0: no --min-demand-rps floor on a split demand", d)
 	}
 	mws := cw.GetModelWeights()
-	if len(mws) != 2 || mws[0].GetModel() != "a" || mws[1].GetModel() != "b" {
-		t.Fatalf("model weights %v, want a and b", mws)
+	if len(mws) != 3 || mws[0].GetModel() != "a" || mws[1].GetModel() != "a-sql" || mws[2].GetModel() != "b" {
+		t.Fatalf("model weights %v, want a, a-sql and b", mws)
 	}
 	for _, mw := range mws {
 		var on, off float64
@@ -73,11 +79,20 @@ func TestPlanPerModel(t *testing.T) {
 			t.Errorf("model %s: %.3f on its engines, %.3f elsewhere, shed %.3f", mw.GetModel(), on, off, mw.GetShedFraction())
 		}
 	}
-	if a, b := mws[0].GetShedFraction(), mws[1].GetShedFraction(); math.Abs(a-1.0/6) > 0.02 || b > 1e-3 {
-		t.Errorf("shed a %.3f (want 1/6: 120 rps on 100), b %.3f (want 0)", a, b)
+	// a and its adapter are one part (the same engines serve them):
+	// planned together, 120 rps on 100.
+	a, sql, b := mws[0], mws[1], mws[2]
+	if math.Abs(a.GetShedFraction()-1.0/6) > 0.02 || sql.GetShedFraction() != a.GetShedFraction() || b.GetShedFraction() > 1e-3 {
+		t.Errorf("shed a %.3f, a-sql %.3f (want both 1/6: 120 rps on 100), b %.3f (want 0)", a.GetShedFraction(), sql.GetShedFraction(), b.GetShedFraction())
 	}
-	if a, b := mws[0].GetDemandRps(), mws[1].GetDemandRps(); math.Abs(a-120) > 1e-6 || math.Abs(b-30) > 1e-6 {
-		t.Errorf("model demands %v and %v rps, want 120 and 30", a, b)
+	for i, w := range a.GetWeights() {
+		if sw := sql.GetWeights()[i]; sw.GetEngineId() != w.GetEngineId() || sw.GetWeight() != w.GetWeight() {
+			t.Errorf("a-sql's weights differ from a's: %v against %v", sql.GetWeights(), a.GetWeights())
+			break
+		}
+	}
+	if math.Abs(a.GetDemandRps()-100) > 1e-6 || math.Abs(sql.GetDemandRps()-20) > 1e-6 || math.Abs(b.GetDemandRps()-30) > 1e-6 {
+		t.Errorf("model demands %v, %v and %v rps, want 100, 20 and 30", a.GetDemandRps(), sql.GetDemandRps(), b.GetDemandRps())
 	}
 	whole := build(false).GetClusters()[0]
 	if len(whole.GetModelWeights()) != 0 || whole.GetShedFraction() > 1e-3 {

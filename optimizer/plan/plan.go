@@ -155,6 +155,9 @@ type planContext struct {
 	// demand is each cluster's demand estimate the instance was built
 	// from, published with its weights (ClusterWeights.demand_estimate).
 	demand map[string]*schemas.DemandEstimate
+	// members are the models of each model part (models.go), by
+	// instance cluster id.
+	members map[string][]modelShare
 }
 
 // NewState returns an empty state.
@@ -264,6 +267,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	}
 	fresh := s.freshEngines(cutoff)
 	served := servedModels(fresh) // models.go
+	members := map[string][]modelShare{}
 	for _, id := range sortedKeys(s.demand) {
 		d := s.demand[id]
 		if d.GetWindowEndUnixMs() < cutoff {
@@ -282,9 +286,11 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 			// clusters without traffic, would add phantom load to each.
 			demand[id] = math.Max(rest, math.Min(set.MinDemandRPS, partFloorRPS))
 		}
-		for m, p := range parts {
+		for m, ms := range parts {
+			p := partDemand(ms)
 			raw[modelClusterID(id, m)] = p
 			demand[modelClusterID(id, m)] = math.Max(p, math.Min(set.MinDemandRPS, partFloorRPS))
+			members[modelClusterID(id, m)] = ms
 		}
 		if mo := d.GetMeanOutputTokens(); finite(mo) && mo > 0 {
 			outTok += float64(mo * rps)
@@ -396,7 +402,7 @@ func (s *State) Instance(now time.Time, set Settings) (*opt.Instance, map[string
 	if err := in.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("building instance: %w", err)
 	}
-	s.planned = &planContext{in: in, set: set, region: region, idle: idleClusters(in, raw, set), demand: used}
+	s.planned = &planContext{in: in, set: set, region: region, idle: idleClusters(in, raw, set), demand: used, members: members}
 	return in, endpoints, nil
 }
 
@@ -477,7 +483,11 @@ func (s *State) Solve(in *opt.Instance, endpoints map[string]string, version uin
 			}
 		}
 	}
-	foldModelClusters(snap) // models.go
+	var members map[string][]modelShare
+	if pc != nil && pc.in == in {
+		members = pc.members
+	}
+	foldModelClusters(snap, members) // models.go
 	return snap, nil
 }
 
