@@ -64,6 +64,9 @@ type routing struct {
 	// (models.go).
 	specs  []pick.Spec
 	models *modelTables
+	// modelPart: table is the part of the cluster's engines that serve
+	// the request's model (a per-request copy, models.go).
+	modelPart bool
 }
 
 // Stats is a summary for status lines.

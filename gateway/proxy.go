@@ -307,7 +307,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		}
 		if t != rt.table || mv != nil {
 			part := *rt
-			part.table = t
+			part.table, part.modelPart = t, t != rt.table
 			if mv != nil {
 				part.shed = 0 // the model's plan's shed is decided above
 			}
@@ -443,6 +443,11 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		}
 		preq.NowMs = g.cfg.now().UnixMilli()
 		i, reason, tk := rt.table.PickRequest(preq, tried[:n])
+		if i < 0 && rt.modelPart {
+			// Admission counted the cluster's slots; the model's own
+			// engines are full: queue in one rather than answer 429.
+			i, reason, tk = rt.table.PickBeyondLimit(preq, tried[:n])
+		}
 		if i < 0 {
 			if attempt == 0 {
 				ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_CAPACITY

@@ -252,3 +252,47 @@ func TestModelPlansRouteTheirModel(t *testing.T) {
 		t.Errorf("after the rejected snapshot model a went to %v, want the last good plan (all on e1)", got)
 	}
 }
+
+// TestModelEnginesFullQueueInsteadOf429: admission counts the cluster's
+// slots, so a request for model "b", whose only engine is at its hard
+// limit while the other engine is idle, is admitted; it then waits in
+// b's engine (up to twice its limit) instead of being answered 429.
+func TestModelEnginesFullQueueInsteadOf429(t *testing.T) {
+	ea, eb := newFakeEngine(t, "ea"), newFakeEngine(t, "eb")
+	eb.mode.Store("block")
+	g, base := startGateway(t, MaxInFlightPerEngine(1))
+	if err := g.ApplySnapshot(marshal(t, snapshot(1, "us-east", 0, map[*fakeEngine]float64{ea: 0.5, eb: 0.5}))); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct {
+		f     *fakeEngine
+		model string
+	}{{ea, "a"}, {eb, "b"}} {
+		g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: e.f.id, EndpointUrl: e.f.url(),
+			EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1, Models: []string{e.model}}))
+	}
+	codes := make(chan int, 2)
+	for i := range 2 {
+		go func() {
+			code, _, _ := post(t, context.Background(), base, fmt.Sprintf(`{"model":"b","messages":[{"role":"user","content":"b %d"}]}`, i), nil)
+			codes <- code
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for eb.requests.Load() < 2 && time.Now().Before(deadline) {
+		select {
+		case code := <-codes:
+			t.Fatalf("a request for b ended with %d while b's engine held the other", code)
+		case <-time.After(10 * time.Millisecond): // poll interval
+		}
+	}
+	if n := eb.requests.Load(); n != 2 {
+		t.Fatalf("b's engine got %d of the 2 requests", n)
+	}
+	close(eb.release)
+	for range 2 {
+		if code := <-codes; code != http.StatusOK {
+			t.Errorf("status %d, want 200", code)
+		}
+	}
+}

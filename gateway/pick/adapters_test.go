@@ -115,3 +115,36 @@ func TestAdapterWarmIsTheMostRecentMaxLora(t *testing.T) {
 		}
 	}
 }
+
+// TestPickBeyondLimit: with every engine at its hard limit PickRequest
+// finds none, PickBeyondLimit places requests up to twice the limit on
+// the least loaded engine relative to its share, and then none.
+func TestPickBeyondLimit(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, specs(2, func(i int) float64 { return float64(1 + i) }), Options{})
+	for i := range 2 {
+		tb.Engine(i).State.SetLimit(2)
+	}
+	for k := range 4 {
+		if i, _, _ := tb.PickRequest(&Request{Key: uint64(k)}, nil); i < 0 {
+			t.Fatalf("request %d: no engine under its limit", k)
+		}
+	}
+	if i, _, _ := tb.PickRequest(&Request{Key: 9}, nil); i >= 0 {
+		t.Fatalf("PickRequest placed a request beyond the limits on e%d", i)
+	}
+	var on [2]int
+	for k := range 4 {
+		i, why, _ := tb.PickBeyondLimit(&Request{Key: uint64(10 + k)}, nil)
+		if i < 0 || why != Overflow {
+			t.Fatalf("beyond-limit request %d: engine %d (%v)", k, i, why)
+		}
+		on[i]++
+	}
+	if on != [2]int{2, 2} {
+		t.Errorf("beyond the limits: %v, want 2 on each (up to twice the limit of 2)", on)
+	}
+	if i, _, _ := tb.PickBeyondLimit(&Request{Key: 99}, nil); i >= 0 {
+		t.Errorf("placed on e%d at twice its limit", i)
+	}
+}

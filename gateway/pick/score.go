@@ -593,3 +593,39 @@ func (t *Table) Finished(i int, tk Ticket, firstToken bool, tbotMs, e2eMs float6
 		s.model.observeTBOT(tbotMs, tk.AtMs)
 	}
 }
+
+// PickBeyondLimit places r when PickRequest found every engine of the
+// table at its hard limit: on the available, not excluded engine with
+// the fewest requests in flight relative to its share, as long as that
+// is under twice its limit (a batch queued in the engine beyond the
+// admitted ones); -1 when there is none. It is for a table of the
+// engines that serve one model: the gateway's admission counts the slots
+// of the whole cluster, so a request it admitted can find its model's
+// engines full while the cluster has room, and waiting in its model's
+// engine beats a 429 (least-connections proxies queue it there too).
+func (t *Table) PickBeyondLimit(r *Request, exclude []int32) (int, Reason, Ticket) {
+	best, bestLoad := -1, math.Inf(1)
+	for i := range t.engines {
+		s := t.engines[i].State
+		if excluded(int32(i), exclude) || !s.Available() {
+			continue
+		}
+		n, l := s.inflight.Load(), s.limit.Load()
+		if l > 0 && n >= 2*l {
+			continue
+		}
+		if load := float64(n+1) / (t.engines[i].Share + 1e-12); load < bestLoad {
+			best, bestLoad = i, load
+		}
+	}
+	if best < 0 {
+		return -1, None, Ticket{}
+	}
+	s := t.engines[best].State
+	if n := s.inflight.Add(1); s.limit.Load() > 0 && n > 2*s.limit.Load() {
+		s.inflight.Add(-1)
+		return -1, None, Ticket{}
+	}
+	s.total.Add(1)
+	return best, Overflow, t.ticket(best, r)
+}
