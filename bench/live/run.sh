@@ -54,15 +54,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+BENCH=bench/live
 LOADS=${LOADS:-0.7,0.9,1.1}
 ROUTERS=${ROUTERS:-nginx-rr nginx-lc nginx-hash haproxy-lc switchyard}
-N=${N:-800}
-TRACE=$(realpath -m "${TRACE:-$ROOT/../shared/traces/mooncake_conversation_trace.jsonl}")
-MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-8192}
-MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-128}
 PORT=${BASE_PORT:-19400}
-OUT=/tmp/bench-live/$(date +%Y%m%d-%H%M%S)
-LOCK=/tmp/bench.lock
+# N, TRACE, MAX_*_TOKENS, OUT, LOCK, the ports, PIDS and the helpers
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 SCENARIO=${SCENARIO:-head-to-head}
 ENGINE=${ENGINE:-enginesim}
 MODEL=switchyard-sim-8b # the model name live sends (its -model default)
@@ -76,19 +74,12 @@ restart)
   ;;
 *) echo "bench/live: unknown SCENARIO $SCENARIO (head-to-head, restart)" >&2; exit 2 ;;
 esac
-PROXY=$((PORT + 10)) # nginx and HAProxy listen here
-GATEWAY=$((PORT + 20)) # the first region's gateway; the second's on PORT+26
-KAFKA=$((PORT + 21))
-NATS=$((PORT + 22))
 
-need() { command -v "$1" >/dev/null || { echo "bench/live: $1 is not installed ($2)" >&2; exit 1; }; }
-need flock "util-linux"
 case $ENGINE in
 enginesim) ;;
 indie) need python3 "apt-get install -y python3" ;;
 *) echo "bench/live: unknown ENGINE $ENGINE (enginesim, indie)" >&2; exit 2 ;;
 esac
-need curl "apt-get install -y curl"
 for r in $ROUTERS; do
   case $r in
   nginx-*) need nginx "apt-get install -y nginx" ;;
@@ -97,52 +88,10 @@ for r in $ROUTERS; do
   *) echo "bench/live: unknown router $r (nginx-rr nginx-lc nginx-hash haproxy-lc switchyard)" >&2; exit 2 ;;
   esac
 done
-[ -r "$TRACE" ] || { echo "bench/live: no trace at $TRACE" >&2; exit 1; }
-for p in "$PORT" "$PROXY" "$GATEWAY" "$KAFKA"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "bench/live: port $p is in use (another bench/live run?); set BASE_PORT" >&2
-    exit 1
-  fi
-done
-
-mkdir -p "$OUT/cells"
-ln -sfn "$OUT" /tmp/bench-live/latest
-BIN=${SWITCHYARD_BIN:-}
-if [ -z "$BIN" ]; then
-  BIN=$OUT/switchyard
-  go build -o "$BIN" ./services/switchyard
-fi
-LIVE=$OUT/live
-go build -o "$LIVE" ./bench/live
+prepare "$PORT" "$PROXY" "$GATEWAY" "$KAFKA"
 WORKLOAD=(-trace "$TRACE" -n "$N" -max-prompt-tokens "$MAX_PROMPT_TOKENS" -max-output-tokens "$MAX_OUTPUT_TOKENS")
 
-PIDS=()
 declare -A ENGINE_PID # engine id -> process id
-stop_all() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-}
-trap stop_all EXIT
-
-wait_http() { # url
-  for _ in $(seq 1 200); do
-    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "bench/live: not up: $1" >&2
-  return 1
-}
-
-engine_list() { # sep: id=url pairs joined by sep
-  local i=0 spec out=()
-  for spec in "${FLEET[@]}"; do
-    out+=("${spec%%:*}=http://127.0.0.1:$((PORT + i))")
-    i=$((i + 1))
-  done
-  (IFS=$1; echo "${out[*]}")
-}
 
 engine_cmd() { # index: the command line of FLEET[index]'s engine
   local id class slots region
@@ -172,71 +121,19 @@ start_engines() { # logdir
     PIDS+=($!)
     ENGINE_PID[$id]=$!
   done
-  for ((i = 0; i < ${#FLEET[@]}; i++)); do wait_http "http://127.0.0.1:$((PORT + i))/health"; done
+  wait_engines
 }
 
 start_nginx() { # logdir balance-directive
   local i upstreams=""
   for ((i = 0; i < ${#FLEET[@]}; i++)); do upstreams+="server 127.0.0.1:$((PORT + i)); "; done
-  mkdir -p "$1/nginx"
-  cat >"$1/nginx/nginx.conf" <<CONF
-worker_processes 1;
-pid $1/nginx/nginx.pid;
-error_log $1/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $1/nginx/body;
-  proxy_temp_path $1/nginx/proxy;
-  fastcgi_temp_path $1/nginx/fastcgi;
-  uwsgi_temp_path $1/nginx/uwsgi;
-  scgi_temp_path $1/nginx/scgi;
-  client_max_body_size 8m;
-  client_body_buffer_size 1m;
-  upstream engines { $2 ${upstreams}keepalive 256; }
-  server {
-    listen 127.0.0.1:$PROXY;
-    location / {
-      proxy_pass http://engines;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_read_timeout 300s;
-    }
-  }
-}
-CONF
-  nginx -p "$1/nginx" -c "$1/nginx/nginx.conf" -g 'daemon off;' 2>"$1/nginx/stderr.log" &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$PROXY/health"
+  run_nginx "$1" "  upstream engines { $2 ${upstreams}keepalive 256; }" engines
 }
 
 start_haproxy() { # logdir
   local i servers=""
   for ((i = 0; i < ${#FLEET[@]}; i++)); do servers+="  server e$i 127.0.0.1:$((PORT + i))"$'\n'; done
-  cat >"$1/haproxy.cfg" <<CONF
-global
-  maxconn 4096
-  nbthread 1
-defaults
-  mode http
-  timeout connect 2s
-  timeout client 300s
-  timeout server 300s
-frontend live
-  bind 127.0.0.1:$PROXY
-  default_backend engines
-backend engines
-  balance leastconn
-$servers
-CONF
-  haproxy -db -f "$1/haproxy.cfg" >"$1/haproxy.log" 2>&1 &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$PROXY/health"
-}
-
-metric() { # url name-and-labels-prefix: the values of matching series, one a line
-  curl -fsS "$1" 2>/dev/null | awk -v m="$2" 'index($0, m) == 1 { print $NF }'
+  run_haproxy "$1" live "  default_backend engines" "backend engines"$'\n'"  balance leastconn"$'\n'"$servers"
 }
 
 regions() { # the regions of FLEET, in order, one a line
@@ -257,55 +154,31 @@ region_engines() { # region: its engines as id=url,...
   (IFS=,; echo "${out[*]}")
 }
 
-gateway_port() { # region index
+gateway_port() { # region index: the first region's gateway is on GATEWAY, the others' from PORT+26
   if [ "$1" = 0 ]; then echo "$GATEWAY"; else echo $((PORT + 25 + $1)); fi
 }
 
 start_switchyard() { # logdir
-  local i=0 spec id class slots region agent_engines=() k r want n v regs
-  local brokers=(env "SWITCHYARD_KAFKA_BROKERS=127.0.0.1:$KAFKA" "SWITCHYARD_NATS_URL=nats://127.0.0.1:$NATS")
-  "$BIN" brokers --kafka-listen "127.0.0.1:$KAFKA" --nats-listen "127.0.0.1:$NATS" >"$1/brokers.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$NATS") 2>/dev/null && break; sleep 0.1; done
+  local spec id class slots region agent_engines=() k r log regs weighted=()
+  local i=0
   for spec in "${FLEET[@]}"; do
     IFS=: read -r id class slots region <<<"$spec"
     agent_engines+=("$id=http://127.0.0.1:$((PORT + i)),region=${region:-live},gpu=$class,max_batch=$slots")
     i=$((i + 1))
   done
   mapfile -t regs < <(regions)
-  "${brokers[@]}" "$BIN" agent --engines "$(IFS=';'; echo "${agent_engines[*]}")" --metrics-listen "127.0.0.1:$((PORT + 23))" 2>"$1/agent.log" &
-  PIDS+=($!)
-  "${brokers[@]}" "$BIN" processor --metrics-listen "127.0.0.1:$((PORT + 24))" 2>"$1/processor.log" &
-  PIDS+=($!)
-  "${brokers[@]}" "$BIN" optimizer --clusters "$(IFS=,; echo "${regs[*]}")" --metrics-listen "127.0.0.1:$((PORT + 25))" 2>"$1/optimizer.log" &
-  PIDS+=($!)
-  # One gateway per region (cluster), given its region's engines.
+  start_pipeline "$1" "$(IFS=';'; echo "${agent_engines[*]}")" "$(IFS=,; echo "${regs[*]}")"
+  # One gateway per region (cluster), given its region's engines. Load
+  # starts once every gateway routes on a snapshot that weights every
+  # engine of its region.
   for k in "${!regs[@]}"; do
     r=${regs[$k]}
-    local log=$1/gateway.log
+    log=$1/gateway.log
     [ "${#regs[@]}" -gt 1 ] && log=$1/gateway-$r.log
-    "${brokers[@]}" "$BIN" gateway --cluster "$r" --listen "127.0.0.1:$(gateway_port "$k")" --engines "$(region_engines "$r")" 2>"$log" &
-    PIDS+=($!)
-    wait_http "http://127.0.0.1:$(gateway_port "$k")/health"
+    start_gateway "$log" "$r" "$(gateway_port "$k")" "$(region_engines "$r")"
+    weighted+=("$r:$(region_engines "$r" | tr , '\n' | wc -l):$(gateway_port "$k")")
   done
-  # Load starts once every gateway routes on a snapshot that weights every
-  # engine of its region (the processor's first window with estimates of
-  # all of them).
-  local t0=$SECONDS ready
-  while :; do
-    ready=1
-    for k in "${!regs[@]}"; do
-      r=${regs[$k]}
-      want=$(region_engines "$r" | tr , '\n' | wc -l)
-      n=$(metric "http://127.0.0.1:$((PORT + 25))/metrics" "switchyard_optimizer_weight{cluster=\"$r\"" | wc -l)
-      v=$(metric "http://127.0.0.1:$(gateway_port "$k")/metrics" "switchyard_gateway_snapshot_version{cluster=\"$r\"}" | head -1)
-      if [ "$n" -lt "$want" ] || [ "${v:-0}" = 0 ]; then ready=0; fi
-    done
-    [ "$ready" = 1 ] && break
-    if ((SECONDS - t0 > 180)); then echo "bench/live: no snapshot weighting all engines in 180 s (logs in $1)" >&2; return 1; fi
-    sleep 1
-  done
-  echo "switchyard: snapshots weighting every engine after $((SECONDS - t0)) s"
+  wait_weighted "$1" "${weighted[@]}"
 }
 
 start_router() { # router logdir
@@ -366,12 +239,7 @@ for load in ${LOADS//,/ }; do
     flock -o "$LOCK" "$LIVE" replay "${WORKLOAD[@]}" -target "$(router_url "$router")" -router "$router" -load "$load" \
       -capacity "$CAPACITY" -engines "$(engine_list ,)" -slo-ttft "${SLO_TTFT:-5s}" -slo-tbot "${SLO_TBOT:-100ms}" \
       -out "$OUT/cells/$router-$load.json"
-    if [ "$router" = switchyard ]; then # what its 429s were
-      curl -fsS "http://127.0.0.1:$GATEWAY/metrics" >"$dir/gateway-metrics.txt" || true
-      grep -E '^switchyard_gateway_(shed_total|admission_rejected_total)' "$dir/gateway-metrics.txt" | sed 's/^/  /' || true
-      "$LIVE" snapshots -nats-url "nats://127.0.0.1:$NATS" >"$dir/snapshots.txt" || true
-      "$BIN" tap estimates --kafka-brokers "127.0.0.1:$KAFKA" >"$dir/estimates.jsonl" 2>/dev/null || true
-    fi
+    [ "$router" != switchyard ] || keep_switchyard "$dir"
     stop_all
   done
 done

@@ -48,16 +48,13 @@
 #        report.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROOT=$PWD
+BENCH=bench/models
 LOADS=${LOADS:-0.7,1.0}
 ROUTERS=${ROUTERS:-nginx-lc haproxy-lc switchyard}
-N=${N:-800}
-TRACE=$(realpath -m "${TRACE:-$ROOT/../shared/traces/mooncake_conversation_trace.jsonl}")
-MAX_PROMPT_TOKENS=${MAX_PROMPT_TOKENS:-8192}
-MAX_OUTPUT_TOKENS=${MAX_OUTPUT_TOKENS:-128}
 PORT=${BASE_PORT:-19500}
-OUT=/tmp/bench-models/$(date +%Y%m%d-%H%M%S)
-LOCK=/tmp/bench.lock
+# N, TRACE, MAX_*_TOKENS, OUT, LOCK, the ports, PIDS and the helpers
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 ADAPTERS=lora1,lora2,lora3,lora4,lora5,lora6,lora7,lora8
 # id:gpu-class:batch-slots:model:lora-modules:max-loras, on ports PORT, PORT+1, ...
 FLEET=(
@@ -69,14 +66,7 @@ FLEET=(
   qwen-h100-0:h100:8:qwen:mistral:1
 )
 MIX=(-mix llama=0.27,qwen=0.20,mistral=0.13 -adapters "$ADAPTERS" -adapter-share 0.40 -zipf 1)
-PROXY=$((PORT + 10))
-GATEWAY=$((PORT + 20))
-KAFKA=$((PORT + 21))
-NATS=$((PORT + 22))
 
-need() { command -v "$1" >/dev/null || { echo "bench/models: $1 is not installed ($2)" >&2; exit 1; }; }
-need flock util-linux
-need curl "apt-get install -y curl"
 for r in $ROUTERS; do
   case $r in
   nginx-lc) need nginx "apt-get install -y nginx" ;;
@@ -85,54 +75,11 @@ for r in $ROUTERS; do
   *) echo "bench/models: unknown router $r (nginx-lc haproxy-lc switchyard)" >&2; exit 2 ;;
   esac
 done
-[ -r "$TRACE" ] || { echo "bench/models: no trace at $TRACE" >&2; exit 1; }
-for p in "$PORT" "$PROXY" "$GATEWAY" "$KAFKA" "$NATS"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "bench/models: port $p is in use (another run?); set BASE_PORT" >&2
-    exit 1
-  fi
-done
-
-mkdir -p "$OUT/cells"
-ln -sfn "$OUT" /tmp/bench-models/latest
-BIN=${SWITCHYARD_BIN:-}
-if [ -z "$BIN" ]; then
-  BIN=$OUT/switchyard
-  go build -o "$BIN" ./services/switchyard
-fi
-LIVE=$OUT/live
-go build -o "$LIVE" ./bench/live
+prepare "$PORT" "$PROXY" "$GATEWAY" "$KAFKA" "$NATS"
 WORKLOAD=(-trace "$TRACE" -n "$N" -max-prompt-tokens "$MAX_PROMPT_TOKENS" -max-output-tokens "$MAX_OUTPUT_TOKENS" "${MIX[@]}")
-
-PIDS=()
-stop_all() { # SIGTERM: each engine logs its totals as it stops
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-}
-trap stop_all EXIT
-
-wait_http() { # url
-  for _ in $(seq 1 200); do
-    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "bench/models: not up: $1" >&2
-  return 1
-}
 
 field() { # index field-number (1-based) of FLEET[index]
   echo "${FLEET[$1]}" | cut -d: -f"$2"
-}
-
-engine_list() { # sep [model]: id=url of the engines (serving model), joined by sep
-  local i out=()
-  for ((i = 0; i < ${#FLEET[@]}; i++)); do
-    [ -z "${2:-}" ] || [ "$(field "$i" 4)" = "$2" ] || continue
-    out+=("$(field "$i" 1)=http://127.0.0.1:$((PORT + i))")
-  done
-  (IFS=$1; echo "${out[*]}")
 }
 
 start_engines() { # logdir
@@ -146,7 +93,7 @@ start_engines() { # logdir
     "$BIN" enginesim "${args[@]}" 2>"$1/engine-$(field "$i" 1).log" &
     PIDS+=($!)
   done
-  for ((i = 0; i < ${#FLEET[@]}; i++)); do wait_http "http://127.0.0.1:$((PORT + i))/health"; done
+  wait_engines
 }
 
 # The proxies' pools: the engines of each base model; mistral's is the
@@ -162,47 +109,17 @@ pool_ports() { # pool: the ports of its engines, one a line
   done
 }
 
+# nginx routes on the header the client sends beside the body (nginx
+# does not read bodies); adapters are llama's.
 start_nginx() { # logdir
-  local pool p upstreams=""
+  local pool p upstreams="  map \$http_x_model \$pool { default llama; qwen qwen; mistral mistral; }"
   for pool in llama qwen mistral; do
-    upstreams+="  upstream $pool { least_conn; "
+    upstreams+=$'\n'"  upstream $pool { least_conn; "
     for p in $(pool_ports $pool); do upstreams+="server 127.0.0.1:$p; "; done
-    upstreams+="keepalive 256; }"$'\n'
+    upstreams+="keepalive 256; }"
   done
-  mkdir -p "$1/nginx"
-  cat >"$1/nginx/nginx.conf" <<CONF
-worker_processes 1;
-pid $1/nginx/nginx.pid;
-error_log $1/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $1/nginx/body;
-  proxy_temp_path $1/nginx/proxy;
-  fastcgi_temp_path $1/nginx/fastcgi;
-  uwsgi_temp_path $1/nginx/uwsgi;
-  scgi_temp_path $1/nginx/scgi;
-  client_max_body_size 8m;
-  client_body_buffer_size 1m;
-  # The pool of the request's model, from the header the client sends
-  # beside the body (nginx does not read bodies); adapters are llama's.
-  map \$http_x_model \$pool { default llama; qwen qwen; mistral mistral; }
-$upstreams
-  server {
-    listen 127.0.0.1:$PROXY;
-    location / {
-      proxy_pass http://\$pool;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-      proxy_read_timeout 300s;
-    }
-  }
-}
-CONF
-  nginx -p "$1/nginx" -c "$1/nginx/nginx.conf" -g 'daemon off;' 2>"$1/nginx/stderr.log" &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$PROXY/health"
+  # shellcheck disable=SC2016 # nginx's variable
+  run_nginx "$1" "$upstreams" '$pool'
 }
 
 start_haproxy() { # logdir
@@ -211,61 +128,22 @@ start_haproxy() { # logdir
     backends+="backend $pool"$'\n'"  balance leastconn"$'\n'
     for p in $(pool_ports $pool); do backends+="  server e$p 127.0.0.1:$p"$'\n'; done
   done
-  cat >"$1/haproxy.cfg" <<CONF
-global
-  maxconn 4096
-  nbthread 1
-defaults
-  mode http
-  timeout connect 2s
-  timeout client 300s
-  timeout server 300s
-frontend models
-  bind 127.0.0.1:$PROXY
-  use_backend qwen if { req.hdr(x-model) -m str qwen }
+  run_haproxy "$1" models "  use_backend qwen if { req.hdr(x-model) -m str qwen }
   use_backend mistral if { req.hdr(x-model) -m str mistral }
-  default_backend llama
-$backends
-CONF
-  haproxy -db -f "$1/haproxy.cfg" >"$1/haproxy.log" 2>&1 &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$PROXY/health"
-}
-
-metric() { # url name-and-labels-prefix: the values of matching series, one a line
-  curl -fsS "$1" 2>/dev/null | awk -v m="$2" 'index($0, m) == 1 { print $NF }'
+  default_backend llama" "$backends"
 }
 
 start_switchyard() { # logdir
-  local i agent_engines=() n v
-  local brokers=(env "SWITCHYARD_KAFKA_BROKERS=127.0.0.1:$KAFKA" "SWITCHYARD_NATS_URL=nats://127.0.0.1:$NATS")
-  "$BIN" brokers --kafka-listen "127.0.0.1:$KAFKA" --nats-listen "127.0.0.1:$NATS" >"$1/brokers.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 1 200); do (exec 3<>"/dev/tcp/127.0.0.1/$NATS") 2>/dev/null && break; sleep 0.1; done
+  local i agent_engines=()
   for ((i = 0; i < ${#FLEET[@]}; i++)); do
     agent_engines+=("$(field "$i" 1)=http://127.0.0.1:$((PORT + i)),region=live,gpu=$(field "$i" 2),max_batch=$(field "$i" 3)")
   done
-  "${brokers[@]}" "$BIN" agent --engines "$(IFS=';'; echo "${agent_engines[*]}")" --metrics-listen "127.0.0.1:$((PORT + 23))" 2>"$1/agent.log" &
-  PIDS+=($!)
-  "${brokers[@]}" "$BIN" processor --metrics-listen "127.0.0.1:$((PORT + 24))" 2>"$1/processor.log" &
-  PIDS+=($!)
-  "${brokers[@]}" "$BIN" optimizer --clusters live --metrics-listen "127.0.0.1:$((PORT + 25))" 2>"$1/optimizer.log" &
-  PIDS+=($!)
-  "${brokers[@]}" "$BIN" gateway --cluster live --listen "127.0.0.1:$GATEWAY" --engines "$(engine_list ,)" 2>"$1/gateway.log" &
-  PIDS+=($!)
-  wait_http "http://127.0.0.1:$GATEWAY/health"
+  start_pipeline "$1" "$(IFS=';'; echo "${agent_engines[*]}")" live
+  start_gateway "$1/gateway.log" live "$GATEWAY" "$(engine_list ,)"
   # Load starts once the gateway routes on a snapshot weighting every
   # engine, as in bench/live (the per-model plans follow the demand the
   # load itself shows the processor).
-  local t0=$SECONDS
-  while :; do
-    n=$(metric "http://127.0.0.1:$((PORT + 25))/metrics" 'switchyard_optimizer_weight{cluster="live"' | wc -l)
-    v=$(metric "http://127.0.0.1:$GATEWAY/metrics" 'switchyard_gateway_snapshot_version{cluster="live"}' | head -1)
-    [ "$n" -ge "${#FLEET[@]}" ] && [ "${v:-0}" != 0 ] && break
-    if ((SECONDS - t0 > 180)); then echo "bench/models: no snapshot weighting all engines in 180 s (logs in $1)" >&2; return 1; fi
-    sleep 1
-  done
-  echo "switchyard: snapshots weighting every engine after $((SECONDS - t0)) s"
+  wait_weighted "$1" "live:${#FLEET[@]}:$GATEWAY"
 }
 
 echo "bench/models: $N requests of $(basename "$TRACE"), prompts cut to $MAX_PROMPT_TOKENS tokens, outputs to $MAX_OUTPUT_TOKENS;" \
@@ -296,11 +174,8 @@ for load in ${LOADS//,/ }; do
     flock -o "$LOCK" "$LIVE" models replay "${WORKLOAD[@]}" -target "$url" -router "$router" -load "$load" -capacity "$CAPACITY" \
       -engines "$(engine_list ,)" -slo-ttft "${SLO_TTFT:-5s}" -slo-tbot "${SLO_TBOT:-100ms}" -out "$cell"
     if [ "$router" = switchyard ]; then
-      curl -fsS "http://127.0.0.1:$GATEWAY/metrics" >"$dir/gateway-metrics.txt" || true
-      grep -E '^switchyard_gateway_(shed_total|admission_rejected_total)' "$dir/gateway-metrics.txt" | sed 's/^/  /' || true
-      "$LIVE" snapshots -nats-url "nats://127.0.0.1:$NATS" >"$dir/snapshots.txt" || true
+      keep_switchyard "$dir"
       "$BIN" explain --cluster live --nats-url "nats://127.0.0.1:$NATS" >"$dir/explain.txt" 2>&1 || true
-      "$BIN" tap estimates --kafka-brokers "127.0.0.1:$KAFKA" >"$dir/estimates.jsonl" 2>/dev/null || true
     fi
     for ((i = 0; i < ${#FLEET[@]}; i++)); do curl -fsS "http://127.0.0.1:$((PORT + i))/metrics" >"$dir/engine-$(field "$i" 1)-metrics.txt" || true; done
     stop_all
