@@ -77,6 +77,7 @@ func (g *Gateway) applyViewErr(v snapView) error {
 		g.admit.refresh(g.cfg.cluster, rt.table, g.cfg.now()) // admission.go
 		g.outlier.SetClusterSize(rt.table.Len())
 		g.cur.Store(rt)
+		g.placeAdapters() // models.go
 		g.log.Info("snapshot applied", "version", rt.version, "engines", len(v.cw.engines), "shed_fraction", rt.shed)
 		return nil
 	}
@@ -132,6 +133,7 @@ func (g *Gateway) applyViewErr(v snapView) error {
 		g.outlier.SetClusterSize(t.Len())
 	}
 	g.cur.Store(rt)
+	g.placeAdapters() // models.go
 	g.log.Info("snapshot applied", "version", rt.version, "engines", len(specs), "shed_fraction", rt.shed)
 	if rt.table != nil {
 		for i := 0; i < rt.table.Len(); i++ {

@@ -223,6 +223,7 @@ func (g *Gateway) applyStatic(engines []StaticEngine) error {
 	}
 	g.setLimits(t)
 	g.cur.Store(&routing{table: t, fallback: true, versionHeader: []string{"0"}, specs: specs, models: &modelTables{}})
+	g.placeAdapters() // models.go
 	g.outlier.SetClusterSize(t.Len())
 	return nil
 }

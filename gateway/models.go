@@ -221,8 +221,9 @@ func writeModelList(w http.ResponseWriter, ids []string) {
 
 // setAdapters hands the picker what signal s says of engine st's LoRA
 // adapters (its base model, the adapters with requests on it, max_lora),
-// so that a request for an adapter prefers engines where it is loaded.
-func (g *Gateway) setAdapters(st *pick.State, s *schemas.EngineSignal) {
+// so that a request for an adapter prefers engines where it is loaded,
+// and reports whether its base model or max_lora changed.
+func (g *Gateway) setAdapters(st *pick.State, s *schemas.EngineSignal) bool {
 	var base uint64
 	if m := s.GetModel(); m != "" {
 		base = hashkey.String(m)
@@ -234,7 +235,34 @@ func (g *Gateway) setAdapters(st *pick.State, s *schemas.EngineSignal) {
 			active = append(active, hashkey.String(a))
 		}
 	}
-	g.pool.SetAdapters(st, base, active, int(min(s.GetMaxLora(), schemas.MaxSignalMaxLoRA)), g.cfg.now().UnixMilli())
+	return g.pool.SetAdapters(st, base, active, int(min(s.GetMaxLora(), schemas.MaxSignalMaxLoRA)), g.cfg.now().UnixMilli())
+}
+
+// placeAdapters has the picker assign each LoRA adapter its homes
+// (pick/adapterhomes.go) among the engines of the routing in force, with
+// their planned shares and the models their signals list. It runs when
+// a snapshot or static list is applied (the adapters' request rates are
+// taken anew then) and when an engine's models or adapter slots change.
+func (g *Gateway) placeAdapters() {
+	rt := g.cur.Load()
+	if rt == nil {
+		return
+	}
+	sm := g.served.Load()
+	engs := make([]pick.AdapterEngine, 0, len(rt.specs))
+	for _, sp := range rt.specs {
+		l := sm.byEngine[sp.ID]
+		st, ok := g.pool.Lookup(sp.ID)
+		if !ok || len(l) == 0 {
+			continue
+		}
+		hs := make([]uint64, len(l))
+		for i, m := range l {
+			hs[i] = modelHash(m)
+		}
+		engs = append(engs, pick.AdapterEngine{State: st, Weight: sp.Weight, Serves: hs})
+	}
+	g.pool.PlaceAdapters(engs, g.cfg.now().UnixMilli())
 }
 
 // modelHash is the picker's hash of a request's model (0: none named).

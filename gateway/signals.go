@@ -39,8 +39,9 @@ func (g *Gateway) applySignal(b []byte) {
 	if !g.screen(&s) { // registry_signals.go
 		return
 	}
-	g.noteEngine(&s)      // event.go
-	if g.noteModels(&s) { // models.go
+	g.noteEngine(&s)                  // event.go
+	modelsChanged := g.noteModels(&s) // models.go
+	if modelsChanged {
 		g.log.Info("engine models", "engine", s.GetEngineId(), "models", s.GetModels())
 	}
 	st, ok := g.pool.Lookup(s.GetEngineId())
@@ -61,7 +62,9 @@ func (g *Gateway) applySignal(b []byte) {
 		}
 	}
 	st.SetSignalDown(down)
-	g.setAdapters(st, &s)            // models.go
+	if g.setAdapters(st, &s) || modelsChanged { // models.go
+		g.placeAdapters()
+	}
 	g.admit.noteSignal(st, &s, down) // admission.go
 	g.m.signals.WithLabelValues(g.cfg.cluster, "applied").Inc()
 }

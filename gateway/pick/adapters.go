@@ -33,6 +33,10 @@ type adapters struct {
 	maxLora int
 	active  []uint64
 	sent    [maxSentAdapters]sentAdapter
+	// homed: PlaceAdapters placed this engine, and homes are the
+	// adapters it is to keep loaded (adapterhomes.go).
+	homed bool
+	homes []uint64
 }
 
 type sentAdapter struct {
@@ -45,26 +49,30 @@ type sentAdapter struct {
 // adapters with requests on it, and its adapter slots (max_lora; 0: the
 // engine serves no adapters or does not say, and the picker then sees
 // no adapter cost on it). The active adapters are remembered as held by
-// s, so a request for one has s among its candidates.
-func (p *Pool) SetAdapters(s *State, base uint64, active []uint64, maxLora int, nowMs int64) {
-	s.setAdapters(base, active, maxLora)
+// s, so a request for one has s among its candidates. It reports whether
+// the base model or max_lora changed (the adapters' homes then need
+// placing again: PlaceAdapters).
+func (p *Pool) SetAdapters(s *State, base uint64, active []uint64, maxLora int, nowMs int64) bool {
+	changed := s.setAdapters(base, active, maxLora)
 	if maxLora <= 0 || p.mem == nil || s.idx >= maxMemEngine {
-		return
+		return changed
 	}
 	for _, h := range active {
 		if h != 0 && h != base {
 			p.mem.rememberBlock(h, stampOf(nowMs), s.idx+1)
 		}
 	}
+	return changed
 }
 
-func (s *State) setAdapters(base uint64, active []uint64, maxLora int) {
+func (s *State) setAdapters(base uint64, active []uint64, maxLora int) (changed bool) {
 	ad := s.ad.Load()
 	if maxLora <= 0 {
 		if ad != nil {
 			s.ad.Store(nil)
+			return true
 		}
-		return
+		return false
 	}
 	if ad == nil {
 		ad = &adapters{}
@@ -73,17 +81,21 @@ func (s *State) setAdapters(base uint64, active []uint64, maxLora int) {
 		}
 	}
 	ad.mu.Lock()
+	changed = ad.base != base || ad.maxLora != maxLora
 	ad.base, ad.maxLora = base, maxLora
 	ad.active = append(ad.active[:0], active...)
 	ad.mu.Unlock()
+	return changed
 }
 
 // adapterCost is the score's adapter term for a request of model h at
 // nowMs: 0 when the engine is not known to hold adapters, when h is its
 // base model, or when h is loaded there (among its signal's active
-// adapters, or among the max_lora adapters counting those that this
+// adapters, or, once PlaceAdapters placed the engine, among its homes;
+// before that, among the max_lora adapters counting those that this
 // gateway sent there most recently, within adapterWarmMs); else
-// coldMs, and when as many adapters as max_lora are loaded there, twice
+// coldMs, and when as many adapters as max_lora are held there (homes
+// and active ones, or active and recently sent), twice
 // that plus e2eMs, the engine's mean request time (0 unknown): the
 // request waits for an adapter's requests to finish to free its slot.
 func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float64 {
@@ -98,6 +110,22 @@ func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float6
 	}
 	if hasHash(ad.active, h) {
 		return 0
+	}
+	if ad.homed {
+		// Loaded: its homes, and the adapters with requests on it.
+		if hasHash(ad.homes, h) {
+			return 0
+		}
+		held := len(ad.homes)
+		for _, a := range ad.active {
+			if !hasHash(ad.homes, a) {
+				held++
+			}
+		}
+		if held >= ad.maxLora {
+			return 2*coldMs + max(e2eMs, 0)
+		}
+		return coldMs
 	}
 	// Loaded: the adapters with requests on the engine, then those this
 	// gateway sent there most recently, up to max_lora of them (the
@@ -137,29 +165,31 @@ func (s *State) isAdapter(h uint64) bool {
 }
 
 // noteAdapter records that a request of model h was sent to the engine
-// at nowMs (when it holds adapters and h is not its base model).
-func (s *State) noteAdapter(h uint64, nowMs int64) {
+// at nowMs, and reports whether h is an adapter there (the engine holds
+// adapters and h is not its base model).
+func (s *State) noteAdapter(h uint64, nowMs int64) bool {
 	ad := s.ad.Load()
 	if ad == nil || h == 0 {
-		return
+		return false
 	}
 	ad.mu.Lock()
 	defer ad.mu.Unlock()
 	if h == ad.base {
-		return
+		return false
 	}
 	oldest := 0
 	for i := range ad.sent {
 		e := &ad.sent[i]
 		if e.h == h {
 			e.atMs = max(e.atMs, nowMs)
-			return
+			return true
 		}
 		if e.atMs < ad.sent[oldest].atMs {
 			oldest = i
 		}
 	}
 	ad.sent[oldest] = sentAdapter{h: h, atMs: nowMs}
+	return true
 }
 
 func hasHash(l []uint64, h uint64) bool {

@@ -217,12 +217,16 @@ const maxSlotsPerEngine = 1 << 16
 // in-flight counts, ejections and penalties survive snapshot swaps.
 // States are never removed; the number of distinct engine ids bounds it.
 type Pool struct {
-	mu     sync.Mutex
-	states map[string]*State
-	total  atomic.Int64
-	mem    *memory
-	last   maglevTable // the latest table Build filled (under mu)
-	built  *Table      // the latest table Build made (under mu)
+	mu      sync.Mutex
+	states  map[string]*State
+	total   atomic.Int64
+	mem     *memory
+	last    maglevTable               // the latest table Build filled (under mu)
+	built   *Table                    // the latest table Build made (under mu)
+	placed  atomic.Pointer[placement] // adapters' homes (adapterhomes.go)
+	placeMu sync.Mutex                // serializes PlaceAdapters
+	// placedReqs counts requests placed since PlaceAdapters last ran.
+	placedReqs atomic.Int64
 }
 
 // maglevTable is a filled Maglev table and what it is a function of:

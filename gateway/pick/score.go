@@ -333,13 +333,33 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 	return t.adapterHolders(r, exclude, h, tot, grow, c), sticky, own
 }
 
-// adapterHolders adds to c the (up to two) engines this gateway last sent
-// r's model to where it is a LoRA adapter (adapters.go), when acceptable:
-// the walk may not reach them, and they hold it loaded.
+// adapterHolders adds to c the engines that hold r's model loaded where
+// it is a LoRA adapter, when acceptable (the walk may not reach them): its
+// homes once PlaceAdapters placed it (adapterhomes.go), as many as c has
+// room for, under their hard limits but past their bounded load (an
+// adapter moved off its home costs a load there and another when it
+// comes back: the score weighs that against the home's queue, and a home
+// past its share wins only with the best score); else the (up to two)
+// engines this gateway last sent it to.
 func (t *Table) adapterHolders(r *Request, exclude []int32, h uint64, tot, grow float64, c []scored) []scored {
 	mem := t.mem
 	if r.Model == 0 || mem == nil {
 		return c
+	}
+	if pl := t.pool.placed.Load(); pl != nil {
+		if hs := pl.homes[r.Model]; len(hs) > 0 {
+			for _, idx := range hs {
+				if len(c) == maxCollected {
+					break
+				}
+				if int(idx) < len(t.byPool) {
+					if i := t.byPool[idx]; i >= 0 && !has(c, i) && t.acceptable(i, h, tot, math.Inf(1), exclude) {
+						c = add(c, i)
+					}
+				}
+			}
+			return c
+		}
 	}
 	e0, e1, _, _ := mem.holders(r.Model, stampOf(r.NowMs))
 	for _, id := range [2]uint32{e0, e1} {
@@ -550,7 +570,7 @@ func chooseBest(c []scored, best, slack, slackMs float64) int {
 // remember records r's key, blocks and model (adapters.go) as served by
 // s.
 func (t *Table) remember(r *Request, s *State) {
-	s.noteAdapter(r.Model, r.NowMs)
+	t.pool.countRequest(r.Model, s.noteAdapter(r.Model, r.NowMs))
 	mem := t.mem
 	if mem == nil || s.idx >= maxMemEngine {
 		return
