@@ -79,23 +79,24 @@ func (w *workloadFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.timeout, "first-token-timeout", 30*time.Second, "a request without a first token this long after it was sent fails")
 }
 
-func capacityCmd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("capacity", flag.ContinueOnError)
-	var w workloadFlags
-	w.register(fs)
-	target := fs.String("target", "", "base URL the closed loop sends to (a least-connections proxy over the engines)")
-	clients := fs.Int("clients", 64, "closed-loop clients (well above the fleet's batch slots)")
-	warm := fs.Duration("warm", 20*time.Second, "warm-up, not counted")
-	window := fs.Duration("window", 60*time.Second, "measured window")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	reqs, err := loadRequests(w)
-	if err != nil {
-		return err
-	}
-	c := newClient(w)
-	rps, err := capacity(ctx, c, *target, reqs.reqs, *clients, *warm, *window)
+// capacityFlags are the closed loop's flags.
+type capacityFlags struct {
+	target       string
+	clients      int
+	warm, window time.Duration
+}
+
+func (f *capacityFlags) register(fs *flag.FlagSet, target string) {
+	fs.StringVar(&f.target, "target", "", target)
+	fs.IntVar(&f.clients, "clients", 64, "closed-loop clients (well above the fleet's batch slots)")
+	fs.DurationVar(&f.warm, "warm", 20*time.Second, "warm-up, not counted")
+	fs.DurationVar(&f.window, "window", 60*time.Second, "measured window")
+}
+
+// run measures the fleet's capacity with reqs sent through c and prints
+// it in completions per second.
+func (f capacityFlags) run(ctx context.Context, c *client, reqs requests) error {
+	rps, err := capacity(ctx, c, f.target, reqs.reqs, f.clients, f.warm, f.window)
 	if err != nil {
 		return err
 	}
@@ -103,51 +104,106 @@ func capacityCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
-func replayCmd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+func capacityCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("capacity", flag.ContinueOnError)
 	var w workloadFlags
+	var cf capacityFlags
 	w.register(fs)
-	target := fs.String("target", "", "base URL of the router under test")
-	router := fs.String("router", "", "router name in the report")
-	load := fs.Float64("load", 0.9, "offered rate as a multiple of -capacity")
-	capRPS := fs.Float64("capacity", 0, "the fleet's capacity in completions per second (live capacity)")
-	engines := fs.String("engines", "", "engines whose /metrics are read before and after: id=url,...")
-	out := fs.String("out", "", "file the cell's JSON is written to")
-	sloTTFT := fs.Duration("slo-ttft", 5*time.Second, "goodput counts served requests whose first token came within this")
-	sloTBOT := fs.Duration("slo-tbot", 100*time.Millisecond, "... and whose mean time between tokens is at most this")
+	cf.register(fs, "base URL the closed loop sends to (a least-connections proxy over the engines)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if !(*capRPS > 0) || !(*load > 0) || *target == "" || *router == "" || *out == "" {
-		return fmt.Errorf("replay needs -target, -router, -out and positive -capacity and -load")
-	}
-	reqs, err := loadRequests(w)
+	reqs, err := loadRequests(w, nil)
 	if err != nil {
 		return err
 	}
-	eng, err := parseEngines(*engines)
-	if err != nil {
-		return err
+	return cf.run(ctx, newClient(w), reqs)
+}
+
+// replayFlags are an open-loop replay's flags.
+type replayFlags struct {
+	target, router, engines, out string
+	load, capacity               float64
+	slo                          slo
+}
+
+// register adds the flags; capacityCmd names the command that measures
+// -capacity, engines is -engines' usage.
+func (f *replayFlags) register(fs *flag.FlagSet, capacityCmd, engines string) {
+	fs.StringVar(&f.target, "target", "", "base URL of the router under test")
+	fs.StringVar(&f.router, "router", "", "router name in the report")
+	fs.Float64Var(&f.load, "load", 0.9, "offered rate as a multiple of -capacity")
+	fs.Float64Var(&f.capacity, "capacity", 0, "the fleet's capacity in completions per second ("+capacityCmd+")")
+	fs.StringVar(&f.engines, "engines", "", engines)
+	fs.StringVar(&f.out, "out", "", "file the cell's JSON is written to")
+	fs.DurationVar(&f.slo.ttft, "slo-ttft", 5*time.Second, "goodput counts served requests whose first token came within this")
+	fs.DurationVar(&f.slo.tbot, "slo-tbot", 100*time.Millisecond, "... and whose mean time between tokens is at most this")
+}
+
+func (f replayFlags) validate(cmd string) error {
+	if !(f.capacity > 0) || !(f.load > 0) || f.target == "" || f.router == "" || f.out == "" {
+		return fmt.Errorf("%s needs -target, -router, -out and positive -capacity and -load", cmd)
 	}
-	c := newClient(w)
+	return nil
+}
+
+// run replays reqs through c open loop at f.load x f.capacity and returns
+// the cell (the engines' counters read before and after) and the results
+// behind it. note ends the line announcing the replay; during, when not
+// nil, is started with the engines as the replay starts, and the stop it
+// returns is called as it ends.
+func (f replayFlags) run(ctx context.Context, c *client, w workloadFlags, reqs requests, note string,
+	during func(ctx context.Context, eng []engine) (stop func())) (cell, []result, error) {
+	eng, err := parseEngines(f.engines)
+	if err != nil {
+		return cell{}, nil, err
+	}
 	before, err := scrapeAll(ctx, c.http, eng)
 	if err != nil {
+		return cell{}, nil, err
+	}
+	offered := f.load * f.capacity
+	sched := reqs.rescaled(offered)
+	fmt.Fprintf(os.Stderr, "%s at %.2fx: %d requests at %.2f rps (%.0f s)%s\n", f.router, f.load, len(sched), offered, sched[len(sched)-1].Arrival.Seconds(), note)
+	stop := func() {}
+	if during != nil {
+		stop = during(ctx, eng)
+	}
+	start := time.Now()
+	results := replay(ctx, c, f.target, sched)
+	elapsed := time.Since(start)
+	stop()
+	after, err := scrapeAll(ctx, c.http, eng)
+	if err != nil {
+		return cell{}, nil, err
+	}
+	cl := summarise(f.router, f.load, results, counterDeltas(eng, before, after), f.slo)
+	cl.OfferedRPS, cl.CapacityRPS, cl.DurationS = offered, f.capacity, elapsed.Seconds()
+	cl.Trace, cl.MaxPromptTokens, cl.MaxOutputTokens = w.trace, w.maxPrompt, w.maxOutput
+	return cl, results, nil
+}
+
+func replayCmd(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	var w workloadFlags
+	var rf replayFlags
+	w.register(fs)
+	rf.register(fs, "live capacity", "engines whose /metrics are read before and after: id=url,...")
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	offered := *load * *capRPS
-	sched := reqs.rescaled(offered)
-	fmt.Fprintf(os.Stderr, "%s at %.2fx: %d requests at %.2f rps (%.0f s)\n", *router, *load, len(sched), offered, sched[len(sched)-1].Arrival.Seconds())
-	start := time.Now()
-	results := replay(ctx, c, *target, sched)
-	elapsed := time.Since(start)
-	after, err := scrapeAll(ctx, c.http, eng)
+	if err := rf.validate("replay"); err != nil {
+		return err
+	}
+	reqs, err := loadRequests(w, nil)
 	if err != nil {
 		return err
 	}
-	cell := summarise(*router, *load, results, counterDeltas(eng, before, after), slo{ttft: *sloTTFT, tbot: *sloTBOT})
-	cell.OfferedRPS, cell.CapacityRPS, cell.DurationS = offered, *capRPS, elapsed.Seconds()
-	cell.Trace, cell.MaxPromptTokens, cell.MaxOutputTokens = w.trace, w.maxPrompt, w.maxOutput
-	return writeJSON(*out, cell)
+	cl, _, err := rf.run(ctx, newClient(w), w, reqs, "", nil)
+	if err != nil {
+		return err
+	}
+	return writeJSON(rf.out, cl)
 }
 
 func reportCmd(args []string) error {
@@ -156,7 +212,7 @@ func reportCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cells, err := readCells(fs.Args())
+	cells, err := readCells[cell](fs.Args())
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -158,11 +157,11 @@ func (f *mixFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.zipf, "zipf", 1, "Zipf exponent of the adapters' popularity (the k-th adapter's share proportional to 1/k^s)")
 }
 
-// modelRequests are the workload's requests with their models.
+// modelRequests are the workload's requests, each naming its
+// conversation's model, and the mix that chose them.
 type modelRequests struct {
 	requests
-	models []string // per request
-	mix    mix
+	mix mix
 }
 
 // loadModelRequests renders the first w.n trace requests, each with its
@@ -172,22 +171,11 @@ func loadModelRequests(w workloadFlags, f mixFlags) (modelRequests, error) {
 	if err != nil {
 		return modelRequests{}, err
 	}
-	all, blockTokens, err := readTrace(w)
+	reqs, err := loadRequests(w, m.of)
 	if err != nil {
 		return modelRequests{}, err
 	}
-	out := modelRequests{requests: requests{reqs: make([]request, len(all))}, models: make([]string, len(all)), mix: m}
-	for i, r := range all {
-		wm := w
-		wm.model = m.of(r.Session)
-		body, err := chatBody(wm, r, blockTokens)
-		if err != nil {
-			return modelRequests{}, err
-		}
-		out.reqs[i] = request{Arrival: r.Arrival - all[0].Arrival, Session: r.Session, Body: body}
-		out.models[i] = wm.model
-	}
-	return out, nil
+	return modelRequests{requests: reqs, mix: m}, nil
 }
 
 // modelHeaderTransport adds X-Model to every request: the model of the
@@ -218,12 +206,10 @@ func modelsCapacityCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("models capacity", flag.ContinueOnError)
 	var w workloadFlags
 	var f mixFlags
+	var cf capacityFlags
 	w.register(fs)
 	f.register(fs)
-	target := fs.String("target", "", "base URL the closed loop sends to (a proxy routing each model to its engines by least connections)")
-	clients := fs.Int("clients", 64, "closed-loop clients (well above the fleet's batch slots)")
-	warm := fs.Duration("warm", 20*time.Second, "warm-up, not counted")
-	window := fs.Duration("window", 60*time.Second, "measured window")
+	cf.register(fs, "base URL the closed loop sends to (a proxy routing each model to its engines by least connections)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -231,12 +217,7 @@ func modelsCapacityCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rps, err := capacity(ctx, newModelClient(w, reqs.mix), *target, reqs.reqs, *clients, *warm, *window)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("%.3f\n", rps)
-	return nil
+	return cf.run(ctx, newModelClient(w, reqs.mix), reqs.requests)
 }
 
 // modelsCell is one router at one load on the multi-model fleet: bench/live's
@@ -279,63 +260,47 @@ func modelsReplayCmd(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("models replay", flag.ContinueOnError)
 	var w workloadFlags
 	var f mixFlags
+	var rf replayFlags
 	w.register(fs)
 	f.register(fs)
-	target := fs.String("target", "", "base URL of the router under test")
-	router := fs.String("router", "", "router name in the report")
-	load := fs.Float64("load", 0.9, "offered rate as a multiple of -capacity")
-	capRPS := fs.Float64("capacity", 0, "the fleet's capacity in completions per second (live models capacity)")
-	engines := fs.String("engines", "", "engines whose /metrics are read before and after and watched for adapters: id=url,...")
+	rf.register(fs, "live models capacity", "engines whose /metrics are read before and after and watched for adapters: id=url,...")
 	every := fs.Duration("lora-scrape", 500*time.Millisecond, "how often the engines' vllm:lora_requests_info is read during the replay")
-	out := fs.String("out", "", "file the cell's JSON is written to")
-	sloTTFT := fs.Duration("slo-ttft", 5*time.Second, "goodput counts served requests whose first token came within this")
-	sloTBOT := fs.Duration("slo-tbot", 100*time.Millisecond, "... and whose mean time between tokens is at most this")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if !(*capRPS > 0) || !(*load > 0) || *target == "" || *router == "" || *out == "" || *every <= 0 {
-		return errors.New("models replay needs -target, -router, -out and positive -capacity, -load and -lora-scrape")
+	if err := rf.validate("models replay"); err != nil {
+		return err
+	}
+	if *every <= 0 {
+		return errors.New("models replay needs a positive -lora-scrape")
 	}
 	reqs, err := loadModelRequests(w, f)
 	if err != nil {
 		return err
 	}
-	eng, err := parseEngines(*engines)
-	if err != nil {
-		return err
-	}
 	c := newModelClient(w, reqs.mix)
-	before, err := scrapeAll(ctx, c.http, eng)
+	var lw loraWatch
+	watch := func(ctx context.Context, eng []engine) func() {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			lw = watchLoRA(ctx, c.http, eng, *every)
+		}()
+		return func() { cancel(); <-done }
+	}
+	cl, results, err := rf.run(ctx, c, w, reqs.requests, "; requests per model "+countModels(reqs.models), watch)
 	if err != nil {
 		return err
 	}
-	offered := *load * *capRPS
-	sched := reqs.rescaled(offered)
-	fmt.Fprintf(os.Stderr, "%s at %.2fx: %d requests at %.2f rps (%.0f s); requests per model %s\n", *router, *load, len(sched), offered,
-		sched[len(sched)-1].Arrival.Seconds(), countModels(reqs.models))
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan loraWatch, 1)
-	go func() { watched <- watchLoRA(watchCtx, c.http, eng, *every) }()
-	start := time.Now()
-	results := replay(ctx, c, *target, sched)
-	elapsed := time.Since(start)
-	stopWatch()
-	lw := <-watched
-	after, err := scrapeAll(ctx, c.http, eng)
-	if err != nil {
-		return err
-	}
-	s := slo{ttft: *sloTTFT, tbot: *sloTBOT}
-	mc := modelsCell{cell: summarise(*router, *load, results, counterDeltas(eng, before, after), s),
-		Models: perModel(reqs.models, results, s), MaxRunningAdapters: lw.maxRunning, MaxLoRA: lw.maxLoRA, LoRAScrapes: lw.scrapes}
-	mc.OfferedRPS, mc.CapacityRPS, mc.DurationS = offered, *capRPS, elapsed.Seconds()
-	mc.Trace, mc.MaxPromptTokens, mc.MaxOutputTokens = w.trace, w.maxPrompt, w.maxOutput
+	mc := modelsCell{cell: cl, Models: perModel(reqs.models, results, rf.slo),
+		MaxRunningAdapters: lw.maxRunning, MaxLoRA: lw.maxLoRA, LoRAScrapes: lw.scrapes}
 	for _, r := range results {
 		if r.Failure == "status 404" {
 			mc.NotServing++
 		}
 	}
-	return writeJSON(*out, mc)
+	return writeJSON(rf.out, mc)
 }
 
 // countModels is "id n, id n, ..." by descending count.
@@ -477,13 +442,9 @@ func modelsTallyCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(*path)
+	mc, err := readCell[modelsCell](*path)
 	if err != nil {
-		return fmt.Errorf("reading cell: %w", err)
-	}
-	var mc modelsCell
-	if err := json.Unmarshal(b, &mc); err != nil {
-		return fmt.Errorf("decoding cell %s: %w", *path, err)
+		return err
 	}
 	eng, err := parseEngines(*logs)
 	if err != nil {
@@ -558,17 +519,9 @@ func modelsReportCmd(args []string, w io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var cells []modelsCell
-	for _, p := range fs.Args() {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return fmt.Errorf("reading cell: %w", err)
-		}
-		var mc modelsCell
-		if err := json.Unmarshal(b, &mc); err != nil {
-			return fmt.Errorf("decoding cell %s: %w", p, err)
-		}
-		cells = append(cells, mc)
+	cells, err := readCells[modelsCell](fs.Args())
+	if err != nil {
+		return err
 	}
 	rep := buildModelsReport(cells)
 	printReport(w, rep.report)
@@ -587,12 +540,7 @@ type modelsReport struct {
 }
 
 func buildModelsReport(cells []modelsCell) modelsReport {
-	sort.SliceStable(cells, func(i, j int) bool {
-		if cells[i].Load != cells[j].Load {
-			return cells[i].Load < cells[j].Load
-		}
-		return cells[i].Router < cells[j].Router
-	})
+	slices.SortStableFunc(cells, func(a, b modelsCell) int { return byLoadRouter(a.cell, b.cell) })
 	plain := make([]cell, len(cells))
 	for i, c := range cells {
 		plain[i] = c.cell

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -174,6 +175,11 @@ var ratioMetrics = []struct {
 	{"prefix_cache_hit_rate", true, func(c cell) float64 { return c.PrefixCacheHitRate }},
 }
 
+// byLoadRouter orders cells by load, then router.
+func byLoadRouter(a, b cell) int {
+	return cmp.Or(cmp.Compare(a.Load, b.Load), strings.Compare(a.Router, b.Router))
+}
+
 // report is the combined JSON: every cell, then the ratios.
 type report struct {
 	Cells  []cell  `json:"cells"`
@@ -185,12 +191,7 @@ type report struct {
 // served and hit rate; ties to the first by name) at every load that has
 // both.
 func buildReport(cells []cell) report {
-	sort.SliceStable(cells, func(i, j int) bool {
-		if cells[i].Load != cells[j].Load {
-			return cells[i].Load < cells[j].Load
-		}
-		return cells[i].Router < cells[j].Router
-	})
+	slices.SortStableFunc(cells, byLoadRouter)
 	rep := report{Cells: cells, Ratios: []ratio{}}
 	for i := 0; i < len(cells); {
 		j := i
@@ -312,18 +313,28 @@ func writeJSON(path string, v any) error {
 	return nil
 }
 
-func readCells(paths []string) ([]cell, error) {
-	var out []cell
+// readCells reads cells' JSON files (live replay's, or live models
+// replay's with T modelsCell).
+func readCells[T any](paths []string) ([]T, error) {
+	var out []T
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		c, err := readCell[T](p)
 		if err != nil {
-			return nil, fmt.Errorf("reading cell: %w", err)
-		}
-		var c cell
-		if err := json.Unmarshal(b, &c); err != nil {
-			return nil, fmt.Errorf("decoding cell %s: %w", p, err)
+			return nil, err
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+func readCell[T any](path string) (T, error) {
+	var c T
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("reading cell: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("decoding cell %s: %w", path, err)
+	}
+	return c, nil
 }

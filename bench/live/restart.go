@@ -65,7 +65,7 @@ func restartCmd(ctx context.Context, args []string) error {
 	if !slicesContains(tg, *region) {
 		return fmt.Errorf("-region %q has no gateway in -targets", *region)
 	}
-	reqs, err := loadRequests(w)
+	reqs, err := loadRequests(w, nil)
 	if err != nil {
 		return err
 	}

@@ -20,23 +20,31 @@ type request struct {
 // arrivals (ticks spread, the first at 0).
 type requests struct {
 	reqs []request
+	// models are the model each request names, in the order of reqs.
+	models []string
 }
 
 // loadRequests reads w.trace with the project's reader, gives Mooncake's
 // rows the sessions the simulator infers, spreads each tick's batch over
-// the tick and renders the first w.n requests.
-func loadRequests(w workloadFlags) (requests, error) {
+// the tick and renders the first w.n requests, each naming w.model or,
+// with modelOf, its conversation's model modelOf(session).
+func loadRequests(w workloadFlags, modelOf func(session string) string) (requests, error) {
 	all, blockTokens, err := readTrace(w)
 	if err != nil {
 		return requests{}, err
 	}
-	out := requests{reqs: make([]request, len(all))}
+	out := requests{reqs: make([]request, len(all)), models: make([]string, len(all))}
 	for i, r := range all {
-		body, err := chatBody(w, r, blockTokens)
+		wm := w
+		if modelOf != nil {
+			wm.model = modelOf(r.Session)
+		}
+		body, err := chatBody(wm, r, blockTokens)
 		if err != nil {
 			return requests{}, err
 		}
 		out.reqs[i] = request{Arrival: r.Arrival - all[0].Arrival, Session: r.Session, Body: body}
+		out.models[i] = wm.model
 	}
 	return out, nil
 }
