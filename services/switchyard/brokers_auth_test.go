@@ -26,7 +26,11 @@ var updateBrokerConfigs = flag.Bool("update-broker-configs", false, "rewrite the
 // generatedBrokerConfigs are the files under deploy/ rendered from
 // services/brokers/roles, so that the real brokers' users, permissions and
 // ACLs cannot drift from the roles the embedded brokers and
-// TestLeastPrivilege use.
+// TestLeastPrivilege use. The three-region-ha overlay holds copies of
+// docker-compose's because kustomize (kubectl apply -k) loads a
+// configMapGenerator's files only from the kustomization's directory: a
+// path or a symlink out of it is refused ("security; file ... is not in or
+// below ..."); this test keeps each copy equal to the one rendering.
 func generatedBrokerConfigs(t *testing.T) map[string]string {
 	t.Helper()
 	script, err := roles.KafkaSetupScript(streams.DefaultPrefix, process.DefaultGroup, 3)
