@@ -161,6 +161,23 @@ func (a *admission) setGauge(cluster string, e *pick.Engine, l *engineLimit, v f
 	(*g).Set(v)
 }
 
+// freeSlot reports whether some available engine of t would start a
+// request at once (admit.Engine.FreeSlot): the plan's shed is then not
+// applied, since a refused request would leave a slot idle (the plan
+// sheds when it expects capacity short; what is free now is known here).
+func (a *admission) freeSlot(t *pick.Table) bool {
+	for i := 0; i < t.Len(); i++ {
+		e := t.Engine(i)
+		if !e.State.Available() {
+			continue
+		}
+		if l, ok := a.limiters.Load(e.State); ok && l.(*engineLimit).FreeSlot(e.Slots, e.State.InFlight()) {
+			return true
+		}
+	}
+	return false
+}
+
 // limits is the gateway's per-engine limit policy.
 func (a *admission) limits() admit.Limits {
 	return admit.Limits{Adaptive: a.adaptive, Static: a.static}

@@ -23,6 +23,7 @@ type metrics struct {
 	ejections     *prometheus.CounterVec   // cluster, engine
 	upstreamFails *prometheus.CounterVec   // cluster, reason
 	picks         *prometheus.CounterVec   // cluster, reason
+	adapterPicks  *prometheus.CounterVec   // cluster, placement
 	applied       *prometheus.CounterVec   // cluster
 	rejected      *prometheus.CounterVec   // cluster, reason
 	signals       *prometheus.CounterVec   // cluster, result
@@ -58,6 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		ejections:      cv("ejections_total", "Outlier ejections of an engine.", "cluster", "engine"),
 		upstreamFails:  cv("upstream_failures_total", "Failed attempts by reason: connect, status_5xx, first_token_timeout, idle_timeout, stream.", "cluster", "reason"),
 		picks:          cv("picks_total", "Engine choices by reason: affinity, weighted, overflow, fallback, panic.", "cluster", "reason"),
+		adapterPicks:   cv("adapter_picks_total", "Engine choices for LoRA adapter requests: placement home (an engine the adapter is to stay loaded on, or running on before homes are placed) or elsewhere (the engine loads it).", "cluster", "placement"),
 		applied:        cv("snapshots_applied_total", "Snapshots validated and swapped in.", "cluster"),
 		rejected:       cv("snapshots_rejected_total", "Snapshots rejected by reason: decode, schema, cluster, invalid, stale, unsigned, signature, future.", "cluster", "reason"),
 		signals:        cv("signals_total", "Engine signals read, by result: applied, malformed, stale, unknown_engine; with --engine-registry also unregistered_engine and endpoint_mismatch (ignored).", "cluster", "result"),

@@ -262,7 +262,30 @@ func (g *Gateway) placeAdapters() {
 		}
 		engs = append(engs, pick.AdapterEngine{State: st, Weight: sp.Weight, Serves: hs})
 	}
-	g.pool.PlaceAdapters(engs, g.cfg.now().UnixMilli())
+	homes, changed := g.pool.PlaceAdapters(engs, g.cfg.now().UnixMilli())
+	if !changed {
+		return
+	}
+	// Logged by name: which adapters each engine is to keep loaded.
+	names := map[uint64]string{}
+	for _, l := range sm.byEngine {
+		for _, m := range l {
+			names[modelHash(m)] = m
+		}
+	}
+	attrs := make([]any, 0, 2*len(homes))
+	for k, hs := range homes {
+		if hs == nil {
+			continue
+		}
+		ns := make([]string, len(hs))
+		for i, h := range hs {
+			ns[i] = names[h]
+		}
+		slices.Sort(ns)
+		attrs = append(attrs, engs[k].State.ID(), strings.Join(ns, ","))
+	}
+	g.log.Info("adapter homes", attrs...)
 }
 
 // modelHash is the picker's hash of a request's model (0: none named).

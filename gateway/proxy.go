@@ -299,9 +299,10 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 		if !ok {
 			return clientError(w, http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("the model %q does not exist: no engine of cluster %s serves it", in.Model, g.cfg.cluster))
 		}
-		if mv != nil && mv.shed > 0 && rand.Float64() < mv.shed {
+		if mv != nil && mv.shed > 0 && rand.Float64() < mv.shed && (mv.shed >= 1 || !g.admit.freeSlot(t)) {
 			// The model's own plan sheds it (at random: the cluster's
-			// priority mix is not kept per model).
+			// priority mix is not kept per model), unless one of its
+			// engines would start it at once (admission.freeSlot).
 			ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
 			return g.shed(w, "snapshot", prio)
 		}
@@ -316,7 +317,7 @@ func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r 
 	}
 	if rt.shed > 0 {
 		g.shedder.Count(prio)
-		if rt.table == nil || g.shedder.Decide(prio, rand.Float64()) {
+		if rt.table == nil || (g.shedder.Decide(prio, rand.Float64()) && (rt.shed >= 1 || !g.admit.freeSlot(rt.table))) {
 			ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
 			return g.shed(w, "snapshot", prio)
 		}
@@ -463,6 +464,15 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			g.m.picks.WithLabelValues(g.cfg.cluster, reason.String()).Inc()
 		}
 		eng := rt.table.Engine(i)
+		if preq.Model != 0 {
+			if adapter, home := eng.State.AdapterHome(preq.Model); adapter {
+				placement := "elsewhere"
+				if home {
+					placement = "home"
+				}
+				g.m.adapterPicks.WithLabelValues(g.cfg.cluster, placement).Inc()
+			}
+		}
 		ev.EngineId = eng.ID
 		ev.Attempts = uint32(attempt + 1)
 		ev.DecisionReason = reason.String()

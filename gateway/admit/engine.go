@@ -47,6 +47,17 @@ func (e *Engine) NoteSignal(s *schemas.EngineSignal, down bool) {
 	e.signals.Add(1)
 }
 
+// FreeSlot reports whether a request sent to the engine now would start
+// at once as far as this gateway can tell: its batch limit is known
+// (snapshot's or its signals'), inFlight (this gateway's requests there)
+// is below it, and its last signal showed nobody waiting in its own
+// queue (other gateways' requests fill slots too). False before any
+// signal.
+func (e *Engine) FreeSlot(snapshot int, inFlight int64) bool {
+	n := e.Slots(snapshot)
+	return n > 0 && inFlight < n && e.signals.Load() > 0 && e.idle.Load()
+}
+
 // Slots returns the engine's batch limit (0: unknown): the larger of
 // snapshot's (the plan's max_concurrency; a plan may give an engine its
 // GPU class peers' limit until its own shows, and the gateway must not

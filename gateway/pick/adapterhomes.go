@@ -45,6 +45,7 @@ type placement struct {
 	counts map[uint64]*atomic.Int64
 	rate   map[uint64]float64 // requests per second, smoothed
 	total  float64            // all requests per second, smoothed
+	seen   int64              // requests counted since the first placement
 	atMs   int64
 }
 
@@ -58,22 +59,33 @@ const (
 	maxExtraWork  = 1 << 14
 )
 
+// minPlacedRequests is how many requests the pool counts before it
+// places homes: fewer make an adapter's rate noise.
+const minPlacedRequests = 50
+
 // rateAlpha is the weight of the latest interval in an adapter's rate.
-const rateAlpha = 0.5
+const rateAlpha = 0.3
 
 // PlaceAdapters assigns each LoRA adapter that engines serve its homes
-// (see the section above) from the engines' states (max_lora, base model
-// and loaded adapters as SetAdapters set them) and the request rates
-// this pool counted since the last call, and makes the picker use them.
+// (see the section above) from the engines' states (max_lora and base
+// model as SetAdapters set them) and the request rates this pool counted
+// since the last call, and makes the picker use them. Until the pool has
+// counted minPlacedRequests requests it places nothing, and the picker
+// goes by the adapters the signals say run where and those it sent where
+// (adapterCost).
 // Engines that report no max_lora, or list nothing, take no part but for
 // their weight (an adapter's requests and an engine's share are both
 // fractions of all the requests).
-func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) {
+//
+// It returns each engine's homes (nil for one that takes no part) and
+// whether any changed.
+func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) (homes [][]uint64, changed bool) {
 	p.placeMu.Lock()
 	defer p.placeMu.Unlock()
 	prev := p.placed.Load()
 	rates := map[uint64]float64{}
 	var total float64
+	var seen int64
 	if prev != nil {
 		dt := float64(nowMs-prev.atMs) / 1000
 		for h, c := range prev.counts {
@@ -83,11 +95,17 @@ func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) {
 			}
 			rates[h] = r
 		}
-		total = prev.total
+		total, seen = prev.total, prev.seen
 		if dt > 0 {
-			total += rateAlpha * (float64(p.placedReqs.Swap(0))/dt - total)
+			n := p.placedReqs.Swap(0)
+			seen += n
+			total += rateAlpha * (float64(n)/dt - total)
 		}
 	}
+	// Homes are placed once rates are known; until then (and for
+	// engines not placed) the picker goes by what is running where and
+	// what it sent where (adapterCost).
+	informed := total > 0 && seen >= minPlacedRequests
 	in := make([]homeEngine, 0, len(engines))
 	var sumW float64
 	for _, e := range engines {
@@ -101,7 +119,7 @@ func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) {
 			continue
 		}
 		ad.mu.Lock()
-		he := homeEngine{idx: e.State.idx, slots: ad.maxLora, weight: w, loaded: slices.Clone(ad.active), prev: slices.Clone(ad.homes)}
+		he := homeEngine{idx: e.State.idx, slots: ad.maxLora, weight: w, prev: slices.Clone(ad.homes)}
 		for _, h := range e.Serves {
 			if h != 0 && h != ad.base && len(he.serves) < maxPlacedAdapters {
 				he.serves = append(he.serves, h)
@@ -119,14 +137,21 @@ func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) {
 		}
 		sumW = float64(len(engines))
 	}
-	homes := placeHomes(in, sumW, rates, total)
-	next := &placement{homes: map[uint64][]uint32{}, counts: map[uint64]*atomic.Int64{}, rate: rates, total: total, atMs: nowMs}
+	next := &placement{homes: map[uint64][]uint32{}, counts: map[uint64]*atomic.Int64{}, rate: rates, total: total, seen: seen, atMs: nowMs}
 	for i := range in {
-		for _, h := range homes[i] {
-			next.homes[h] = append(next.homes[h], in[i].idx)
+		for _, h := range in[i].serves {
 			if next.counts[h] == nil {
 				next.counts[h] = &atomic.Int64{}
 			}
+		}
+	}
+	placedHomes := make([][]uint64, len(in))
+	if informed {
+		placedHomes = placeHomes(in, sumW, rates, total)
+	}
+	for i := range in {
+		for _, h := range placedHomes[i] {
+			next.homes[h] = append(next.homes[h], in[i].idx)
 		}
 	}
 	for h := range rates {
@@ -136,19 +161,25 @@ func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) {
 	}
 	placed := map[uint32][]uint64{}
 	for i := range in {
-		placed[in[i].idx] = homes[i]
+		if informed {
+			placed[in[i].idx] = placedHomes[i]
+		}
 	}
-	for _, e := range engines {
+	homes = make([][]uint64, len(engines))
+	for k, e := range engines {
 		ad := e.State.ad.Load()
 		if ad == nil {
 			continue
 		}
 		hs, ok := placed[e.State.idx]
+		homes[k] = hs
 		ad.mu.Lock()
+		changed = changed || ad.homed != ok || !slices.Equal(ad.homes, hs)
 		ad.homed, ad.homes = ok, hs
 		ad.mu.Unlock()
 	}
 	p.placed.Store(next)
+	return homes, changed
 }
 
 // countRequest counts a placed request, of model h when h is an adapter
@@ -192,7 +223,6 @@ type homeEngine struct {
 	slots  int
 	weight float64
 	serves []uint64 // adapters it serves
-	loaded []uint64 // adapters its signal says run there
 	prev   []uint64 // its homes before
 }
 
@@ -201,13 +231,13 @@ type homeEngine struct {
 // model), sumW the sum of the weights of all the cluster's engines, so
 // that an adapter's fraction of the requests and an engine's share of
 // them compare. Every adapter an engine serves gets one home first, most
-// requested first: its previous home if that engine (one where it is
-// loaded first, then one where it was a home) still has a slot and is
-// not past its share by more than half, else the engine with a slot
-// that is furthest below its share (its share less the adapter requests
-// placed there). When no engine that serves an adapter has a slot left,
-// it goes where it is furthest below its share anyway (more adapters
-// than slots: those engines load in turn). Then, while an adapter has a
+// requested first: its previous home if that engine still has a slot
+// and is not past its share by more than half; then the others, most
+// requested first, on the engine with a slot that is furthest below its
+// share (its share less the adapter requests placed there). When no
+// engine that serves an adapter has a slot left, it goes where it is
+// furthest below its share anyway (more adapters than slots: those
+// engines load in turn). Then, while an adapter has a
 // home past its share, the one with the most requests per home gets
 // another home on an engine with a slot and room below its share.
 func placeHomes(engs []homeEngine, sumW float64, rates map[uint64]float64, total float64) [][]uint64 {
@@ -263,34 +293,39 @@ func placeHomes(engs []homeEngine, sumW float64, rates map[uint64]float64, total
 		}
 		return b
 	}
-	for k := range ads {
-		a := &ads[k]
-		i := -1
-		for pass := 0; pass < 2 && i < 0; pass++ {
-			for j := range engs {
-				was := engs[j].loaded
-				if pass == 1 {
-					was = engs[j].prev
-				}
-				if slices.Contains(was, a.h) && slices.Contains(engs[j].serves, a.h) &&
-					len(homes[j]) < engs[j].slots && room(j)-a.frac >= -engs[j].weight/sumW/2 {
-					i = j
-					break
-				}
-			}
-		}
-		if i < 0 {
-			i = best(a.h, true)
-		}
-		if i < 0 {
-			i = best(a.h, false)
-		}
-		if i < 0 {
-			continue
-		}
+	// First every adapter keeps its previous home while that engine has
+	// a slot and is not past its share by more than half (moves cost
+	// loads on both sides), most requested first; then the others go
+	// where there is most room.
+	keep := func(j int, a *adapter, was []uint64) bool {
+		return slices.Contains(was, a.h) && slices.Contains(engs[j].serves, a.h) &&
+			len(homes[j]) < engs[j].slots && room(j)-a.frac >= -engs[j].weight/sumW/2
+	}
+	put := func(i int, a *adapter) {
 		homes[i] = append(homes[i], a.h)
 		load[i] += a.frac
 		a.homes = 1
+	}
+	for k := range ads {
+		for j := range engs {
+			if keep(j, &ads[k], engs[j].prev) {
+				put(j, &ads[k])
+				break
+			}
+		}
+	}
+	for k := range ads {
+		a := &ads[k]
+		if a.homes > 0 {
+			continue
+		}
+		i := best(a.h, true)
+		if i < 0 {
+			i = best(a.h, false)
+		}
+		if i >= 0 {
+			put(i, a)
+		}
 	}
 	// Spare slots: while an adapter has a home past its share, the one
 	// with the most requests per home gets another (bounded: a large

@@ -223,3 +223,95 @@ func TestAdapterRequestsStayOnTheirHomes(t *testing.T) {
 		t.Errorf("without placement the most adapters on one engine is %d: the test does not show what placement does", spread)
 	}
 }
+
+// TestAdapterHomeTakesRequestsBeyondItsLimit: two engines of 2 slots
+// (hard limit 3), adapter a homed on e0 and b on e1 (max_lora 1 each).
+// With a's home at its limit, the next request for a still goes there
+// (its slot wait is less than loading a on the other engine, which waits
+// for b's slot and a request time besides), never past twice the limit;
+// once the wait costs more than the load, the load wins. Without the
+// beyond rule a is loaded on the other engine at once.
+func TestAdapterHomeTakesRequestsBeyondItsLimit(t *testing.T) {
+	base, a, b := hashkey.String("base"), hashkey.String("a"), hashkey.String("b")
+	p := NewPool()
+	sp := specs(2, func(int) float64 { return 1 })
+	for i := range sp {
+		sp[i].MaxConcurrency = 2
+	}
+	tb := mustBuild(t, p, sp, Options{})
+	var engs []AdapterEngine
+	for i := range 2 {
+		st := tb.Engine(i).State
+		teach(tb, i, 20, 50, 0.05, 0)
+		tk := Ticket{AtMs: 0}
+		st.inflight.Add(1)
+		tb.Finished(i, tk, true, 10, 1000) // a request takes 1 s
+		st.inflight.Add(-1)
+		st.SetLimit(3)
+		p.SetAdapters(st, base, nil, 1, 0)
+		engs = append(engs, AdapterEngine{State: st, Weight: 1, Serves: []uint64{base, a, b}})
+	}
+	placeAfter(p, engs, map[uint64]int{a: 100, b: 100, base: 100})
+	home := -1
+	for i := range 2 {
+		if _, h := tb.Engine(i).State.AdapterHome(a); h {
+			home = i
+		}
+	}
+	if home < 0 {
+		t.Fatal("a has no home")
+	}
+	var got []int
+	for k := range 7 {
+		_, i, _ := place(t, tb, &Request{Key: uint64(k)*7919 + 1, PromptTokens: 100, Model: a, NowMs: 10})
+		got = append(got, i)
+	}
+	// The 4th goes past the home's limit of 3: a slot wait of (4+1-2)
+	// request times over 2 slots, 1 s, against 1.3 s for loading a on e1
+	// (b holds its only slot: twice 150 ms and a request time); the 5th
+	// (1.5 s) loads it on e1.
+	if want := []int{home, home, home, home, 1 - home}; !slices.Equal(got[:5], want) {
+		t.Errorf("requests for a went to %v (home e%d), want %v first", got, home, want)
+	}
+	if n := tb.Engine(home).State.InFlight(); n > 6 {
+		t.Errorf("home has %d in flight, more than twice its limit", n)
+	}
+}
+
+// placeAfter places p's adapters once the pool has counted n's requests
+// (model -> requests, all counted as adapter requests), 10 s after a
+// first placement.
+func placeAfter(p *Pool, engs []AdapterEngine, n map[uint64]int) {
+	p.PlaceAdapters(engs, 0)
+	for h, k := range n {
+		for range k {
+			p.countRequest(h, true)
+		}
+	}
+	p.PlaceAdapters(engs, 10_000)
+}
+
+// TestPlaceAdaptersWaitsForRates: before the pool has counted
+// minPlacedRequests requests no engine is placed (the picker goes by what
+// runs where); after, every adapter has a home.
+func TestPlaceAdaptersWaitsForRates(t *testing.T) {
+	base, a := hashkey.String("base"), hashkey.String("a")
+	p := NewPool()
+	st := p.State("e0")
+	p.SetAdapters(st, base, nil, 2, 0)
+	engs := []AdapterEngine{{State: st, Weight: 1, Serves: []uint64{base, a}}}
+	p.PlaceAdapters(engs, 0)
+	for range minPlacedRequests - 1 {
+		p.countRequest(a, true)
+	}
+	if homes, _ := p.PlaceAdapters(engs, 10_000); homes[0] != nil {
+		t.Errorf("placed after %d requests: %v", minPlacedRequests-1, homes)
+	}
+	if _, home := st.AdapterHome(a); home {
+		t.Error("a counts as homed on e0 before placement")
+	}
+	p.countRequest(a, true)
+	if homes, _ := p.PlaceAdapters(engs, 20_000); !slices.Equal(homes[0], []uint64{a}) {
+		t.Errorf("after %d requests homes %v, want [a]", minPlacedRequests, homes)
+	}
+}

@@ -90,10 +90,12 @@ func (s *State) setAdapters(base uint64, active []uint64, maxLora int) (changed 
 
 // adapterCost is the score's adapter term for a request of model h at
 // nowMs: 0 when the engine is not known to hold adapters, when h is its
-// base model, or when h is loaded there (among its signal's active
-// adapters, or, once PlaceAdapters placed the engine, among its homes;
-// before that, among the max_lora adapters counting those that this
-// gateway sent there most recently, within adapterWarmMs); else
+// base model, or when h is loaded there: once PlaceAdapters placed the
+// engine, among its homes (an adapter running there but not a home
+// costs as one not loaded: it takes a slot a home needs); before that,
+// among its signal's active adapters, or the max_lora adapters counting
+// those that this gateway sent there most recently, within
+// adapterWarmMs; else
 // coldMs, and when as many adapters as max_lora are held there (homes
 // and active ones, or active and recently sent), twice
 // that plus e2eMs, the engine's mean request time (0 unknown): the
@@ -108,11 +110,11 @@ func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float6
 	if h == ad.base {
 		return 0
 	}
-	if hasHash(ad.active, h) {
-		return 0
-	}
 	if ad.homed {
-		// Loaded: its homes, and the adapters with requests on it.
+		// Loaded: its homes. An adapter running there that is not one
+		// (placed before its homes were, or sent past a full home) is
+		// loaded too, but another request for it keeps it in a slot one
+		// of the engine's homes needs: it costs a load all the same.
 		if hasHash(ad.homes, h) {
 			return 0
 		}
@@ -126,6 +128,9 @@ func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float6
 			return 2*coldMs + max(e2eMs, 0)
 		}
 		return coldMs
+	}
+	if hasHash(ad.active, h) {
+		return 0
 	}
 	// Loaded: the adapters with requests on the engine, then those this
 	// gateway sent there most recently, up to max_lora of them (the
@@ -150,6 +155,26 @@ func (s *State) adapterCost(h uint64, nowMs int64, coldMs, e2eMs float64) float6
 		return 2*coldMs + max(e2eMs, 0)
 	}
 	return coldMs
+}
+
+// AdapterHome reports whether model h is a LoRA adapter on the engine
+// and, if so, whether the engine is one of its homes (PlaceAdapters) or,
+// before the engine was placed, has it running (the gateway counts
+// requests sent where their adapter is and is not kept loaded).
+func (s *State) AdapterHome(h uint64) (adapter, home bool) {
+	ad := s.ad.Load()
+	if ad == nil || h == 0 {
+		return false, false
+	}
+	ad.mu.Lock()
+	defer ad.mu.Unlock()
+	if h == ad.base {
+		return false, false
+	}
+	if ad.homed {
+		return true, hasHash(ad.homes, h)
+	}
+	return true, hasHash(ad.active, h)
 }
 
 // isAdapter reports whether model h is a LoRA adapter on the engine: it

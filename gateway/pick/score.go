@@ -62,6 +62,9 @@ type scored struct {
 	// strict: no tolerance (a slot wait, or more than its share of this
 	// gateway's requests in flight).
 	strict bool
+	// beyond: an adapter's home at or past its hard limit, taken up to
+	// twice it (adapterHolders).
+	beyond bool
 	m      cand
 }
 
@@ -155,7 +158,7 @@ func (t *Table) PickRequest(r *Request, exclude []int32) (int, Reason, Ticket) {
 	for len(c) > 0 {
 		k := chooseBest(c, best, t.opt.ScoreSlack, t.opt.ScoreSlackMs)
 		e := &t.engines[c[k].i]
-		if e.State.tryAcquire() {
+		if e.State.tryAcquire() || (c[k].beyond && e.State.tryAcquireBeyond()) {
 			addPrefill(e.State, c[k].uncached)
 			t.remember(r, e.State)
 			why := Weighted
@@ -336,11 +339,11 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 // adapterHolders adds to c the engines that hold r's model loaded where
 // it is a LoRA adapter, when acceptable (the walk may not reach them): its
 // homes once PlaceAdapters placed it (adapterhomes.go), as many as c has
-// room for, under their hard limits but past their bounded load (an
+// room for, past their bounded load and up to twice their hard limit (an
 // adapter moved off its home costs a load there and another when it
-// comes back: the score weighs that against the home's queue, and a home
-// past its share wins only with the best score); else the (up to two)
-// engines this gateway last sent it to.
+// comes back: the score weighs that against the home's queue and slot
+// wait, and a home past its share or limit wins only with the best
+// score); else the (up to two) engines this gateway last sent it to.
 func (t *Table) adapterHolders(r *Request, exclude []int32, h uint64, tot, grow float64, c []scored) []scored {
 	mem := t.mem
 	if r.Model == 0 || mem == nil {
@@ -353,8 +356,13 @@ func (t *Table) adapterHolders(r *Request, exclude []int32, h uint64, tot, grow 
 					break
 				}
 				if int(idx) < len(t.byPool) {
-					if i := t.byPool[idx]; i >= 0 && !has(c, i) && t.acceptable(i, h, tot, math.Inf(1), exclude) {
-						c = add(c, i)
+					if i := t.byPool[idx]; i >= 0 && !has(c, i) {
+						if t.acceptable(i, h, tot, math.Inf(1), exclude) {
+							c = add(c, i)
+						} else if t.homeBeyond(i, h, exclude) {
+							c = add(c, i)
+							c[len(c)-1].beyond = true
+						}
 					}
 				}
 			}
@@ -373,6 +381,26 @@ func (t *Table) adapterHolders(r *Request, exclude []int32, h uint64, tot, grow 
 		c = add(c, i)
 	}
 	return c
+}
+
+// homeBeyond reports whether engine i, a home of the request's adapter
+// at its hard limit, may take it beyond the limit: available, not turned
+// away by its penalty, its batch limit known (the score's slot wait
+// counts the queue) and under twice its hard limit. Waiting there for a slot
+// (the score's slot wait) may beat loading the adapter elsewhere, which
+// takes a slot another adapter's requests hold and evicts one of that
+// engine's homes.
+func (t *Table) homeBeyond(i int32, h uint64, exclude []int32) bool {
+	e := &t.engines[i]
+	s := e.State
+	if excluded(i, exclude) || !s.Available() {
+		return false
+	}
+	if rej := s.reject.Load(); rej > 0 && uint32(mix(h^e.salt)>>48) < rej {
+		return false
+	}
+	l := s.limit.Load()
+	return e.Slots > 0 && l > 0 && s.inflight.Load() < 2*l
 }
 
 // affinityGrow is the bounded-load factor of the key's last engine i:
@@ -394,7 +422,7 @@ func (t *Table) affinityGrow(i int32, grow float64) float64 {
 func add(c []scored, i int32) []scored {
 	n := len(c)
 	c = c[:n+1]
-	c[n].i, c[n].uncached, c[n].strict = i, 0, false
+	c[n].i, c[n].uncached, c[n].strict, c[n].beyond = i, 0, false, false
 	return c
 }
 

@@ -190,6 +190,18 @@ func (s *State) tryAcquire() bool {
 	return true
 }
 
+// tryAcquireBeyond is tryAcquire up to twice the engine's limit (an
+// adapter's home: homeBeyond).
+func (s *State) tryAcquireBeyond() bool {
+	n := s.inflight.Add(1)
+	if l := s.limit.Load(); l > 0 && n > 2*l {
+		s.inflight.Add(-1)
+		return false
+	}
+	s.total.Add(1)
+	return true
+}
+
 // holds reports whether a memory entry stamped st (now being the current
 // stamp) still counts as cached on the engine: made after its last
 // Forget and, when the cache residency is known, no older than it.

@@ -47,6 +47,7 @@ var notInDemo = map[string]string{
 	"switchyard_enginesim_lora_requests_total":            "enginesim --lora-modules; the demo's engines serve no adapters",
 	"switchyard_enginesim_lora_loads_total":               "enginesim --lora-modules; the demo's engines serve no adapters",
 	"vllm:lora_requests_info":                             "enginesim --lora-modules; the demo's engines serve no adapters",
+	"switchyard_gateway_adapter_picks_total":              "LoRA adapter requests; the demo's engines serve no adapters",
 }
 
 // dashboardRateInterval stands for Grafana's $__rate_interval: several
