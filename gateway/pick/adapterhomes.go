@@ -63,8 +63,12 @@ const (
 // places homes: fewer make an adapter's rate noise.
 const minPlacedRequests = 50
 
-// rateAlpha is the weight of the latest interval in an adapter's rate.
-const rateAlpha = 0.3
+// rateAlpha is the weight of the latest interval in an adapter's rate,
+// and rateIntervalMs the shortest interval the rates are taken over.
+const (
+	rateAlpha      = 0.3
+	rateIntervalMs = 5_000
+)
 
 // PlaceAdapters assigns each LoRA adapter that engines serve its homes
 // (see the section above) from the engines' states (max_lora and base
@@ -86,17 +90,26 @@ func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) (homes [][]ui
 	rates := map[uint64]float64{}
 	var total float64
 	var seen int64
+	atMs := nowMs
 	if prev != nil {
-		dt := float64(nowMs-prev.atMs) / 1000
+		// The rates move on once an interval of at least rateIntervalMs
+		// has passed (a placement for a changed model list between two
+		// snapshots leaves them, and the counts, as they are).
+		dtMs := nowMs - prev.atMs
+		update := dtMs >= rateIntervalMs
+		if !update {
+			atMs = prev.atMs
+		}
+		dt := float64(dtMs) / 1000
 		for h, c := range prev.counts {
 			r := prev.rate[h]
-			if dt > 0 {
+			if update {
 				r += rateAlpha * (float64(c.Swap(0))/dt - r)
 			}
 			rates[h] = r
 		}
 		total, seen = prev.total, prev.seen
-		if dt > 0 {
+		if update {
 			n := p.placedReqs.Swap(0)
 			seen += n
 			total += rateAlpha * (float64(n)/dt - total)
@@ -137,11 +150,15 @@ func (p *Pool) PlaceAdapters(engines []AdapterEngine, nowMs int64) (homes [][]ui
 		}
 		sumW = float64(len(engines))
 	}
-	next := &placement{homes: map[uint64][]uint32{}, counts: map[uint64]*atomic.Int64{}, rate: rates, total: total, seen: seen, atMs: nowMs}
+	next := &placement{homes: map[uint64][]uint32{}, counts: map[uint64]*atomic.Int64{}, rate: rates, total: total, seen: seen, atMs: atMs}
 	for i := range in {
 		for _, h := range in[i].serves {
-			if next.counts[h] == nil {
-				next.counts[h] = &atomic.Int64{}
+			if next.counts[h] != nil {
+				continue
+			}
+			next.counts[h] = &atomic.Int64{}
+			if prev != nil && prev.counts[h] != nil {
+				next.counts[h] = prev.counts[h] // what it counted since it was last read
 			}
 		}
 	}

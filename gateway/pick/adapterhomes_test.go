@@ -315,3 +315,29 @@ func TestPlaceAdaptersWaitsForRates(t *testing.T) {
 		t.Errorf("after %d requests homes %v, want [a]", minPlacedRequests, homes)
 	}
 }
+
+// TestPlaceAdaptersKeepsCountsAcrossQuickPlacements: a placement soon
+// after another (an engine's model list changed between two snapshots)
+// takes no rates over its short interval and loses none of the counts:
+// the next placement, 10 s on, has them all.
+func TestPlaceAdaptersKeepsCountsAcrossQuickPlacements(t *testing.T) {
+	base, a := hashkey.String("base"), hashkey.String("a")
+	p := NewPool()
+	st := p.State("e0")
+	p.SetAdapters(st, base, nil, 2, 0)
+	engs := []AdapterEngine{{State: st, Weight: 1, Serves: []uint64{base, a}}}
+	p.PlaceAdapters(engs, 0)
+	for range minPlacedRequests {
+		p.countRequest(a, true)
+	}
+	if homes, _ := p.PlaceAdapters(engs, 100); homes[0] != nil {
+		t.Errorf("placed on rates over 100 ms: %v", homes)
+	}
+	if homes, _ := p.PlaceAdapters(engs, 10_000); !slices.Equal(homes[0], []uint64{a}) {
+		t.Errorf("10 s after the first placement, with %d requests counted: homes %v, want [a]", minPlacedRequests, homes)
+	}
+	// 50 requests over 10 s, smoothed from 0: 0.3 × 5/s.
+	if r := p.placed.Load().rate[a]; math.Abs(r-rateAlpha*float64(minPlacedRequests)/10) > 1e-9 {
+		t.Errorf("a's rate %v, want %v", r, rateAlpha*float64(minPlacedRequests)/10)
+	}
+}
