@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -57,4 +58,43 @@ func TestPlanShedSkippedWhileAnEngineHasAFreeSlot(t *testing.T) {
 		t.Errorf("engine idle with free slots: %d of 40 shed, want 0", shed)
 	}
 	shedding("after")
+}
+
+// TestModelPlanShedSkippedWhileItsEngineHasAFreeSlot: the same for a
+// model's own plan (model_weights): half of model a's requests are shed
+// by its plan only while its engine's signals show a queue.
+func TestModelPlanShedSkippedWhileItsEngineHasAFreeSlot(t *testing.T) {
+	e := newFakeEngine(t, "a")
+	snap := snapshot(1, "us-east", 0, map[*fakeEngine]float64{e: 1})
+	snap.Clusters[0].Weights[0].Explanation = &schemas.Explanation{MaxConcurrency: 4}
+	snap.Clusters[0].ModelWeights = []*schemas.ModelWeights{{Model: "m", ShedFraction: 0.5,
+		Weights: []*schemas.EngineWeight{{EngineId: "a", EndpointUrl: e.url(), Weight: 0.5, Explanation: &schemas.Explanation{MaxConcurrency: 4}}}}}
+	g, base := startGateway(t, InitialSnapshot(snap))
+	signal := func(running, waiting float64) {
+		g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: "a", EndpointUrl: e.url(),
+			EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1,
+			MaxBatch: 4, RunningRequests: running, WaitingRequests: waiting}))
+	}
+	send := func(n int) (shed int) {
+		for i := range n {
+			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"x %d"}]}`, i)
+			status, _, out := post(t, context.Background(), base, body, nil)
+			switch status {
+			case 200:
+			case 429:
+				shed++
+			default:
+				t.Fatalf("status %d: %s", status, out)
+			}
+		}
+		return shed
+	}
+	signal(4, 3)
+	if shed := send(40); shed < 8 {
+		t.Errorf("engine queueing: %d of 40 shed, want about half (at least 8)", shed)
+	}
+	signal(0, 0)
+	if shed := send(40); shed != 0 {
+		t.Errorf("engine idle with free slots: %d of 40 shed, want 0", shed)
+	}
 }
