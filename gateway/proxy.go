@@ -464,11 +464,14 @@ func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			g.m.picks.WithLabelValues(g.cfg.cluster, reason.String()).Inc()
 		}
 		eng := rt.table.Engine(i)
+		ev.AdapterPlacement = schemas.AdapterPlacement_ADAPTER_PLACEMENT_UNSPECIFIED
 		if preq.Model != 0 {
 			if adapter, home := eng.State.AdapterHome(preq.Model); adapter {
 				placement := "elsewhere"
+				ev.AdapterPlacement = schemas.AdapterPlacement_ADAPTER_PLACEMENT_ELSEWHERE
 				if home {
 					placement = "home"
+					ev.AdapterPlacement = schemas.AdapterPlacement_ADAPTER_PLACEMENT_HOME
 				}
 				g.m.adapterPicks.WithLabelValues(g.cfg.cluster, placement).Inc()
 			}

@@ -139,8 +139,9 @@ func TestRequestsGoOnlyToEnginesServingTheirModel(t *testing.T) {
 
 // TestAdapterRequestsGoWhereSignalsSayItIsLoaded: three engines serve the
 // base model and the LoRA adapter "sql" (max_lora 2); the signals say
-// "sql" has requests on e2 only. Requests for "sql" all go to e2;
-// requests for the base model spread over the three.
+// "sql" has requests on e2 only. Requests for "sql" all go to e2, and
+// their routing events say adapter_placement HOME; requests for the base
+// model spread over the three, with no adapter placement.
 func TestAdapterRequestsGoWhereSignalsSayItIsLoaded(t *testing.T) {
 	es := map[string]*fakeEngine{}
 	ws := map[*fakeEngine]float64{}
@@ -149,7 +150,8 @@ func TestAdapterRequestsGoWhereSignalsSayItIsLoaded(t *testing.T) {
 		es[id] = e
 		ws[e] = 1.0 / 3
 	}
-	g, base := startGateway(t)
+	sink := make(eventSink, 1024)
+	g, base := startGateway(t, Events(sink))
 	if err := g.ApplySnapshot(marshal(t, snapshot(1, "us-east", 0, ws))); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +188,20 @@ func TestAdapterRequestsGoWhereSignalsSayItIsLoaded(t *testing.T) {
 	}
 	if got := count("base"); got["e0"] == 0 || got["e1"] == 0 || got["e2"] == 0 {
 		t.Errorf("base model went to %v, want all three engines", got)
+	}
+	// The routing events say where each adapter request was placed.
+	placements := map[string]map[schemas.AdapterPlacement]int{"sql": {}, "base": {}}
+	for len(sink) > 0 {
+		ev := <-sink
+		if ev.GetEngineId() != "" && placements[ev.GetModel()] != nil {
+			placements[ev.GetModel()][ev.GetAdapterPlacement()]++
+		}
+	}
+	if p := placements["sql"]; p[schemas.AdapterPlacement_ADAPTER_PLACEMENT_HOME] != 60 || len(p) != 1 {
+		t.Errorf("sql's events: placements %v, want 60 home", p)
+	}
+	if p := placements["base"]; p[schemas.AdapterPlacement_ADAPTER_PLACEMENT_UNSPECIFIED] != 60 || len(p) != 1 {
+		t.Errorf("base model's events: placements %v, want 60 unspecified (no adapter)", p)
 	}
 }
 

@@ -404,6 +404,62 @@ func (Priority) EnumDescriptor() ([]byte, []int) {
 	return file_switchyard_proto_rawDescGZIP(), []int{4}
 }
 
+// Where a request's LoRA adapter was placed (RoutingEvent.adapter_placement).
+type AdapterPlacement int32
+
+const (
+	// Not an adapter request on its engine (a base model, no model named),
+	// or not known.
+	AdapterPlacement_ADAPTER_PLACEMENT_UNSPECIFIED AdapterPlacement = 0
+	// On one of the adapter's homes (or, before the gateway placed homes,
+	// an engine whose signal said the adapter was running).
+	AdapterPlacement_ADAPTER_PLACEMENT_HOME AdapterPlacement = 1
+	// On an engine that is not one of its homes: it may load the adapter
+	// there, evicting another.
+	AdapterPlacement_ADAPTER_PLACEMENT_ELSEWHERE AdapterPlacement = 2
+)
+
+// Enum value maps for AdapterPlacement.
+var (
+	AdapterPlacement_name = map[int32]string{
+		0: "ADAPTER_PLACEMENT_UNSPECIFIED",
+		1: "ADAPTER_PLACEMENT_HOME",
+		2: "ADAPTER_PLACEMENT_ELSEWHERE",
+	}
+	AdapterPlacement_value = map[string]int32{
+		"ADAPTER_PLACEMENT_UNSPECIFIED": 0,
+		"ADAPTER_PLACEMENT_HOME":        1,
+		"ADAPTER_PLACEMENT_ELSEWHERE":   2,
+	}
+)
+
+func (x AdapterPlacement) Enum() *AdapterPlacement {
+	p := new(AdapterPlacement)
+	*p = x
+	return p
+}
+
+func (x AdapterPlacement) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdapterPlacement) Descriptor() protoreflect.EnumDescriptor {
+	return file_switchyard_proto_enumTypes[5].Descriptor()
+}
+
+func (AdapterPlacement) Type() protoreflect.EnumType {
+	return &file_switchyard_proto_enumTypes[5]
+}
+
+func (x AdapterPlacement) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdapterPlacement.Descriptor instead.
+func (AdapterPlacement) EnumDescriptor() ([]byte, []int) {
+	return file_switchyard_proto_rawDescGZIP(), []int{5}
+}
+
 // KVResyncReason says why a KVEventBatch starts the engine's view afresh.
 type KVResyncReason int32
 
@@ -446,11 +502,11 @@ func (x KVResyncReason) String() string {
 }
 
 func (KVResyncReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchyard_proto_enumTypes[5].Descriptor()
+	return file_switchyard_proto_enumTypes[6].Descriptor()
 }
 
 func (KVResyncReason) Type() protoreflect.EnumType {
-	return &file_switchyard_proto_enumTypes[5]
+	return &file_switchyard_proto_enumTypes[6]
 }
 
 func (x KVResyncReason) Number() protoreflect.EnumNumber {
@@ -459,7 +515,7 @@ func (x KVResyncReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KVResyncReason.Descriptor instead.
 func (KVResyncReason) EnumDescriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{5}
+	return file_switchyard_proto_rawDescGZIP(), []int{6}
 }
 
 // KVEventType is the type of a KVEvent (vLLM's event tags).
@@ -499,11 +555,11 @@ func (x KVEventType) String() string {
 }
 
 func (KVEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_switchyard_proto_enumTypes[6].Descriptor()
+	return file_switchyard_proto_enumTypes[7].Descriptor()
 }
 
 func (KVEventType) Type() protoreflect.EnumType {
-	return &file_switchyard_proto_enumTypes[6]
+	return &file_switchyard_proto_enumTypes[7]
 }
 
 func (x KVEventType) Number() protoreflect.EnumNumber {
@@ -512,7 +568,7 @@ func (x KVEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KVEventType.Descriptor instead.
 func (KVEventType) EnumDescriptor() ([]byte, []int) {
-	return file_switchyard_proto_rawDescGZIP(), []int{6}
+	return file_switchyard_proto_rawDescGZIP(), []int{7}
 }
 
 // Histogram is a delta of a Prometheus histogram over one scrape interval.
@@ -1067,9 +1123,16 @@ type RoutingEvent struct {
 	// The gateway instance that answered (its --gateway-id; "" from
 	// gateways before this field or library users that set none), so a
 	// reader can tell which snapshot_version each gateway routes on.
-	GatewayId     string `protobuf:"bytes,36,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GatewayId string `protobuf:"bytes,36,opt,name=gateway_id,json=gatewayId,proto3" json:"gateway_id,omitempty"`
+	// Where the request's LoRA adapter was as the gateway placed it on
+	// engine_id (its last attempt's engine): on one of the adapter's homes,
+	// the engines meant to keep it loaded, or elsewhere, where the engine
+	// may have to load it (docs/gateway.md#models). UNSPECIFIED when the
+	// model is no adapter on that engine, no engine was picked, or from
+	// gateways before this field.
+	AdapterPlacement AdapterPlacement `protobuf:"varint,37,opt,name=adapter_placement,json=adapterPlacement,proto3,enum=switchyard.v1.AdapterPlacement" json:"adapter_placement,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RoutingEvent) Reset() {
@@ -1352,6 +1415,13 @@ func (x *RoutingEvent) GetGatewayId() string {
 		return x.GatewayId
 	}
 	return ""
+}
+
+func (x *RoutingEvent) GetAdapterPlacement() AdapterPlacement {
+	if x != nil {
+		return x.AdapterPlacement
+	}
+	return AdapterPlacement_ADAPTER_PLACEMENT_UNSPECIFIED
 }
 
 // ProfilePoint is one knot of a piecewise-linear latency profile.
@@ -3210,8 +3280,7 @@ const file_switchyard_proto_rawDesc = "" +
 	"\vhttp_status\x18\x04 \x01(\rR\n" +
 	"httpStatus\x12\x1f\n" +
 	"\vduration_ms\x18\x05 \x01(\x01R\n" +
-	"durationMs\"\xe9\n" +
-	"\n" +
+	"durationMs\"\xb7\v\n" +
 	"\fRoutingEvent\x12%\n" +
 	"\x0eschema_version\x18\x01 \x01(\rR\rschemaVersion\x12\x1d\n" +
 	"\n" +
@@ -3253,7 +3322,8 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x0fusage_estimated\x18\" \x01(\bR\x0eusageEstimated\x12\x14\n" +
 	"\x05route\x18# \x01(\tR\x05route\x12\x1d\n" +
 	"\n" +
-	"gateway_id\x18$ \x01(\tR\tgatewayId\"O\n" +
+	"gateway_id\x18$ \x01(\tR\tgatewayId\x12L\n" +
+	"\x11adapter_placement\x18% \x01(\x0e2\x1f.switchyard.v1.AdapterPlacementR\x10adapterPlacement\"O\n" +
 	"\fProfilePoint\x12 \n" +
 	"\vutilization\x18\x01 \x01(\x01R\vutilization\x12\x1d\n" +
 	"\n" +
@@ -3456,7 +3526,11 @@ const file_switchyard_proto_rawDesc = "" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPRIORITY_LOW\x10\x01\x12\x13\n" +
 	"\x0fPRIORITY_NORMAL\x10\x02\x12\x11\n" +
-	"\rPRIORITY_HIGH\x10\x03*\x8e\x01\n" +
+	"\rPRIORITY_HIGH\x10\x03*r\n" +
+	"\x10AdapterPlacement\x12!\n" +
+	"\x1dADAPTER_PLACEMENT_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16ADAPTER_PLACEMENT_HOME\x10\x01\x12\x1f\n" +
+	"\x1bADAPTER_PLACEMENT_ELSEWHERE\x10\x02*\x8e\x01\n" +
 	"\x0eKVResyncReason\x12 \n" +
 	"\x1cKV_RESYNC_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eKV_RESYNC_REASON_FIRST_CONTACT\x10\x01\x12\x18\n" +
@@ -3480,7 +3554,7 @@ func file_switchyard_proto_rawDescGZIP() []byte {
 	return file_switchyard_proto_rawDescData
 }
 
-var file_switchyard_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_switchyard_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_switchyard_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_switchyard_proto_goTypes = []any{
 	(Health)(0),             // 0: switchyard.v1.Health
@@ -3488,65 +3562,67 @@ var file_switchyard_proto_goTypes = []any{
 	(DecisionReason)(0),     // 2: switchyard.v1.DecisionReason
 	(FailureReason)(0),      // 3: switchyard.v1.FailureReason
 	(Priority)(0),           // 4: switchyard.v1.Priority
-	(KVResyncReason)(0),     // 5: switchyard.v1.KVResyncReason
-	(KVEventType)(0),        // 6: switchyard.v1.KVEventType
-	(*Histogram)(nil),       // 7: switchyard.v1.Histogram
-	(*EngineSignal)(nil),    // 8: switchyard.v1.EngineSignal
-	(*Attempt)(nil),         // 9: switchyard.v1.Attempt
-	(*RoutingEvent)(nil),    // 10: switchyard.v1.RoutingEvent
-	(*ProfilePoint)(nil),    // 11: switchyard.v1.ProfilePoint
-	(*LatencyProfile)(nil),  // 12: switchyard.v1.LatencyProfile
-	(*EngineEstimate)(nil),  // 13: switchyard.v1.EngineEstimate
-	(*DemandEstimate)(nil),  // 14: switchyard.v1.DemandEstimate
-	(*ModelDemand)(nil),     // 15: switchyard.v1.ModelDemand
-	(*NetworkEstimate)(nil), // 16: switchyard.v1.NetworkEstimate
-	(*Estimate)(nil),        // 17: switchyard.v1.Estimate
-	(*Explanation)(nil),     // 18: switchyard.v1.Explanation
-	(*EngineWeight)(nil),    // 19: switchyard.v1.EngineWeight
-	(*ClusterWeights)(nil),  // 20: switchyard.v1.ClusterWeights
-	(*ModelWeights)(nil),    // 21: switchyard.v1.ModelWeights
-	(*SolveStats)(nil),      // 22: switchyard.v1.SolveStats
-	(*WeightSnapshot)(nil),  // 23: switchyard.v1.WeightSnapshot
-	(*GatewayLoad)(nil),     // 24: switchyard.v1.GatewayLoad
-	(*EngineLoad)(nil),      // 25: switchyard.v1.EngineLoad
-	(*KVEventBatch)(nil),    // 26: switchyard.v1.KVEventBatch
-	(*KVEvent)(nil),         // 27: switchyard.v1.KVEvent
+	(AdapterPlacement)(0),   // 5: switchyard.v1.AdapterPlacement
+	(KVResyncReason)(0),     // 6: switchyard.v1.KVResyncReason
+	(KVEventType)(0),        // 7: switchyard.v1.KVEventType
+	(*Histogram)(nil),       // 8: switchyard.v1.Histogram
+	(*EngineSignal)(nil),    // 9: switchyard.v1.EngineSignal
+	(*Attempt)(nil),         // 10: switchyard.v1.Attempt
+	(*RoutingEvent)(nil),    // 11: switchyard.v1.RoutingEvent
+	(*ProfilePoint)(nil),    // 12: switchyard.v1.ProfilePoint
+	(*LatencyProfile)(nil),  // 13: switchyard.v1.LatencyProfile
+	(*EngineEstimate)(nil),  // 14: switchyard.v1.EngineEstimate
+	(*DemandEstimate)(nil),  // 15: switchyard.v1.DemandEstimate
+	(*ModelDemand)(nil),     // 16: switchyard.v1.ModelDemand
+	(*NetworkEstimate)(nil), // 17: switchyard.v1.NetworkEstimate
+	(*Estimate)(nil),        // 18: switchyard.v1.Estimate
+	(*Explanation)(nil),     // 19: switchyard.v1.Explanation
+	(*EngineWeight)(nil),    // 20: switchyard.v1.EngineWeight
+	(*ClusterWeights)(nil),  // 21: switchyard.v1.ClusterWeights
+	(*ModelWeights)(nil),    // 22: switchyard.v1.ModelWeights
+	(*SolveStats)(nil),      // 23: switchyard.v1.SolveStats
+	(*WeightSnapshot)(nil),  // 24: switchyard.v1.WeightSnapshot
+	(*GatewayLoad)(nil),     // 25: switchyard.v1.GatewayLoad
+	(*EngineLoad)(nil),      // 26: switchyard.v1.EngineLoad
+	(*KVEventBatch)(nil),    // 27: switchyard.v1.KVEventBatch
+	(*KVEvent)(nil),         // 28: switchyard.v1.KVEvent
 }
 var file_switchyard_proto_depIdxs = []int32{
 	0,  // 0: switchyard.v1.EngineSignal.health:type_name -> switchyard.v1.Health
-	7,  // 1: switchyard.v1.EngineSignal.ttft_seconds:type_name -> switchyard.v1.Histogram
-	7,  // 2: switchyard.v1.EngineSignal.tbot_seconds:type_name -> switchyard.v1.Histogram
+	8,  // 1: switchyard.v1.EngineSignal.ttft_seconds:type_name -> switchyard.v1.Histogram
+	8,  // 2: switchyard.v1.EngineSignal.tbot_seconds:type_name -> switchyard.v1.Histogram
 	1,  // 3: switchyard.v1.Attempt.status:type_name -> switchyard.v1.RequestStatus
 	3,  // 4: switchyard.v1.Attempt.failure_reason:type_name -> switchyard.v1.FailureReason
 	1,  // 5: switchyard.v1.RoutingEvent.status:type_name -> switchyard.v1.RequestStatus
 	4,  // 6: switchyard.v1.RoutingEvent.priority:type_name -> switchyard.v1.Priority
-	9,  // 7: switchyard.v1.RoutingEvent.tried:type_name -> switchyard.v1.Attempt
+	10, // 7: switchyard.v1.RoutingEvent.tried:type_name -> switchyard.v1.Attempt
 	3,  // 8: switchyard.v1.RoutingEvent.failure_reason:type_name -> switchyard.v1.FailureReason
 	2,  // 9: switchyard.v1.RoutingEvent.decision:type_name -> switchyard.v1.DecisionReason
-	11, // 10: switchyard.v1.LatencyProfile.points:type_name -> switchyard.v1.ProfilePoint
-	0,  // 11: switchyard.v1.EngineEstimate.health:type_name -> switchyard.v1.Health
-	12, // 12: switchyard.v1.EngineEstimate.ttft_profile:type_name -> switchyard.v1.LatencyProfile
-	12, // 13: switchyard.v1.EngineEstimate.tbot_profile:type_name -> switchyard.v1.LatencyProfile
-	15, // 14: switchyard.v1.DemandEstimate.models:type_name -> switchyard.v1.ModelDemand
-	13, // 15: switchyard.v1.Estimate.engine:type_name -> switchyard.v1.EngineEstimate
-	14, // 16: switchyard.v1.Estimate.demand:type_name -> switchyard.v1.DemandEstimate
-	16, // 17: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
-	18, // 18: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
-	19, // 19: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
-	14, // 20: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
-	21, // 21: switchyard.v1.ClusterWeights.model_weights:type_name -> switchyard.v1.ModelWeights
-	19, // 22: switchyard.v1.ModelWeights.weights:type_name -> switchyard.v1.EngineWeight
-	20, // 23: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
-	22, // 24: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
-	25, // 25: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
-	5,  // 26: switchyard.v1.KVEventBatch.resync:type_name -> switchyard.v1.KVResyncReason
-	27, // 27: switchyard.v1.KVEventBatch.events:type_name -> switchyard.v1.KVEvent
-	6,  // 28: switchyard.v1.KVEvent.type:type_name -> switchyard.v1.KVEventType
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	5,  // 10: switchyard.v1.RoutingEvent.adapter_placement:type_name -> switchyard.v1.AdapterPlacement
+	12, // 11: switchyard.v1.LatencyProfile.points:type_name -> switchyard.v1.ProfilePoint
+	0,  // 12: switchyard.v1.EngineEstimate.health:type_name -> switchyard.v1.Health
+	13, // 13: switchyard.v1.EngineEstimate.ttft_profile:type_name -> switchyard.v1.LatencyProfile
+	13, // 14: switchyard.v1.EngineEstimate.tbot_profile:type_name -> switchyard.v1.LatencyProfile
+	16, // 15: switchyard.v1.DemandEstimate.models:type_name -> switchyard.v1.ModelDemand
+	14, // 16: switchyard.v1.Estimate.engine:type_name -> switchyard.v1.EngineEstimate
+	15, // 17: switchyard.v1.Estimate.demand:type_name -> switchyard.v1.DemandEstimate
+	17, // 18: switchyard.v1.Estimate.network:type_name -> switchyard.v1.NetworkEstimate
+	19, // 19: switchyard.v1.EngineWeight.explanation:type_name -> switchyard.v1.Explanation
+	20, // 20: switchyard.v1.ClusterWeights.weights:type_name -> switchyard.v1.EngineWeight
+	15, // 21: switchyard.v1.ClusterWeights.demand_estimate:type_name -> switchyard.v1.DemandEstimate
+	22, // 22: switchyard.v1.ClusterWeights.model_weights:type_name -> switchyard.v1.ModelWeights
+	20, // 23: switchyard.v1.ModelWeights.weights:type_name -> switchyard.v1.EngineWeight
+	21, // 24: switchyard.v1.WeightSnapshot.clusters:type_name -> switchyard.v1.ClusterWeights
+	23, // 25: switchyard.v1.WeightSnapshot.stats:type_name -> switchyard.v1.SolveStats
+	26, // 26: switchyard.v1.GatewayLoad.engines:type_name -> switchyard.v1.EngineLoad
+	6,  // 27: switchyard.v1.KVEventBatch.resync:type_name -> switchyard.v1.KVResyncReason
+	28, // 28: switchyard.v1.KVEventBatch.events:type_name -> switchyard.v1.KVEvent
+	7,  // 29: switchyard.v1.KVEvent.type:type_name -> switchyard.v1.KVEventType
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_switchyard_proto_init() }
@@ -3565,7 +3641,7 @@ func file_switchyard_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_switchyard_proto_rawDesc), len(file_switchyard_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
