@@ -20,23 +20,12 @@ func TestPlanShedSkippedWhileAnEngineHasAFreeSlot(t *testing.T) {
 	snap := snapshot(1, "us-east", 0.5, map[*fakeEngine]float64{e: 0.5})
 	snap.Clusters[0].Weights[0].Explanation = &schemas.Explanation{MaxConcurrency: 4}
 	g, base := startGateway(t, InitialSnapshot(snap))
-	signal := func(running, waiting float64) {
-		g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: "a", EndpointUrl: e.url(),
-			EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1,
-			MaxBatch: 4, RunningRequests: running, WaitingRequests: waiting}))
-	}
-	send := func(n int) (shed int) {
-		for range n {
+	signal := func(running, waiting float64) { queueSignal(t, g, e, running, waiting) }
+	send := func(n int) int {
+		return countShed(t, n, func(int) (int, string) {
 			status, _, out := post(t, context.Background(), base, chatBody(false, "x"), nil)
-			switch status {
-			case 200:
-			case 429:
-				shed++
-			default:
-				t.Fatalf("status %d: %s", status, out)
-			}
-		}
-		return shed
+			return status, out
+		})
 	}
 	// Queueing: the plan's shed applies (poll: the shedder takes in the
 	// plan's fraction at its next update).
@@ -70,24 +59,13 @@ func TestModelPlanShedSkippedWhileItsEngineHasAFreeSlot(t *testing.T) {
 	snap.Clusters[0].ModelWeights = []*schemas.ModelWeights{{Model: "m", ShedFraction: 0.5,
 		Weights: []*schemas.EngineWeight{{EngineId: "a", EndpointUrl: e.url(), Weight: 0.5, Explanation: &schemas.Explanation{MaxConcurrency: 4}}}}}
 	g, base := startGateway(t, InitialSnapshot(snap))
-	signal := func(running, waiting float64) {
-		g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: "a", EndpointUrl: e.url(),
-			EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1,
-			MaxBatch: 4, RunningRequests: running, WaitingRequests: waiting}))
-	}
-	send := func(n int) (shed int) {
-		for i := range n {
+	signal := func(running, waiting float64) { queueSignal(t, g, e, running, waiting) }
+	send := func(n int) int {
+		return countShed(t, n, func(i int) (int, string) {
 			body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"x %d"}]}`, i)
 			status, _, out := post(t, context.Background(), base, body, nil)
-			switch status {
-			case 200:
-			case 429:
-				shed++
-			default:
-				t.Fatalf("status %d: %s", status, out)
-			}
-		}
-		return shed
+			return status, out
+		})
 	}
 	signal(4, 3)
 	if shed := send(40); shed < 8 {
@@ -97,4 +75,29 @@ func TestModelPlanShedSkippedWhileItsEngineHasAFreeSlot(t *testing.T) {
 	if shed := send(40); shed != 0 {
 		t.Errorf("engine idle with free slots: %d of 40 shed, want 0", shed)
 	}
+}
+
+// queueSignal applies a healthy signal of engine e (batch limit 4) with
+// running and waiting requests.
+func queueSignal(t *testing.T, g *Gateway, e *fakeEngine, running, waiting float64) {
+	t.Helper()
+	g.applySignal(marshal(t, &schemas.EngineSignal{SchemaVersion: 1, EngineId: e.id, EndpointUrl: e.url(),
+		EventTimeUnixMs: time.Now().UnixMilli(), Health: schemas.Health_HEALTH_HEALTHY, ReadyReplicas: 1,
+		MaxBatch: 4, RunningRequests: running, WaitingRequests: waiting}))
+}
+
+// countShed sends n requests with do and returns how many were answered
+// 429; any status but 200 and 429 fails the test.
+func countShed(t *testing.T, n int, do func(i int) (status int, body string)) (shed int) {
+	t.Helper()
+	for i := range n {
+		switch status, out := do(i); status {
+		case 200:
+		case 429:
+			shed++
+		default:
+			t.Fatalf("status %d: %s", status, out)
+		}
+	}
+	return shed
 }

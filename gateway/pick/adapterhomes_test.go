@@ -20,21 +20,28 @@ func loraFleet() (weights []float64, base uint64, ads []uint64) {
 	return []float64{.37, .35, .14, .14}, base, ads
 }
 
+// loraHomeEngines is loraFleet as placeHomes takes it: four engines of 2
+// slots serving the 8 adapters, whose rates are 1/k.
+func loraHomeEngines() (w []float64, ads []uint64, engs []homeEngine, rates map[uint64]float64) {
+	w, _, ads = loraFleet()
+	rates = map[uint64]float64{}
+	for k, h := range ads {
+		rates[h] = 1 / float64(k+1)
+	}
+	engs = make([]homeEngine, len(w))
+	for i := range engs {
+		engs[i] = homeEngine{idx: uint32(i), slots: 2, weight: w[i], serves: ads}
+	}
+	return w, ads, engs, rates
+}
+
 // TestPlaceHomesGivesEachAdapterOneSlotWithinMaxLora: 8 adapters on four
 // engines of 2 slots each: every adapter gets exactly one home, no engine
 // more than its 2 slots, and the adapters' requests (rates 1/k) land on
 // the engines about as their shares say (each engine's part of the
 // adapter requests within 0.15 of its share).
 func TestPlaceHomesGivesEachAdapterOneSlotWithinMaxLora(t *testing.T) {
-	w, _, ads := loraFleet()
-	rates := map[uint64]float64{}
-	for k, h := range ads {
-		rates[h] = 1 / float64(k+1)
-	}
-	engs := make([]homeEngine, len(w))
-	for i := range engs {
-		engs[i] = homeEngine{idx: uint32(i), slots: 2, weight: w[i], serves: ads}
-	}
+	w, ads, engs, rates := loraHomeEngines()
 	var sumR float64
 	for _, r := range rates {
 		sumR += r
@@ -65,15 +72,7 @@ func TestPlaceHomesGivesEachAdapterOneSlotWithinMaxLora(t *testing.T) {
 // little different (another interval's counts), every adapter keeps its
 // home; moved only when the rates change a lot.
 func TestPlaceHomesKeepsHomesWhileNotOverloaded(t *testing.T) {
-	w, _, ads := loraFleet()
-	rates := map[uint64]float64{}
-	for k, h := range ads {
-		rates[h] = 1 / float64(k+1)
-	}
-	engs := make([]homeEngine, len(w))
-	for i := range engs {
-		engs[i] = homeEngine{idx: uint32(i), slots: 2, weight: w[i], serves: ads}
-	}
+	_, ads, engs, rates := loraHomeEngines()
 	first := placeHomes(engs, 1, rates, 5)
 	// Rates in reverse order: fresh placement would put lora8 first.
 	rev := map[uint64]float64{}
@@ -291,16 +290,24 @@ func placeAfter(p *Pool, engs []AdapterEngine, n map[uint64]int) {
 	p.PlaceAdapters(engs, 10_000)
 }
 
+// oneAdapterEngine is a pool of one engine (max_lora 2) serving base
+// and adapter a, placed once at time 0.
+func oneAdapterEngine() (p *Pool, st *State, engs []AdapterEngine, a uint64) {
+	base := hashkey.String("base")
+	a = hashkey.String("a")
+	p = NewPool()
+	st = p.State("e0")
+	p.SetAdapters(st, base, nil, 2, 0)
+	engs = []AdapterEngine{{State: st, Weight: 1, Serves: []uint64{base, a}}}
+	p.PlaceAdapters(engs, 0)
+	return p, st, engs, a
+}
+
 // TestPlaceAdaptersWaitsForRates: before the pool has counted
 // minPlacedRequests requests no engine is placed (the picker goes by what
 // runs where); after, every adapter has a home.
 func TestPlaceAdaptersWaitsForRates(t *testing.T) {
-	base, a := hashkey.String("base"), hashkey.String("a")
-	p := NewPool()
-	st := p.State("e0")
-	p.SetAdapters(st, base, nil, 2, 0)
-	engs := []AdapterEngine{{State: st, Weight: 1, Serves: []uint64{base, a}}}
-	p.PlaceAdapters(engs, 0)
+	p, st, engs, a := oneAdapterEngine()
 	for range minPlacedRequests - 1 {
 		p.countRequest(a, true)
 	}
@@ -321,12 +328,7 @@ func TestPlaceAdaptersWaitsForRates(t *testing.T) {
 // takes no rates over its short interval and loses none of the counts:
 // the next placement, 10 s on, has them all.
 func TestPlaceAdaptersKeepsCountsAcrossQuickPlacements(t *testing.T) {
-	base, a := hashkey.String("base"), hashkey.String("a")
-	p := NewPool()
-	st := p.State("e0")
-	p.SetAdapters(st, base, nil, 2, 0)
-	engs := []AdapterEngine{{State: st, Weight: 1, Serves: []uint64{base, a}}}
-	p.PlaceAdapters(engs, 0)
+	p, _, engs, a := oneAdapterEngine()
 	for range minPlacedRequests {
 		p.countRequest(a, true)
 	}
