@@ -213,27 +213,6 @@ func (p *Pool) countRequest(h uint64, adapter bool) {
 	}
 }
 
-// AdapterHomes returns the ids of the engines that are adapter h's
-// homes (for explanations and tests).
-func (p *Pool) AdapterHomes(h uint64) []string {
-	pl := p.placed.Load()
-	if pl == nil {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var ids []string
-	for _, idx := range pl.homes[h] {
-		for id, s := range p.states {
-			if s.idx == idx {
-				ids = append(ids, id)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 // homeEngine is an engine as placeHomes sees it.
 type homeEngine struct {
 	idx    uint32
@@ -314,8 +293,8 @@ func placeHomes(engs []homeEngine, sumW float64, rates map[uint64]float64, total
 	// a slot and is not past its share by more than half (moves cost
 	// loads on both sides), most requested first; then the others go
 	// where there is most room.
-	keep := func(j int, a *adapter, was []uint64) bool {
-		return slices.Contains(was, a.h) && slices.Contains(engs[j].serves, a.h) &&
+	keep := func(j int, a *adapter) bool {
+		return slices.Contains(engs[j].prev, a.h) && slices.Contains(engs[j].serves, a.h) &&
 			len(homes[j]) < engs[j].slots && room(j)-a.frac >= -engs[j].weight/sumW/2
 	}
 	put := func(i int, a *adapter) {
@@ -325,7 +304,7 @@ func placeHomes(engs []homeEngine, sumW float64, rates map[uint64]float64, total
 	}
 	for k := range ads {
 		for j := range engs {
-			if keep(j, &ads[k], engs[j].prev) {
+			if keep(j, &ads[k]) {
 				put(j, &ads[k])
 				break
 			}
