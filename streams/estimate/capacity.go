@@ -19,7 +19,8 @@ import "math"
 //     first token, so the count does not lag the work as finished
 //     requests do), times the prefix-cache miss rate, and generated
 //     tokens per finished request;
-//   - a window in which the engine kept a real waiting queue ran at
+//   - a window in which the engine kept a real waiting queue (seen in
+//     more than one scrape) ran at
 //     capacity, so its throughput (prefills completed per second) measures
 //     capacity (capacity_rps equals observed_rps: consumers read that
 //     equality as "measured");
@@ -52,6 +53,15 @@ const (
 	// requests for one step) from counting as saturation.
 	saturatedWaiting = 1.0
 	saturatedDelay   = 0.5
+	// saturatedScrapes: and at least this many of the window's scrapes
+	// saw a queue. One scrape is an instant: a request that arrived just
+	// before it waits for the next step, and an engine's first window
+	// (often one scrape, at start-up or after a restart) averaged over
+	// that one instant read as a queue kept all window. Such a window
+	// published an H100 serving 1 request/s as measured at 1 rps of
+	// capacity, and the planner, which trusts measurements, kept it near
+	// there for minutes (optimizer/plan/capacity.go).
+	saturatedScrapes = 2
 	// guessUtil: below this occupancy the guess leans on the prior.
 	guessUtil = 0.3
 )
@@ -59,6 +69,7 @@ const (
 // windowCapacity is what one window says about an engine's capacity.
 type windowCapacity struct {
 	rps, waiting float64 // requests/s (prefills completed), mean waiting queue
+	waitScrapes  int     // scrapes of the window that saw a queue
 	replicas     float64
 	healthy      bool
 	prior        float64 // per-replica prior rps
@@ -73,7 +84,7 @@ type windowCapacity struct {
 
 // saturated: the window ran at capacity.
 func (w windowCapacity) saturated() bool {
-	return w.rps > 0 && w.waiting >= saturatedWaiting && w.waiting >= saturatedDelay*w.rps
+	return w.rps > 0 && w.waitScrapes >= saturatedScrapes && w.waiting >= saturatedWaiting && w.waiting >= saturatedDelay*w.rps
 }
 
 // guess is the occupancy-based capacity of one replica serving x rps.

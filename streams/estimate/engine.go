@@ -381,7 +381,7 @@ func (e *Engine) estimate(id string, start, end int64, fit Fitter, t Tries) *sch
 		running = e.runSum / n
 	}
 	capRPS := windowCapacity{
-		rps: rps, waiting: waiting, replicas: replicas, util: out.Utilization,
+		rps: rps, waiting: waiting, waitScrapes: int(e.waitN), replicas: replicas, util: out.Utilization,
 		batch: float64(batch), running: running,
 		healthy: out.Health != schemas.Health_HEALTH_UNHEALTHY, prior: p.ReplicaRPS,
 		work: workPerRequest(p, e.prompt, e.ttftCount, miss, e.gen, e.finished),

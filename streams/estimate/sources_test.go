@@ -345,3 +345,34 @@ func TestWorkPerRequestField(t *testing.T) {
 		t.Fatalf("idle window: work per request %v, want 0", w)
 	}
 }
+
+// TestOneScrapeQueueIsNoCapacityMeasurement: a window in which a single
+// scrape saw a request waiting (an engine's first window at start-up has
+// one scrape) does not publish its throughput as measured capacity
+// (capacity_rps == observed_rps); the same queue in two scrapes does. The
+// twin of a live demo was planned for minutes on an H100 "measured" at
+// 1 rps from such a window (docs/notes/2026-12-twin-p99.md).
+func TestOneScrapeQueueIsNoCapacityMeasurement(t *testing.T) {
+	one := func(i int) float64 { return 1 }
+	for _, tc := range []struct {
+		name     string
+		scrapes  int
+		measured bool
+	}{
+		{"one scrape", 1, false},
+		{"two scrapes", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// 1 request/s, 1 running and 1 waiting at every scrape.
+			sigs := saturatedSignals(one, one, 256, "engine_metrics")[:tc.scrapes]
+			for _, s := range sigs {
+				s.RequestsFinished, s.PromptTokens, s.GenerationTokens = 1, 100, 20
+				s.TtftSeconds = &schemas.Histogram{Sum: 0.05, Count: 1}
+			}
+			en := engineOf(t, computeAll(t, sigs, nil), "e")
+			if got := en.GetCapacityRps() == en.GetObservedRps(); got != tc.measured {
+				t.Fatalf("capacity %v rps at %v rps observed: measured %v, want %v", en.GetCapacityRps(), en.GetObservedRps(), got, tc.measured)
+			}
+		})
+	}
+}
