@@ -43,7 +43,9 @@
 #        within both (the sim's hetero-slots scenarios' SLO), ENGINE
 #        (enginesim, or indie: bench/live/indie/engine.py, an independent
 #        vLLM-compatible engine in Python, preset fast for h100, slow for
-#        a100, with FLEET's slots).
+#        a100, with FLEET's slots), TWIN (set: after each Switchyard cell,
+#        its digital twin, bench/twin/compare.sh, into the cell's twin/;
+#        needs jq).
 # needs: nginx and haproxy on PATH for their routers (apt-get install -y
 #        nginx haproxy), flock, curl, Go.
 # out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
@@ -88,6 +90,7 @@ for r in $ROUTERS; do
   *) echo "bench/live: unknown router $r (nginx-rr nginx-lc nginx-hash haproxy-lc switchyard)" >&2; exit 2 ;;
   esac
 done
+[ -z "${TWIN:-}" ] || need jq "apt-get install -y jq"
 prepare "$PORT" "$PROXY" "$GATEWAY" "$KAFKA"
 WORKLOAD=(-trace "$TRACE" -n "$N" -max-prompt-tokens "$MAX_PROMPT_TOKENS" -max-output-tokens "$MAX_OUTPUT_TOKENS")
 
@@ -195,6 +198,18 @@ router_url() { # router
   if [ "$1" = switchyard ]; then echo "http://127.0.0.1:$GATEWAY"; else echo "http://127.0.0.1:$PROXY"; fi
 }
 
+# twin dir cell from to: the digital twin of a Switchyard cell (TWIN=1;
+# bench/twin/compare.sh): the range's traffic and fleet exported from the
+# cell's brokers, replayed through sim --fleet-from, and compared with the
+# cell's served TTFT and engine prefix-cache hit rate.
+twin() {
+  mkdir -p "$1"
+  jq '{requests: .served, duration_s, ttft_ms: {p50: (.ttft_served_p50 * 1000), p99: (.ttft_served_p99 * 1000)},
+       kv_hit_rate: .prefix_cache_hit_rate}' "$2" >"$1/live.json"
+  LOCK=$LOCK bench/twin/compare.sh "$BIN" "127.0.0.1:$KAFKA" "$3" "$4" "$1" >"$1/compare.out" 2>&1 || true
+  jq -c '{twin: {p50_ratio, p99_ratio, kv_points, goals}}' "$1/result.json" 2>/dev/null || cat "$1/compare.out"
+}
+
 [ "$SCENARIO" = restart ] || echo "bench/live: $N requests of $(basename "$TRACE"), prompts cut to $MAX_PROMPT_TOKENS tokens, outputs to $MAX_OUTPUT_TOKENS;" \
   "fleet ${FLEET[*]} (id:class:slots); loads $LOADS; routers $ROUTERS; logs in $OUT"
 
@@ -236,10 +251,13 @@ for load in ${LOADS//,/ }; do
     mkdir -p "$dir"
     start_engines "$dir"
     start_router "$router" "$dir"
+    from=$(date +%s%3N)
     flock -o "$LOCK" "$LIVE" replay "${WORKLOAD[@]}" -target "$(router_url "$router")" -router "$router" -load "$load" \
       -capacity "$CAPACITY" -engines "$(engine_list ,)" -slo-ttft "${SLO_TTFT:-5s}" -slo-tbot "${SLO_TBOT:-100ms}" \
       -out "$OUT/cells/$router-$load.json"
+    to=$(date +%s%3N)
     [ "$router" != switchyard ] || keep_switchyard "$dir"
+    [ "$router" != switchyard ] || [ -z "${TWIN:-}" ] || twin "$dir/twin" "$OUT/cells/$router-$load.json" "$from" "$to"
     stop_all
   done
 done

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The digital twin's check (issue 24 item 6): run a demo, read its brokers
-# back, export the range's traffic (export-trace) and fleet (export-fleet),
-# replay the traffic through the fleet's twin (sim --fleet-from, policy
-# switchyard) and compare the simulated TTFT p50/p99 and KV hit rate with
-# the live ones the demo measured. Goal: TTFT within 20%, KV hit within 10
+# back, and compare the twin with the live TTFT p50/p99 and KV hit rate the
+# demo measured (bench/twin/compare.sh: export-trace, export-fleet, sim
+# --fleet-from, policy switchyard). Goal: TTFT within 20%, KV hit within 10
 # points. See docs/sim.md ("Digital twin").
 #
 # result.json also compares each engine's TTFT (live from the trace's
@@ -47,42 +46,6 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 
-"$bin" export-trace --kafka-brokers "127.0.0.1:$port" --from "$from" --to "$to" --out "$dir/trace.jsonl" >"$dir/export-trace.json"
-"$bin" export-fleet --kafka-brokers "127.0.0.1:$port" --from "$from" --to "$to" --out "$dir/fleet.json" >"$dir/export-fleet.json"
-flock -o /tmp/bench.lock "$bin" sim --fleet-from "$dir/fleet.json" --trace "$dir/trace.jsonl" --policies switchyard --json \
-	--requests "$dir/sim-requests.jsonl" >"$dir/sim.out"
-tail -n 1 "$dir/sim.out" >"$dir/sim.json"
-
-# Per engine: the live TTFT of the trace's streamed requests by the engine
-# that served them, the twin's by the engine it chose (nearest rank).
-jq -n --slurpfile trace "$dir/trace.jsonl" --slurpfile sim "$dir/sim-requests.jsonl" '
-	def q(p): sort | if length == 0 then null else .[([(p * length | ceil) - 1, 0] | max)] end;
-	def by(e; t): group_by(e) | map({key: (.[0] | e), value: {n: length, ttft_p50: (map(t) | q(0.5)), ttft_p99: (map(t) | q(0.99))}}) | from_entries;
-	($trace | map(select(.stream)) | by(.engine_id; .ttft_ms)) as $l |
-	($sim | map(select(.status == "ok" and .stream)) | by(.engine; .ttft_ms)) as $s |
-	[($l + $s) | keys[]] | unique | map({key: ., value: {live: $l[.], sim: $s[.]}}) | from_entries' >"$dir/engines.json"
-
-jq -n --slurpfile live "$dir/live.json" --slurpfile sim "$dir/sim.json" --slurpfile engines "$dir/engines.json" '
-	($live[0]) as $l | ($sim[0].policies.switchyard) as $s |
-	def ratio(a; b): if b > 0 then a / b else null end;
-	($l.stalls // {}) as $st |
-	# Requests whose TTFT a stall spanned: those that arrived during it or
-	# were waiting for their first token when it began.
-	(($l.requests / $l.duration_s) * (($st.stalled_ms // 0) + ($st.stalls // 0) * $l.ttft_ms.p50) / 1000) as $exposed |
-	{live: {requests: $l.requests, ttft_p50: $l.ttft_ms.p50, ttft_p99: $l.ttft_ms.p99, kv_hit: $l.kv_hit_rate,
-	        stalls: {count: $st.stalls, stalled_ms: $st.stalled_ms, max_ms: $st.max_ms, gc_pause_max_ms: $st.gc_pause_max_ms,
-	                 worst: $st.worst, exposed_requests: ($exposed * 10 | round / 10)},
-	        disturbed: ($st.stalls == null or $exposed >= 0.01 * $l.requests)},
-	 sim: {requests: $s.requests, ttft_p50: $s.ttft_ms.p50, ttft_p99: $s.ttft_ms.p99, kv_hit: $s.kv_hit_rate},
-	 p50_ratio: ratio($s.ttft_ms.p50; $l.ttft_ms.p50), p99_ratio: ratio($s.ttft_ms.p99; $l.ttft_ms.p99),
-	 kv_points: (100 * ($s.kv_hit_rate - $l.kv_hit_rate)),
-	 engines: $engines[0]}
-	| .goals = {p50: (.p50_ratio != null and (.p50_ratio - 1 | fabs) <= 0.2),
-	            p99: (.p99_ratio != null and (.p99_ratio - 1 | fabs) <= 0.2),
-	            kv: ((.kv_points | fabs) <= 10)}' | tee "$dir/result.json"
+bench/twin/compare.sh "$bin" "127.0.0.1:$port" "$from" "$to" "$dir" || rc=$?
 echo "workdir: $dir"
-if jq -e '.live.disturbed' "$dir/result.json" >/dev/null; then
-	echo "the live run was disturbed (stalls could fill its p99 tail): no verdict; re-run on a quieter machine" >&2
-	exit 3
-fi
-jq -e '.goals.p50 and .goals.p99 and .goals.kv' "$dir/result.json" >/dev/null
+exit "${rc:-0}"
