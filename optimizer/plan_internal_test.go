@@ -1,7 +1,9 @@
 package optimizer
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -72,6 +74,69 @@ func TestRepairKeepsSolversSplitAtRoundingLevel(t *testing.T) {
 		}
 		if math.Abs(x[e]-want[e]) > 1e-12*want[e] {
 			t.Errorf("edge %d (engine %d): %v after repair, want the rescaled %v", e, p.eng[e], x[e], want[e])
+		}
+	}
+}
+
+// randomChurnInstance is a seeded small fleet: 2-5 engines with convex
+// three-point profiles, three clusters that may use every engine, churn
+// weight 0, 20 or 40 ms and previous weights spread evenly.
+func randomChurnInstance(seed uint64) *Instance {
+	r := rand.New(rand.NewPCG(seed, 1))
+	in := &Instance{MaxUtilization: 0.95, ChurnWeight: float64(r.IntN(3)) * 20, RTTms: map[string]map[string]float64{}, Previous: map[string]map[string]float64{}}
+	ne := 2 + r.IntN(4)
+	for j := range ne {
+		in.Engines = append(in.Engines, Engine{ID: fmt.Sprintf("e-%d", j), CapacityRPS: 20 + 80*r.Float64(), Healthy: true,
+			LatencyMs: [][2]float64{{0, 100 + 100*r.Float64()}, {0.5, 300 + 200*r.Float64()}, {0.9, 2000 + 2000*r.Float64()}}})
+	}
+	for i := range 3 {
+		id := fmt.Sprintf("c-%d", i)
+		in.Clusters = append(in.Clusters, Cluster{ID: id, DemandRPS: 1 + 60*r.Float64()})
+		in.RTTms[id] = map[string]float64{}
+		in.Previous[id] = map[string]float64{}
+		for _, e := range in.Engines {
+			in.RTTms[id][e.ID] = 50 * r.Float64()
+			in.Previous[id][e.ID] = 1 / float64(ne)
+		}
+	}
+	return in
+}
+
+// TestClusterStepRoutesExactlyItsDemand: re-optimising one cluster's
+// flows with the others fixed ends with flows that add up to what the
+// cluster routes, to rounding, whatever the price search's tolerance
+// (it stops within 1e-4 of the demand here, and with churn the
+// responses hold at the previous flows over ranges of prices, so it
+// does not land on the demand in one step; the residual is then put on
+// edges with room, never past an engine's capacity): no demand is lost
+// or invented at each step.
+func TestClusterStepRoutesExactlyItsDemand(t *testing.T) {
+	for seed := range uint64(600) {
+		in := randomChurnInstance(seed / 2)
+		if seed%2 == 1 { // loaded: engines fill up
+			for i := range in.Clusters {
+				in.Clusters[i].DemandRPS *= 3
+			}
+		}
+		s := solverAt(t, in)
+		s.bcdTol = 1e-4 // a coarse search
+		p := s.p
+		for range 3 {
+			for i := range p.demand {
+				s.solveCluster(i)
+				sum := 0.0
+				for e := p.start[i]; e < p.start[i+1]; e++ {
+					sum += s.x[e]
+				}
+				if d := math.Abs(sum - s.routed[i]); d > 1e-12*s.routed[i] {
+					t.Fatalf("seed %d: cluster %d flows add up to %.17g, routes %.17g (off by %g)", seed, i, sum, s.routed[i], d)
+				}
+				for e := p.start[i]; e < p.start[i+1]; e++ {
+					if j := p.eng[e]; !(s.x[e] >= 0) || s.load[j] > p.curves[j].cap*(1+1e-12) {
+						t.Fatalf("seed %d: cluster %d sends %v to engine %d, load %v of capacity %v", seed, i, s.x[e], j, s.load[j], p.curves[j].cap)
+					}
+				}
+			}
 		}
 	}
 }
