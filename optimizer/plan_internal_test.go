@@ -140,3 +140,55 @@ func TestClusterStepRoutesExactlyItsDemand(t *testing.T) {
 		}
 	}
 }
+
+// TestNewtonPhaseNonFiniteFlowRestored: a Newton phase that leaves a
+// flow at NaN, +Inf or -Inf, or a price at ±Inf, is undone: the flows
+// and prices from before it are put back, so no non-finite number
+// reaches the plan.
+func TestNewtonPhaseNonFiniteFlowRestored(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		price bool
+		v     float64
+	}{
+		{"flow NaN", false, math.NaN()}, {"flow +Inf", false, math.Inf(1)}, {"flow -Inf", false, math.Inf(-1)},
+		{"price +Inf", true, math.Inf(1)}, {"price -Inf", true, math.Inf(-1)},
+	} {
+		s := solverAt(t, regionBC(t))
+		x, mu := append([]float64(nil), s.x...), append([]float64(nil), s.mu...)
+		for k := range mu {
+			mu[k] = 100 + float64(k)
+		}
+		if tc.price {
+			s.mu[1] = tc.v
+		} else {
+			s.x[1] = tc.v
+		}
+		s.restoreIfNonFinite(x, mu)
+		for e := range x {
+			if s.x[e] != x[e] {
+				t.Errorf("%s: flow %d is %v, want %v restored", tc.name, e, s.x[e], x[e])
+			}
+		}
+		for i := range mu {
+			if s.mu[i] != mu[i] {
+				t.Errorf("%s: price %d is %v, want %v restored", tc.name, i, s.mu[i], mu[i])
+			}
+		}
+	}
+}
+
+// TestEngineCurveIsOneAllocation: an engine's curve (knots, values and
+// slopes) is built in one allocation however many profile points fall
+// inside (0, max utilization): the solver builds one per engine per
+// solve.
+func TestEngineCurveIsOneAllocation(t *testing.T) {
+	pts := [][2]float64{{0, 250}, {0.5, 500}, {0.8, 1250}, {0.9, 2500}, {0.95, 5000}}
+	var c curve
+	if n := testing.AllocsPerRun(20, func() { c = newCurve(pts, 100, 0.95) }); n != 1 {
+		t.Fatalf("newCurve: %v allocations, want 1", n)
+	}
+	if len(c.l) != 5 || len(c.s) != 4 || c.cap != 95 {
+		t.Fatalf("curve knots %v slopes %v cap %v, want 5 knots (0, 50, 80, 90, 95 rps) and 4 slopes", c.l, c.s, c.cap)
+	}
+}
