@@ -192,3 +192,30 @@ func TestEngineCurveIsOneAllocation(t *testing.T) {
 		t.Fatalf("curve knots %v slopes %v cap %v, want 5 knots (0, 50, 80, 90, 95 rps) and 4 slopes", c.l, c.s, c.cap)
 	}
 }
+
+// TestNoChurnWeightNoChurnBinding: without a churn weight nothing holds
+// traffic where it was, so no explanation names "churn" as binding, even
+// on an engine whose flow is exactly the previous one (region-c's 40 rps
+// stay on c-0, as before).
+func TestNoChurnWeightNoChurnBinding(t *testing.T) {
+	in := regionBC(t)
+	in.ChurnWeight = 0
+	in.Clusters[0].DemandRPS = 10
+	delete(in.RTTms["region-c"], "b-0") // region-c may use c-0 only
+	sol, err := Solve(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := sol.Weights["region-c"]["c-0"]; w != 1 {
+		t.Fatalf("region-c sends %v of its demand to c-0, want all of it (as before)", w)
+	}
+	for c, expl := range sol.Explanations {
+		for _, x := range expl {
+			for _, b := range x.Binding {
+				if b == "churn" {
+					t.Errorf("cluster %s engine %s: binding %v with churn weight 0", c, x.Engine, x.Binding)
+				}
+			}
+		}
+	}
+}
