@@ -126,6 +126,7 @@ func Export(ctx context.Context, cl *kgo.Client, cfg Config) (*scenario.Fleet, e
 	fleet.Control = scenario.Control{
 		WindowS: rc.Window.Seconds(), SlideS: rc.Slide.Seconds(), AllowedLatenessS: rc.AllowedLateness.Seconds(),
 		MaxUtilization: rc.Settings.MaxUtilization, ChurnWeight: max(rc.Settings.ChurnWeight, 0),
+		SignalIntervalS: fleet.Control.SignalIntervalS, // the scrapes the estimates counted
 	}
 	return fleet, nil
 }

@@ -165,7 +165,26 @@ func FleetFromEstimates(ests []*schemas.Estimate, from, to time.Time) (*Fleet, e
 		fc.Region = clusterRegion(c, fc.RTTms, regions)
 		f.Clusters = append(f.Clusters, fc)
 	}
+	f.Control.SignalIntervalS = scrapeInterval(engines)
 	return f, nil
+}
+
+// scrapeInterval is the engine agents' scrape interval the estimates
+// show: the median over engine windows of the window's length over its
+// signals (0: none counted). The agent's flag is in no settings record,
+// and a twin that scrapes twice as often as live sees queues live did
+// not: bench/live's agent scrapes every 2 s, the simulator's default is
+// 1 s.
+func scrapeInterval(engines map[string][]*schemas.EngineEstimate) float64 {
+	var xs []float64
+	for _, es := range engines {
+		for _, e := range es {
+			if n, span := e.GetSignalCount(), e.GetWindowEndUnixMs()-e.GetWindowStartUnixMs(); n > 0 && span > 0 {
+				xs = append(xs, float64(span)/1000/float64(n))
+			}
+		}
+	}
+	return math.Round(median(xs)*1000) / 1000
 }
 
 // fleetEngine summarises one engine's estimates.

@@ -55,3 +55,33 @@ func TestFleetScenarioCarriesTheEstimates(t *testing.T) {
 		t.Errorf("clusters %+v", sc.Clusters)
 	}
 }
+
+// TestFleetScrapesAsTheAgentsDid: the twin's agents scrape as often as the
+// live ones did, read from the estimates' signal counts (the median
+// window: an engine's first, partial window counts fewer), so it sees the
+// queues live scrapes saw.
+func TestFleetScrapesAsTheAgentsDid(t *testing.T) {
+	end := time.UnixMilli(1_000_000)
+	var ests []*schemas.Estimate
+	for w, signals := range []uint32{4, 15, 15, 16, 15} { // 30-s windows, scrapes every 2 s
+		e := end.Add(time.Duration(w-4) * 10 * time.Second).UnixMilli()
+		ests = append(ests, &schemas.Estimate{Kind: &schemas.Estimate_Engine{Engine: &schemas.EngineEstimate{
+			EngineId: "e", Region: "r", GpuClass: "h100", ReadyReplicas: 1, WindowStartUnixMs: e - 30_000, WindowEndUnixMs: e, SignalCount: signals,
+		}}})
+	}
+	ests = append(ests, &schemas.Estimate{Kind: &schemas.Estimate_Demand{Demand: &schemas.DemandEstimate{Cluster: "r", DemandRps: 3, WindowEndUnixMs: end.UnixMilli()}}})
+	f, err := FleetFromEstimates(ests, end.Add(-time.Minute), end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Control.SignalIntervalS; got != 2 {
+		t.Fatalf("signal interval %v s, want 2", got)
+	}
+	sc, err := f.Scenario("trace.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sc.Control.SignalIntervalS; got != 2 {
+		t.Fatalf("scenario's signal interval %v s, want 2", got)
+	}
+}
