@@ -473,3 +473,108 @@ func TestQueueTenantAtItsShareHoldsNoHeadroom(t *testing.T) {
 		t.Fatal("heavy took a slot of light's headroom")
 	}
 }
+
+// TestQueueExpireJudgesWaitersInTheFairOrder: Expire predicts each
+// waiter's wait from its place in the order the queue admits its
+// waiters (fair between tenants), not from the order they arrived in:
+// a tenant that queued one request after another's three is admitted
+// second, so the other's third is the one that cannot make its deadline.
+func TestQueueExpireJudgesWaitersInTheFairOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := &clock{t: t0}
+	q := NewQueue(QueueConfig{Timeout: time.Second}, c.now)
+	warm(q, c, 8) // 8 slots freed a second: places 1-6 within ¾ of the deadline
+	q.SetCapacity(1)
+	if err := q.Offer(Request{Priority: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]error{}
+	offer := func(tenant string) {
+		if err := q.Offer(Request{Priority: 1, Tenant: tenant}, func(err error) {
+			got[tenant] = append(got[tenant], err)
+		}); !errors.Is(err, ErrQueued) {
+			t.Fatalf("%s: %v, want ErrQueued", tenant, err)
+		}
+	}
+	offer("a")
+	offer("a")
+	offer("a")
+	offer("b") // admitted second: a, b, a, a
+	// Half a second left: places 1-3 (up to 0.4 s) make it, place 4
+	// (0.53 s) does not.
+	c.set(t0.Add(500 * time.Millisecond))
+	q.Expire()
+	if len(got["a"]) != 1 || !errors.Is(got["a"][0], ErrWait) || len(got["b"]) != 0 {
+		t.Fatalf("answers after Expire %v, want a's third rejected with ErrWait and b's request kept", got)
+	}
+	if q.Waiting(1, "a") != 2 || q.Waiting(1, "b") != 1 {
+		t.Fatalf("waiting: a %d, b %d; want 2 and 1", q.Waiting(1, "a"), q.Waiting(1, "b"))
+	}
+}
+
+// TestQueueFullEvictsTheLowerPriorityWaiterAdmittedLast: a request of a
+// higher priority in a full queue takes the place of the waiter of the
+// lowest priority that would be admitted last (the fair order's last,
+// not the last to arrive).
+func TestQueueFullEvictsTheLowerPriorityWaiterAdmittedLast(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	q := NewQueue(QueueConfig{Timeout: time.Hour, MaxQueue: 3}, c.now)
+	warm(q, c, 100)
+	q.SetCapacity(1)
+	if err := q.Offer(Request{Priority: 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	offer := func(prio int, tenant string) {
+		if err := q.Offer(Request{Priority: prio, Tenant: tenant}, func(err error) {
+			got = append(got, tenant+": "+errString(err))
+		}); !errors.Is(err, ErrQueued) {
+			t.Fatalf("%s at priority %d: %v, want ErrQueued", tenant, prio, err)
+		}
+	}
+	offer(0, "a")
+	offer(0, "a")
+	offer(0, "b") // arrives last, admitted second: a, b, a
+	offer(2, "c")
+	if len(got) != 1 || got[0] != "a: "+ErrEvicted.Error() {
+		t.Fatalf("answers %q, want a's second evicted", got)
+	}
+	if q.Waiting(0, "a") != 1 || q.Waiting(0, "b") != 1 || q.Waiting(2, "c") != 1 {
+		t.Fatalf("waiting a %d b %d c %d, want 1 each", q.Waiting(0, "a"), q.Waiting(0, "b"), q.Waiting(2, "c"))
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "admitted"
+	}
+	return err.Error()
+}
+
+// TestQueueExpireTimesOutTheLowestPriority: Expire rejects the waiters
+// of every priority, the lowest too, once their deadline has passed.
+func TestQueueExpireTimesOutTheLowestPriority(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := &clock{t: t0}
+	q := NewQueue(QueueConfig{Timeout: time.Second}, c.now)
+	q.SetCapacity(1)
+	if err := q.Offer(Request{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]error{}
+	for prio := range Priorities {
+		if err := q.Offer(Request{Priority: prio}, func(err error) { got[prio] = err }); !errors.Is(err, ErrQueued) {
+			t.Fatalf("priority %d: %v, want ErrQueued", prio, err)
+		}
+	}
+	c.set(t0.Add(time.Second))
+	q.Expire()
+	for prio := range Priorities {
+		if !errors.Is(got[prio], ErrTimeout) {
+			t.Fatalf("priority %d past its deadline: answer %v, want ErrTimeout", prio, got[prio])
+		}
+	}
+	if q.Len() != 0 {
+		t.Fatalf("%d still waiting", q.Len())
+	}
+}
