@@ -1,0 +1,137 @@
+package process
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/switchyard-llm/switchyard/internal/testenv"
+	"github.com/switchyard-llm/switchyard/schemas"
+	"github.com/switchyard-llm/switchyard/streams"
+	"github.com/switchyard-llm/switchyard/streams/estimate"
+)
+
+// Behaviours whose one-line mutants survived the package's other tests
+// (bench/mutation, docs/testing.md "Survivors"), each pinned by a test
+// named for it.
+
+// demandEstimates returns n demand estimates of distinct clusters.
+func demandEstimates(n int) []*schemas.Estimate {
+	out := make([]*schemas.Estimate, n)
+	for i := range out {
+		out[i] = &schemas.Estimate{Kind: &schemas.Estimate_Demand{Demand: &schemas.DemandEstimate{
+			SchemaVersion: 1, Cluster: fmt.Sprintf("c%04d", i), WindowStartUnixMs: 1000, WindowEndUnixMs: 31000 + int64(i),
+		}}}
+	}
+	return out
+}
+
+// TestMarshalAllEncodesEveryEstimateWhateverTheChunking: a window's
+// estimates are split into chunks of at least 256, one encoder each;
+// every estimate gets its key and its Marshal bytes, also when the count
+// is a whole number of chunks (no chunk past the end, which has no
+// encoder) and when several chunks each take their own encoder.
+func TestMarshalAllEncodesEveryEstimateWhateverTheChunking(t *testing.T) {
+	for _, c := range []struct{ n, encs int }{{0, 1}, {1, 1}, {256, 1}, {512, 2}, {600, 2}, {1000, 3}, {300, 4}} {
+		t.Run(fmt.Sprintf("%d_estimates_%d_encoders", c.n, c.encs), func(t *testing.T) {
+			ests := demandEstimates(c.n)
+			encs := make([]*estimate.Encoder, c.encs)
+			for i := range encs {
+				encs[i] = &estimate.Encoder{}
+			}
+			keys, vals, err := marshalAll(ests, encs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != c.n || len(vals) != c.n {
+				t.Fatalf("%d keys, %d values for %d estimates", len(keys), len(vals), c.n)
+			}
+			for i, e := range ests {
+				want, err := estimate.Marshal(e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(keys[i]) != estimate.Key(e) || !bytes.Equal(vals[i], want) {
+					t.Fatalf("estimate %d: key %q value %x, want %q %x", i, keys[i], vals[i], estimate.Key(e), want)
+				}
+			}
+		})
+	}
+}
+
+// TestJSONPartialDecodesWithItsPanes: a partial written as one JSON
+// record (before chunking) still decodes, with its topic, partition,
+// event time, offsets, flags and panes, and needs no chunk.
+func TestJSONPartialDecodesWithItsPanes(t *testing.T) {
+	b, err := json.Marshal(wirePartial{Topic: "sw.signals", Partition: 2, MaxT: 31_000, Next: 17, Seen: true, Pending: true,
+		Panes: map[int64][]byte{30_000: estimate.AppendPane(nil, estimate.NewPane())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := decodePartial(b, func(int) ([]byte, bool) { return nil, false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Topic != "sw.signals" || p.Partition != 2 || p.MaxT != 31_000 || p.Next != 17 || !p.Seen || !p.Pending {
+		t.Errorf("decoded %s/%d max_t %d next %d seen %v pending %v, want sw.signals/2 31000 17 true true",
+			p.Topic, p.Partition, p.MaxT, p.Next, p.Seen, p.Pending)
+	}
+	if len(p.Panes) != 1 || p.Panes[30_000] == nil {
+		t.Errorf("panes %v, want the one at 30000", p.Panes)
+	}
+}
+
+// TestConfiguredPartitionCountCreatesTopics: the input topics are
+// created with Config.Partitions partitions; only an unset (or negative)
+// count takes the default, 3.
+func TestConfiguredPartitionCountCreatesTopics(t *testing.T) {
+	kc := testenv.Kafka(t)
+	cl := testenv.Client(t, kc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for prefix, c := range map[string]struct{ set, want int32 }{"five": {5, 5}, "unset": {0, 3}, "negative": {-1, 3}} {
+		cfg := partitionedConfig(prefix)
+		cfg.Partitions = c.set
+		in, err := NewInstance(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ensurePartitionedTopics(ctx, cl, in.cfg); err != nil {
+			t.Fatal(err)
+		}
+		topics := streams.TopicsFor(prefix)
+		details, err := kadm.NewClient(cl).ListTopics(ctx, topics.Signals, topics.RoutingEvents)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{topics.Signals, topics.RoutingEvents} {
+			if d := details[name]; d.Err != nil || int32(len(d.Partitions)) != c.want {
+				t.Errorf("Partitions %d: topic %s has %d partitions (%v), want %d", c.set, name, len(d.Partitions), d.Err, c.want)
+			}
+		}
+	}
+}
+
+// TestDeadLetterReasonSplitsCodeFromDetail: a dead-letter reason
+// "code: detail" is counted and alarmed by its code, with the detail
+// apart; a reason without ": " is all code.
+func TestDeadLetterReasonSplitsCodeFromDetail(t *testing.T) {
+	for _, c := range []struct{ reason, code, detail string }{
+		{"unknown_engine: engine e9 not in the registry", "unknown_engine", "engine e9 not in the registry"},
+		{"bad_json: a: b", "bad_json", "a: b"},
+		{"x: ", "x", ""},
+		{": detail", "", "detail"},
+		{"malformed", "malformed", ""},
+		{"no:space", "no:space", ""},
+	} {
+		code, detail, _ := cutReason(c.reason)
+		if code != c.code || detail != c.detail {
+			t.Errorf("cutReason(%q) = %q, %q; want %q, %q", c.reason, code, detail, c.code, c.detail)
+		}
+	}
+}
