@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/internal/testenv"
 	"github.com/switchyard-llm/switchyard/schemas"
@@ -132,6 +134,85 @@ func TestDeadLetterReasonSplitsCodeFromDetail(t *testing.T) {
 		code, detail, _ := cutReason(c.reason)
 		if code != c.code || detail != c.detail {
 			t.Errorf("cutReason(%q) = %q, %q; want %q, %q", c.reason, code, detail, c.code, c.detail)
+		}
+	}
+}
+
+// oneRecordFetch is a poll that delivered rec alone from its partition,
+// whose log ends at end.
+func oneRecordFetch(rec *kgo.Record, end int64) kgo.Fetches {
+	return kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: rec.Topic, Partitions: []kgo.FetchPartition{
+		{Partition: rec.Partition, HighWatermark: end, Records: []*kgo.Record{rec}},
+	}}}}}
+}
+
+// holds reports whether k is among core's partitions with unread
+// records (those that hold the watermark).
+func holds(core *Core, k tp) bool {
+	return slices.Contains(core.pending(), k)
+}
+
+// TestPartitionDeliveringOneRecordPerPollIsNotStalled: the single
+// processor releases a partition with unread records only once it has
+// delivered nothing for stalledAfter; a partition that delivers a
+// record every poll, one at a time, keeps holding the watermark however
+// long its backlog lasts.
+func TestPartitionDeliveringOneRecordPerPollIsNotStalled(t *testing.T) {
+	kc := testenv.Kafka(t)
+	topics := streams.TopicsFor("onebyone")
+	ensure(t, kc, topics)
+	cfg := config("onebyone")
+	p, err := New(testenv.Client(t, kc, ClientOpts(cfg)...), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := newTestCore(t, topics, cfg.Spec())
+	r := newRunner(p, core)
+	k := tp{topics.RoutingEvents, 0}
+	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	for i := range 8 { // a poll every 20 s, 140 s in all: past stalledAfter (30 s) many times
+		now := start.Add(time.Duration(i) * 20 * time.Second)
+		r.handleFetches(oneRecordFetch(routingRec(topics, 0, int64(i), now.Add(-time.Second), i), 1000), now)
+		if !holds(core, k) {
+			t.Fatalf("poll %d (%v after the first): the partition delivering a record each poll was released as stalled", i, now.Sub(start))
+		}
+	}
+	// The rule itself: with no record for longer than stalledAfter, the
+	// partition is released.
+	now := start.Add(7*20*time.Second + stalledAfter + time.Second)
+	r.handleFetches(nil, now)
+	if holds(core, k) {
+		t.Fatalf("a partition that delivered nothing for %v still holds the watermark", now.Sub(start.Add(7*20*time.Second)))
+	}
+}
+
+// TestInstancePartitionDeliveringRecordsIsNotStalled: an instance
+// releases an owned partition with unread records only once it has
+// delivered nothing for stalledAfter; one that delivers records every
+// poll keeps holding the watermark for longer than that.
+func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
+	cfg := partitionedConfig("delivering")
+	in, err := NewInstance(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.stalledAfter = 20 * time.Millisecond
+	in.nextPublish = time.Now().Add(time.Hour) // nothing to publish: no client needed
+	topics := in.topics
+	k := tp{topics.RoutingEvents, 1}
+	s, err := NewShard(topics, cfg.Spec(), k.Topic, k.Partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.shards[k] = &instShard{s: s, fetched: true}
+	start := time.Now()
+	for i := 0; time.Since(start) < 5*in.stalledAfter; i++ { // records flow for 5x stalledAfter
+		rec := routingRec(topics, k.Partition, int64(i), time.Now().Add(-time.Second), i)
+		if err := in.handle(context.Background(), nil, nil, oneRecordFetch(rec, 1_000_000)); err != nil {
+			t.Fatal(err)
+		}
+		if !s.Pending() {
+			t.Fatalf("record %d, %v after the first: the partition delivering records was released as stalled", i, time.Since(start))
 		}
 	}
 }
