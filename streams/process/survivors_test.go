@@ -216,3 +216,60 @@ func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokedPublishedPartitionHandedOverAsPending: when the group takes
+// away a partition whose partial is already published, the instance
+// writes its header again, marked pending, naming the same chunks: the
+// next owner restores those panes, and the combiner's watermark waits for
+// that owner instead of passing the partition while nobody reads it.
+func TestRevokedPublishedPartitionHandedOverAsPending(t *testing.T) {
+	kc := testenv.Kafka(t)
+	cfg := partitionedConfig("handover")
+	in, err := NewInstance(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := testenv.Client(t, kc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ensurePartitionedTopics(ctx, cl, in.cfg); err != nil {
+		t.Fatal(err)
+	}
+	k := tp{in.topics.RoutingEvents, 1}
+	s, err := NewShard(in.topics, cfg.Spec(), k.Topic, k.Partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetEnd(1)
+	if _, _, err := s.Handle(routingRec(in.topics, k.Partition, 0, time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC), 0)); err != nil {
+		t.Fatal(err)
+	}
+	const gen, chunks = 0x1234, 2
+	in.shards[k] = &instShard{s: s, fetched: true, published: true, gen: gen, chunks: chunks}
+	in.revoked(ctx, cl, map[string][]int32{k.Topic: {k.Partition}})
+
+	rd := testenv.Client(t, kc, kgo.ConsumeTopics(PartialsTopic(cfg.TopicPrefix)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var got []*kgo.Record
+	for ctx.Err() == nil && len(got) == 0 {
+		pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		got = append(got, rd.PollFetches(pctx).Records()...)
+		pcancel()
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d records on the partials topic after the revocation, want the one header", len(got))
+	}
+	if string(got[0].Key) != partialKey(k) {
+		t.Fatalf("header key %q, want %q", got[0].Key, partialKey(k))
+	}
+	h, err := decodeHeader(got[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Pending || h.gen != gen || h.chunks != chunks || h.Topic != k.Topic || h.Partition != k.Partition || h.Next != 1 {
+		t.Errorf("handover header %s/%d next %d pending %v gen %#x chunks %d; want %s/%d next 1 pending true gen %#x chunks %d",
+			h.Topic, h.Partition, h.Next, h.Pending, h.gen, h.chunks, k.Topic, k.Partition, gen, chunks)
+	}
+	if in.shards[k] != nil {
+		t.Error("the revoked partition's shard is kept")
+	}
+}
