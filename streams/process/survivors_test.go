@@ -273,3 +273,19 @@ func TestRevokedPublishedPartitionHandedOverAsPending(t *testing.T) {
 		t.Error("the revoked partition's shard is kept")
 	}
 }
+
+// TestCommandDefaultsAreTheConfigDefaults: the commands' flag defaults
+// (DefaultGroup, DefaultWindow, DefaultSlide, DefaultAllowedLateness)
+// are a valid configuration, the same as a zero Config's (the single
+// processor, the instances and the combiner must agree on them).
+func TestCommandDefaultsAreTheConfigDefaults(t *testing.T) {
+	flags := Config{Group: DefaultGroup, Window: DefaultWindow, Slide: DefaultSlide, AllowedLateness: DefaultAllowedLateness}
+	if err := flags.Validate(); err != nil {
+		t.Fatalf("the flag defaults: %v", err)
+	}
+	started := time.Unix(1_800_000_000, 0)
+	got, want := flags.Settings(started), Config{}.Settings(started)
+	if got.Instance != want.Instance || *got.Processor != *want.Processor {
+		t.Errorf("flag defaults give %s %+v, a zero Config %s %+v", got.Instance, *got.Processor, want.Instance, *want.Processor)
+	}
+}
