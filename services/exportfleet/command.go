@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	from := fs.String("from", "", "start of the range (RFC 3339 or Unix ms); required")
 	to := fs.String("to", "", "end of the range (RFC 3339 or Unix ms); required")
 	outFile := fs.String("out", "", `fleet file ("-" for stdout); required`)
+	warmup := fs.Duration("warmup", 0, "history before --from replayed to recompute the snapshot in force at --from, which the twin starts from (0: the whole retained history, as replay; the snapshot is then the live optimizer's)")
 	if err := cli.Parse(fs, args, nil); err != nil {
 		return err
 	}
@@ -63,7 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(conn.Brokers()) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
 	}
-	cfg.TopicPrefix = conn.TopicPrefix
+	if *warmup < 0 {
+		return fmt.Errorf("%w: --warmup must not be negative", cli.ErrUsage)
+	}
+	cfg.TopicPrefix, cfg.Warmup = conn.TopicPrefix, *warmup
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, nil))
 	cl, err := conn.NewKafka()
 	if err != nil {
@@ -97,25 +101,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 type Config struct {
 	TopicPrefix string
 	From, To    time.Time
-	Logger      *slog.Logger
+	// Warmup is the history before From replayed (replay.Config's: 0,
+	// the whole retained history).
+	Warmup time.Duration
+	Logger *slog.Logger
 }
 
 // Export reads through cl the settings the live processor and optimizer
 // recorded, recomputes with them the estimates of the windows ending in
 // [From, To] from the signal and routing-event topics (replay.Run: the
 // estimates the live processor published, byte for byte), and builds the
-// fleet they describe with the recorded control settings.
+// fleet they describe with the recorded control settings, starting from
+// the snapshot in force at From: the last one the replayed optimizer
+// planned for a window ending at or before From (with the whole history
+// as warm-up, the live optimizer's), none when the range starts with the
+// pipeline.
 func Export(ctx context.Context, cl *kgo.Client, cfg Config) (*scenario.Fleet, error) {
 	rc, _, err := replay.Recorded(ctx, cl, cfg.TopicPrefix, cfg.To)
 	if err != nil {
 		return nil, err
 	}
-	rc.TopicPrefix, rc.From, rc.To, rc.Logger = cfg.TopicPrefix, cfg.From, cfg.To, cfg.Logger
-	// The planner's state is not needed, only complete windows.
-	rc.Warmup = rc.Window + rc.AllowedLateness
+	rc.TopicPrefix, rc.From, rc.To, rc.Logger, rc.Warmup = cfg.TopicPrefix, cfg.From, cfg.To, cfg.Logger, cfg.Warmup
 	var ests []*schemas.Estimate
 	rc.OnWindow = func(f process.Fired) { ests = append(ests, f.Estimates...) }
-	rc.Planner = replay.PlannerFunc(func(time.Time, []*schemas.Estimate) (*schemas.WeightSnapshot, error) { return nil, nil })
+	var initial *schemas.WeightSnapshot
+	planner := replay.OptimizerPlanner(rc.Settings)
+	rc.Planner = replay.PlannerFunc(func(end time.Time, est []*schemas.Estimate) (*schemas.WeightSnapshot, error) {
+		if end.After(cfg.From) {
+			return nil, nil // the twin plans the range itself
+		}
+		snap, err := planner.Plan(end, est)
+		if snap != nil {
+			initial = snap
+		}
+		return snap, err
+	})
 	if _, err := replay.Run(ctx, cl, rc, io.Discard, replay.JSONLines); err != nil {
 		return nil, fmt.Errorf("recomputing the estimates: %w", err)
 	}
@@ -123,6 +143,7 @@ func Export(ctx context.Context, cl *kgo.Client, cfg Config) (*scenario.Fleet, e
 	if err != nil {
 		return nil, fmt.Errorf("%v to %v: %w", cfg.From, cfg.To, err)
 	}
+	fleet.Initial = scenario.InitialFrom(initial)
 	fleet.Control = scenario.Control{
 		WindowS: rc.Window.Seconds(), SlideS: rc.Slide.Seconds(), AllowedLatenessS: rc.AllowedLateness.Seconds(),
 		MaxUtilization: rc.Settings.MaxUtilization, ChurnWeight: max(rc.Settings.ChurnWeight, 0),

@@ -174,3 +174,52 @@ func TestSwitchyardInstallsEveryWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestTwinStartsFromTheInitialSnapshot: a scenario's initial weights
+// (a twin's: the live snapshot in force at its range's start) route the
+// requests that arrive before the simulated control plane's first plan;
+// without them the gateways spread those requests over every engine.
+func TestTwinStartsFromTheInitialSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		initial string
+		only    bool
+	}{
+		{"initial weights", `, "initial": [{"cluster": "a", "demand_rps": 20, "weights": {"a-1": 1}}]`, true},
+		{"none", ``, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, err := scenario.Parse([]byte(`{
+  "name": "initial", "duration_s": 3, "slo": {"ttft_ms": 2000, "tbot_ms": 100},
+  "regions": ["a"], "rtt_ms": {},
+  "clusters": [{"id": "a", "region": "a"}],
+  "engines": [{"id": "a-0", "region": "a", "gpu": "h100"}, {"id": "a-1", "region": "a", "gpu": "h100"}],
+  "workload": {"kind": "generator", "rate_rps": 20},
+  "control": {"window_s": 4, "slide_s": 1, "allowed_lateness_s": 2}` + tc.initial + `
+}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wl, err := sc.Build(scenario.BuildOptions{Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			engines := map[string]int{}
+			if _, err := des.Run(sc, wl, "switchyard", func(w *des.World) (des.Policy, error) {
+				sy, err := newSwitchyard(w, 1)
+				if sy != nil {
+					sy.observe = func(ev *schemas.RoutingEvent) { engines[ev.GetEngineId()]++ }
+				}
+				return sy, err
+			}, des.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if n := engines["a-0"] + engines["a-1"]; n < 40 {
+				t.Fatalf("%d requests routed, want the 3 s of 20 rps", n)
+			}
+			if only := engines["a-0"] == 0; only != tc.only {
+				t.Fatalf("requests per engine %v: only a-1 %v, want %v", engines, only, tc.only)
+			}
+		})
+	}
+}

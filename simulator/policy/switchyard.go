@@ -76,6 +76,9 @@ type switchyard struct {
 	// observe, when set, sees every routing event the gateways record
 	// (tests).
 	observe func(*schemas.RoutingEvent)
+	// initial is the scenario's snapshot in force at time 0 (nil: none),
+	// installed at once and remembered by the planner when it is made.
+	initial *schemas.WeightSnapshot
 }
 
 type acc struct{ n, sum float64 }
@@ -169,7 +172,33 @@ func newSwitchyard(w *des.World, seed uint64) (*switchyard, error) {
 		g.install(t, w)
 		p.gw = append(p.gw, g)
 	}
+	if w.Scenario != nil && len(w.Scenario.Initial) > 0 {
+		p.initial = initialSnapshot(w)
+		p.installSnap(p.tables(p.initial))
+	}
 	return p, nil
+}
+
+// initialSnapshot is the scenario's Initial as the snapshot the gateways
+// and the planner start from: made at time 0 (the snapshot that versions
+// the first plan is later), each weight explained by its pair's RTT.
+func initialSnapshot(w *des.World) *schemas.WeightSnapshot {
+	snap := &schemas.WeightSnapshot{SchemaVersion: schemas.Version, CreatedUnixMs: simEpochMs}
+	for _, ip := range w.Scenario.Initial {
+		c := slices.IndexFunc(w.Clusters, func(ci des.ClusterInfo) bool { return ci.ID == ip.Cluster })
+		if c < 0 {
+			continue // Validate has refused it
+		}
+		cw := &schemas.ClusterWeights{Cluster: ip.Cluster, DemandRps: ip.DemandRPS, ShedFraction: ip.ShedFraction}
+		for e, info := range w.Engines {
+			if v := ip.Weights[info.ID]; v > 0 {
+				cw.Weights = append(cw.Weights, &schemas.EngineWeight{EngineId: info.ID, Weight: v,
+					Explanation: &schemas.Explanation{NetworkMs: float64(w.RTT[c][e]) / 1e6}})
+			}
+		}
+		snap.Clusters = append(snap.Clusters, cw)
+	}
+	return snap
 }
 
 func (g *gateway) install(t *pick.Table, w *des.World) {
@@ -382,6 +411,9 @@ func (p *switchyard) Tick(now time.Duration) {
 	}
 	if p.ctlp.planner == nil {
 		p.ctlp.planner = plan.NewPlanner(p.settings())
+		if p.initial != nil {
+			p.ctlp.planner.Remember(p.initial)
+		}
 	}
 	p.ctlp.advance(now, p.proc.core.Fire())
 	for _, s := range p.ctlp.due(now) {

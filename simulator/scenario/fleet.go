@@ -32,6 +32,25 @@ type Fleet struct {
 	// simulator's control plane runs with (window, slide, allowed
 	// lateness, max utilization, churn weight).
 	Control Control `json:"control"`
+	// Initial is the snapshot in force at From, as the live optimizer
+	// planned it (absent when none was: the range starts with the
+	// pipeline): the twin's gateways route on it until its first plan.
+	Initial []InitialPlan `json:"initial,omitempty"`
+}
+
+// InitialFrom is snap's weights as a fleet's or scenario's Initial.
+func InitialFrom(snap *schemas.WeightSnapshot) []InitialPlan {
+	var out []InitialPlan
+	for _, cw := range snap.GetClusters() {
+		p := InitialPlan{Cluster: cw.GetCluster(), DemandRPS: cw.GetDemandRps(), ShedFraction: cw.GetShedFraction(), Weights: map[string]float64{}}
+		for _, w := range cw.GetWeights() {
+			if w.GetWeight() > 0 {
+				p.Weights[w.GetEngineId()] = w.GetWeight()
+			}
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // FleetEngine is one engine as its estimates describe it.
@@ -308,7 +327,7 @@ func (f *Fleet) Scenario(trace string) (*Scenario, error) {
 		return nil, invalid("fleet has no engines")
 	}
 	s := &Scenario{Name: "twin " + f.From, SLO: DefaultTwinSLO, RTTms: map[string]map[string]float64{},
-		Workload: Workload{Kind: KindMooncake, Trace: trace}, Control: f.Control}
+		Workload: Workload{Kind: KindMooncake, Trace: trace}, Control: f.Control, Initial: f.Initial}
 	seen := map[string]bool{}
 	addRegion := func(r string) {
 		if !seen[r] {

@@ -46,9 +46,22 @@ type Scenario struct {
 	Workload         Workload                      `json:"workload"`
 	Control          Control                       `json:"control,omitempty"`
 	Events           []Event                       `json:"events,omitempty"`
+	// Initial are the weights the gateways route on from time 0, until
+	// the simulated control plane's first plan, which also takes them as
+	// its previous weights (a digital twin starts from the live snapshot
+	// in force at the start of its range). None: no snapshot at first.
+	Initial []InitialPlan `json:"initial,omitempty"`
 
 	// dir is the directory of the scenario file, for relative trace paths.
 	dir string
+}
+
+// InitialPlan is one cluster's part of the snapshot in force at time 0.
+type InitialPlan struct {
+	Cluster      string             `json:"cluster"`
+	DemandRPS    float64            `json:"demand_rps,omitempty"`
+	ShedFraction float64            `json:"shed_fraction,omitempty"`
+	Weights      map[string]float64 `json:"weights"`
 }
 
 // SLO is the service level a request must meet to count towards goodput.
@@ -290,6 +303,34 @@ func (s *Scenario) Validate() error {
 	for i, ev := range s.Events {
 		if err := s.validateEvent(i, ev, engines, regions, clusters); err != nil {
 			return err
+		}
+	}
+	return validateInitial(s.Initial, clusters, engines)
+}
+
+// validateInitial checks the initial weights: known clusters, each once,
+// known engines, weights and shed in [0, 1], demand finite and >= 0.
+func validateInitial(ps []InitialPlan, clusters, engines map[string]bool) error {
+	seen := map[string]bool{}
+	for i, p := range ps {
+		switch {
+		case !clusters[p.Cluster]:
+			return invalid("initial[%d].cluster %q is not a cluster", i, p.Cluster)
+		case seen[p.Cluster]:
+			return invalid("initial[%d].cluster %q is duplicated", i, p.Cluster)
+		case !(p.ShedFraction >= 0 && p.ShedFraction <= 1):
+			return invalid("initial[%d].shed_fraction %v not in [0, 1]", i, p.ShedFraction)
+		case !(p.DemandRPS >= 0) || math.IsInf(p.DemandRPS, 1):
+			return invalid("initial[%d].demand_rps %v must be finite and >= 0", i, p.DemandRPS)
+		}
+		seen[p.Cluster] = true
+		for e, w := range p.Weights {
+			if !engines[e] {
+				return invalid("initial[%d].weights: %q is not an engine", i, e)
+			}
+			if !(w >= 0 && w <= 1) {
+				return invalid("initial[%d].weights[%q] %v not in [0, 1]", i, e, w)
+			}
 		}
 	}
 	return nil

@@ -43,6 +43,11 @@ func TestParseNamesTheBadField(t *testing.T) {
 		{"latency multiplier too big", `"gpu": "h100"}`, `"gpu": "h100", "latency_multiplier": 5000}`, "engines[0].latency_multiplier"},
 		{"report max batch type", `"gpu": "h100"}`, `"gpu": "h100", "report_max_batch": 0}`, "report_max_batch"},
 		{"non-streaming share", `"rate_rps": 20}`, `"rate_rps": 20, "non_streaming_share": 1.5}`, "workload.non_streaming_share"},
+		{"initial cluster", `"cluster": "a"}]`, `"cluster": "a"}], "initial": [{"cluster": "q", "weights": {}}]`, "initial[0].cluster"},
+		{"initial engine", `"cluster": "a"}]`, `"cluster": "a"}], "initial": [{"cluster": "a", "weights": {"x": 1}}]`, "initial[0].weights"},
+		{"initial weight", `"cluster": "a"}]`, `"cluster": "a"}], "initial": [{"cluster": "a", "weights": {"a-0": 1.5}}]`, `initial[0].weights["a-0"]`},
+		{"initial shed", `"cluster": "a"}]`, `"cluster": "a"}], "initial": [{"cluster": "a", "shed_fraction": -1, "weights": {}}]`, "initial[0].shed_fraction"},
+		{"initial twice", `"cluster": "a"}]`, `"cluster": "a"}], "initial": [{"cluster": "a", "weights": {}}, {"cluster": "a", "weights": {}}]`, "initial[1].cluster"},
 	}
 	if _, err := Parse([]byte(good)); err != nil {
 		t.Fatalf("good scenario: %v", err)

@@ -50,6 +50,7 @@ func TestSchemaMatchesTheStructs(t *testing.T) {
 		{"workload", reflect.TypeFor[Workload](), sub("workload")},
 		{"control", reflect.TypeFor[Control](), sub("control")},
 		{"events", reflect.TypeFor[Event](), sub("events")},
+		{"initial", reflect.TypeFor[InitialPlan](), sub("initial")},
 	} {
 		var fields []string
 		for f := range tc.typ.Fields() {
