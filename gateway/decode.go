@@ -28,6 +28,7 @@ type snapView struct {
 type clusterView struct {
 	engines []engineView
 	shed    float64
+	demand  float64 // demand_rps: the demand the cluster's weights were planned for
 	peers   []string
 	// raw is the entry's bytes as received (from decodeView), nil when
 	// it came from a message; msg is the message, nil when decodeView
@@ -46,6 +47,7 @@ type clusterView struct {
 type modelView struct {
 	engines []engineView
 	shed    float64
+	demand  float64 // demand_rps
 }
 
 // engineView is one EngineWeight, as applying it uses it.
@@ -98,7 +100,7 @@ func viewOf(snap *schemas.WeightSnapshot, cluster string) snapView {
 }
 
 func clusterViewOf(c *schemas.ClusterWeights) *clusterView {
-	cv := &clusterView{shed: c.GetShedFraction(), peers: c.GetPeerClusters(), msg: c,
+	cv := &clusterView{shed: c.GetShedFraction(), demand: c.GetDemandRps(), peers: c.GetPeerClusters(), msg: c,
 		engines: make([]engineView, len(c.GetWeights()))}
 	for i, w := range c.GetWeights() {
 		cv.engines[i] = engineViewOf(w)
@@ -106,7 +108,7 @@ func clusterViewOf(c *schemas.ClusterWeights) *clusterView {
 	if mws := c.GetModelWeights(); len(mws) > 0 {
 		cv.models = make(map[string]*modelView, len(mws))
 		for _, mw := range mws {
-			mv := &modelView{shed: mw.GetShedFraction(), engines: make([]engineView, len(mw.GetWeights()))}
+			mv := &modelView{shed: mw.GetShedFraction(), demand: mw.GetDemandRps(), engines: make([]engineView, len(mw.GetWeights()))}
 			for i, w := range mw.GetWeights() {
 				mv.engines[i] = engineViewOf(w)
 			}
@@ -304,8 +306,11 @@ func readCluster(b []byte, prev *clusterView, keep bool) (cv *clusterView, name 
 				return nil, nil, false
 			}
 			b = b[n:]
-			if num == 3 && keep {
+			switch {
+			case num == 3 && keep:
 				cv.shed = math.Float64frombits(x)
+			case num == 4 && keep:
+				cv.demand = math.Float64frombits(x)
 			}
 		case num == 7 && typ == protowire.BytesType: // demand_estimate: checked, not kept
 			m, n := protowire.ConsumeBytes(b)

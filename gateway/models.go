@@ -262,6 +262,11 @@ func (g *Gateway) placeAdapters() {
 		}
 		engs = append(engs, pick.AdapterEngine{State: st, Weight: sp.Weight, Serves: hs})
 	}
+	if planned := plannedRPS(rt.cw); planned != nil {
+		for i := range engs {
+			engs[i].Weight = planned[engs[i].State.ID()]
+		}
+	}
 	homes, changed := g.pool.PlaceAdapters(engs, g.cfg.now().UnixMilli())
 	if !changed {
 		return
@@ -294,6 +299,44 @@ func modelHash(model string) uint64 {
 		return 0
 	}
 	return hashkey.String(model)
+}
+
+// plannedRPS returns each engine's planned requests per second in cw when
+// it plans models apart (nil otherwise): the cluster weights at the
+// cluster's demand plus each model plan's weights at the model's. Only
+// then are an engine's weights in the plan of the requests it is to take
+// (a model planned apart is in no cluster weight: with every model
+// planned apart the cluster's weights are an idle spread, or all zero on
+// the engines those models use), so the adapter homes' shares come from
+// it (PlaceAdapters compares an engine's share with an adapter's share of
+// all requests).
+func plannedRPS(cw *clusterView) map[string]float64 {
+	if cw == nil || len(cw.models) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	var total float64
+	add := func(es []engineView, demand float64) {
+		if !(demand > 0) || math.IsInf(demand, 1) {
+			return
+		}
+		for _, e := range es {
+			if w := e.weight * demand; w > 0 && !math.IsInf(w, 1) {
+				out[e.id] += w
+				total += w
+			}
+		}
+	}
+	add(cw.engines, cw.demand)
+	for _, mv := range cw.models {
+		if mv != nil {
+			add(mv.engines, mv.demand)
+		}
+	}
+	if !(total > 0) || math.IsInf(total, 1) {
+		return nil
+	}
+	return out
 }
 
 // validateModels checks an entry's plans per model: model ids of 1-256
