@@ -20,7 +20,9 @@ import (
 // while the plans send four fifths of the requests to the big one (the
 // bench/models run whose busiest adapter was homed on an a100).
 func TestAdapterSharesFromModelPlans(t *testing.T) {
-	w := func(id string, v float64) *schemas.EngineWeight { return &schemas.EngineWeight{EngineId: id, Weight: v} }
+	w := func(id string, v float64) *schemas.EngineWeight {
+		return &schemas.EngineWeight{EngineId: id, Weight: v}
+	}
 	cw := &schemas.ClusterWeights{Cluster: "c", DemandRps: 0.001,
 		Weights: []*schemas.EngineWeight{w("big", 0.1), w("small", 0.9)},
 		ModelWeights: []*schemas.ModelWeights{
