@@ -123,7 +123,13 @@ func Export(ctx context.Context, cl *kgo.Client, cfg Config) (*scenario.Fleet, e
 	}
 	rc.TopicPrefix, rc.From, rc.To, rc.Logger, rc.Warmup = cfg.TopicPrefix, cfg.From, cfg.To, cfg.Logger, cfg.Warmup
 	var ests []*schemas.Estimate
-	rc.OnWindow = func(f process.Fired) { ests = append(ests, f.Estimates...) }
+	rc.OnWindow = func(f process.Fired) {
+		// Only the range's windows: the warm-up may be the whole retained
+		// history, whose estimates FleetFromEstimates would drop anyway.
+		if f.End >= cfg.From.UnixMilli() && f.End <= cfg.To.UnixMilli() {
+			ests = append(ests, f.Estimates...)
+		}
+	}
 	var initial *schemas.WeightSnapshot
 	planner := replay.OptimizerPlanner(rc.Settings)
 	rc.Planner = replay.PlannerFunc(func(end time.Time, est []*schemas.Estimate) (*schemas.WeightSnapshot, error) {
