@@ -123,6 +123,8 @@ func capacityCmd(ctx context.Context, args []string) error {
 // replayFlags are an open-loop replay's flags.
 type replayFlags struct {
 	target, router, engines, out string
+	// requests, when set, is a JSON-lines file of every request's outcome.
+	requests string
 	load, capacity               float64
 	slo                          slo
 }
@@ -136,6 +138,7 @@ func (f *replayFlags) register(fs *flag.FlagSet, capacityCmd, engines string) {
 	fs.Float64Var(&f.capacity, "capacity", 0, "the fleet's capacity in completions per second ("+capacityCmd+")")
 	fs.StringVar(&f.engines, "engines", "", engines)
 	fs.StringVar(&f.out, "out", "", "file the cell's JSON is written to")
+	fs.StringVar(&f.requests, "requests", "", "file every request's outcome is written to, one JSON object a line (arrival, session, tokens, served, failure, TTFT, e2e, engine)")
 	fs.DurationVar(&f.slo.ttft, "slo-ttft", 5*time.Second, "goodput counts served requests whose first token came within this")
 	fs.DurationVar(&f.slo.tbot, "slo-tbot", 100*time.Millisecond, "... and whose mean time between tokens is at most this")
 }
@@ -180,6 +183,11 @@ func (f replayFlags) run(ctx context.Context, c *client, w workloadFlags, reqs r
 	cl := summarise(f.router, f.load, results, counterDeltas(eng, before, after), f.slo)
 	cl.OfferedRPS, cl.CapacityRPS, cl.DurationS = offered, f.capacity, elapsed.Seconds()
 	cl.Trace, cl.MaxPromptTokens, cl.MaxOutputTokens = w.trace, w.maxPrompt, w.maxOutput
+	if f.requests != "" {
+		if err := writeRequestLines(f.requests, sched, results); err != nil {
+			return cell{}, nil, err
+		}
+	}
 	return cl, results, nil
 }
 

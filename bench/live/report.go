@@ -338,3 +338,38 @@ func readCell[T any](path string) (T, error) {
 	}
 	return c, nil
 }
+
+// requestLine is one request's outcome in replay's -requests file.
+type requestLine struct {
+	ArrivalS     float64 `json:"arrival_s"`
+	Session      string  `json:"session"`
+	PromptTokens int     `json:"prompt_tokens"`
+	OutputTokens int     `json:"output_tokens"`
+	Served       bool    `json:"served"`
+	Failure      string  `json:"failure,omitempty"`
+	TTFTS        float64 `json:"ttft_s,omitempty"`
+	E2ES         float64 `json:"e2e_s,omitempty"`
+	Chunks       int     `json:"chunks,omitempty"`
+	Engine       string  `json:"engine,omitempty"`
+}
+
+// writeRequestLines writes each request of sched with its result, in
+// arrival order, one JSON object a line.
+func writeRequestLines(path string, sched []request, results []result) error {
+	var b []byte
+	for i, r := range sched {
+		res := results[i]
+		line, err := json.Marshal(requestLine{
+			ArrivalS: r.Arrival.Seconds(), Session: r.Session, PromptTokens: r.PromptTokens, OutputTokens: r.OutputTokens,
+			Served: res.Served, Failure: res.Failure, TTFTS: res.TTFT.Seconds(), E2ES: res.E2E.Seconds(), Chunks: res.Chunks, Engine: res.Engine,
+		})
+		if err != nil {
+			return fmt.Errorf("encoding request %d: %w", i, err)
+		}
+		b = append(append(b, line...), '\n')
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +100,30 @@ func TestBuildReportPicksTheBestProxy(t *testing.T) {
 	}
 	if rep.Cells[0].Load != 0.7 {
 		t.Errorf("cells not sorted by load: %v", rep.Cells[0])
+	}
+}
+
+func TestRequestLinesKeepEveryRequestInArrivalOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "requests.jsonl")
+	sched := []request{
+		{Arrival: 0, Session: "a", PromptTokens: 100, OutputTokens: 8},
+		{Arrival: 1500 * time.Millisecond, Session: "b", PromptTokens: 8192, OutputTokens: 128},
+	}
+	results := []result{
+		{Served: true, TTFT: 250 * time.Millisecond, E2E: time.Second, Chunks: 8, Engine: "h100-0"},
+		{Failure: "status 429"},
+	}
+	if err := writeRequestLines(path, sched, results); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"arrival_s":0,"session":"a","prompt_tokens":100,"output_tokens":8,"served":true,"ttft_s":0.25,"e2e_s":1,"chunks":8,"engine":"h100-0"}
+{"arrival_s":1.5,"session":"b","prompt_tokens":8192,"output_tokens":128,"served":false,"failure":"status 429"}
+`
+	if string(b) != want {
+		t.Fatalf("requests file:\n%s\nwant:\n%s", b, want)
 	}
 }

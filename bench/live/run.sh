@@ -51,7 +51,8 @@
 # out:   /tmp/bench-live/<date-time>/, also /tmp/bench-live/latest: logs
 #        per cell (and, for Switchyard's cells, the gateway's /metrics and
 #        every snapshot's demand, shed and weights: snapshots.txt, and
-#        the processor's estimates: estimates.jsonl),
+#        the processor's estimates: estimates.jsonl), every request's
+#        outcome per cell (requests.jsonl: tokens, TTFT, e2e, engine),
 #        cells/*.json, report.txt, report.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -254,7 +255,7 @@ for load in ${LOADS//,/ }; do
     from=$(date +%s%3N)
     flock -o "$LOCK" "$LIVE" replay "${WORKLOAD[@]}" -target "$(router_url "$router")" -router "$router" -load "$load" \
       -capacity "$CAPACITY" -engines "$(engine_list ,)" -slo-ttft "${SLO_TTFT:-5s}" -slo-tbot "${SLO_TBOT:-100ms}" \
-      -out "$OUT/cells/$router-$load.json"
+      -out "$OUT/cells/$router-$load.json" -requests "$dir/requests.jsonl"
     to=$(date +%s%3N)
     [ "$router" != switchyard ] || keep_switchyard "$dir"
     [ "$router" != switchyard ] || [ -z "${TWIN:-}" ] || twin "$dir/twin" "$OUT/cells/$router-$load.json" "$from" "$to"

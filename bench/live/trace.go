@@ -14,6 +14,9 @@ type request struct {
 	Arrival time.Duration
 	Session string
 	Body    []byte // the JSON chat completion
+	// PromptTokens and OutputTokens are the trace's, cut to the
+	// workload's limits (what the body asks for).
+	PromptTokens, OutputTokens int
 }
 
 // requests are the first n requests of a trace with their natural
@@ -43,7 +46,8 @@ func loadRequests(w workloadFlags, modelOf func(session string) string) (request
 		if err != nil {
 			return requests{}, err
 		}
-		out.reqs[i] = request{Arrival: r.Arrival - all[0].Arrival, Session: r.Session, Body: body}
+		out.reqs[i] = request{Arrival: r.Arrival - all[0].Arrival, Session: r.Session, Body: body,
+			PromptTokens: cut(r.PromptTokens, w.maxPrompt), OutputTokens: cut(r.OutputTokens, w.maxOutput)}
 		out.models[i] = wm.model
 	}
 	return out, nil
@@ -84,4 +88,12 @@ func (r requests) rescaled(rps float64) []request {
 		out[i].Arrival = time.Duration(float64(out[i].Arrival) * f)
 	}
 	return out
+}
+
+// cut is n at most limit; a limit of 0 or less is none.
+func cut(n, limit int) int {
+	if limit > 0 {
+		return min(n, limit)
+	}
+	return n
 }
