@@ -124,9 +124,9 @@ func capacityCmd(ctx context.Context, args []string) error {
 type replayFlags struct {
 	target, router, engines, out string
 	// requests, when set, is a JSON-lines file of every request's outcome.
-	requests string
-	load, capacity               float64
-	slo                          slo
+	requests       string
+	load, capacity float64
+	slo            slo
 }
 
 // register adds the flags; capacityCmd names the command that measures
