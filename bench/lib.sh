@@ -166,8 +166,10 @@ start_pipeline() {
   PIDS+=($!)
 }
 
-start_gateway() { # log cluster port engines: a gateway of cluster routing to engines (id=url,...)
-  "${with_brokers[@]}" "$BIN" gateway --cluster "$2" --listen "127.0.0.1:$3" --engines "$4" 2>"$1" &
+start_gateway() { # log cluster port engines: a gateway of cluster routing to engines (id=url,...); GATEWAY_FLAGS: more flags
+  local extra=()
+  read -ra extra <<<"${GATEWAY_FLAGS:-}"
+  "${with_brokers[@]}" "$BIN" gateway --cluster "$2" --listen "127.0.0.1:$3" --engines "$4" "${extra[@]}" 2>"$1" &
   PIDS+=($!)
   wait_http "http://127.0.0.1:$3/health"
 }

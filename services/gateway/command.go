@@ -25,6 +25,7 @@ import (
 	"github.com/switchyard-llm/switchyard/gateway/admit"
 	"github.com/switchyard-llm/switchyard/gateway/budget"
 	"github.com/switchyard-llm/switchyard/gateway/peers"
+	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/tenant"
 	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/internal/cli"
@@ -79,6 +80,7 @@ type Flags struct {
 	DrainDelay           time.Duration
 	DrainTimeout         time.Duration
 	PeerLoadInterval     time.Duration // 0: no peer load sharing
+	Pick                 pick.Options  // the picker's tolerance (--pick-score-slack, --pick-score-slack-ms)
 	GatewayID            string
 	LogLevel             string
 	NATSURL              string
@@ -127,6 +129,8 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.DurationVar(&f.BodyTimeout, "body-timeout", gateway.DefaultBodyTimeout, "longest wait for a request body after its head (408 after; negative: none)")
 	fs.Int64Var(&f.MinBodyRate, "min-body-rate", gateway.DefaultMinBodyRate, "least average request body rate in bytes/s after the first 5s (408 below; negative: none)")
 	fs.BoolVar(&f.RawSyscalls, "raw-syscalls", true, "read and write sockets with raw recvfrom/sendto system calls (Linux; about a third less CPU per request in bench/gateway; false: the connections' own Read and Write)")
+	fs.Float64Var(&f.Pick.ScoreSlack, "pick-score-slack", 0.2, "the picker's tolerance, relative: the first candidate in affinity-and-plan order whose estimated time to first tokens is within this fraction of the best (plus --pick-score-slack-ms) wins (docs/gateway.md)")
+	fs.Float64Var(&f.Pick.ScoreSlackMs, "pick-score-slack-ms", 30, "the picker's tolerance, absolute, in milliseconds")
 	fs.DurationVar(&f.PeerLoadInterval, "peer-load-interval", peers.DefaultInterval, "share this gateway's queued prefill per engine with the other gateways on NATS this often, and count theirs ahead of its requests (0: off; docs/gateway.md)")
 	fs.StringVar(&f.GatewayID, "gateway-id", "", "this gateway's instance id among the gateways sharing load (empty: host name, process id and a random suffix)")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -143,6 +147,9 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	}
 	if f.PeerLoadInterval < 0 || (f.PeerLoadInterval > 0 && f.PeerLoadInterval < time.Millisecond) {
 		return f, fmt.Errorf("%w: --peer-load-interval %v: want 0 (off) or at least 1ms", cli.ErrUsage, f.PeerLoadInterval)
+	}
+	if !(f.Pick.ScoreSlack > 0 && f.Pick.ScoreSlack <= 10) || !(f.Pick.ScoreSlackMs > 0 && f.Pick.ScoreSlackMs <= 60000) {
+		return f, fmt.Errorf("%w: --pick-score-slack %v, --pick-score-slack-ms %v: want 0 < slack <= 10 and 0 < ms <= 60000", cli.ErrUsage, f.Pick.ScoreSlack, f.Pick.ScoreSlackMs)
 	}
 	if f.DrainTimeout <= 0 || f.DrainDelay < 0 || f.DrainDelay >= f.DrainTimeout {
 		return f, fmt.Errorf("%w: --drain-delay %v, --drain-timeout %v: want 0 <= delay < timeout", cli.ErrUsage, f.DrainDelay, f.DrainTimeout)
@@ -205,6 +212,7 @@ func (f Flags) options() []gateway.Opt {
 		gateway.ArrivalRecordAfter(f.ArrivalRecordAfter),
 		gateway.DrainDelay(f.DrainDelay),
 		gateway.DrainTimeout(f.DrainTimeout),
+		gateway.PickOptions(f.Pick),
 	}
 }
 

@@ -72,6 +72,9 @@ func TestParseFlags(t *testing.T) {
 	if cfg, err := ParseFlags([]string{"--cluster", "eu", "--drain-delay", "0s", "--drain-timeout", "2m"}, func(string) string { return "" }); err != nil || cfg.DrainDelay != 0 || cfg.DrainTimeout != 2*time.Minute {
 		t.Errorf("--drain-delay 0s --drain-timeout 2m: delay %v, timeout %v, %v", cfg.DrainDelay, cfg.DrainTimeout, err)
 	}
+	if cfg, err := ParseFlags([]string{"--cluster", "eu", "--pick-score-slack", "0.05", "--pick-score-slack-ms", "5"}, func(string) string { return "" }); err != nil || cfg.Pick.ScoreSlack != 0.05 || cfg.Pick.ScoreSlackMs != 5 {
+		t.Errorf("--pick-score-slack 0.05 --pick-score-slack-ms 5: %+v, %v", cfg.Pick, err)
+	}
 	for _, args := range [][]string{
 		{},
 		{"--cluster", "eu", "--drain-delay", "-1s"},
@@ -79,6 +82,10 @@ func TestParseFlags(t *testing.T) {
 		{"--cluster", "eu", "--drain-delay", "10s", "--drain-timeout", "10s"},
 		{"--cluster", "eu", "--peer-load-interval", "-1s"},
 		{"--cluster", "eu", "--peer-load-interval", "1us"},
+		{"--cluster", "eu", "--pick-score-slack", "0"},
+		{"--cluster", "eu", "--pick-score-slack", "NaN"},
+		{"--cluster", "eu", "--pick-score-slack-ms", "-5"},
+		{"--cluster", "eu", "--pick-score-slack-ms", "+Inf"},
 		{"--cluster", "eu", "--gateway-id", strings.Repeat("g", 1025)},
 		{"--cluster", "eu", "--engines", "nourl"},
 		{"--cluster", "eu", "--engines", "a=ftp://x"},
