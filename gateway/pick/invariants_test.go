@@ -1,0 +1,274 @@
+package pick
+
+import (
+	"math"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/hashkey"
+)
+
+// Behavioural tests for rules of the picker that only the replay golden
+// (TestPickRequestReplay) caught (issue 26: each was found by a mutant of
+// bench/mutation that survived the other tests; see docs/testing.md).
+
+// TestStaleModelRelearnsFromItsNewSamplesAlone: a TTFT model with no
+// sample for 30 s is dropped, and the next one starts from nothing: it is
+// not used before modelMinSamples (4) new first tokens, and then it is
+// their line exactly, nothing of the old one nor a prior pulling it
+// towards 0.
+func TestStaleModelRelearnsFromItsNewSamplesAlone(t *testing.T) {
+	tb := mustBuild(t, NewPool(), specs(1, func(int) float64 { return 1 }), Options{})
+	teach(tb, 0, 20, 30, 0.05, 0)
+	st := tb.Engine(0).State
+	const at = modelStaleMs + 10_000
+	for k, w := range []float64{500, 800, 1100, 1400} {
+		tb.FirstToken(0, Ticket{Work: w, AtMs: at}, 100+0.1*w)
+		a, p, _, known, _ := st.Model(at)
+		if k < modelMinSamples-1 {
+			if known {
+				t.Fatalf("model used after %d new samples (a=%v p=%v), want %d", k+1, a, p, modelMinSamples)
+			}
+			continue
+		}
+		if !known || math.Abs(a-100) > 1e-6 || math.Abs(p-0.1) > 1e-9 {
+			t.Fatalf("after %d new samples: a=%v p=%v known=%v, want 100, 0.1, true", k+1, a, p, known)
+		}
+	}
+}
+
+// TestRequestTimeIsThePlainMeanOfTheFirstRequests: the mean engine
+// request time behind the slot wait is the plain mean of the requests
+// seen until its window (32) fills. One engine of 1 batch slot with 1
+// request in flight makes the next wait one mean request time: its score
+// is 35 ms (30 + 0.05·100) plus the mean of the times seen so far.
+func TestRequestTimeIsThePlainMeanOfTheFirstRequests(t *testing.T) {
+	sp := specs(1, func(int) float64 { return 1 })
+	sp[0].MaxConcurrency = 1
+	tb := mustBuild(t, NewPool(), sp, Options{})
+	teach(tb, 0, 20, 30, 0.05, 0)
+	tb.Engine(0).State.tryAcquire()
+	sum := 0.0
+	for k, ms := range []float64{1000, 3000, 2000, 6000} {
+		tb.Finished(0, Ticket{AtMs: 0}, true, 0, ms)
+		sum += ms
+		_, _, tk := pickOnce(t, tb, Request{Key: 1, PromptTokens: 100, NowMs: 1})
+		if want := 35 + sum/float64(k+1); math.Abs(tk.Score-want) > 1e-9 {
+			t.Fatalf("after %d requests: score %v, want %v (the mean request time %v as the wait)", k+1, tk.Score, want, sum/float64(k+1))
+		}
+	}
+}
+
+// overflowTable builds e0 (down, share 0.8) and e1, e2 (0.1 each, e2's
+// RTT rtt2 ms), every engine with TTFT = 30 + 0.05·work learned. With
+// Floor 0.5 and Slack 0.01 an idle e1 or e2 is past its bounded load
+// (1 > 0.1·1.01 + 0.5), so every request overflows; neither is past its
+// share for the strict rule (the first request on an engine never is).
+func overflowTable(t *testing.T, rtt2 float64) *Table {
+	t.Helper()
+	sp := specs(3, func(i int) float64 { return []float64{0.8, 0.1, 0.1}[i] })
+	sp[2].RTTms = rtt2
+	tb := mustBuild(t, NewPool(), sp, Options{Floor: 0.5, Slack: 0.01})
+	for i := range 3 {
+		teach(tb, i, 20, 30, 0.05, 0)
+	}
+	tb.Engine(0).State.SetDown(true)
+	return tb
+}
+
+// TestOverflowOntoTheOnlyEngineLeftIsScored: with one engine left for
+// overflow it is scored like any other (not handed to the least-loaded
+// fallback): its ticket carries its score and credits the prefix it
+// holds, so only the new tokens join its prefill queue.
+func TestOverflowOntoTheOnlyEngineLeftIsScored(t *testing.T) {
+	tb := overflowTable(t, 0)
+	tb.Engine(2).State.SetDown(true)
+	chain := prefixChain(100)
+	holdPrefix(tb, 1, chain)
+	id, why, tk := pickOnce(t, tb, Request{Key: 7, PromptTokens: 6464, Blocks: chain, BlockTokens: 64, NowMs: 1})
+	if id != "e1" || why != Overflow {
+		t.Fatalf("went to %s by %v, want e1 by overflow", id, why)
+	}
+	if want := 30 + 0.05*64; tk.Uncached != 64 || math.Abs(tk.Score-want) > 1e-9 {
+		t.Fatalf("ticket: %d tokens uncached, score %v; want 64 (the prefix credited) and %v", tk.Uncached, tk.Score, want)
+	}
+}
+
+// TestOverflowTakesTheBestScoreByAnyMargin: overflow has no tolerance:
+// of two idle engines, the one half a millisecond nearer takes every
+// key, whichever of them the key's scan reaches first.
+func TestOverflowTakesTheBestScoreByAnyMargin(t *testing.T) {
+	tb := overflowTable(t, 0.5)
+	firstE2 := 0
+	for k := uint64(0); k < 60; k++ {
+		key := hashkey.Mix(k)
+		if key%3 == 2 {
+			firstE2++ // the scan starts at e2
+		}
+		id, why, tk := pickOnce(t, tb, Request{Key: key, PromptTokens: 100, NowMs: 1})
+		if id != "e1" || why != Overflow {
+			t.Fatalf("key %d (scan from e%d) went to %s by %v with score %v, want e1 (35 ms) by overflow",
+				k, key%3, id, why, tk.Score)
+		}
+	}
+	if firstE2 == 0 {
+		t.Fatal("no key's scan reaches e2 first: the test proves nothing")
+	}
+}
+
+// TestPenaltyTurnsAwayItsShareOfTheKeysThatLastWentThere: a penalty p
+// turns away the share p of the keys whose last engine it is (which then
+// take their walk's next engine), not all of them, not none: with p =
+// 0.25 on e1, about 75% of 2,000 keys that last went to e1 stay
+// (tolerance ±5 points; 2,000 draws put the share within ±2).
+func TestPenaltyTurnsAwayItsShareOfTheKeysThatLastWentThere(t *testing.T) {
+	tb := mustBuild(t, NewPool(), twoSpecs(), Options{Candidates: 1})
+	e1 := tb.Engine(1).State
+	e1.SetPenalty(0.25)
+	const n = 2000
+	stayed := 0
+	for k := uint64(0); k < n; k++ {
+		key := hashkey.Mix(k + 0x9e37)
+		tb.remember(&Request{Key: key, NowMs: 1}, e1)
+		if id, _, _ := pickOnce(t, tb, Request{Key: key, PromptTokens: 100, NowMs: 1}); id == "e1" {
+			stayed++
+		}
+	}
+	if got := float64(stayed) / n; math.Abs(got-0.75) > 0.05 {
+		t.Fatalf("%.3f of the keys stayed on their last engine under penalty 0.25, want 0.75", got)
+	}
+}
+
+// TestPrefixCreditIsHeldBlocksTimesBlockTokens: an engine holding a
+// prompt's first k blocks is credited k·BlockTokens tokens, whatever k
+// and the block size (one block; blocks of one token), and a block size
+// of 0 or less credits nothing: the whole prompt, never more, is queued.
+func TestPrefixCreditIsHeldBlocksTimesBlockTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		blocks      int
+		blockTokens int
+		prompt      int
+		uncached    int64
+	}{
+		{"one block", 1, 64, 100, 36},
+		{"blocks of one token", 4, 1, 10, 6},
+		{"blocks of 64 tokens", 100, 64, 6464, 64},
+		{"block size 0", 100, 0, 6464, 6464},
+		{"negative block size", 100, -64, 6464, 6464},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := mustBuild(t, NewPool(), specs(1, func(int) float64 { return 1 }), Options{})
+			chain := prefixChain(tc.blocks)
+			holdPrefix(tb, 0, chain)
+			_, _, tk := pickOnce(t, tb, Request{Key: 7, PromptTokens: tc.prompt, Blocks: chain, BlockTokens: tc.blockTokens, NowMs: 1})
+			if tk.Uncached != tc.uncached {
+				t.Fatalf("%d tokens uncached, want %d", tk.Uncached, tc.uncached)
+			}
+		})
+	}
+}
+
+// TestPrefixSentAfterForgetIsCredited: Forget drops what was sent to
+// the engine before it (in the same second too: the memory's stamps are
+// whole seconds), but a prefix sent in any later second, the next one or
+// hours later, is credited.
+func TestPrefixSentAfterForgetIsCredited(t *testing.T) {
+	const forgetMs = 2_000
+	for _, tc := range []struct {
+		name     string
+		sentMs   int64
+		uncached int64
+	}{
+		{"before the Forget", 1_000, 6464},
+		{"in the Forget's second", 2_900, 6464},
+		{"the next second", 3_000, 64},
+		{"5 hours later", forgetMs + 5*3600_000, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := mustBuild(t, NewPool(), specs(1, func(int) float64 { return 1 }), Options{})
+			chain := prefixChain(100)
+			st := tb.Engine(0).State
+			if tc.sentMs < forgetMs {
+				tb.remember(&Request{Key: 1, Blocks: chain, BlockTokens: 64, NowMs: tc.sentMs}, st)
+				st.Forget(forgetMs)
+			} else {
+				st.Forget(forgetMs)
+				tb.remember(&Request{Key: 1, Blocks: chain, BlockTokens: 64, NowMs: tc.sentMs}, st)
+			}
+			r := Request{Key: 7, PromptTokens: 6464, Blocks: chain, BlockTokens: 64, NowMs: max(tc.sentMs, forgetMs)}
+			if _, _, tk := pickOnce(t, tb, r); tk.Uncached != tc.uncached {
+				t.Fatalf("%d tokens uncached, want %d", tk.Uncached, tc.uncached)
+			}
+		})
+	}
+}
+
+// TestPrefixBlockDisplacedByACollisionIsStillCredited: a block's bucket
+// keeps two ways, so a block of another prompt that hashes to the same
+// bucket moves the prefix's entry to the older way instead of evicting
+// it: the engine is still credited with that block and the deeper ones.
+func TestPrefixBlockDisplacedByACollisionIsStillCredited(t *testing.T) {
+	tb := mustBuild(t, NewPool(), specs(1, func(int) float64 { return 1 }), Options{})
+	chain := prefixChain(10)
+	holdPrefix(tb, 0, chain)
+	// A block of another prompt in the bucket of the prefix's 6th block.
+	h := mix(chain[5])
+	other := uint64(0)
+	for n := uint64(1); other == 0; n++ {
+		if b := hashkey.Mix(n << 32); mix(b)&tb.mem.bmask == h&tb.mem.bmask && mix(b)>>(64-tagBits) != h>>(64-tagBits) {
+			other = b
+		}
+	}
+	tb.remember(&Request{Key: 2, Blocks: []uint64{other}, BlockTokens: 64, NowMs: 1}, tb.Engine(0).State)
+	if e0, e1, _, _ := tb.mem.holders(chain[5], stampOf(1)); e0 != 0 || e1 != 1 {
+		t.Fatalf("the 6th block's holders %d, %d; want 0 (displaced), 1 (the older way)", e0, e1)
+	}
+	_, _, tk := pickOnce(t, tb, Request{Key: 7, PromptTokens: 676, Blocks: chain, BlockTokens: 64, NowMs: 1})
+	if tk.Uncached != 36 {
+		t.Fatalf("%d tokens uncached, want 36 (all 10 blocks credited)", tk.Uncached)
+	}
+}
+
+// TestAffinityBoundIsTheShareTimesOnePlusAffinitySlack: the key's last
+// engine stays its candidate while its next request is within
+// share·(total+1)·(1+AffinitySlack) + Floor, the affinity bound, and
+// not beyond; an engine of one batch slot with it taken is held to
+// Slack's bound, as any engine at its batch limit. Two equal engines,
+// Floor 0.5, 3 in flight on e1.
+func TestAffinityBoundIsTheShareTimesOnePlusAffinitySlack(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		slots     int
+		on0, on1  int
+		wantStays bool
+	}{
+		// 10 on e0: the next is its 11th = 0.5·14·1.5 + 0.5.
+		{"at the affinity bound", 0, 10, 3, true},
+		// 11 on e0: its 12th > 0.5·15·1.5 + 0.5 = 11.75.
+		{"past the affinity bound", 0, 11, 3, false},
+		// One slot, taken: its 2nd > 0.5·2·1.25 + 0.5 = 1.75 (the
+		// affinity bound would be 2).
+		{"one slot, taken", 1, 1, 0, false},
+		{"one slot, free", 1, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := twoSpecs()
+			for i := range sp {
+				sp[i].MaxConcurrency = tc.slots
+			}
+			tb := mustBuild(t, NewPool(), sp, Options{Floor: 0.5})
+			key := uint64(42)
+			tb.remember(&Request{Key: key, NowMs: 1}, tb.Engine(0).State)
+			for range tc.on0 {
+				tb.Engine(0).State.tryAcquire()
+			}
+			for range tc.on1 {
+				tb.Engine(1).State.tryAcquire()
+			}
+			id, _, _ := pickOnce(t, tb, Request{Key: key, PromptTokens: 100, NowMs: 2})
+			if stays := id == "e0"; stays != tc.wantStays {
+				t.Fatalf("went to %s; want it on its last engine e0: %v", id, tc.wantStays)
+			}
+		})
+	}
+}
