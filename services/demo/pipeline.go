@@ -135,14 +135,13 @@ const lagInterval = 2 * time.Second
 // lag of every consumer group on the topics
 // (switchyard_consumer_lag_records).
 func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg process.Config) (*process.Processor, error) {
-	cl, err := kgo.NewClient(append(process.ClientOpts(cfg), kgo.SeedBrokers(kafka...))...)
+	proc, err := process.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(proc.ClientOpts(), kgo.SeedBrokers(kafka...))...)
 	if err != nil {
 		return nil, fmt.Errorf("creating kafka client: %w", err)
-	}
-	proc, err := process.New(cl, cfg)
-	if err != nil {
-		cl.Close()
-		return nil, err
 	}
 	group := cfg.Group
 	if group == "" {
@@ -159,7 +158,7 @@ func startProcessor(ctx context.Context, g *errgroup.Group, kafka []string, cfg 
 		lagDone := make(chan error, 1)
 		go func() { lagDone <- lag.Run(lagCtx, lagInterval) }()
 		defer func() { stopLag(); <-lagDone }()
-		return proc.Run(ctx)
+		return proc.Run(ctx, cl)
 	})
 	return proc, nil
 }

@@ -56,13 +56,14 @@ func TestAgentToEstimates(t *testing.T) {
 
 	cfg := process.Config{TopicPrefix: "chain", Group: "proc-chain",
 		Window: time.Second, Slide: 500 * time.Millisecond, AllowedLateness: 100 * time.Millisecond}
-	p, err := process.New(testenv.Client(t, kc, process.ClientOpts(cfg)...), cfg)
+	p, err := process.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pcl := testenv.Client(t, kc, p.ClientOpts()...)
 	procCtx, stopProc := context.WithCancel(ctx)
 	procDone := make(chan error, 1)
-	go func() { procDone <- p.Run(procCtx) }()
+	go func() { procDone <- p.Run(procCtx, pcl) }()
 
 	est := testenv.Client(t, kc, kgo.ConsumeTopics(topics.Estimates), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	found := false

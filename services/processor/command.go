@@ -11,7 +11,6 @@ import (
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/switchyard-llm/switchyard/fleet"
 	"github.com/switchyard-llm/switchyard/internal/brokerstate"
@@ -63,6 +62,7 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *lagMax < 1 {
 		return fmt.Errorf("%w: --lag-max-groups %d: want at least 1", cli.ErrUsage, *lagMax)
 	}
+	cfg.Partitioned = *mode == ModePartitioned
 	cfg.TopicPrefix = conn.TopicPrefix
 	cfg.Partitions = int32(*partitions)
 	if *registry != "" {
@@ -93,23 +93,11 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if len(brokers) == 0 {
 		return fmt.Errorf("%w: no kafka brokers", cli.ErrUsage)
 	}
-	var runner func(context.Context, *kgo.Client) error
-	var opts []kgo.Opt
-	if *mode == ModePartitioned {
-		inst, err := process.NewInstance(cfg)
-		if err != nil {
-			return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-		}
-		m, err := PartitionedMetrics(reg, cfg.TopicPrefix, inst.Owned)
-		if err != nil {
-			return err
-		}
-		opts = append(inst.ClientOpts(), kgo.WithHooks(m))
-		runner = inst.Run
-	} else {
-		opts = process.ClientOpts(cfg)
+	p, err := process.New(cfg)
+	if err != nil {
+		return err
 	}
-	cl, err := conn.NewKafka(opts...)
+	cl, err := conn.NewKafka(p.ClientOpts()...)
 	if err != nil {
 		return fmt.Errorf("creating kafka client: %w", err)
 	}
@@ -131,13 +119,6 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return nil // stopped before Kafka answered
 	}
 	defer bs.Go(ctx, brokerstate.Kafka, brokerstate.PingKafka(cl))()
-	if runner == nil {
-		p, err := process.New(cl, cfg)
-		if err != nil {
-			return err
-		}
-		runner = func(ctx context.Context, _ *kgo.Client) error { return p.Run(ctx) }
-	}
 	// switchyard_consumer_lag_records of every group on the topics (docs/topics.md#consumer-lag)
 	lag, err := streams.NewGroupLag(cl, reg, streams.LagPrefix(cfg.TopicPrefix), streams.LagGroups(cfg.Group), streams.LagMaxGroups(*lagMax))
 	if err != nil {
@@ -147,5 +128,5 @@ func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	lagDone := make(chan error, 1)
 	go func() { lagDone <- lag.Run(lagCtx, 0) }()
 	defer func() { stopLag(); <-lagDone }()
-	return runner(ctx, cl)
+	return p.Run(ctx, cl)
 }

@@ -35,10 +35,11 @@ func TestReplayReproducesLiveSnapshots(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	pcfg := process.Config{TopicPrefix: prefix, Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}
-	proc, err := process.New(testenv.Client(t, kc, process.ClientOpts(pcfg)...), pcfg)
+	proc, err := process.New(pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pcl := testenv.Client(t, kc, proc.ClientOpts()...)
 	store, err := snapshots.Open(ctx, testenv.JetStream(t, ns))
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestReplayReproducesLiveSnapshots(t *testing.T) {
 	}
 	liveCtx, stopLive := context.WithCancel(ctx)
 	errs := make(chan error, 2)
-	go func() { errs <- proc.Run(liveCtx) }()
+	go func() { errs <- proc.Run(liveCtx, pcl) }()
 	go func() { errs <- opt.Run(liveCtx) }()
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		return opt.Stats().LatestVersion >= uint64(lastEnd.UnixMilli())

@@ -129,13 +129,17 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 	// A processor's client joins the consumer group when it is created,
 	// so a replacement is created only when it starts (the clients are
 	// closed at cleanup).
-	newProc := func() (*process.Processor, error) {
-		cl, err := kgo.NewClient(append(process.ClientOpts(pcfg), kgo.SeedBrokers(kc.ListenAddrs()...))...)
+	newProc := func() (run func(context.Context) error, err error) {
+		p, err := process.New(pcfg)
+		if err != nil {
+			return nil, err
+		}
+		cl, err := kgo.NewClient(append(p.ClientOpts(), kgo.SeedBrokers(kc.ListenAddrs()...))...)
 		if err != nil {
 			return nil, err
 		}
 		t.Cleanup(cl.Close)
-		return process.New(cl, pcfg)
+		return func(ctx context.Context) error { return p.Run(ctx, cl) }, nil
 	}
 	proc, err := newProc()
 	if err != nil {
@@ -159,7 +163,7 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 	errs := make(chan error, 3)
 	procCtx, stopProc := context.WithCancel(liveCtx)
 	defer stopProc()
-	go func() { errs <- proc.Run(procCtx) }()
+	go func() { errs <- proc(procCtx) }()
 	optCtx, stopOpt := context.WithCancel(liveCtx)
 	defer stopOpt()
 	go func() { errs <- opt.Run(optCtx) }()
@@ -182,7 +186,7 @@ func runLive(t *testing.T, kc *kfake.Cluster, ns *server.Server, prefix string, 
 					t.Error(err)
 					return
 				}
-				go func() { errs <- p.Run(liveCtx) }()
+				go func() { errs <- p(liveCtx) }()
 				return
 			}
 			opt = nextOpt

@@ -22,7 +22,6 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/brokerstate"
 	"github.com/switchyard-llm/switchyard/schemas"
 	"github.com/switchyard-llm/switchyard/services/combiner"
-	"github.com/switchyard-llm/switchyard/services/processor"
 	"github.com/switchyard-llm/switchyard/simulator/engineserver"
 	"github.com/switchyard-llm/switchyard/streams"
 	"github.com/switchyard-llm/switchyard/streams/control"
@@ -225,13 +224,14 @@ func registeredSeries(t *testing.T) map[string]series {
 
 	rec = &recorder{reg: prometheus.NewRegistry()}
 	pcfg := process.Config{Logger: quiet, Registerer: rec}
-	if _, err := process.New(client(process.ClientOpts(pcfg)...), pcfg); err != nil {
+	if _, err := process.New(pcfg); err != nil {
 		t.Fatalf("processor: %v", err)
 	}
 	if _, err := streams.NewGroupLag(client(), rec, streams.LagGroups(pcfg.Group)); err != nil { // the processor command's
 		t.Fatalf("consumer lag: %v", err)
 	}
-	if _, err := processor.PartitionedMetrics(rec, "", func() int { return 0 }); err != nil { // --mode partitioned
+	pcfg.Partitioned = true // --mode partitioned
+	if _, err := process.New(pcfg); err != nil {
 		t.Fatalf("partitioned processor: %v", err)
 	}
 	rec.families(t, "processor", out)

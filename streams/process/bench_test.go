@@ -143,7 +143,7 @@ func BenchmarkProcessorThroughput(b *testing.B) {
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
-			err := s.Run(ctx)
+			err := s.Run(ctx, s.cl)
 			closeClient()
 			errc <- err
 		}()

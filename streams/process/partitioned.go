@@ -25,7 +25,7 @@ import (
 )
 
 // PartialsTopic is the compacted topic partitioned processing hands each
-// input partition's Partial on in, keyed "<topic>/<partition>".
+// input partition's partial on in, keyed "<topic>/<partition>".
 func PartialsTopic(prefix string) string {
 	if prefix == "" {
 		prefix = streams.DefaultPrefix
@@ -37,7 +37,7 @@ func PartialsTopic(prefix string) string {
 // now plus maxSkew (negative: no limit), as the single processor drops
 // such a checkpoint's (recovery.go): restored, it would fire windows
 // before their records are in.
-func sanitizeState(st CombinerState, now time.Time, maxSkew time.Duration) CombinerState {
+func sanitizeState(st combinerState, now time.Time, maxSkew time.Duration) combinerState {
 	if maxSkew < 0 {
 		return st
 	}
@@ -47,15 +47,18 @@ func sanitizeState(st CombinerState, now time.Time, maxSkew time.Duration) Combi
 	return st
 }
 
-// Instance is one member of partitioned processing: it runs the Shard of
-// every input partition the consumer group assigns it and publishes the
-// shards' partials and per-partition checkpoints; a Combiner (RunCombiner)
-// turns the partials into estimates. Create its client with
-// inst.ClientOpts().
-type Instance struct {
+// instance is the partitioned mode of a Processor (Config.Partitioned):
+// it runs the shard of every input partition the consumer group assigns
+// it and publishes the shards' partials and per-partition checkpoints; a
+// combiner (RunCombiner) turns the partials into estimates.
+type instance struct {
 	cfg    Config
 	topics streams.Topics
 	log    *slog.Logger
+	// stats are the Processor's counters; m counts through the client's
+	// hooks (clientOpts).
+	stats *counters
+	m     *instanceMetrics
 
 	mu     sync.Mutex
 	cl     *kgo.Client
@@ -71,7 +74,7 @@ type Instance struct {
 	// instance, as a process killed at that point.
 	crash func(step string, n, replaced int) bool
 	// stalledAfter: an owned partition with unread records that
-	// delivers none for this long is released (Shard.Release); the
+	// delivers none for this long is released (shard.Release); the
 	// single processor's stalledAfter, shorter in tests. Polls end at
 	// least every stalledAfter/4 so that the rule applies while no
 	// partition delivers anything.
@@ -95,7 +98,7 @@ type Instance struct {
 const publishEvery = time.Second
 
 type instShard struct {
-	s         *Shard
+	s         *shard
 	fetched   bool // a fetch of the partition was handled
 	published bool // a partial was published since the last change
 	// gen and chunks name the chunks of the partition's latest partial
@@ -128,26 +131,31 @@ type publication struct {
 	tombs  []*kgo.Record
 }
 
-// NewInstance returns an instance for cfg.
-func NewInstance(cfg Config) (*Instance, error) {
-	cfg.defaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("processor config: %w", err)
+// newInstance returns an instance for cfg (with its defaults applied and
+// validated, as New does) counting into stats, and registers its metrics
+// with cfg.Registerer.
+func newInstance(cfg Config, stats *counters) (*instance, error) {
+	in := &instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, stats: stats, shards: map[tp]*instShard{},
+		stalledAfter: stalledAfter, progress: map[tp]time.Time{}, publishEvery: publishEvery, alarm: newAlarm(cfg.Logger)}
+	m, err := newInstanceMetrics(cfg.Registerer, in.topics, PartialsTopic(cfg.TopicPrefix), in.owned)
+	if err != nil {
+		return nil, err
 	}
-	return &Instance{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, shards: map[tp]*instShard{},
-		stalledAfter: stalledAfter, progress: map[tp]time.Time{}, publishEvery: publishEvery, alarm: newAlarm(cfg.Logger)}, nil
+	in.m = m
+	return in, nil
 }
 
-// ClientOpts are ClientOpts(cfg) plus the cooperative-sticky balancer,
-// rebalances held while a poll is handled, and the instance's assignment
-// callbacks.
-func (in *Instance) ClientOpts() []kgo.Opt {
-	return append(ClientOpts(in.cfg),
+// clientOpts are clientOpts(cfg) plus the cooperative-sticky balancer,
+// rebalances held while a poll is handled, the instance's assignment
+// callbacks and its metrics' hooks.
+func (in *instance) clientOpts() []kgo.Opt {
+	return append(clientOpts(in.cfg),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(in.assigned),
 		kgo.OnPartitionsRevoked(in.revoked),
 		kgo.OnPartitionsLost(in.lost),
+		kgo.WithHooks(in.m),
 	)
 }
 
@@ -158,7 +166,7 @@ func ckptKey(group string, k tp) string {
 // assigned creates the shards of newly assigned partitions from their
 // checkpoints; consumption starts at the group's committed offset, which
 // is the checkpoint's resume offset (committed after it).
-func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+func (in *instance) assigned(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.log.Info("partitions assigned", "partitions", fmt.Sprint(parts))
@@ -207,7 +215,7 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 	for topic, ps := range parts {
 		for _, part := range ps {
 			k := tp{topic, part}
-			s, err := NewShard(in.topics, in.cfg.Spec(), topic, part)
+			s, err := newShard(in.topics, in.cfg.Spec(), topic, part)
 			if err != nil {
 				in.fail(err)
 				return
@@ -239,7 +247,7 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 			// Nothing to re-read: the partial stands for the partition
 			// now, even if no record comes.
 			if s.Rebuilt() {
-				pub, err := in.publication(k, sh, s.Partial(), true)
+				pub, err := in.publication(k, sh, s.partial(), true)
 				if err != nil {
 					in.fail(err)
 					return
@@ -254,7 +262,7 @@ func (in *Instance) assigned(ctx context.Context, cl *kgo.Client, parts map[stri
 }
 
 // fail records the first error of a callback; Run returns it.
-func (in *Instance) fail(err error) {
+func (in *instance) fail(err error) {
 	if in.err == nil {
 		in.err = err
 	}
@@ -265,7 +273,7 @@ func (in *Instance) fail(err error) {
 // next owner restores what this one had; one last partial marks each as
 // having unread records, so that the combiner's watermark waits for the
 // next owner instead of passing the partition while it has none.
-func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
+func (in *instance) revoked(ctx context.Context, cl *kgo.Client, parts map[string][]int32) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.log.Info("partitions revoked", "partitions", fmt.Sprint(parts))
@@ -281,7 +289,7 @@ func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[strin
 			if sh == nil || !sh.fetched || !sh.s.Rebuilt() {
 				continue // the previous partial stands
 			}
-			p := sh.s.Partial()
+			p := sh.s.partial()
 			p.Pending = true
 			if sh.published && sh.gen != 0 {
 				// The panes are the last partial's: a header naming its
@@ -310,7 +318,7 @@ func (in *Instance) revoked(ctx context.Context, cl *kgo.Client, parts map[strin
 
 // lost forgets partitions the group took away without a revocation (the
 // session expired): their last partials stand.
-func (in *Instance) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+func (in *instance) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.log.Warn("partitions lost", "partitions", fmt.Sprint(parts))
@@ -325,7 +333,7 @@ func (in *Instance) lost(_ context.Context, _ *kgo.Client, parts map[string][]in
 // values (partitioned_codec.go).
 const partialContentType = "application/x-switchyard-partial"
 
-func (in *Instance) headerRecord(k tp, v []byte) *kgo.Record {
+func (in *instance) headerRecord(k tp, v []byte) *kgo.Record {
 	return &kgo.Record{Topic: PartialsTopic(in.cfg.TopicPrefix), Key: []byte(partialKey(k)), Value: v,
 		Headers: streams.Headers(partialContentType, schemas.Package+".Partial")}
 }
@@ -333,7 +341,7 @@ func (in *Instance) headerRecord(k tp, v []byte) *kgo.Record {
 // publication encodes p, the partial of partition k, as a new
 // generation of chunks and its header; with ckpt, the shard's checkpoint
 // follows the header.
-func (in *Instance) publication(k tp, sh *instShard, p Partial, ckpt bool) (publication, error) {
+func (in *instance) publication(k tp, sh *instShard, p partial, ckpt bool) (publication, error) {
 	gen := newGen()
 	hdr, chunks := encodePartial(p, gen)
 	pub := publication{sh: sh, gen: gen, chunks: len(chunks), header: in.headerRecord(k, hdr)}
@@ -365,7 +373,7 @@ func (in *Instance) publication(k tp, sh *instShard, p Partial, ckpt bool) (publ
 // instance killed between two steps leaves chunks no header names (of
 // the new generation, or of the replaced one): the partition's next
 // owner deletes them (deleteOrphans).
-func (in *Instance) publish(ctx context.Context, cl *kgo.Client, pubs []publication) error {
+func (in *instance) publish(ctx context.Context, cl *kgo.Client, pubs []publication) error {
 	if len(pubs) == 0 {
 		return nil
 	}
@@ -398,7 +406,7 @@ func (in *Instance) publish(ctx context.Context, cl *kgo.Client, pubs []publicat
 // produce produces recs (if any) and waits for Kafka to have them; then
 // the crash hook may stop the instance after that step of a publication
 // replacing replaced chunks.
-func (in *Instance) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, step string, replaced int) error {
+func (in *instance) produce(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, step string, replaced int) error {
 	if len(recs) > 0 {
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			return err
@@ -420,15 +428,15 @@ func newGen() uint64 {
 	}
 }
 
-// Owned is the number of input partitions the instance processes now.
-func (in *Instance) Owned() int {
+// owned is the number of input partitions the instance processes now.
+func (in *instance) owned() int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	return len(in.shards)
 }
 
-// Run consumes through cl (created with ClientOpts) until ctx is done.
-func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
+// run consumes through cl (created with clientOpts) until ctx is done.
+func (in *instance) run(ctx context.Context, cl *kgo.Client) error {
 	in.mu.Lock()
 	in.cl = cl
 	in.mu.Unlock()
@@ -471,7 +479,7 @@ func (in *Instance) Run(ctx context.Context, cl *kgo.Client) error {
 // pollWait is how long the next poll may wait for records: until the
 // stalled-partition rule must be checked, or until changes not yet
 // published may be.
-func (in *Instance) pollWait(now time.Time) time.Duration {
+func (in *instance) pollWait(now time.Time) time.Duration {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	wait := in.stalledAfter / 4
@@ -486,7 +494,7 @@ func (in *Instance) pollWait(now time.Time) time.Duration {
 // handle folds one poll into the shards, then publishes the partials of
 // the changed shards (at most every publishEvery) and, once Kafka has
 // them, their checkpoints and committed offsets.
-func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter, fetches kgo.Fetches) error {
+func (in *instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.DeadLetter, fetches kgo.Fetches) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.err != nil {
@@ -507,6 +515,9 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 		}
 		for _, rec := range fp.Records {
 			out, reason, err := sh.s.Handle(rec)
+			if err == nil {
+				in.stats.count(fp.Topic == in.topics.Signals, out)
+			}
 			if err == nil && out == DeadLettered {
 				dead = append(dead, dlq.Record(rec, reason))
 				if code, detail, _ := cutReason(reason); registryCode(code) {
@@ -529,7 +540,7 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 		if sh.published || !sh.fetched || !sh.s.Rebuilt() {
 			continue
 		}
-		pub, err := in.publication(k, sh, sh.s.Partial(), true)
+		pub, err := in.publication(k, sh, sh.s.partial(), true)
 		if err != nil {
 			return err
 		}
@@ -569,7 +580,7 @@ func (in *Instance) handle(ctx context.Context, cl *kgo.Client, dlq *streams.Dea
 // does (loop.go), and marks their partials for publishing. Only the
 // owner releases a partition: one whose owner is gone holds the windows
 // until a new owner reads it.
-func (in *Instance) releaseStalled(now time.Time) {
+func (in *instance) releaseStalled(now time.Time) {
 	for k, sh := range in.shards {
 		if !sh.s.Pending() || !sh.s.Rebuilt() {
 			delete(in.progress, k)
@@ -601,7 +612,7 @@ func (in *Instance) releaseStalled(now time.Time) {
 func RunCombiner(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	cfg.defaults()
 	topics := streams.TopicsFor(cfg.TopicPrefix)
-	comb, err := NewCombiner(cfg.Spec(), cfg.Fitter)
+	comb, err := newCombiner(cfg.Spec(), cfg.Fitter)
 	if err != nil {
 		return err
 	}
@@ -716,7 +727,7 @@ type combinerCheckpoint struct {
 // read returns the latest checkpoint (the zero state if none) and
 // deletes chunks no header names (a combiner stopped between writing
 // chunks and their header, or before deleting replaced ones).
-func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog.Logger) (CombinerState, error) {
+func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog.Logger) (combinerState, error) {
 	vals, err := readLatest(ctx, cl, c.topic, c.key, func(k string, v []byte) bool {
 		if k == c.key {
 			_, _, _, err := combinerHeader(v)
@@ -726,19 +737,19 @@ func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog
 		return ok && base == c.key
 	})
 	if err != nil {
-		return CombinerState{}, err
+		return combinerState{}, err
 	}
-	var st CombinerState
+	var st combinerState
 	if h, ok := vals[c.key]; ok {
 		_, gen, n, err := combinerHeader(h)
 		if err != nil {
-			return CombinerState{}, err
+			return combinerState{}, err
 		}
 		if st, err = decodeCombinerState(h, func(i int) ([]byte, bool) {
 			v := vals[chunkKey(c.key, gen, i)]
 			return v, len(v) > 0
 		}); err != nil {
-			return CombinerState{}, fmt.Errorf("restoring the combiner's checkpoint: %w", err)
+			return combinerState{}, fmt.Errorf("restoring the combiner's checkpoint: %w", err)
 		}
 		c.hdr, c.gen = h, gen
 		for i := range n {
@@ -754,7 +765,7 @@ func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog
 	if len(stale) > 0 {
 		log.Info("deleting chunks of an unfinished combiner checkpoint", "chunks", len(stale))
 		if err := cl.ProduceSync(ctx, stale...).FirstErr(); err != nil {
-			return CombinerState{}, fmt.Errorf("deleting stale checkpoint chunks: %w", err)
+			return combinerState{}, fmt.Errorf("deleting stale checkpoint chunks: %w", err)
 		}
 	}
 	return st, nil
@@ -763,7 +774,7 @@ func (c *combinerCheckpoint) read(ctx context.Context, cl *kgo.Client, log *slog
 // write writes st if it differs from the checkpoint last written: new
 // chunks (when the kept panes changed), then, once Kafka has them, the
 // header naming them, then tombstones for the chunks they replace.
-func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st CombinerState) error {
+func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st combinerState) error {
 	chunks, changed := c.keptChunks(st)
 	gen := c.gen
 	if changed {
@@ -813,7 +824,7 @@ func (c *combinerCheckpoint) write(ctx context.Context, cl *kgo.Client, st Combi
 // kept panes since (keptRev), the last written, without encoding them
 // (they are the whole of a lagging partition's panes, and the combiner
 // writes its checkpoint after every poll).
-func (c *combinerCheckpoint) keptChunks(st CombinerState) (chunks [][]byte, changed bool) {
+func (c *combinerCheckpoint) keptChunks(st combinerState) (chunks [][]byte, changed bool) {
 	if st.keptRev != 0 && st.keptRev == c.keptRev {
 		return c.chunks, false
 	}
@@ -822,7 +833,7 @@ func (c *combinerCheckpoint) keptChunks(st CombinerState) (chunks [][]byte, chan
 }
 
 // wrote records chunks, of st's kept panes, as written.
-func (c *combinerCheckpoint) wrote(st CombinerState, chunks [][]byte) {
+func (c *combinerCheckpoint) wrote(st combinerState, chunks [][]byte) {
 	c.chunks, c.keptRev = chunks, st.keptRev
 }
 

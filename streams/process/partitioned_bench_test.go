@@ -38,12 +38,12 @@ func benchPane(part int, start, v int64) *estimate.Pane {
 // last written).
 type combinerTick struct {
 	r    *partialReader
-	comb *Combiner
+	comb *combiner
 	ckpt *combinerCheckpoint
 }
 
 func newCombinerTick(tb testing.TB) *combinerTick {
-	comb, err := NewCombiner(config("bench").Spec(), nil)
+	comb, err := newCombiner(config("bench").Spec(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func recordMB(recs []keyValue) float64 {
 // benchPublish returns the records of partition part's partial with panes
 // (chunks, then header), generation gen, as an instance writes them.
 func benchPublish(part int, panes map[int64]*estimate.Pane, gen uint64) []keyValue {
-	p := Partial{Topic: "bench.engine.signals", Partition: int32(part), MaxT: 100_000, Seen: true, Next: 1, Panes: panes}
+	p := partial{Topic: "bench.engine.signals", Partition: int32(part), MaxT: 100_000, Seen: true, Next: 1, Panes: panes}
 	hdr, chunks := encodePartial(p, gen)
 	base := partialKey(tp{p.Topic, p.Partition})
 	var out []keyValue

@@ -79,7 +79,7 @@ func parseChunkKey(key string) (base string, gen uint64, i int, ok bool) {
 
 // encodeChunks cuts the panes of parts (in order, panes by start) into
 // chunk values of at most about maxBytes of pane bytes each.
-func encodeChunks(parts []Partial, maxBytes int) [][]byte {
+func encodeChunks(parts []partial, maxBytes int) [][]byte {
 	var (
 		out  [][]byte
 		cur  []byte
@@ -269,7 +269,7 @@ func joinChunksReusing(chunks [][]byte, seed *paneSeed, prev map[tp]map[int64]de
 // header is a partial's header: the partial without its panes, and the
 // generation and number of the chunks that hold them.
 type header struct {
-	Partial
+	partial
 	gen    uint64
 	chunks int
 }
@@ -281,17 +281,17 @@ const (
 
 // encodePartial encodes p as its header and chunk values, generation
 // gen.
-func encodePartial(p Partial, gen uint64) (hdr []byte, chunks [][]byte) {
+func encodePartial(p partial, gen uint64) (hdr []byte, chunks [][]byte) {
 	return encodePartialSized(p, gen, chunkBytes)
 }
 
 // encodePartialSized is encodePartial with chunks of about maxBytes.
-func encodePartialSized(p Partial, gen uint64, maxBytes int) (hdr []byte, chunks [][]byte) {
-	chunks = encodeChunks([]Partial{p}, maxBytes)
+func encodePartialSized(p partial, gen uint64, maxBytes int) (hdr []byte, chunks [][]byte) {
+	chunks = encodeChunks([]partial{p}, maxBytes)
 	return appendHeader(nil, p, gen, len(chunks)), chunks
 }
 
-func appendHeader(buf []byte, p Partial, gen uint64, chunks int) []byte {
+func appendHeader(buf []byte, p partial, gen uint64, chunks int) []byte {
 	buf = append(buf, headerVersion)
 	buf = appendWireString(buf, p.Topic)
 	buf = binary.AppendVarint(buf, int64(p.Partition))
@@ -314,7 +314,7 @@ func appendHeader(buf []byte, p Partial, gen uint64, chunks int) []byte {
 func decodeHeader(b []byte) (header, error) {
 	if len(b) > 0 && b[0] == '{' {
 		p, err := decodeJSONPartial(b)
-		return header{Partial: p}, err
+		return header{partial: p}, err
 	}
 	if len(b) == 0 || b[0] != headerVersion {
 		return header{}, fmt.Errorf("%w: header: unknown version", errWire)
@@ -348,26 +348,26 @@ func decodeHeader(b []byte) (header, error) {
 
 // decodePartial decodes a header and its chunks (chunk(i) returns chunk
 // i, false when it is missing).
-func decodePartial(hdr []byte, chunk func(i int) ([]byte, bool)) (Partial, error) {
+func decodePartial(hdr []byte, chunk func(i int) ([]byte, bool)) (partial, error) {
 	h, err := decodeHeader(hdr)
 	if err != nil {
-		return Partial{}, fmt.Errorf("decoding partial: %w", err)
+		return partial{}, fmt.Errorf("decoding partial: %w", err)
 	}
 	if h.Panes != nil { // JSON
-		return h.Partial, nil
+		return h.partial, nil
 	}
 	panes, err := chunkPanes(h.gen, h.chunks, chunk)
 	if err != nil {
-		return Partial{}, fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
+		return partial{}, fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
 	}
 	h.Panes = map[int64]*estimate.Pane{}
 	for k, ps := range panes {
 		if k != (tp{h.Topic, h.Partition}) {
-			return Partial{}, fmt.Errorf("decoding partial %s/%d: %w: a chunk holds panes of %s/%d", h.Topic, h.Partition, errWire, k.Topic, k.Partition)
+			return partial{}, fmt.Errorf("decoding partial %s/%d: %w: a chunk holds panes of %s/%d", h.Topic, h.Partition, errWire, k.Topic, k.Partition)
 		}
 		h.Panes = ps
 	}
-	return h.Partial, nil
+	return h.partial, nil
 }
 
 // chunkPanes collects chunks 0..n-1 of gen and joins them.
@@ -404,16 +404,16 @@ type wirePartial struct {
 	Panes     map[int64][]byte `json:"panes"`
 }
 
-func decodeJSONPartial(b []byte) (Partial, error) {
+func decodeJSONPartial(b []byte) (partial, error) {
 	var w wirePartial
 	if err := json.Unmarshal(b, &w); err != nil {
-		return Partial{}, fmt.Errorf("%w: %w", errWire, err)
+		return partial{}, fmt.Errorf("%w: %w", errWire, err)
 	}
 	panes, err := decodePanes(w)
 	if err != nil {
-		return Partial{}, err
+		return partial{}, err
 	}
-	return Partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: panes}, nil
+	return partial{Topic: w.Topic, Partition: w.Partition, MaxT: w.MaxT, Next: w.Next, Seen: w.Seen, Pending: w.Pending, Panes: panes}, nil
 }
 
 // decodePanes decodes the panes of w.
@@ -429,7 +429,7 @@ func decodePanes(w wirePartial) (map[int64]*estimate.Pane, error) {
 	return out, nil
 }
 
-// wireCombinerState is the header of a CombinerState, as JSON: the
+// wireCombinerState is the header of a combinerState, as JSON: the
 // Checkpoint fields (which readCheckpoint reads too), then the
 // generation and count of the chunks holding the kept panes; Kept is
 // the kept panes of a checkpoint written before chunking (read only).
@@ -442,7 +442,7 @@ type wireCombinerState struct {
 
 // encodeCombinerState encodes st as its header and the chunks of its
 // kept panes, generation gen (unused when nothing is kept).
-func encodeCombinerState(st CombinerState, gen uint64) (hdr []byte, chunks [][]byte, err error) {
+func encodeCombinerState(st combinerState, gen uint64) (hdr []byte, chunks [][]byte, err error) {
 	chunks = encodeChunks(st.Kept, chunkBytes)
 	hdr, err = combinerStateHeader(st, gen, len(chunks))
 	return hdr, chunks, err
@@ -450,7 +450,7 @@ func encodeCombinerState(st CombinerState, gen uint64) (hdr []byte, chunks [][]b
 
 // combinerStateHeader is the header of st whose kept panes are in n
 // chunks of generation gen.
-func combinerStateHeader(st CombinerState, gen uint64, n int) ([]byte, error) {
+func combinerStateHeader(st combinerState, gen uint64, n int) ([]byte, error) {
 	w := wireCombinerState{Checkpoint: Checkpoint{Version: 1, Watermark: st.Watermark, Next: st.Next}}
 	if n > 0 {
 		w.KeptGen, w.KeptChunks = fmt.Sprintf("%016x", gen), n
@@ -464,53 +464,53 @@ func combinerStateHeader(st CombinerState, gen uint64, n int) ([]byte, error) {
 
 // combinerHeader decodes a combiner state's header: the state without
 // its chunked panes, and their generation and count.
-func combinerHeader(b []byte) (st CombinerState, gen uint64, chunks int, err error) {
+func combinerHeader(b []byte) (st combinerState, gen uint64, chunks int, err error) {
 	var w wireCombinerState
 	if err := json.Unmarshal(b, &w); err != nil {
-		return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w", err)
+		return combinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w", err)
 	}
-	st = CombinerState{Watermark: w.Watermark, Next: w.Next}
+	st = combinerState{Watermark: w.Watermark, Next: w.Next}
 	for _, wp := range w.Kept {
 		panes, err := decodePanes(wp)
 		if err != nil {
-			return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w", err)
+			return combinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w", err)
 		}
-		st.Kept = append(st.Kept, Partial{Topic: wp.Topic, Partition: wp.Partition, Panes: panes})
+		st.Kept = append(st.Kept, partial{Topic: wp.Topic, Partition: wp.Partition, Panes: panes})
 	}
 	if w.KeptChunks == 0 {
 		return st, 0, 0, nil
 	}
 	if len(st.Kept) > 0 || w.KeptChunks < 0 || w.KeptChunks > 1<<20 {
-		return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w: %d kept chunks", errWire, w.KeptChunks)
+		return combinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w: %d kept chunks", errWire, w.KeptChunks)
 	}
 	gen, err = strconv.ParseUint(w.KeptGen, 16, 64)
 	if err != nil || len(w.KeptGen) != 16 {
-		return CombinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w: kept generation %q", errWire, w.KeptGen)
+		return combinerState{}, 0, 0, fmt.Errorf("decoding combiner state: %w: kept generation %q", errWire, w.KeptGen)
 	}
 	return st, gen, w.KeptChunks, nil
 }
 
 // decodeCombinerState decodes a combiner state's header and the chunks
 // it names (chunk(i) returns chunk i, false when it is missing).
-func decodeCombinerState(hdr []byte, chunk func(i int) ([]byte, bool)) (CombinerState, error) {
+func decodeCombinerState(hdr []byte, chunk func(i int) ([]byte, bool)) (combinerState, error) {
 	st, gen, n, err := combinerHeader(hdr)
 	if err != nil || n == 0 {
 		return st, err
 	}
 	panes, err := chunkPanes(gen, n, chunk)
 	if err != nil {
-		return CombinerState{}, fmt.Errorf("decoding combiner state: %w", err)
+		return combinerState{}, fmt.Errorf("decoding combiner state: %w", err)
 	}
 	for k, ps := range panes {
-		st.Kept = append(st.Kept, Partial{Topic: k.Topic, Partition: k.Partition, Panes: ps})
+		st.Kept = append(st.Kept, partial{Topic: k.Topic, Partition: k.Partition, Panes: ps})
 	}
 	sortPartials(st.Kept)
 	return st, nil
 }
 
 // sortPartials sorts partials by topic and partition.
-func sortPartials(ps []Partial) {
-	slices.SortFunc(ps, func(a, b Partial) int {
+func sortPartials(ps []partial) {
+	slices.SortFunc(ps, func(a, b partial) int {
 		if c := strings.Compare(a.Topic, b.Topic); c != 0 {
 			return c
 		}
@@ -552,7 +552,7 @@ func newPartialReader() *partialReader {
 // add reads one record; it returns the partial a header completes (ok
 // true), and an error for a value or key that does not decode (the
 // partition's latest partial is unchanged by it).
-func (r *partialReader) add(key string, value []byte) (p Partial, ok bool, err error) {
+func (r *partialReader) add(key string, value []byte) (p partial, ok bool, err error) {
 	res := r.addAll([]keyValue{{key, value}}, 1)
 	return res[0].p, res[0].ok, res[0].err
 }
@@ -566,7 +566,7 @@ type keyValue struct {
 // readResult is what one record gives: the partial a header completes
 // (ok), or an error, or neither (a chunk or tombstone).
 type readResult struct {
-	p   Partial
+	p   partial
 	ok  bool
 	err error
 }
@@ -580,7 +580,7 @@ type headerJob struct {
 	handOver bool     // names the partition's last generation again
 	vals     [][]byte // its chunks (binary, not a hand-over)
 	// Results.
-	p    Partial
+	p    partial
 	last lastPartial
 	err  error
 }
@@ -727,7 +727,7 @@ func (r *partialReader) decode(j *headerJob, prev lastPartial) {
 	h := j.h
 	switch {
 	case h.Panes != nil: // JSON: one record
-		j.p, j.last = h.Partial, lastPartial{panes: h.Panes}
+		j.p, j.last = h.partial, lastPartial{panes: h.Panes}
 		return
 	case j.handOver:
 		if prev.gen != h.gen { // the header before it did not decode
@@ -738,7 +738,7 @@ func (r *partialReader) decode(j *headerJob, prev lastPartial) {
 		for st, pane := range prev.panes {
 			h.Panes[st] = pane
 		}
-		j.p, j.last = h.Partial, prev
+		j.p, j.last = h.partial, prev
 		return
 	}
 	k := tp{h.Topic, h.Partition}
@@ -747,7 +747,7 @@ func (r *partialReader) decode(j *headerJob, prev lastPartial) {
 		j.err = fmt.Errorf("decoding partial %s/%d: %w", h.Topic, h.Partition, err)
 		return
 	}
-	p := h.Partial
+	p := h.partial
 	p.Panes = map[int64]*estimate.Pane{}
 	for kk, ps := range decoded {
 		if kk != k {

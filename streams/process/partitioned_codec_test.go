@@ -29,8 +29,8 @@ import (
 func TestPartialReaderCompactionAndCrash(t *testing.T) {
 	k := tp{"t.engine.signals", 2}
 	base := partialKey(k)
-	partial := func(maxT int64) Partial {
-		p := Partial{Topic: k.Topic, Partition: k.Partition, MaxT: maxT, Seen: true, Next: maxT, Panes: map[int64]*estimate.Pane{}}
+	mkPartial := func(maxT int64) partial {
+		p := partial{Topic: k.Topic, Partition: k.Partition, MaxT: maxT, Seen: true, Next: maxT, Panes: map[int64]*estimate.Pane{}}
 		for st := range int64(3) {
 			p.Panes[st*5000], _ = estimate.DecodePane(estimate.AppendPane(nil, chunkTestPane(maxT+st)))
 		}
@@ -41,7 +41,7 @@ func TestPartialReaderCompactionAndCrash(t *testing.T) {
 		val []byte
 	}
 	var log []rec
-	write := func(p Partial, gen uint64, prev uint64, prevN int, upTo int) int {
+	write := func(p partial, gen uint64, prev uint64, prevN int, upTo int) int {
 		hdr, chunks := encodePartialSized(p, gen, 2<<10)
 		if len(chunks) < 3 {
 			t.Fatalf("%d chunks: the test needs several", len(chunks))
@@ -58,13 +58,13 @@ func TestPartialReaderCompactionAndCrash(t *testing.T) {
 		}
 		return len(chunks)
 	}
-	n1 := write(partial(100), 1, 0, 0, 1<<30)
-	write(partial(200), 2, 1, n1, 2) // dies after two chunks: gen 1 stands
+	n1 := write(mkPartial(100), 1, 0, 0, 1<<30)
+	write(mkPartial(200), 2, 1, n1, 2) // dies after two chunks: gen 1 stands
 	afterCrash := len(log)
-	handOver := partial(100)
+	handOver := mkPartial(100)
 	handOver.Pending = true
 	log = append(log, rec{base, appendHeader(nil, handOver, 1, n1)})
-	n3 := write(partial(300), 3, 1, n1, 1<<30)
+	n3 := write(mkPartial(300), 3, 1, n1, 1<<30)
 
 	compact := func(upTo int) []rec {
 		latest := map[string]int{}
@@ -79,10 +79,10 @@ func TestPartialReaderCompactionAndCrash(t *testing.T) {
 		}
 		return out
 	}
-	last := func(recs []rec) (Partial, *partialReader) {
+	last := func(recs []rec) (partial, *partialReader) {
 		t.Helper()
 		r := newPartialReader()
-		var got Partial
+		var got partial
 		for _, x := range recs {
 			p, ok, err := r.add(x.key, x.val)
 			if err != nil {
@@ -94,7 +94,7 @@ func TestPartialReaderCompactionAndCrash(t *testing.T) {
 		}
 		return got, r
 	}
-	same := func(name string, got, want Partial) {
+	same := func(name string, got, want partial) {
 		t.Helper()
 		if got.MaxT != want.MaxT || got.Pending != want.Pending || len(got.Panes) != len(want.Panes) {
 			t.Fatalf("%s: partial of max time %d (pending %v, %d panes), want %d (%v, %d)", name, got.MaxT, got.Pending, len(got.Panes), want.MaxT, want.Pending, len(want.Panes))
@@ -106,19 +106,19 @@ func TestPartialReaderCompactionAndCrash(t *testing.T) {
 		}
 	}
 	got, _ := last(log[:afterCrash])
-	same("in full, after the crash", got, partial(100))
+	same("in full, after the crash", got, mkPartial(100))
 	got, _ = last(compact(afterCrash))
-	same("compacted, after the crash", got, partial(100))
+	same("compacted, after the crash", got, mkPartial(100))
 	got, _ = last(compact(afterCrash + 1))
 	same("compacted, hand-over", got, handOver)
 	got, r := last(log)
-	same("in full", got, partial(300))
+	same("in full", got, mkPartial(300))
 	if len(r.held[base]) != 0 {
 		t.Errorf("%d generations still held after the latest header", len(r.held[base]))
 	}
 	c := compact(len(log))
 	got, _ = last(c)
-	same("compacted", got, partial(300))
+	same("compacted", got, mkPartial(300))
 	if len(c) != n3+1+2 { // gen 3's chunks and header, and the dead writer's chunks
 		t.Errorf("compacted log holds %d records, want %d", len(c), n3+3)
 	}
@@ -147,10 +147,10 @@ func TestCombinerCheckpointChunks(t *testing.T) {
 	if err := ensurePartitionedTopics(ctx, cl, cfg); err != nil {
 		t.Fatal(err)
 	}
-	state := func(v int64) CombinerState {
-		st := CombinerState{Watermark: 1000 + v, Next: 500 + v}
+	state := func(v int64) combinerState {
+		st := combinerState{Watermark: 1000 + v, Next: 500 + v}
 		for part := range int32(3) {
-			p := Partial{Topic: "ckchunks.engine.signals", Partition: part, Panes: map[int64]*estimate.Pane{}}
+			p := partial{Topic: "ckchunks.engine.signals", Partition: part, Panes: map[int64]*estimate.Pane{}}
 			for i := range int64(3) {
 				p.Panes[i*5000] = chunkTestPane(v + i + int64(part))
 			}
@@ -158,7 +158,7 @@ func TestCombinerCheckpointChunks(t *testing.T) {
 		}
 		return st
 	}
-	enc := func(st CombinerState) []byte {
+	enc := func(st combinerState) []byte {
 		hdr, chunks, err := encodeCombinerState(st, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -215,9 +215,9 @@ func TestCombinerCheckpointChunks(t *testing.T) {
 func TestPartialReaderReusesUnchangedPanes(t *testing.T) {
 	k := tp{"t.engine.signals", 1}
 	base := partialKey(k)
-	publish := func(r *partialReader, gen uint64, panes map[int64]*estimate.Pane) Partial {
+	publish := func(r *partialReader, gen uint64, panes map[int64]*estimate.Pane) partial {
 		t.Helper()
-		p := Partial{Topic: k.Topic, Partition: k.Partition, MaxT: int64(gen), Seen: true, Panes: panes}
+		p := partial{Topic: k.Topic, Partition: k.Partition, MaxT: int64(gen), Seen: true, Panes: panes}
 		hdr, chunks := encodePartialSized(p, gen, 2<<10)
 		if len(chunks) < 3 {
 			t.Fatalf("%d chunks: the test needs panes over several", len(chunks))
@@ -240,7 +240,7 @@ func TestPartialReaderReusesUnchangedPanes(t *testing.T) {
 		}
 		return m
 	}
-	same := func(name string, got, want Partial) {
+	same := func(name string, got, want partial) {
 		t.Helper()
 		if len(got.Panes) != len(want.Panes) {
 			t.Fatalf("%s: %d panes, want %d", name, len(got.Panes), len(want.Panes))
@@ -293,7 +293,7 @@ func TestPartialReaderBatchMatchesOneByOne(t *testing.T) {
 		var prevN int
 		for g := range uint64(4) {
 			gen := uint64(part+1)<<8 | g + 1
-			p := Partial{Topic: k.Topic, Partition: k.Partition, MaxT: int64(g), Seen: true, Panes: map[int64]*estimate.Pane{}}
+			p := partial{Topic: k.Topic, Partition: k.Partition, MaxT: int64(g), Seen: true, Panes: map[int64]*estimate.Pane{}}
 			for st := range int64(3) {
 				p.Panes[st*5000] = chunkTestPane(int64(part) + st + int64(g)*int64(st/2)) // the newest pane changes
 			}
@@ -317,7 +317,7 @@ func TestPartialReaderBatchMatchesOneByOne(t *testing.T) {
 		}
 		// A header naming the replaced (deleted) chunks, and one that
 		// does not decode.
-		*log = append(*log, keyValue{base, appendHeader(nil, Partial{Topic: k.Topic, Partition: k.Partition}, uint64(part+1)<<8|1, 3)})
+		*log = append(*log, keyValue{base, appendHeader(nil, partial{Topic: k.Topic, Partition: k.Partition}, uint64(part+1)<<8|1, 3)})
 		*log = append(*log, keyValue{base, []byte{headerVersion, 1}})
 	}
 	// Interleave the partitions' records, keeping each one's order.

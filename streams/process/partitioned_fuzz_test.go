@@ -16,10 +16,10 @@ import (
 // fuzzSeeds returns a real partial and combiner state (panes of the
 // golden input) as headers and chunks, and, with add, adds them and a
 // few malformed values as (header, chunk) seeds.
-func fuzzSeeds(f *testing.F, add bool) (partial, state []byte, chunks [][]byte) {
+func fuzzSeeds(f *testing.F, add bool) (hdr, state []byte, chunks [][]byte) {
 	f.Helper()
 	topics := streams.TopicsFor("fuzz")
-	s, err := NewShard(topics, specForBench(), topics.Signals, 0)
+	s, err := newShard(topics, specForBench(), topics.Signals, 0)
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -30,10 +30,10 @@ func fuzzSeeds(f *testing.F, add bool) (partial, state []byte, chunks [][]byte) 
 			}
 		}
 	}
-	p := s.Partial()
-	chunks = encodeChunks([]Partial{p}, 1<<30)
-	partial = appendHeader(nil, p, 7, len(chunks))
-	if state, err = combinerStateHeader(CombinerState{Watermark: p.MaxT, Next: 5}, 7, len(chunks)); err != nil {
+	p := s.partial()
+	chunks = encodeChunks([]partial{p}, 1<<30)
+	hdr = appendHeader(nil, p, 7, len(chunks))
+	if state, err = combinerStateHeader(combinerState{Watermark: p.MaxT, Next: 5}, 7, len(chunks)); err != nil {
 		f.Fatal(err)
 	}
 	legacy, err := json.Marshal(wirePartial{Topic: "t", Partition: 1, Panes: map[int64][]byte{5: estimate.AppendPane(nil, estimate.NewPane())}})
@@ -41,15 +41,15 @@ func fuzzSeeds(f *testing.F, add bool) (partial, state []byte, chunks [][]byte) 
 		f.Fatal(err)
 	}
 	for _, c := range [][2][]byte{
-		{partial, chunks[0]}, {state, chunks[0]}, {legacy, nil}, {nil, nil},
+		{hdr, chunks[0]}, {state, chunks[0]}, {legacy, nil}, {nil, nil},
 		{[]byte("{}"), nil}, {[]byte(`{"kept":[{"panes":{"1":"AAAA"}}]}`), nil}, {[]byte(`{"kept_gen":"0000000000000007","kept_chunks":1}`), []byte{chunkVersion, 1}},
-		{appendHeader(nil, p, 7, 1<<40), chunks[0]}, {partial, []byte{chunkVersion, 200, 1}},
+		{appendHeader(nil, p, 7, 1<<40), chunks[0]}, {hdr, []byte{chunkVersion, 200, 1}},
 	} {
 		if add {
 			f.Add(c[0], c[1])
 		}
 	}
-	return partial, state, chunks
+	return hdr, state, chunks
 }
 
 // one returns a chunk function serving c as the only chunk.
@@ -110,7 +110,7 @@ func FuzzDecodeCombinerState(f *testing.F) {
 		if h2, cs2, _ := encodeCombinerState(again, 9); !bytes.Equal(h, h2) || !slices.EqualFunc(cs, cs2, bytes.Equal) {
 			t.Fatal("state encoding is not stable")
 		}
-		c, err := NewCombiner(specForBench(), nil)
+		c, err := newCombiner(specForBench(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,8 +123,8 @@ func FuzzDecodeCombinerState(f *testing.F) {
 // partials or errors, never a panic, and the reader holds no more
 // generations per partition than maxHeldGens.
 func FuzzPartialReader(f *testing.F) {
-	partial, _, chunks := fuzzSeeds(f, false)
-	f.Add("fuzz.engine.signals/0/0000000000000007/0", chunks[0], "fuzz.engine.signals/0", partial)
+	hdr, _, chunks := fuzzSeeds(f, false)
+	f.Add("fuzz.engine.signals/0/0000000000000007/0", chunks[0], "fuzz.engine.signals/0", hdr)
 	f.Add("a/1/0000000000000007/0", []byte(nil), "a/1", []byte{headerVersion})
 	f.Fuzz(func(t *testing.T, k1 string, v1 []byte, k2 string, v2 []byte) {
 		r := newPartialReader()
@@ -150,12 +150,12 @@ func TestDecodeBoundedAllocation(t *testing.T) {
 		hdr   []byte
 		chunk []byte
 	}{
-		"chunk count":                {appendHeader(nil, Partial{Topic: "t"}, 7, 1<<19), nil},
-		"chunk count over the limit": {appendHeader(nil, Partial{Topic: "t"}, 7, 1<<40), nil},
-		"segments":                   {appendHeader(nil, Partial{Topic: "t"}, 7, 1), huge},
-		"pane": {appendHeader(nil, Partial{Topic: "t"}, 7, 1),
+		"chunk count":                {appendHeader(nil, partial{Topic: "t"}, 7, 1<<19), nil},
+		"chunk count over the limit": {appendHeader(nil, partial{Topic: "t"}, 7, 1<<40), nil},
+		"segments":                   {appendHeader(nil, partial{Topic: "t"}, 7, 1), huge},
+		"pane": {appendHeader(nil, partial{Topic: "t"}, 7, 1),
 			append(binary.AppendUvarint([]byte{chunkVersion, 1, 1, 't', 0, 0}, 1<<40), 3)},
-		"engines": {appendHeader(nil, Partial{Topic: "t"}, 7, 1),
+		"engines": {appendHeader(nil, partial{Topic: "t"}, 7, 1),
 			[]byte{chunkVersion, 1, 1, 't', 0, 0, 4, 3, 0xff, 0xff, 0x7f}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -179,7 +179,7 @@ func TestDecodeBoundedAllocation(t *testing.T) {
 // skew loses its clock (not its kept panes); others are kept.
 func TestSanitizeState(t *testing.T) {
 	now := time.UnixMilli(1_000_000)
-	kept := []Partial{{Topic: "t", Partition: 1}}
+	kept := []partial{{Topic: "t", Partition: 1}}
 	for _, tc := range []struct {
 		name            string
 		watermark, next int64
@@ -193,7 +193,7 @@ func TestSanitizeState(t *testing.T) {
 		{"no limit", 9_000_000, 9_000_000, -1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := sanitizeState(CombinerState{Watermark: tc.watermark, Next: tc.next, Kept: kept}, now, tc.skew)
+			got := sanitizeState(combinerState{Watermark: tc.watermark, Next: tc.next, Kept: kept}, now, tc.skew)
 			if kept := got.Watermark == tc.watermark && got.Next == tc.next; kept != tc.wantClock {
 				t.Errorf("clock kept %v (%d, %d), want %v", kept, got.Watermark, got.Next, tc.wantClock)
 			}

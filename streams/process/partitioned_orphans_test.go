@@ -40,7 +40,7 @@ func TestTakeoverDeletesOrphanedChunks(t *testing.T) {
 	prev := map[string]bool{} // the chunks the last kill orphaned
 	for i, step := range []string{"chunks", "header", "checkpoint"} {
 		produceParts(t, cl, slice(2*i))
-		in, err := NewInstance(cfg)
+		in, err := newPartitioned(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,9 +68,9 @@ func TestTakeoverDeletesOrphanedChunks(t *testing.T) {
 			}
 			return false
 		}
-		icl := testenv.Client(t, kc, in.ClientOpts()...)
+		icl := testenv.Client(t, kc, in.clientOpts()...)
 		done := make(chan error, 1)
-		go func() { done <- in.Run(ctx, icl) }()
+		go func() { done <- in.run(ctx, icl) }()
 		wait := func(c chan struct{}, what string) {
 			t.Helper()
 			select {

@@ -169,7 +169,7 @@ func BenchmarkPartialCodec(b *testing.B) {
 	topics := streams.TopicsFor("bench")
 	spec := config("bench").Spec()
 	b.Run("signals", func(b *testing.B) {
-		s, err := NewShard(topics, spec, topics.Signals, 0)
+		s, err := newShard(topics, spec, topics.Signals, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -180,10 +180,10 @@ func BenchmarkPartialCodec(b *testing.B) {
 				}
 			}
 		}
-		benchPartial(b, s.Partial(), scaleEngines)
+		benchPartial(b, s.partial(), scaleEngines)
 	})
 	b.Run("routing", func(b *testing.B) {
-		s, err := NewShard(topics, spec, topics.RoutingEvents, 0)
+		s, err := newShard(topics, spec, topics.RoutingEvents, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -201,11 +201,11 @@ func BenchmarkPartialCodec(b *testing.B) {
 				}
 			}
 		}
-		benchPartial(b, s.Partial(), 100*1202)
+		benchPartial(b, s.partial(), 100*1202)
 	})
 }
 
-func benchPartial(b *testing.B, p Partial, entities int) {
+func benchPartial(b *testing.B, p partial, entities int) {
 	hdr, chunks := encodePartial(p, 7)
 	size, zipped := len(hdr), 0
 	for _, c := range chunks {

@@ -24,16 +24,28 @@ import (
 	"github.com/switchyard-llm/switchyard/streams/window"
 )
 
-// runInstance runs a partitioned-processing instance on its own client
-// until the returned stop is called.
-func runInstance(t *testing.T, kc *kfake.Cluster, cfg Config) (*Instance, func()) {
+// runInstance runs a partitioned processor (cfg with Partitioned set) on
+// its own client until the returned stop is called.
+func runInstance(t *testing.T, kc *kfake.Cluster, cfg Config) (*Processor, func()) {
 	t.Helper()
-	in, err := NewInstance(cfg)
+	cfg.Partitioned = true
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := testenv.Client(t, kc, in.ClientOpts()...)
-	return in, runUntilStopped(t, func(ctx context.Context) error { return in.Run(ctx, cl) }, cl.Close)
+	cl := testenv.Client(t, kc, p.ClientOpts()...)
+	return p, runUntilStopped(t, func(ctx context.Context) error { return p.Run(ctx, cl) }, cl.Close)
+}
+
+// newPartitioned returns the instance of a partitioned processor for
+// cfg, for tests that set its hooks and run it themselves.
+func newPartitioned(cfg Config) (*instance, error) {
+	cfg.Partitioned = true
+	p, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p.inst, nil
 }
 
 func runUntilStopped(t *testing.T, run func(context.Context) error, closeClient func()) (stop func()) {
@@ -174,16 +186,40 @@ func TestInstancesMatchOneProcessor(t *testing.T) {
 		testenv.Eventually(t, 20*time.Second, published(1), "first windows published by two instances")
 		c, _ := runInstance(t, kc, cfg) // joins: partitions move to it
 		all := 3 * len(topics.Inputs()) // ensure: 3 partitions per topic
-		testenv.Eventually(t, 20*time.Second, func() bool { return c.Owned() > 0 && a.Owned()+b.Owned()+c.Owned() == all }, "the third instance given partitions")
+		testenv.Eventually(t, 20*time.Second, func() bool { return c.inst.owned() > 0 && a.inst.owned()+b.inst.owned()+c.inst.owned() == all }, "the third instance given partitions")
 		produceParts(t, cl, recs[n/3:2*n/3])
 		testenv.Eventually(t, 20*time.Second, published(len(want)/2), "windows published by three instances")
-		movedA := a.Owned()
+		movedA := a.inst.owned()
 		stopA() // leaves: its partitions move
-		testenv.Eventually(t, 20*time.Second, func() bool { return b.Owned()+c.Owned() == all }, "the stopped instance's partitions taken over")
+		testenv.Eventually(t, 20*time.Second, func() bool { return b.inst.owned()+c.inst.owned() == all }, "the stopped instance's partitions taken over")
 		produceParts(t, cl, recs[2*n/3:])
-		t.Logf("partitions moved: %d to the instance that joined, %d from the one that left", c.Owned(), movedA)
+		t.Logf("partitions moved: %d to the instance that joined, %d from the one that left", c.inst.owned(), movedA)
 		waitFor(20*time.Second, complete(est))
 		check(t, byWindow(t, est.snapshot()))
+		// Stats: every record counted, by input, by an instance that
+		// read it (one re-read after a hand-over counts again unless the
+		// partition's checkpoint covers it); the workload is all valid
+		// and in time; estimates are the combiner's.
+		var signals, routing uint64
+		for _, r := range recs {
+			if r.Topic == topics.Signals {
+				signals++
+			} else {
+				routing++
+			}
+		}
+		var got Stats
+		for _, p := range []*Processor{a, b, c} {
+			st := p.Stats()
+			got.SignalsConsumed += st.SignalsConsumed
+			got.RoutingEventsConsumed += st.RoutingEventsConsumed
+			got.Late += st.Late
+			got.DeadLettered += st.DeadLettered
+			got.EstimatesPublished += st.EstimatesPublished
+		}
+		if got.SignalsConsumed < signals || got.RoutingEventsConsumed < routing || got.Late+got.DeadLettered+got.EstimatesPublished != 0 {
+			t.Errorf("instances' stats %+v; want at least %d signals and %d routing records, nothing late or dead-lettered, no estimates", got, signals, routing)
+		}
 		// Hand-overs leave no chunks behind: compacted, the partials
 		// topic holds the latest headers' chunks only.
 		var orphans, missing []string
@@ -298,16 +334,16 @@ func TestInstanceKilledLosesNothing(t *testing.T) {
 	a, stopA := runInstance(t, kc, acfg)
 	b, _ := runInstance(t, kc, bcfg)
 	testenv.Eventually(t, 20*time.Second, func() bool {
-		return a.Owned() > 0 && b.Owned() > 0 && len(est.snapshot()) > 0
+		return a.inst.owned() > 0 && b.inst.owned() > 0 && len(est.snapshot()) > 0
 	}, "both instances processing")
-	a.mu.Lock()
-	a.killed = true
-	owned := len(a.shards)
-	a.mu.Unlock()
+	a.inst.mu.Lock()
+	a.inst.killed = true
+	owned := len(a.inst.shards)
+	a.inst.mu.Unlock()
 	stopA()
 	produceParts(t, cl, recs[n/2:])
 	all := 3 * len(topics.Inputs()) // ensure: 3 partitions per topic
-	testenv.Eventually(t, 20*time.Second, func() bool { return b.Owned() == all }, "the killed instance's partitions taken over")
+	testenv.Eventually(t, 20*time.Second, func() bool { return b.inst.owned() == all }, "the killed instance's partitions taken over")
 	waitFor(20*time.Second, exp.complete(est))
 	exp.check(t, byWindow(t, est.snapshot()))
 	t.Logf("%d partitions taken from the killed instance", owned)
@@ -443,13 +479,13 @@ func TestInstanceReleasesStalledPartition(t *testing.T) {
 	for _, id := range []string{"stalled-a", "stalled-b"} {
 		icfg := cfg
 		icfg.InstanceID = id
-		in, err := NewInstance(icfg)
+		in, err := newPartitioned(icfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		in.stalledAfter = time.Second
-		cl := testenv.Client(t, kc, in.ClientOpts()...)
-		runUntilStopped(t, func(ctx context.Context) error { return in.Run(ctx, cl) }, cl.Close)
+		cl := testenv.Client(t, kc, in.clientOpts()...)
+		runUntilStopped(t, func(ctx context.Context) error { return in.run(ctx, cl) }, cl.Close)
 	}
 	got := func() estimateSet {
 		out := estimateSet{}

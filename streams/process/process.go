@@ -1,8 +1,14 @@
 // Package process is the stream processor: it consumes engine signals and
 // routing events in a consumer group, windows them by event time and
 // publishes per-engine, per-cluster and per-(cluster, engine) estimates to
-// the estimates topic (see docs/processor.md). Core is the same processing
-// without Kafka (records in, estimates out), which replay drives offline.
+// the estimates topic (see docs/processor.md). One Processor (New, Run)
+// is either the only active member of its consumer group or, with
+// Config.Partitioned, one of several instances sharing the input
+// partitions, whose partition states RunCombiner turns into the same
+// estimates. Core is the same processing without Kafka (records in,
+// estimates out), which replay drives offline, and the engine of both
+// modes: the single processor runs one Core over every input partition, a
+// partitioned instance one per partition it owns.
 //
 // Delivery: estimates are idempotent outputs keyed by entity, each a
 // deterministic function of (entity, window, input records). Offsets and
@@ -39,6 +45,16 @@ import (
 type Config struct {
 	// TopicPrefix names the topics (streams.TopicsFor). Default "switchyard".
 	TopicPrefix string
+	// Partitioned makes the processor one of several instances in its
+	// consumer group that share the input partitions (cooperative-sticky
+	// balancer): it publishes each owned partition's state to
+	// PartialsTopic and a checkpoint per partition, and a RunCombiner
+	// process publishes the estimates, the same ones a single processor
+	// would (docs/processor.md#several-instances). Default false: the
+	// processor is the only active member of its group (another is a hot
+	// standby), tracks every input partition and publishes the estimates
+	// itself. The group's members must all run in the same mode.
+	Partitioned bool
 	// Replication of the topics the processor creates. Default: the
 	// brokers' defaults.
 	Replication streams.Replication
@@ -141,8 +157,7 @@ func CheckpointTopic(prefix string) string {
 	return prefix + ".processor.checkpoints"
 }
 
-// ClientOpts are the options the processor's Kafka client must be created
-// with, next to the caller's own (seed brokers, TLS, SASL): the consumer
+// clientOpts are the options of both modes' Kafka client: the consumer
 // group cfg.Group on the input topics (signals, routing events and arrival
 // records, streams.Topics.Inputs), reading from the
 // start, without auto-commit (the processor commits after each
@@ -151,7 +166,7 @@ func CheckpointTopic(prefix string) string {
 // MiB), so catching up on a backlog takes fewer round trips; the
 // session timeout cfg.SessionTimeout with a heartbeat every tenth of it;
 // static membership with cfg.InstanceID.
-func ClientOpts(cfg Config) []kgo.Opt {
+func clientOpts(cfg Config) []kgo.Opt {
 	cfg.defaults()
 	topics := streams.TopicsFor(cfg.TopicPrefix)
 	opts := []kgo.Opt{
@@ -173,8 +188,9 @@ func ClientOpts(cfg Config) []kgo.Opt {
 	return opts
 }
 
-// checkClient reports a client that was not created with ClientOpts(cfg).
-func checkClient(cl *kgo.Client, group string, topics streams.Topics) error {
+// checkClient reports a client that was not created with p.ClientOpts().
+func (p *Processor) checkClient(cl *kgo.Client) error {
+	group, topics := p.cfg.Group, p.topics
 	if cl == nil {
 		return errors.New("no kafka client")
 	}
@@ -190,10 +206,16 @@ func checkClient(cl *kgo.Client, group string, topics streams.Topics) error {
 			return fmt.Errorf("kafka client does not consume %s (see ClientOpts)", t)
 		}
 	}
+	if blocks, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); p.inst != nil && !blocks {
+		return errors.New("kafka client lets rebalances run while a poll is handled; a partitioned processor holds them (see ClientOpts)")
+	}
 	return nil
 }
 
-// Stats counts what the processor has done since it started.
+// Stats counts what the processor has done since it started. A
+// partitioned processor counts the records it handles (SignalsConsumed,
+// RoutingEventsConsumed, DeadLettered, Late); the estimates, windows and
+// checkpoints are the combiner's, and its counters stay zero.
 type Stats struct {
 	SignalsConsumed       uint64
 	RoutingEventsConsumed uint64
@@ -207,17 +229,22 @@ type Stats struct {
 	LastWindowEnd time.Time
 }
 
-// Processor consumes, windows and publishes through one Kafka client.
+// Processor consumes, windows and publishes through one Kafka client, as
+// the only active member of its group or, with Config.Partitioned, as one
+// of several instances (see Config.Partitioned).
 type Processor struct {
 	cfg    Config
-	cl     *kgo.Client
 	topics streams.Topics
 	log    *slog.Logger
-	m      *metrics
 	tracer trace.Tracer
+	counters
 
-	signals, routing, published, dead, lateN, fired, ckpts atomic.Uint64
-	lastEnd                                                atomic.Int64
+	// inst runs the partitioned mode; nil in the single mode.
+	inst *instance
+
+	// The single mode's.
+	m  *metrics
+	cl *kgo.Client // set by Run
 
 	// Test hooks.
 	// beforeCheckpoint runs after outputs are flushed and before the
@@ -235,24 +262,72 @@ type Processor struct {
 	maxPoll int
 }
 
-// New validates cfg and returns a processor that consumes and produces
-// through cl, which must be created with ClientOpts(cfg) and must not be
-// used by anything else while the processor runs. The caller closes cl
-// after Run returns.
-func New(cl *kgo.Client, cfg Config) (*Processor, error) {
+// counters are the Stats counters.
+type counters struct {
+	signals, routing, published, dead, lateN, fired, ckpts atomic.Uint64
+	lastEnd                                                atomic.Int64
+}
+
+// count counts one handled record with outcome out: a signal if
+// signals, else a routing event or arrival record.
+func (c *counters) count(signals bool, out Outcome) {
+	switch out {
+	case Accepted:
+		if signals {
+			c.signals.Add(1)
+		} else {
+			c.routing.Add(1)
+		}
+	case Late:
+		c.lateN.Add(1)
+	case DeadLettered:
+		c.dead.Add(1)
+	}
+}
+
+// New validates cfg and returns a processor for it, and registers its
+// metrics with cfg.Registerer (the single mode's or the partitioned
+// mode's, docs/metrics.md). Its Kafka client is created with
+// p.ClientOpts() and handed to Run.
+func New(cfg Config) (*Processor, error) {
 	cfg.defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("processor config: %w", err)
 	}
-	topics := streams.TopicsFor(cfg.TopicPrefix)
-	if err := checkClient(cl, cfg.Group, topics); err != nil {
-		return nil, fmt.Errorf("processor: %w", err)
+	p := &Processor{cfg: cfg, topics: streams.TopicsFor(cfg.TopicPrefix), log: cfg.Logger, tracer: cfg.tracer(), maxPoll: 10000}
+	if cfg.Partitioned {
+		in, err := newInstance(cfg, &p.counters)
+		if err != nil {
+			return nil, err
+		}
+		p.inst = in
+		return p, nil
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{cfg: cfg, cl: cl, topics: topics, log: cfg.Logger, m: m, tracer: cfg.tracer(), maxPoll: 10000}, nil
+	p.m = m
+	return p, nil
+}
+
+// ClientOpts are the options the processor's Kafka client must be created
+// with, next to the caller's own (seed brokers, TLS, SASL): the consumer
+// group Config.Group on the input topics (signals, routing events and
+// arrival records, streams.Topics.Inputs), reading from the start,
+// without auto-commit (the processor commits after each checkpoint);
+// producing with acknowledgement from all in-sync replicas and no
+// linger; up to 8 MiB per partition per fetch (the default is 1 MiB), so
+// catching up on a backlog takes fewer round trips; the session timeout
+// Config.SessionTimeout with a heartbeat every tenth of it; static
+// membership with Config.InstanceID. A partitioned processor's add the
+// cooperative-sticky balancer, rebalances held while a poll is handled,
+// its assignment callbacks and the hooks that count its metrics.
+func (p *Processor) ClientOpts() []kgo.Opt {
+	if p.inst != nil {
+		return p.inst.clientOpts()
+	}
+	return clientOpts(p.cfg)
 }
 
 // Stats returns the counters.
@@ -269,15 +344,31 @@ func (p *Processor) Stats() Stats {
 	return st
 }
 
-// Run consumes until ctx is done. On cancel it flushes and checkpoints
-// (bounded by 6s), leaves the consumer group (bounded by 2s) and returns
-// nil, whatever the brokers' state. Run may be called once.
-func (p *Processor) Run(ctx context.Context) (err error) {
+// Run consumes and produces through cl until ctx is done. cl must be
+// created with p.ClientOpts() and must not be used by anything else
+// while the processor runs; the caller closes it after Run returns. On
+// cancel a single processor flushes and checkpoints (bounded by 6s);
+// either mode then leaves the consumer group (bounded by 2s; a
+// partitioned processor hands its partitions over as it leaves) and
+// returns nil, whatever the brokers' state. Run may be called once.
+func (p *Processor) Run(ctx context.Context, cl *kgo.Client) (err error) {
+	if err := p.checkClient(cl); err != nil {
+		return fmt.Errorf("processor: %w", err)
+	}
 	defer func() {
 		if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			err = nil // stopped during startup
 		}
 	}()
+	if p.inst != nil {
+		return p.inst.run(ctx, cl)
+	}
+	p.cl = cl
+	return p.runSingle(ctx)
+}
+
+// runSingle is Run of the single mode, through p.cl.
+func (p *Processor) runSingle(ctx context.Context) error {
 	p.log.Info("processor starting")
 	if !p.noFinalCheckpoint { // a kill does not leave
 		defer p.leaveGroup() // recovery.go

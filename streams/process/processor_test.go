@@ -162,16 +162,17 @@ func byWindow(t *testing.T, recs []*kgo.Record) map[string][]byte {
 // processor does); cleanup closes it too.
 func newProcessor(t testing.TB, kc *kfake.Cluster, cfg Config) (*Processor, func()) {
 	t.Helper()
-	cl, err := kgo.NewClient(append(ClientOpts(cfg), kgo.SeedBrokers(kc.ListenAddrs()...))...)
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(p.ClientOpts(), kgo.SeedBrokers(kc.ListenAddrs()...))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeClient := sync.OnceFunc(cl.Close)
 	t.Cleanup(closeClient)
-	p, err := New(cl, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p.cl = cl // Run's; set here for the tests that call its steps
 	return p, closeClient
 }
 
@@ -181,7 +182,7 @@ func start(t *testing.T, kc *kfake.Cluster, cfg Config) (*Processor, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		err := s.Run(ctx)
+		err := s.Run(ctx, s.cl)
 		closeClient()
 		errc <- err
 	}()
@@ -394,7 +395,7 @@ func TestRestartReproducesEstimates(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			go func() {
-				err := s1.Run(ctx)
+				err := s1.Run(ctx, s1.cl)
 				closeClient()
 				errc <- err
 			}()
@@ -431,36 +432,63 @@ func TestRestartReproducesEstimates(t *testing.T) {
 	}
 }
 
-func TestNewChecksClient(t *testing.T) {
+// TestRunChecksClient: Run refuses, before any I/O, a client not created
+// with the processor's ClientOpts (a single processor's client is not a
+// partitioned one's); a client created with them runs (here, stopped at
+// once).
+func TestRunChecksClient(t *testing.T) {
 	kc := testenv.Kafka(t)
 	cfg := config("chk")
+	pcfg := cfg
+	pcfg.Partitioned = true
 	topics := streams.TopicsFor("chk")
+	single, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name string
-		opts []kgo.Opt // with testenv.Client; nil: no client
-		want string
+		name        string
+		partitioned bool
+		opts        []kgo.Opt // with testenv.Client; nil: no client
+		want        string
 	}{
-		{"no_client", nil, "no kafka client"},
-		{"no_group", []kgo.Opt{}, `group ""`},
-		{"other_group", []kgo.Opt{kgo.ConsumerGroup("other"), kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents), kgo.DisableAutoCommit()}, `group "other"`},
-		{"auto_commit", []kgo.Opt{kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents)}, "automatically"},
-		{"one_topic", []kgo.Opt{kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(topics.Signals), kgo.DisableAutoCommit()}, topics.RoutingEvents},
-		{"client_opts", ClientOpts(cfg), ""},
+		{"no_client", false, nil, "no kafka client"},
+		{"no_group", false, []kgo.Opt{}, `group ""`},
+		{"other_group", false, []kgo.Opt{kgo.ConsumerGroup("other"), kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents), kgo.DisableAutoCommit()}, `group "other"`},
+		{"auto_commit", false, []kgo.Opt{kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(topics.Signals, topics.RoutingEvents)}, "automatically"},
+		{"one_topic", false, []kgo.Opt{kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(topics.Signals), kgo.DisableAutoCommit()}, topics.RoutingEvents},
+		{"client_opts", false, single.ClientOpts(), ""},
+		{"partitioned_single_opts", true, single.ClientOpts(), "rebalances"},
+		{"partitioned_client_opts", true, nil, ""}, // its own ClientOpts
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var cl *kgo.Client
-			if tc.opts != nil {
-				cl = testenv.Client(t, kc, tc.opts...)
+			c := cfg
+			if tc.partitioned {
+				c = pcfg
 			}
-			_, err := New(cl, cfg)
+			p, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := tc.opts
+			if tc.name == "partitioned_client_opts" {
+				opts = p.ClientOpts()
+			}
+			var cl *kgo.Client
+			if opts != nil {
+				cl = testenv.Client(t, kc, opts...)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			err = p.Run(ctx, cl)
 			if tc.want == "" {
 				if err != nil {
-					t.Fatalf("New: %v", err)
+					t.Fatalf("Run: %v", err)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("New: err %v, want one mentioning %q", err, tc.want)
+				t.Errorf("Run: err %v, want one mentioning %q", err, tc.want)
 			}
 		})
 	}

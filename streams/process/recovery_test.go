@@ -132,7 +132,7 @@ func TestStopWithBrokersGone(t *testing.T) {
 	s, closeClient := newProcessor(t, kc, config("gone"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	go func() { done <- s.Run(ctx, s.cl) }()
 	testenv.Eventually(t, 15*time.Second, func() bool { return s.Stats().RoutingEventsConsumed > 0 }, "processor consuming")
 	kc.Close()
 	stopped := time.Now()

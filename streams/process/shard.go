@@ -14,13 +14,13 @@ import (
 	"github.com/switchyard-llm/switchyard/streams/window"
 )
 
-// Shard is the processing of one input partition for partitioned
+// shard is the processing of one input partition for partitioned
 // processing (docs/processor.md, "Several instances"): a Core fed only
-// that partition's records, whose open panes are handed to a Combiner as
-// a Partial instead of being fired as windows. Whoever owns the partition
+// that partition's records, whose open panes are handed to a combiner as
+// a partial instead of being fired as windows. Whoever owns the partition
 // in the consumer group runs its shard; the shard's Checkpoint moves with
 // the partition on a rebalance. It is not safe for concurrent use.
-type Shard struct {
+type shard struct {
 	key  tp
 	core *Core
 	// releasedTo is the log end at the latest Release: the partial
@@ -28,18 +28,18 @@ type Shard struct {
 	releasedTo int64
 }
 
-// NewShard returns the shard of one input partition.
-func NewShard(topics streams.Topics, spec window.Spec, topic string, partition int32) (*Shard, error) {
+// newShard returns the shard of one input partition.
+func newShard(topics streams.Topics, spec window.Spec, topic string, partition int32) (*shard, error) {
 	core, err := NewCore(topics, spec, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &Shard{key: tp{topic, partition}, core: core}, nil
+	return &shard{key: tp{topic, partition}, core: core}, nil
 }
 
 // Handle folds in one record of the shard's partition (see Core.Handle).
 // A record of another partition is an error.
-func (s *Shard) Handle(rec *kgo.Record) (Outcome, string, error) {
+func (s *shard) Handle(rec *kgo.Record) (Outcome, string, error) {
 	if k := (tp{rec.Topic, rec.Partition}); k != s.key {
 		return 0, "", fmt.Errorf("record of %s/%d handed to the shard of %s/%d", k.Topic, k.Partition, s.key.Topic, s.key.Partition)
 	}
@@ -48,20 +48,20 @@ func (s *Shard) Handle(rec *kgo.Record) (Outcome, string, error) {
 }
 
 // SetRegistry is Core.SetRegistry.
-func (s *Shard) SetRegistry(reg *fleet.Registry) { s.core.SetRegistry(reg) }
+func (s *shard) SetRegistry(reg *fleet.Registry) { s.core.SetRegistry(reg) }
 
 // Track, SetEnd and SetClock are Core's, for the shard's partition.
-func (s *Shard) Track(start, end int64) { s.core.Track(s.key.Topic, s.key.Partition, start, end) }
+func (s *shard) Track(start, end int64) { s.core.Track(s.key.Topic, s.key.Partition, start, end) }
 
 // SetEnd records a newer log end offset of the shard's partition.
-func (s *Shard) SetEnd(end int64) { s.core.SetEnd(s.key.Topic, s.key.Partition, end) }
+func (s *shard) SetEnd(end int64) { s.core.SetEnd(s.key.Topic, s.key.Partition, end) }
 
 // SetClock is Core.SetClock.
-func (s *Shard) SetClock(now time.Time, maxSkew time.Duration) { s.core.SetClock(now, maxSkew) }
+func (s *shard) SetClock(now time.Time, maxSkew time.Duration) { s.core.SetClock(now, maxSkew) }
 
 // Pending reports whether the partition has unread records (it holds the
 // watermark).
-func (s *Shard) Pending() bool {
+func (s *shard) Pending() bool {
 	p := s.core.parts[s.key]
 	return p != nil && p.pos < p.end
 }
@@ -71,8 +71,8 @@ func (s *Shard) Pending() bool {
 // none for a while (its log ends in transaction markers, or it has no
 // leader): it stops holding the watermark, in the shard and, through the
 // partial's next offset, in the combiner, until a newer log end shows
-// more records. The owner calls it (Instance, after stalledAfter).
-func (s *Shard) Release() {
+// more records. The owner calls it (instance, after stalledAfter).
+func (s *shard) Release() {
 	p := s.core.parts[s.key]
 	if p == nil || p.pos >= p.end {
 		return
@@ -83,25 +83,25 @@ func (s *Shard) Release() {
 
 // Checkpoint is the shard's checkpoint: its partition's resume and
 // consumed offsets and its local window clock.
-func (s *Shard) Checkpoint() Checkpoint { return s.core.Checkpoint() }
+func (s *shard) Checkpoint() Checkpoint { return s.core.Checkpoint() }
 
 // Restore loads a checkpoint before any record is handled; the records
 // from its resume offset up to its consumed offset rebuild the open panes
 // without being counted again (Outcome Replayed).
-func (s *Shard) Restore(cp Checkpoint) { s.core.Restore(cp) }
+func (s *shard) Restore(cp Checkpoint) { s.core.Restore(cp) }
 
 // Rebuilt reports whether the shard has re-read its partition up to the
 // restored checkpoint's consumed offset: before that its panes lack
 // records the previous owner had, and its partial must not replace the
 // previous owner's.
-func (s *Shard) Rebuilt() bool {
+func (s *shard) Rebuilt() bool {
 	p := s.core.parts[s.key]
 	return p == nil || p.replayUntil == 0 || p.pos >= p.replayUntil || (p.handled && p.consumed >= p.replayUntil)
 }
 
-// Partial is one input partition's contribution to the open windows:
+// partial is one input partition's contribution to the open windows:
 // its open panes and how far it has been read.
-type Partial struct {
+type partial struct {
 	Topic     string
 	Partition int32
 	// MaxT is the largest valid event time read (Unix ms); Seen is false
@@ -118,7 +118,7 @@ type Partial struct {
 	Panes map[int64]*estimate.Pane
 }
 
-// Partial returns the shard's partial, then drops the panes whose every
+// partial returns the shard's partial, then drops the panes whose every
 // window is complete by the partition's own watermark: the group
 // watermark is never behind it while the partition is caught up, and a
 // partition with unread records holds the group watermark at or below
@@ -126,9 +126,9 @@ type Partial struct {
 // only matter to fired windows (records more than the allowed lateness
 // behind their own partition's latest are the exception, as they are for
 // a single processor; see docs/processor.md).
-func (s *Shard) Partial() Partial {
+func (s *shard) partial() partial {
 	c := s.core
-	out := Partial{Topic: s.key.Topic, Partition: s.key.Partition, Panes: map[int64]*estimate.Pane{}}
+	out := partial{Topic: s.key.Topic, Partition: s.key.Partition, Panes: map[int64]*estimate.Pane{}}
 	if p := c.parts[s.key]; p != nil {
 		out.MaxT, out.Seen, out.Pending, out.Next = p.maxT, p.seen, p.pos < p.end, max(p.pos, s.releasedTo)
 	}
@@ -145,14 +145,14 @@ func (s *Shard) Partial() Partial {
 	return out
 }
 
-// Combiner merges the partials of every input partition and fires the
+// combiner merges the partials of every input partition and fires the
 // windows the group watermark completes, with the estimates one Core
 // reading every partition computes. It is not safe for concurrent use.
-type Combiner struct {
+type combiner struct {
 	clock *window.Panes[struct{}]
 	fits  *estimate.FitCache
 	slide int64
-	parts map[tp]Partial
+	parts map[tp]partial
 	// expected partitions hold the watermark until they report.
 	expected map[tp]bool
 	// ends are the partitions' log end offsets, as last listed.
@@ -165,34 +165,34 @@ type Combiner struct {
 	keptRev uint64
 }
 
-// NewCombiner returns a combiner for windows of spec. fit nil means
+// newCombiner returns a combiner for windows of spec. fit nil means
 // estimate.ConvexFit.
-func NewCombiner(spec window.Spec, fit estimate.Fitter) (*Combiner, error) {
+func newCombiner(spec window.Spec, fit estimate.Fitter) (*combiner, error) {
 	spec = spec.WithDefaults()
 	clock, err := window.New(spec, func() *struct{} { return &struct{}{} })
 	if err != nil {
 		return nil, err
 	}
-	return &Combiner{clock: clock, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
-		parts: map[tp]Partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}, kept: map[tp]map[int64]*estimate.Pane{}, keptRev: 1}, nil
+	return &combiner{clock: clock, fits: estimate.NewFitCache(fit), slide: spec.Slide.Milliseconds(),
+		parts: map[tp]partial{}, expected: map[tp]bool{}, ends: map[tp]int64{}, kept: map[tp]map[int64]*estimate.Pane{}, keptRev: 1}, nil
 }
 
 // Expect makes the combiner wait for a partial of the partition before
 // it fires anything: a window is complete only when every partition of
 // the inputs has passed it.
-func (c *Combiner) Expect(topic string, partition int32) { c.expected[tp{topic, partition}] = true }
+func (c *combiner) Expect(topic string, partition int32) { c.expected[tp{topic, partition}] = true }
 
 // SetEnd records a partition's log end offset: a partition whose partial
 // has not read up to it holds the watermark, however the partial was
 // when published (the single processor learns ends from its own fetches;
 // a combiner's partials may be older than the records in the log).
-func (c *Combiner) SetEnd(topic string, partition int32, end int64) {
+func (c *combiner) SetEnd(topic string, partition int32, end int64) {
 	k := tp{topic, partition}
 	c.ends[k] = max(c.ends[k], end)
 }
 
 // SetClock caps the watermark at now (zero: no cap), as Core.SetClock.
-func (c *Combiner) SetClock(now time.Time) {
+func (c *combiner) SetClock(now time.Time) {
 	c.wmCap = 0
 	if !now.IsZero() {
 		c.wmCap = now.UnixMilli()
@@ -201,14 +201,14 @@ func (c *Combiner) SetClock(now time.Time) {
 
 // Restore sets the window clock saved from Clock (a restarted combiner
 // does not fire the windows it had fired again).
-func (c *Combiner) Restore(watermark, next int64) {
+func (c *combiner) Restore(watermark, next int64) {
 	if watermark > 0 || next != 0 {
 		c.clock.Restore(watermark, next)
 	}
 }
 
 // Clock returns the watermark and the start of the next window to fire.
-func (c *Combiner) Clock() (watermark, next int64) { return c.clock.Watermark(), c.clock.Next() }
+func (c *combiner) Clock() (watermark, next int64) { return c.clock.Watermark(), c.clock.Next() }
 
 // Update replaces a partition's partial with a newer one. Partials are
 // states, not increments: a partial handed over twice (a rebalance) is
@@ -216,7 +216,7 @@ func (c *Combiner) Clock() (watermark, next int64) { return c.clock.Watermark(),
 // older one had it: the shard dropped it as complete by its own
 // partition's watermark, so that content is final, but the group
 // watermark may not have passed it yet.
-func (c *Combiner) Update(p Partial) {
+func (c *combiner) Update(p partial) {
 	k := tp{p.Topic, p.Partition}
 	delete(c.expected, k)
 	panes := make(map[int64]*estimate.Pane, len(p.Panes))
@@ -255,7 +255,7 @@ func (c *Combiner) Update(p Partial) {
 }
 
 // watermark is Core.watermark over the partitions' partials.
-func (c *Combiner) watermark() (int64, bool) {
+func (c *combiner) watermark() (int64, bool) {
 	if len(c.expected) > 0 {
 		return 0, false
 	}
@@ -283,7 +283,7 @@ func (c *Combiner) watermark() (int64, bool) {
 
 // Fire returns the estimates of every window the group watermark has
 // completed, in order, as Core.Fire.
-func (c *Combiner) Fire() []Fired {
+func (c *combiner) Fire() []Fired {
 	if w, ok := c.watermark(); ok {
 		if c.wmCap > 0 {
 			w = min(w, c.wmCap)
@@ -330,18 +330,18 @@ func (c *Combiner) Fire() []Fired {
 	return out
 }
 
-// CombinerState is what a restarted combiner restores besides the
+// combinerState is what a restarted combiner restores besides the
 // partials: its window clock, and the panes of windows not yet fired
 // that the partitions' latest partials no longer carry. A shard leaves a
 // pane out of its partials once its own partition has completed it;
 // the partials that had it may be gone from the compacted partials
 // topic, so the combiner saves them (docs/processor.md, "Combiner
 // restarts").
-type CombinerState struct {
+type combinerState struct {
 	Watermark, Next int64
 	// Kept holds, per partition, those panes (Topic, Partition and Panes
 	// set), in partition order.
-	Kept []Partial
+	Kept []partial
 	// keptRev is the combiner's count of changes to Kept when State
 	// returned it (0: unknown), so that the checkpoint encodes Kept
 	// only when it changed.
@@ -350,11 +350,11 @@ type CombinerState struct {
 
 // State returns the combiner's state; its panes are the combiner's own,
 // to be encoded before the next Update or Fire.
-func (c *Combiner) State() CombinerState {
-	st := CombinerState{Watermark: c.clock.Watermark(), Next: c.clock.Next(), keptRev: c.keptRev}
+func (c *combiner) State() combinerState {
+	st := combinerState{Watermark: c.clock.Watermark(), Next: c.clock.Next(), keptRev: c.keptRev}
 	for k, panes := range c.kept {
 		if len(panes) > 0 {
-			st.Kept = append(st.Kept, Partial{Topic: k.Topic, Partition: k.Partition, Panes: panes})
+			st.Kept = append(st.Kept, partial{Topic: k.Topic, Partition: k.Partition, Panes: panes})
 		}
 	}
 	sort.Slice(st.Kept, func(i, j int) bool {
@@ -367,7 +367,7 @@ func (c *Combiner) State() CombinerState {
 // RestoreState loads a state saved from State before any partial is
 // read: the window clock (windows before Next are not fired again) and
 // the kept panes, which the partials read next complete.
-func (c *Combiner) RestoreState(st CombinerState) {
+func (c *combiner) RestoreState(st combinerState) {
 	c.Restore(st.Watermark, st.Next)
 	c.keptRev++
 	var starts []int64
@@ -382,7 +382,7 @@ func (c *Combiner) RestoreState(st CombinerState) {
 			panes[s], kept[s] = pane, pane
 			starts = append(starts, s)
 		}
-		c.parts[k] = Partial{Topic: p.Topic, Partition: p.Partition, Panes: panes}
+		c.parts[k] = partial{Topic: p.Topic, Partition: p.Partition, Panes: panes}
 		c.kept[k] = kept
 	}
 	slices.Sort(starts)

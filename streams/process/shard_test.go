@@ -69,7 +69,7 @@ func (s estimateSet) diff(t *testing.T, want estimateSet) {
 func partitionedRun(t *testing.T, topics streams.Topics, recs []*kgo.Record, batch int, rebalanceAt map[int][]tp) (estimateSet, int) {
 	t.Helper()
 	spec := specForBench()
-	comb, err := NewCombiner(spec, nil)
+	comb, err := newCombiner(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +79,10 @@ func partitionedRun(t *testing.T, topics streams.Topics, recs []*kgo.Record, bat
 		byPart[k] = append(byPart[k], r)
 		comb.Expect(r.Topic, r.Partition)
 	}
-	shards := map[tp]*Shard{}
+	shards := map[tp]*shard{}
 	ckpts := map[tp]Checkpoint{}
-	newShard := func(k tp) *Shard {
-		s, err := NewShard(topics, spec, k.Topic, k.Partition)
+	newShard := func(k tp) *shard {
+		s, err := newShard(topics, spec, k.Topic, k.Partition)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func partitionedRun(t *testing.T, topics streams.Topics, recs []*kgo.Record, bat
 	replayed := 0
 	report := func() {
 		for k, s := range shards {
-			comb.Update(overTheWire(t, s.Partial()))
+			comb.Update(overTheWire(t, s.partial()))
 			// The checkpoint is written once the partial is acknowledged.
 			ckpts[k] = s.Checkpoint()
 		}
@@ -253,7 +253,7 @@ func first(s []string) []string { return s[:min(len(s), 3)] }
 func TestCombinerWaitsForEveryPartition(t *testing.T) {
 	topics := streams.TopicsFor("wait")
 	recs := workloadRecords(topics, 2)
-	comb, err := NewCombiner(specForBench(), nil)
+	comb, err := newCombiner(specForBench(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,11 +261,11 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 	comb.Expect(topics.Signals, 1)
 	comb.Expect(topics.RoutingEvents, 0)
 	comb.Expect(topics.RoutingEvents, 1)
-	shards := map[tp]*Shard{}
+	shards := map[tp]*shard{}
 	for _, r := range recs {
 		k := tp{r.Topic, r.Partition}
 		if shards[k] == nil {
-			if shards[k], err = NewShard(topics, specForBench(), k.Topic, k.Partition); err != nil {
+			if shards[k], err = newShard(topics, specForBench(), k.Topic, k.Partition); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -276,7 +276,7 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 	lagging := tp{topics.RoutingEvents, 1}
 	for k, s := range shards {
 		if k != lagging {
-			comb.Update(s.Partial())
+			comb.Update(s.partial())
 		}
 	}
 	if f := comb.Fire(); len(f) != 0 {
@@ -284,7 +284,7 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 	}
 	// The lagging partition reports early state with records unread: the
 	// group watermark is its latest event time.
-	early, err := NewShard(topics, specForBench(), lagging.Topic, lagging.Partition)
+	early, err := newShard(topics, specForBench(), lagging.Topic, lagging.Partition)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,14 +300,14 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 		}
 	}
 	early.Track(0, 1<<40) // far more to read
-	comb.Update(early.Partial())
+	comb.Update(early.partial())
 	spec := specForBench()
 	for _, f := range comb.Fire() {
 		if f.End+spec.AllowedLateness.Milliseconds() > lastT {
 			t.Fatalf("window ending %d fired with a partition at %d holding the watermark", f.End, lastT)
 		}
 	}
-	comb.Update(shards[lagging].Partial())
+	comb.Update(shards[lagging].partial())
 	if f := comb.Fire(); len(f) == 0 {
 		t.Fatal("no window fired once every partition caught up")
 	}
@@ -315,7 +315,7 @@ func TestCombinerWaitsForEveryPartition(t *testing.T) {
 
 // overTheWire encodes and decodes a partial as instances on separate
 // machines exchange them, in chunks of 2 KB, so that panes span chunks.
-func overTheWire(t *testing.T, p Partial) Partial {
+func overTheWire(t *testing.T, p partial) partial {
 	t.Helper()
 	hdr, chunks := encodePartialSized(p, 7, 2<<10)
 	q, err := decodePartial(hdr, func(i int) ([]byte, bool) {
@@ -373,15 +373,15 @@ func TestCombinerIdlePartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comb, err := NewCombiner(specForBench(), nil)
+	comb, err := newCombiner(specForBench(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shards := map[tp]*Shard{}
+	shards := map[tp]*shard{}
 	for _, topic := range []string{topics.Signals, topics.RoutingEvents} {
 		for p := range int32(4) { // partition 3 of each never gets a record
 			comb.Expect(topic, p)
-			if shards[tp{topic, p}], err = NewShard(topics, specForBench(), topic, p); err != nil {
+			if shards[tp{topic, p}], err = newShard(topics, specForBench(), topic, p); err != nil {
 				t.Fatal(err)
 			}
 			shards[tp{topic, p}].Track(0, 0)
@@ -394,7 +394,7 @@ func TestCombinerIdlePartitions(t *testing.T) {
 		wf := core.Fire()
 		for k, s := range shards {
 			comb.SetEnd(k.Topic, k.Partition, read[k]) // the log end: everything produced is read
-			comb.Update(overTheWire(t, s.Partial()))
+			comb.Update(overTheWire(t, s.partial()))
 		}
 		gf := comb.Fire()
 		if len(wf) != len(gf) {
@@ -445,15 +445,15 @@ func TestShardReleaseStopsHolding(t *testing.T) {
 	spec := specForBench()
 	recs := workloadRecords(topics, 2)
 	stuck, other := tp{topics.Signals, 0}, tp{topics.Signals, 1}
-	comb, err := NewCombiner(spec, nil)
+	comb, err := newCombiner(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	shards := map[tp]*Shard{}
+	shards := map[tp]*shard{}
 	read := map[tp]int64{}
 	var stuckT int64
 	for _, k := range []tp{stuck, other} {
-		if shards[k], err = NewShard(topics, spec, k.Topic, k.Partition); err != nil {
+		if shards[k], err = newShard(topics, spec, k.Topic, k.Partition); err != nil {
 			t.Fatal(err)
 		}
 		comb.Expect(k.Topic, k.Partition)
@@ -481,7 +481,7 @@ func TestShardReleaseStopsHolding(t *testing.T) {
 				end = logEnd
 			}
 			comb.SetEnd(k.Topic, k.Partition, end)
-			comb.Update(s.Partial())
+			comb.Update(s.partial())
 		}
 		return comb.Fire()
 	}
@@ -498,7 +498,7 @@ func TestShardReleaseStopsHolding(t *testing.T) {
 		t.Fatal("the stuck partition is not pending")
 	}
 	shards[stuck].Release()
-	if p := shards[stuck].Partial(); p.Pending || p.Next != logEnd {
+	if p := shards[stuck].partial(); p.Pending || p.Next != logEnd {
 		t.Fatalf("released partial: pending %v, next %d; want read up to the log end %d", p.Pending, p.Next, logEnd)
 	}
 	freed := update()
@@ -508,7 +508,7 @@ func TestShardReleaseStopsHolding(t *testing.T) {
 	// More records in its log: it holds again, at its latest event time.
 	logEnd += 5
 	shards[stuck].SetEnd(logEnd)
-	if p := shards[stuck].Partial(); !p.Pending && p.Next >= logEnd {
+	if p := shards[stuck].partial(); !p.Pending && p.Next >= logEnd {
 		t.Fatal("a newer log end does not make the released partition pending")
 	}
 	t.Logf("%d windows fired while it held, %d once released", len(held), len(freed))
@@ -536,10 +536,10 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 		log     []logged // the partials topic
 		produce = map[tp]int64{}
 		read    = map[tp]int64{}
-		shards  = map[tp]*Shard{}
+		shards  = map[tp]*shard{}
 	)
-	newComb := func() *Combiner {
-		c, err := NewCombiner(spec, nil)
+	newComb := func() *combiner {
+		c, err := newCombiner(spec, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,7 +553,7 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 	a := newComb()
 	for _, topic := range []string{topics.Signals, topics.RoutingEvents} {
 		for p := range int32(3) {
-			s, err := NewShard(topics, spec, topic, p)
+			s, err := newShard(topics, spec, topic, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -570,7 +570,7 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 			for p := range int32(3) {
 				k := tp{topic, p}
 				gen := len(log) + len(out) + 1
-				hdr, chunks := encodePartialSized(shards[k].Partial(), uint64(gen), 4<<10)
+				hdr, chunks := encodePartialSized(shards[k].partial(), uint64(gen), 4<<10)
 				for i, c := range chunks {
 					out = append(out, logged{chunkKey(partialKey(k), uint64(gen), i), c})
 				}
@@ -586,8 +586,8 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 		log = append(log, out...)
 		return out
 	}
-	readers := map[*Combiner]*partialReader{}
-	feed := func(c *Combiner, ps []logged) []Fired {
+	readers := map[*combiner]*partialReader{}
+	feed := func(c *combiner, ps []logged) []Fired {
 		for k, end := range produce {
 			c.SetEnd(k.Topic, k.Partition, end)
 		}
@@ -616,7 +616,7 @@ func TestCombinerRestoresFromCompactedPartials(t *testing.T) {
 	}
 	var (
 		wantA, gotB, gotBare = estimateSet{}, estimateSet{}, estimateSet{}
-		b, bare              *Combiner
+		b, bare              *combiner
 		state                []byte
 		stateChunks          [][]byte
 		cutoff, kept         int

@@ -99,7 +99,7 @@ func TestConfiguredPartitionCountCreatesTopics(t *testing.T) {
 	for prefix, c := range map[string]struct{ set, want int32 }{"five": {5, 5}, "unset": {0, 3}, "negative": {-1, 3}} {
 		cfg := partitionedConfig(prefix)
 		cfg.Partitions = c.set
-		in, err := NewInstance(cfg)
+		in, err := newPartitioned(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,10 +162,7 @@ func TestPartitionDeliveringOneRecordPerPollIsNotStalled(t *testing.T) {
 	topics := streams.TopicsFor("onebyone")
 	ensure(t, kc, topics)
 	cfg := config("onebyone")
-	p, err := New(testenv.Client(t, kc, ClientOpts(cfg)...), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _ := newProcessor(t, kc, cfg)
 	core := newTestCore(t, topics, cfg.Spec())
 	r := newRunner(p, core)
 	k := tp{topics.RoutingEvents, 0}
@@ -192,7 +189,7 @@ func TestPartitionDeliveringOneRecordPerPollIsNotStalled(t *testing.T) {
 // poll keeps holding the watermark for longer than that.
 func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
 	cfg := partitionedConfig("delivering")
-	in, err := NewInstance(cfg)
+	in, err := newPartitioned(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +197,7 @@ func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
 	in.nextPublish = time.Now().Add(time.Hour) // nothing to publish: no client needed
 	topics := in.topics
 	k := tp{topics.RoutingEvents, 1}
-	s, err := NewShard(topics, cfg.Spec(), k.Topic, k.Partition)
+	s, err := newShard(topics, cfg.Spec(), k.Topic, k.Partition)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +222,7 @@ func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
 func TestRevokedPublishedPartitionHandedOverAsPending(t *testing.T) {
 	kc := testenv.Kafka(t)
 	cfg := partitionedConfig("handover")
-	in, err := NewInstance(cfg)
+	in, err := newPartitioned(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +233,7 @@ func TestRevokedPublishedPartitionHandedOverAsPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := tp{in.topics.RoutingEvents, 1}
-	s, err := NewShard(in.topics, cfg.Spec(), k.Topic, k.Partition)
+	s, err := newShard(in.topics, cfg.Spec(), k.Topic, k.Partition)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,13 +28,14 @@ var t0 = time.Now().Add(-time.Hour).Truncate(time.Minute)
 func liveEstimates(t *testing.T, kc *kfake.Cluster, prefix string, lastEnd time.Time) map[string][]byte {
 	t.Helper()
 	cfg := process.Config{TopicPrefix: prefix, Window: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}
-	p, err := process.New(testenv.Client(t, kc, process.ClientOpts(cfg)...), cfg)
+	p, err := process.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pcl := testenv.Client(t, kc, p.ClientOpts()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
+	go func() { done <- p.Run(ctx, pcl) }()
 	testenv.Eventually(t, 20*time.Second, func() bool { return !p.Stats().LastWindowEnd.Before(lastEnd) }, "live processor done")
 	cancel()
 	if err := <-done; err != nil {

@@ -228,14 +228,14 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 		cfg := process.Config{Window: 2 * time.Second, Slide: time.Second, AllowedLateness: 100 * time.Millisecond,
 			Logger: slog.New(slog.DiscardHandler)}
-		pcl := kafkaAs("processor", "p", process.ClientOpts(cfg)...)
-		p, err := process.New(pcl, cfg)
+		p, err := process.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
+		pcl := kafkaAs("processor", "p", p.ClientOpts()...)
 		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- p.Run(rctx) }()
+		go func() { done <- p.Run(rctx, pcl) }()
 		deadline := time.Now().Add(8 * time.Second)
 		for p.Stats().DeadLettered < 2 && time.Now().Before(deadline) { // both "x" records are malformed
 			select {
