@@ -52,6 +52,18 @@ type QueueConfig struct {
 	// in them, queued requests for 1 s only and answered 5-10 of 800
 	// with 429 whose wait would have been 2-3 s (bench/live).
 	Standing time.Duration
+	// NewestFirst is adaptive LIFO within a tenant's queue: while its
+	// oldest waiter has waited less than this, its newest is admitted
+	// first; once the oldest has waited this long, oldest first. The
+	// tenant's turn among the others (its start tags) is the same either
+	// way. 0: Timeout/4 (2 s); negative: always oldest first (FIFO).
+	// Why: at a fleet's capacity most requests meet a queue, and oldest
+	// first makes each of them wait out the whole backlog, so the median
+	// request waits as long as the mean; newest first serves most at
+	// once, from the slot that frees next, and the bound caps what the
+	// others wait, as proxies' adaptive LIFO queues do (see
+	// docs/gateway.md#overload-gatewayadmit).
+	NewestFirst time.Duration
 }
 
 // rateBuckets × rateWidth is the window of the release rate: LLM
@@ -173,6 +185,7 @@ type waiter struct {
 	flow     *flow
 	start    float64 // SFQ start tag
 	seq      uint64
+	at       time.Time // arrival
 	deadline time.Time
 	gone     bool // answered by Expire (while it rebuilds the flows)
 }
@@ -196,6 +209,9 @@ func NewQueue(cfg QueueConfig, now func() time.Time) *Queue {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.NewestFirst == 0 {
+		cfg.NewestFirst = cfg.Timeout / 4
 	}
 	if cfg.Standing <= 0 {
 		cfg.Standing = 4 * cfg.Timeout
@@ -352,7 +368,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		q.evict(vb, vf)
 	}
 	q.seq++
-	w := &waiter{prio: prio, flow: f, start: start, seq: q.seq, deadline: now.Add(q.cfg.Timeout)}
+	w := &waiter{prio: prio, flow: f, start: start, seq: q.seq, at: now, deadline: now.Add(q.cfg.Timeout)}
 	f.finish = start + 1/f.weight
 	if len(f.waiting) == 0 {
 		b.active = append(b.active, f)
@@ -483,15 +499,42 @@ func (q *Queue) grant() {
 		if next == nil {
 			return
 		}
-		w := next.waiting[0]
-		b.v = w.start
-		b.take(next, 0)
+		i := q.pick(next, now)
+		w := next.waiting[i]
+		b.v = next.waiting[0].start
+		b.serve(next, i)
 		q.queued--
 		q.accrue()
 		q.inflight++
 		next.inflight++
 		q.answer(w, nil)
 	}
+}
+
+// pick returns the index of the waiter of f to admit: its newest
+// while its oldest has waited less than QueueConfig.NewestFirst, else
+// its oldest; q.mu held.
+func (q *Queue) pick(f *flow, now time.Time) int {
+	n := len(f.waiting)
+	if n < 2 || q.cfg.NewestFirst < 0 || now.Sub(f.waiting[0].at) >= q.cfg.NewestFirst {
+		return 0
+	}
+	return n - 1
+}
+
+// serve removes f's i-th waiter from b as admitted at f's first start
+// tag: the waiters before it each move to the tag of the one after, so
+// f's turn among the flows advances by one request whichever of its
+// waiters is admitted; q.mu held.
+func (b *band) serve(f *flow, i int) {
+	if i > 0 {
+		head := f.waiting[0].start
+		for k := 0; k < i; k++ {
+			f.waiting[k].start = f.waiting[k+1].start
+		}
+		f.waiting[i].start = head
+	}
+	b.take(f, i)
 }
 
 // take removes f's i-th waiter from b; q.mu held.

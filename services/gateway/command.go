@@ -110,6 +110,7 @@ func ParseFlags(args []string, getenv func(string) string) (Flags, error) {
 	fs.BoolVar(&f.AdaptiveConcurrency, "adaptive-concurrency", true, "learn the concurrency limit of an engine whose batch limit is unknown from its latency (false: --max-in-flight-per-engine only); known batch limits always apply")
 	fs.IntVar(&f.AdmissionQueue.MaxQueue, "admission-queue", 1024, "requests that may wait for an engine slot; more get 429")
 	fs.DurationVar(&f.AdmissionQueue.Timeout, "admission-timeout", admit.DefaultTimeout, "longest wait for an engine slot; a request predicted to wait more than half of it gets 429 at once")
+	fs.DurationVar(&f.AdmissionQueue.NewestFirst, "admission-newest-first", admit.DefaultTimeout/4, "adaptive LIFO: a tenant's newest waiting request takes the next engine slot while its oldest has waited less than this, then oldest first (negative: always oldest first)")
 	fs.StringVar(&f.EngineRegistry, "engine-registry", "", "engine registry file (YAML or JSON, docs/security.md#engine-registry): a snapshot naming an engine outside it, or one at another endpoint, is refused (empty: any engine a valid snapshot names)")
 	fs.StringVar(&f.APIKeys, "api-keys", "", "tenant file (YAML: sha256 hex of each API key -> tenant, priority, rate, concurrency), reloaded on change; every request then needs a key (empty: no keys)")
 	fs.BoolVar(&f.PriorityHeader, "priority-header", false, "trust the client's X-Switchyard-Priority header (never above its API key's priority); otherwise priority comes from the key only")
