@@ -62,7 +62,7 @@ func TestQueueAdmitsTheNewestWhileTheOldestWaitedLess(t *testing.T) {
 	l.queue(100*time.Millisecond, "", "r3")
 	l.release(100 * time.Millisecond) // r1 has waited 0.3 s
 	l.queue(100*time.Millisecond, "", "r4")
-	l.release(100 * time.Millisecond) // 0.5 s
+	l.release(100 * time.Millisecond)  // 0.5 s
 	l.release(1600 * time.Millisecond) // 2.1 s: r1 first
 	l.release(100 * time.Millisecond)  // r2 has waited 2.1 s too
 	if got, want := strings.Join(l.got, " "), "r3 r4 r1 r2"; got != want {
