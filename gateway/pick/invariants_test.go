@@ -272,3 +272,142 @@ func TestAffinityBoundIsTheShareTimesOnePlusAffinitySlack(t *testing.T) {
 		})
 	}
 }
+
+// TestAdapterHomeOnlyForAnAdapterModel: AdapterHome says a model is an
+// adapter only on an engine that holds adapters and only for a model
+// that is not its base (nor 0, no model); before PlaceAdapters placed
+// the engine, an adapter is at home where it is running.
+func TestAdapterHomeOnlyForAnAdapterModel(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, twoSpecs(), Options{})
+	const base, running, other = 0xba5e, 0xada1, 0xada2
+	plain, lora := tb.Engine(0).State, tb.Engine(1).State
+	p.SetAdapters(lora, base, []uint64{running}, 4, 1)
+	for _, tc := range []struct {
+		name            string
+		s               *State
+		h               uint64
+		adapter, atHome bool
+	}{
+		{"an engine without adapters", plain, running, false, false},
+		{"no model", lora, 0, false, false},
+		{"the base model", lora, base, false, false},
+		{"an adapter running there", lora, running, true, true},
+		{"an adapter not running there", lora, other, true, false},
+	} {
+		if adapter, home := tc.s.AdapterHome(tc.h); adapter != tc.adapter || home != tc.atHome {
+			t.Errorf("%s: adapter %v, home %v; want %v, %v", tc.name, adapter, home, tc.adapter, tc.atHome)
+		}
+	}
+}
+
+// TestTBOTModelKeepsItsEnvelopeUntilStale: whatever the clock reads, the
+// decode model follows an engine's fast samples and only slowly its
+// loaded ones while samples keep coming (30 s apart at most), and
+// restarts from the next sample once none came for more than 30 s.
+func TestTBOTModelKeepsItsEnvelopeUntilStale(t *testing.T) {
+	var m model
+	const at = 3_600_000 // an hour into the clock
+	for k := range 20 {
+		m.observeTBOT(20, at+int64(k)*1000)
+	}
+	for k := range 20 {
+		m.observeTBOT(200, at+20_000+int64(k)*1000) // a burst of load
+	}
+	if x := m.params(at + 40_000); !x.knownD || x.d > 60 {
+		t.Fatalf("20 loaded samples moved TBOT to %v ms (known %v); want it near the engine's 20 ms", x.d, x.knownD)
+	}
+	// A sample 30 s after the last, when the model is still current,
+	// goes on from it.
+	edge := int64(at + 39_000 + modelStaleMs)
+	if m.observeTBOT(200, edge); m.params(edge).d > 60 {
+		t.Fatalf("a sample 30 s after the last restarted TBOT at %v ms; want it near 20", m.params(edge).d)
+	}
+	late := edge + modelStaleMs + 1
+	if m.params(late).knownD {
+		t.Fatal("TBOT model used with no sample for 30 s")
+	}
+	m.observeTBOT(200, late)
+	if x := m.params(late); !x.knownD || x.d != 200 {
+		t.Fatalf("after 30 s without a sample, TBOT %v ms (known %v); want the new sample's 200", x.d, x.knownD)
+	}
+}
+
+// TestAdapterOfAnyModelHashIsACandidateWhereLoaded: Request.Model is any
+// hash but 0 (no model): an adapter whose hash is 1 running on e1 makes
+// e1 a candidate of its requests, which go there rather than load it on
+// the walk's e0 (150 ms).
+func TestAdapterOfAnyModelHashIsACandidateWhereLoaded(t *testing.T) {
+	p := NewPool()
+	tb := mustBuild(t, p, twoSpecs(), Options{Candidates: 1})
+	const base, model = 0xba5e, 1
+	p.SetAdapters(tb.Engine(0).State, base, nil, 2, 1)
+	p.SetAdapters(tb.Engine(1).State, base, []uint64{model}, 2, 1)
+	key := keyWithCandidates(t, tb, 0)
+	if id, _, tk := pickOnce(t, tb, Request{Key: key, PromptTokens: 100, Model: model, NowMs: 1}); id != "e1" {
+		t.Fatalf("adapter %d went to %s (score %v), want e1 where it runs", model, id, tk.Score)
+	}
+}
+
+// TestRefusedAcquireLeavesInFlight: an engine takes requests up to its
+// hard limit (an adapter's home up to twice it); one refused there (a
+// concurrent pick took the last place) leaves its in-flight count, and
+// the table's, as they were.
+func TestRefusedAcquireLeavesInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		acquire func(s *State) bool
+		max     int
+	}{
+		{"up to the limit", (*State).tryAcquire, 2},
+		{"beyond the limit", (*State).tryAcquireBeyond, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := mustBuild(t, NewPool(), twoSpecs(), Options{})
+			s := tb.Engine(0).State
+			s.SetLimit(2)
+			for k := range tc.max + 2 {
+				if ok, want := tc.acquire(s), k < tc.max; ok != want {
+					t.Fatalf("acquire %d with limit 2: %v, want %v", k+1, ok, want)
+				}
+			}
+			if s.InFlight() != int64(tc.max) || tb.total.Load() != int64(tc.max) {
+				t.Fatalf("in flight %d (table total %d) after refused acquires, want %d", s.InFlight(), tb.total.Load(), tc.max)
+			}
+		})
+	}
+}
+
+// TestLeastLoadedPickWithEveryEngineExcludedPlacesNothing: a
+// least-loaded table (no snapshot yet) returns -1 when every engine is
+// excluded, as a weighted one does.
+func TestLeastLoadedPickWithEveryEngineExcludedPlacesNothing(t *testing.T) {
+	for _, ll := range []bool{true, false} {
+		tb := mustBuild(t, NewPool(), twoSpecs(), Options{LeastLoaded: ll})
+		if i, why := tb.Pick(1, []int32{0, 1}); i != -1 || why != None {
+			t.Errorf("least loaded %v: every engine excluded, picked %d (%v), want -1 (none)", ll, i, why)
+		}
+	}
+}
+
+// TestBlockMemoryHoldsHalfItsBucketsInBlocks: the block memory has 2^18
+// buckets of two ways: with 2^17 blocks remembered (one per two
+// buckets), a block is lost only where three or more share a bucket,
+// about 3% of them (Poisson, mean 1/2); at least 95% are still found.
+func TestBlockMemoryHoldsHalfItsBucketsInBlocks(t *testing.T) {
+	m := newMemory(memoryKeyBits, memoryBlockBits, memoryTTLMs)
+	const n = 1 << (memoryBlockBits - 1)
+	now := stampOf(1)
+	for k := range uint64(n) {
+		m.rememberBlock(hashkey.Mix(k+0xb1), now, 1)
+	}
+	found := 0
+	for k := range uint64(n) {
+		if e0, e1, _, _ := m.holders(hashkey.Mix(k+0xb1), now); e0 == 1 || e1 == 1 {
+			found++
+		}
+	}
+	if got := float64(found) / n; got < 0.95 {
+		t.Fatalf("%.3f of %d blocks still found, want at least 0.95", got, n)
+	}
+}
