@@ -10,6 +10,11 @@
 // HTTP/1.1 server loop), engineclient (the pooled client to engines) and
 // relay (the SSE relay and its accounting).
 //
+// An inference request is one call value (call.go) passed through named
+// stages: authorize, parse, plan (the table, snapshot shedding), admit,
+// forward, then per attempt pick, attempt (send, relay) and account;
+// serveInference records the outcome.
+//
 // The gateway keeps routing on its last good snapshot when NATS, Kafka or
 // the optimizer is down (static stability). Before any snapshot arrives it
 // routes by the local fallback: the static engines (option Engines),
@@ -64,9 +69,6 @@ type routing struct {
 	// (models.go).
 	specs  []pick.Spec
 	models *modelTables
-	// modelPart: table is the part of the cluster's engines that serve
-	// the request's model (a per-request copy, models.go).
-	modelPart bool
 }
 
 // Stats is a summary for status lines.

@@ -20,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchyard-llm/switchyard/gateway/engineclient"
-	"github.com/switchyard-llm/switchyard/gateway/httpserver"
 	"github.com/switchyard-llm/switchyard/gateway/internal/httpwire"
 	"github.com/switchyard-llm/switchyard/gateway/pick"
 	"github.com/switchyard-llm/switchyard/gateway/relay"
@@ -85,7 +84,7 @@ func (g *Gateway) routes() http.Handler {
 
 // setRequestID echoes the client's X-Request-Id when it is valid, else
 // sets a new one, on the API's answers other than inference's (which
-// checks the header itself, handleInference): every answer, errors
+// checks the header itself, call.authorize): every answer, errors
 // included, names its request as OpenAI's do (the SDKs' requestID).
 func setRequestID(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header[HeaderRequestID]; len(v) > 0 && v[0] != "" && validHeaderValue(v[0]) {
@@ -133,7 +132,8 @@ func (g *Gateway) serveInference(w http.ResponseWriter, r *http.Request) {
 		ctx, span = g.tracer.Start(ctx, "switchyard.gateway "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer))
 	}
 	defer span.End()
-	out := g.handleInference(ctx, w, r, ev, start)
+	c := call{g: g, w: w, r: r, ev: ev, start: start}
+	out := c.handle(ctx) // call.go
 	ev.E2EMs = ms(g.cfg.now().Sub(start))
 	g.finishEvent(ev, out)
 	g.record(ev, out, start)
@@ -239,156 +239,6 @@ func clientError(w http.ResponseWriter, status int, code, param, msg string) out
 	return outcome{statusClientErr, status}
 }
 
-func (g *Gateway) handleInference(ctx context.Context, w http.ResponseWriter, r *http.Request, ev *schemas.RoutingEvent, start time.Time) outcome {
-	if !g.identify(w, r, ev) { // event.go
-		return clientError(w, 400, "invalid_header", HeaderRequestID, "header "+HeaderRequestID+" must be printable ASCII of at most 256 bytes")
-	}
-	prio, weight, tenantDone, out, ok := g.authorize(w, r, ev) // tenants.go
-	if !ok {
-		return out
-	}
-	if tenantDone != nil {
-		defer tenantDone()
-	}
-	session := r.Header.Get(HeaderSession)
-	if !validHeaderValue(session) {
-		return clientError(w, 400, "invalid_header", HeaderSession, "header "+HeaderSession+" must be printable ASCII of at most 256 bytes")
-	}
-	if r.ContentLength > g.cfg.maxBodyBytes {
-		return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body of %d bytes exceeds the limit of %d", r.ContentLength, g.cfg.maxBodyBytes))
-	}
-	body, err := readBody(http.MaxBytesReader(w, r.Body, g.cfg.maxBodyBytes), r.ContentLength)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return clientError(w, 413, "request_too_large", "", fmt.Sprintf("request body exceeds the limit of %d bytes", g.cfg.maxBodyBytes))
-		}
-		if errors.Is(err, httpserver.ErrBodyTimeout) {
-			w.Header().Set("Connection", "close")
-			return clientError(w, http.StatusRequestTimeout, "request_timeout", "", "the request body did not arrive in time")
-		}
-		if r.Context().Err() != nil {
-			return outcome{statusCanceled, 499}
-		}
-		return clientError(w, 400, "invalid_body", "", "reading request body: "+err.Error())
-	}
-	in, err := parseInference(body)
-	if err != nil {
-		var br *badRequest
-		if errors.As(err, &br) {
-			return clientError(w, br.status, br.code, br.param, br.msg)
-		}
-		return clientError(w, 400, "invalid_json", "", err.Error())
-	}
-	ev.Model, ev.Stream = in.Model, in.Stream
-	ev.AffinityKeyHash = affinityKey(session, in)
-	if g.models != nil {
-		if br := in.checkModel(g.models); br != nil {
-			return clientError(w, br.status, br.code, br.param, br.msg)
-		}
-	}
-	rt := g.cur.Load()
-	if rt == nil {
-		writeError(w, 503, typeUnavailable, "no_engines", "", "no snapshot and no static engines: nothing to route to")
-		return outcome{statusErr, 503}
-	}
-	ev.SnapshotVersion = rt.version
-	w.Header()[HeaderSnapshot] = rt.versionHeader
-	if rt.table != nil {
-		t, mv, ok := g.tableFor(rt, in.Model) // models.go
-		if !ok {
-			return clientError(w, http.StatusNotFound, "model_not_found", "model", fmt.Sprintf("the model %q does not exist: no engine of cluster %s serves it", in.Model, g.cfg.cluster))
-		}
-		if mv != nil && mv.shed > 0 && rand.Float64() < mv.shed && (mv.shed >= 1 || !g.admit.freeSlot(t)) {
-			// The model's own plan sheds it (at random: the cluster's
-			// priority mix is not kept per model), unless one of its
-			// engines would start it at once (admission.freeSlot).
-			ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
-			return g.shed(w, "snapshot", prio)
-		}
-		if t != rt.table || mv != nil {
-			part := *rt
-			part.table, part.modelPart = t, t != rt.table
-			if mv != nil {
-				part.shed = 0 // the model's plan's shed is decided above
-			}
-			rt = &part
-		}
-	}
-	if rt.shed > 0 {
-		g.shedder.Count(prio)
-		if rt.table == nil || (g.shedder.Decide(prio, rand.Float64()) && (rt.shed >= 1 || !g.admit.freeSlot(rt.table))) {
-			ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_SNAPSHOT
-			return g.shed(w, "snapshot", prio)
-		}
-	}
-	if err := g.admit.acquire(ctx, g.cfg.cluster, int(prio), ev.Tenant, weight, g.cfg.now); err != nil { // admission.go
-		if r.Context().Err() != nil {
-			return outcome{statusCanceled, 499}
-		}
-		ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_ADMISSION
-		return g.shed(w, "admission", prio)
-	}
-	defer g.admit.release(int(prio), ev.Tenant)
-	arr := g.startArrival(ev) // arrival.go
-	defer arr.finish(ev)
-	var blk [32]uint64
-	fwd, strip := body, false
-	var blocks []uint64
-	var promptBytes int
-	switch r.URL.Path {
-	case pathResponses:
-		// Its usage always comes in the stream's last event: nothing to
-		// ask for.
-		blocks, promptBytes = responsesChain(blk[:0], in.Instructions, in.Input)
-	case pathChat, pathCompletions:
-		fwd, strip = withUsage(body, in)
-		blocks, promptBytes = promptChain(blk[:0], in.Messages, in.Prompt)
-	default:
-		// Embeddings and pooling take input, tokenize prompt or
-		// messages; the others (rerank, score, detokenize) are counted
-		// by their body's size.
-		blocks, promptBytes = promptChain(blk[:0], in.Messages, in.Prompt)
-		if promptBytes == 0 {
-			blocks, promptBytes = responsesChain(blk[:0], nil, in.Input)
-		}
-		if promptBytes == 0 {
-			promptBytes = len(body)
-		}
-	}
-	preq := pick.Request{Key: ev.AffinityKeyHash, PromptTokens: promptBytes / 4, Blocks: blocks, BlockTokens: blockTokens, Model: modelHash(in.Model)}
-	return g.route(ctx, w, r, rt, &preq, bodies{fwd: fwd, own: body, choices: in.choices(), generates: generates(r.URL.Path)}, in.Stream, strip, prio, ev, start)
-}
-
-// bodies are a request's forwarded body (with the stream_options the
-// gateway added, see withUsage) and the client's own, and how its answer
-// is accounted: the choices the engine generates (n; a stream's time
-// between tokens is per choice) and whether the route generates tokens
-// at all (an embedding's or a tokenization's latency is no sample of the
-// engine's generation).
-type bodies struct {
-	fwd, own  []byte
-	choices   int
-	generates bool
-}
-
-// firstToken tells the table of an attempt's first output token (for
-// relay.Stream.Relay): the engine's TTFT is the gateway's, from the
-// attempt's start, less the round trip to the engine, floored at 0.
-type firstToken struct {
-	t      *pick.Table
-	i      int
-	tk     pick.Ticket
-	queued time.Duration // the attempt's start, after the request's
-	rttMs  float64
-	// choices a stream interleaves (relay.Stream.Choices).
-	choices int
-}
-
-func (f *firstToken) firstToken(ttft time.Duration) {
-	f.t.FirstToken(f.i, f.tk, max(ms(ttft-f.queued)-f.rttMs, 0))
-}
-
 func (g *Gateway) shed(w http.ResponseWriter, reason string, prio shed.Priority) outcome {
 	g.m.shed.WithLabelValues(g.cfg.cluster, reason, prio.String()).Inc()
 	w.Header().Set("Retry-After", "1")
@@ -412,220 +262,6 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 	return buf.Bytes(), err
 }
 
-// route runs up to MaxAttempts attempts on different engines, each
-// placed by the table's PickRequest and accounted back to it
-// (FirstToken, Finished, Done). An engine that answers 429 or 503 is
-// saturated: the request is retried elsewhere (within the budget) and
-// the engine penalized; only the last such answer reaches the client.
-//
-// body is forwarded as is (see withUsage); stream: the client asked for
-// a stream; strip: the gateway asked for the usage chunk, so it is
-// stripped from the client's stream. (preq is apart from body so that
-// its prompt blocks stay on the caller's stack.)
-func (g *Gateway) route(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, preq *pick.Request, body bodies, stream, strip bool, prio shed.Priority, ev *schemas.RoutingEvent, start time.Time) outcome {
-	var tried [DefaultMaxAttempts]int32
-	n := 0
-	var last attemptResult
-	for attempt := 0; attempt < g.cfg.maxAttempts; attempt++ {
-		if attempt > 0 {
-			if r.Context().Err() != nil {
-				return outcome{statusCanceled, 499}
-			}
-			if g.cut.Err() != nil {
-				break // the drain timed out: no other engine (drain.go)
-			}
-			if !g.budget.TryRetry(g.cfg.now()) {
-				g.m.budgetDenied.WithLabelValues(g.cfg.cluster).Inc()
-				ev.FailureReason = schemas.FailureReason_FAILURE_REASON_RETRY_BUDGET
-				break
-			}
-			g.retries.Add(1)
-			g.m.retries.WithLabelValues(g.cfg.cluster).Inc()
-		}
-		preq.NowMs = g.cfg.now().UnixMilli()
-		i, reason, tk := rt.table.PickRequest(preq, tried[:n])
-		if i < 0 && rt.modelPart {
-			// Admission counted the cluster's slots; the model's own
-			// engines are full: queue in one rather than answer 429.
-			i, reason, tk = rt.table.PickBeyondLimit(preq, tried[:n])
-		}
-		if i < 0 {
-			if attempt == 0 {
-				ev.DecisionReason, ev.FailureReason = "shed", schemas.FailureReason_FAILURE_REASON_SHED_CAPACITY
-				return g.shed(w, "capacity", prio)
-			}
-			break
-		}
-		tried[n] = int32(i)
-		n++
-		if int(reason) < len(g.hot.picks) && g.hot.picks[reason] != nil {
-			g.hot.picks[reason].Inc()
-		} else {
-			g.m.picks.WithLabelValues(g.cfg.cluster, reason.String()).Inc()
-		}
-		eng := rt.table.Engine(i)
-		ev.AdapterPlacement = schemas.AdapterPlacement_ADAPTER_PLACEMENT_UNSPECIFIED
-		if preq.Model != 0 {
-			if adapter, home := eng.State.AdapterHome(preq.Model); adapter {
-				placement := "elsewhere"
-				ev.AdapterPlacement = schemas.AdapterPlacement_ADAPTER_PLACEMENT_ELSEWHERE
-				if home {
-					placement = "home"
-					ev.AdapterPlacement = schemas.AdapterPlacement_ADAPTER_PLACEMENT_HOME
-				}
-				g.m.adapterPicks.WithLabelValues(g.cfg.cluster, placement).Inc()
-			}
-		}
-		ev.EngineId = eng.ID
-		ev.Attempts = uint32(attempt + 1)
-		ev.DecisionReason = reason.String()
-		if attempt > 0 {
-			ev.DecisionReason = "retry"
-		}
-		rtt := g.engineRTT(eng.State, eng.URL)
-		ft := firstToken{t: rt.table, i: i, tk: tk, rttMs: eng.RTTms, choices: body.choices}
-		if !(ft.rttMs > 0) {
-			ft.rttMs = ms(rtt)
-		}
-		began := g.cfg.now()
-		res := g.attemptBody(ctx, w, r, rt, eng, body, stream, strip, &ft, start)
-		tbot, e2e := 0.0, 0.0
-		if res.sse {
-			tbot = ms(res.tbot)
-		}
-		if res.complete && body.generates {
-			e2e = max(ms(g.cfg.now().Sub(began))-ft.rttMs, 0) // the engine's time on it
-		}
-		rt.table.Finished(i, tk, res.firstToken, tbot, e2e)
-		sampled := &res
-		if !body.generates {
-			// Only a refusal (saturated, timed out) is news of the
-			// engine's load: no latency sample.
-			sampled = &attemptResult{saturated: res.saturated, failReason: res.failReason}
-		}
-		g.admit.sample(eng, sampled, began, g.cfg.now(), time.Duration(ft.rttMs*float64(time.Millisecond))) // admission.go
-		rt.table.Done(i)
-		if rtt == 0 { // a first connection may have measured it
-			rtt = g.engineRTT(eng.State, eng.URL)
-		}
-		if res.status != 0 {
-			ev.Stream = res.sse
-		}
-		ev.TtftMs, ev.MeanTbotMs = ms(res.ttft), ms(res.tbot)
-		ev.NetworkRttMs, ev.EngineTtftMs = ms(rtt), 0
-		if res.firstToken && rtt > 0 {
-			ev.EngineTtftMs = max(ms(res.ttft-res.queued-rtt), 0)
-		}
-		ev.PromptTokens, ev.OutputTokens, ev.CachedTokens = res.usage.PromptTokens, res.usage.OutputTokens, res.usage.CachedTokens
-		// The picker's estimate when the engine took the request but no
-		// usage came (event.go).
-		ev.UsageEstimated = estimatePrompt(ev, &res, preq.PromptTokens, r.Context().Err() != nil)
-		g.noteAttempt(ev, eng.ID, &res, began, r.Context().Err() != nil) // event.go
-		if res.saturated && r.Context().Err() == nil {
-			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
-			g.outlier.Saturated(eng.State)
-		} else if res.failReason != "" && res.failReason != "drain_timeout" && r.Context().Err() == nil && !res.complete {
-			g.m.upstreamFails.WithLabelValues(g.cfg.cluster, res.failReason).Inc()
-			if res.failReason == "first_token_timeout" || res.failReason == "idle_timeout" {
-				g.outlier.Timeout(eng.State) // busy, not broken: a penalty, never an ejection
-			} else if g.outlier.Failure(eng.State, g.cfg.now()) {
-				g.m.ejections.WithLabelValues(g.cfg.cluster, eng.ID).Inc()
-				g.log.Warn("engine ejected", "engine", eng.ID)
-			}
-		} else if res.failReason == "" {
-			var ttft time.Duration // unknown without a streamed first token
-			if res.firstToken {
-				ttft = res.ttft - res.queued
-			}
-			g.outlier.Success(eng.State, ttft)
-		}
-		switch {
-		case res.complete:
-			return outcome{statusOK, res.status}
-		case r.Context().Err() != nil:
-			return outcome{statusCanceled, 499}
-		case res.committed && res.failReason != "":
-			return outcome{statusErr, res.status}
-		case res.committed && res.status >= 400:
-			return outcome{statusClientErr, res.status}
-		case res.committed:
-			return outcome{statusOK, res.status}
-		}
-		last = res
-	}
-	if last.saturated {
-		if last.retryAfter != "" {
-			w.Header().Set("Retry-After", last.retryAfter)
-		}
-		typ, code := typeRateLimit, "rate_limit_exceeded"
-		if last.status == http.StatusServiceUnavailable {
-			typ, code = typeUnavailable, "engine_overloaded"
-		}
-		writeError(w, last.status, typ, code, "", fmt.Sprintf("engine %s is saturated (status %d) and no other engine could take the request", ev.EngineId, last.status))
-		return outcome{statusErr, last.status}
-	}
-	if last.failReason == "drain_timeout" {
-		w.Header().Set("Connection", "close")
-		writeError(w, http.StatusServiceUnavailable, typeUnavailable, "gateway_shutdown", "", "gateway shutting down: the request outlived the drain timeout; retry the request")
-		return outcome{statusErr, http.StatusServiceUnavailable}
-	}
-	status, code := http.StatusBadGateway, "upstream_error"
-	if last.failReason == "first_token_timeout" {
-		status, code = http.StatusGatewayTimeout, "upstream_timeout"
-	}
-	// The client learns which engine failed and how (the fail reason),
-	// never the engine's address or the transport's error, which stay in
-	// the log.
-	msg := "no engine answered"
-	if last.failReason != "" {
-		msg = fmt.Sprintf("engine %s failed (%s) and no other engine could take the request", ev.EngineId, last.failReason)
-	}
-	if last.err != nil {
-		g.log.Debug("request failed", "engine", ev.EngineId, "reason", last.failReason, "err", last.err)
-	}
-	writeError(w, status, typeServer, code, "", msg)
-	return outcome{statusErr, status}
-}
-
-// attemptBody is attempt with the forwarded body, or the client's own
-// when the engine does not take the stream_options the gateway added:
-// known from an earlier refusal, or learned now from a 400 that names
-// them (then sent again at once with the client's body).
-func (g *Gateway) attemptBody(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body bodies, stream, strip bool, ft *firstToken, start time.Time) attemptResult {
-	if strip {
-		if _, no := g.noStreamOptions.Load(eng.State); no {
-			return g.attempt(ctx, w, r, rt, eng, body.own, stream, false, ft, start)
-		}
-	}
-	res := g.attempt(ctx, w, r, rt, eng, body.fwd, stream, strip, ft, start)
-	if res.usageRefused {
-		g.noStreamOptions.Store(eng.State, struct{}{})
-		g.log.Warn("engine refuses stream_options; relaying without usage", "engine", eng.ID)
-		res = g.attempt(ctx, w, r, rt, eng, body.own, stream, false, ft, start)
-	}
-	return res
-}
-
-// attemptResult says what one attempt did.
-type attemptResult struct {
-	committed  bool   // bytes reached the client: no retry possible
-	complete   bool   // the whole response (up to data: [DONE] or a Responses stream's last event) was relayed
-	status     int    // HTTP status sent (or received)
-	failReason string // "" unless the engine failed
-	err        error
-	ttft, tbot time.Duration // ttft only for a streamed response
-	firstToken bool          // a streamed output event arrived
-	sse        bool          // the response was an event stream
-	queued     time.Duration // time before this attempt started
-	drain      bool          // complete with the engine's response still open: drain it
-	usage      relay.Usage
-	saturated  bool // the engine answered 429 or 503
-	// usageRefused: the engine answered 400 naming stream_options, which
-	// the gateway added (strip): nothing was relayed.
-	usageRefused bool
-	retryAfter   string // its Retry-After
-}
-
 // upstreamURL is path on the engine at base: a base URL ending in /v1
 // is an OpenAI base URL, and the routes (/v1/... and the root ones such
 // as /tokenize) are the server's.
@@ -636,110 +272,15 @@ func upstreamURL(base, path string) string {
 	return base + path
 }
 
-// attempt sends body to eng and relays the answer; stream and strip as
-// in route.
-func (g *Gateway) attempt(ctx context.Context, w http.ResponseWriter, r *http.Request, rt *routing, eng *pick.Engine, body []byte, stream, strip bool, ft *firstToken, start time.Time) (res attemptResult) {
-	res.queued = g.cfg.now().Sub(start)
-	if ft != nil {
-		ft.queued = res.queued
-	}
-	// The upstream request follows the client (a client that leaves
-	// cancels it) but is not derived from its context: the tail of a
-	// stream that is complete at data: [DONE] is drained after the handler
-	// returned, which keeps the engine connection for reuse without making
-	// the client wait for it.
-	actx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	client := ctx // ctx is reassigned below; the AfterFunc may run at once
-	stopFollow := context.AfterFunc(client, func() { cancel(context.Cause(client)) })
-	// A stream still running at the drain timeout ends (drain.go).
-	stopCut := context.AfterFunc(g.cut, func() { cancel(relay.ErrDrain) })
-	var respBody io.ReadCloser
-	defer func() {
-		stopCut()
-		if res.drain && stopFollow() && g.drains.start() {
-			go g.drain(respBody, cancel)
-			return
-		}
-		stopFollow()
-		if respBody != nil {
-			respBody.Close()
-		}
-		cancel(nil)
-	}()
-	ctx, span := actx, trace.SpanFromContext(actx)
-	if g.tracing {
-		ctx, span = g.tracer.Start(actx, "switchyard.gateway.upstream", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("switchyard.engine", eng.ID)), trace.WithAttributes(serverAttributes(eng.URL)...))
-	}
-	defer span.End()
-	firstTimer := time.AfterFunc(g.cfg.firstTokenTimeout, func() { cancel(relay.ErrFirstToken) })
-	defer firstTimer.Stop()
-
-	resp, err := g.roundTrip(ctx, r, w, eng, body)
-	if err != nil {
-		res.failReason, res.err = relay.FailReason(actx, "connect"), fmt.Errorf("%s: %w", eng.ID, relay.CauseOr(actx, err))
-		span.SetStatus(codes.Error, res.failReason)
-		return res
-	}
-	respBody = resp.Body
-	res.status = resp.StatusCode
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		// The engine is saturated: try another one.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
-		res.saturated, res.retryAfter = true, resp.Header.Get("Retry-After")
-		res.failReason, res.err = "saturated", fmt.Errorf("status %d", resp.StatusCode)
-		span.SetStatus(codes.Error, res.failReason)
-		return res
-	case resp.StatusCode >= 500:
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBytes))
-		res.failReason, res.err = "status_5xx", fmt.Errorf("status %d", resp.StatusCode)
-		span.SetStatus(codes.Error, res.failReason)
-		return res
-	case resp.StatusCode >= 400:
-		// The request's fault: pass the engine's answer through, no retry.
-		b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
-		if err != nil {
-			res.failReason, res.err = relay.FailReason(actx, "stream"), relay.CauseOr(actx, err)
-			return res
-		}
-		if strip && (resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity) &&
-			bytes.Contains(b, []byte("stream_options")) {
-			res.usageRefused = true // our addition, not the client's fault
-			return res
-		}
-		g.setHeaders(w, resp, eng, rt)
-		if shaped, changed := openAIShaped(resp.StatusCode, b); changed {
-			b = shaped
-			w.Header()["Content-Type"] = jsonContentType
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = w.Write(b)
-		res.committed = true
-		return res
-	}
-	responses := r.URL.Path == pathResponses
-	// An event stream is relayed as one, whether or not the client's
-	// stream read as true: the engine judges the field.
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		g.relaySSE(actx, w, resp, eng, rt, start, firstTimer, cancel, strip, responses, ft, &res)
-	} else {
-		g.copyWhole(actx, w, resp, eng, rt, start, responses, &res)
-	}
-	if res.failReason != "" {
-		span.SetStatus(codes.Error, res.failReason)
-	}
-	return res
-}
-
-// roundTrip sends the request to eng: by the gateway's own client to a
-// plain-http engine, else by Config.Transport.
-func (g *Gateway) roundTrip(ctx context.Context, r *http.Request, w http.ResponseWriter, eng *pick.Engine, body []byte) (*http.Response, error) {
+// roundTrip sends the call's request, with body, to eng: by the
+// gateway's own client to a plain-http engine, else by Config.Transport.
+func (c *call) roundTrip(ctx context.Context, eng *pick.Engine, body []byte) (*http.Response, error) {
+	g, r, w := c.g, c.r, c.w
 	if g.client != nil {
 		if hp := g.client.Host(eng.URL); hp != nil {
 			rb := g.reqBufs.Get().(*reqBuf)
 			rb.b = rb.b[:0]
-			g.appendRequest(ctx, rb, hp, r, w, body)
+			c.appendRequest(ctx, rb, hp, body)
 			resp, err := g.client.Do(ctx, hp, rb.b)
 			if cap(rb.b) <= maxPooledRequest {
 				g.reqBufs.Put(rb)
@@ -788,7 +329,8 @@ func (rb *reqBuf) Set(key, value string) {
 // appendRequest appends the engine's HTTP/1.1 request: the same headers
 // as the net/http path (Content-Type, the forwarded client headers, the
 // request id, the trace context), then body.
-func (g *Gateway) appendRequest(ctx context.Context, rb *reqBuf, hp *engineclient.Host, r *http.Request, w http.ResponseWriter, body []byte) {
+func (c *call) appendRequest(ctx context.Context, rb *reqBuf, hp *engineclient.Host, body []byte) {
+	g, r, w := c.g, c.r, c.w
 	b := hp.AppendRequestLine(rb.b, r.Method, r.URL.EscapedPath())
 	b = append(b, "Content-Type: application/json\r\n"...)
 	if body != nil {
@@ -841,70 +383,6 @@ func (g *Gateway) drain(body io.ReadCloser, cancel context.CancelCauseFunc) {
 	cancel(nil)
 }
 
-func (g *Gateway) setHeaders(w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing) {
-	h := w.Header()
-	if ct := resp.Header["Content-Type"]; len(ct) > 0 && ct[0] != "" {
-		h["Content-Type"] = ct[:1]
-	}
-	h.Set(HeaderEngine, eng.ID)
-	h[HeaderSnapshot] = rt.versionHeader
-}
-
-// copyWhole relays a non-streaming response, read whole first so that a
-// failure before its end can still be retried.
-// A Responses API response (responses) has its own usage object.
-func (g *Gateway) copyWhole(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, responses bool, res *attemptResult) {
-	b, err := io.ReadAll(io.LimitReader(resp.Body, relay.MaxResponseBytes))
-	if err != nil {
-		res.failReason, res.err = relay.FailReason(ctx, "stream"), relay.CauseOr(ctx, err)
-		return
-	}
-	// No TTFT: a whole response tells the time to its end only.
-	if bytes.Contains(b, []byte(`"usage"`)) {
-		if responses {
-			res.usage.SetResponse(b)
-		} else {
-			res.usage.Set(b)
-		}
-	}
-	g.setHeaders(w, resp, eng, rt)
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(b)
-	res.committed, res.complete = true, true
-}
-
-// relaySSE relays an event stream (see relay.Stream.Relay); responses: a
-// Responses API stream.
-func (g *Gateway) relaySSE(ctx context.Context, w http.ResponseWriter, resp *http.Response, eng *pick.Engine, rt *routing, start time.Time, firstTimer *time.Timer, cancel context.CancelCauseFunc, strip, responses bool, ft *firstToken, res *attemptResult) {
-	bp := g.bufs.Get().(*[]byte)
-	defer g.bufs.Put(bp)
-	st := relay.Stream{
-		Now:         g.cfg.now,
-		Start:       start,
-		Status:      resp.StatusCode,
-		IdleTimeout: g.cfg.idleTimeout,
-		Cancel:      cancel,
-		FirstToken:  firstTimer,
-		Buf:         *bp,
-		StripUsage:  strip,
-		Responses:   responses,
-		Choices:     1,
-	}
-	if ft != nil {
-		st.Choices = max(ft.choices, 1)
-	}
-	var first func(time.Duration)
-	if ft != nil {
-		first = ft.firstToken
-	}
-	r := st.Relay(ctx, w, resp.Body, func(http.Header) { g.setHeaders(w, resp, eng, rt) }, first)
-	res.committed, res.complete, res.drain = r.Committed, r.Complete, r.Drain
-	res.failReason, res.err = r.FailReason, r.Err
-	res.ttft, res.tbot, res.usage = r.TTFT, r.TBOT, r.Usage
-	res.sse, res.firstToken = true, r.FirstToken
-}
-
 func (g *Gateway) serveModels(w http.ResponseWriter, r *http.Request) {
 	setRequestID(w, r)
 	if r.Method != http.MethodGet {
@@ -934,6 +412,7 @@ func (g *Gateway) askModels(w http.ResponseWriter, r *http.Request) {
 	}
 	var tried [DefaultMaxAttempts]int32
 	preq := pick.Request{Key: rand.Uint64()}
+	c := call{g: g, w: w, r: r, versionHeader: rt.versionHeader}
 	for n := 0; n < g.cfg.maxAttempts; n++ {
 		preq.NowMs = g.cfg.now().UnixMilli()
 		i, _, tk := rt.table.PickRequest(&preq, tried[:n])
@@ -941,10 +420,12 @@ func (g *Gateway) askModels(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		tried[n] = int32(i)
-		res := g.attempt(r.Context(), w, r, rt, rt.table.Engine(i), nil, false, false, nil, g.cfg.now())
+		a := try{eng: rt.table.Engine(i)} // no body, no first token to tell
+		c.start = g.cfg.now()
+		c.send(r.Context(), &a) // call.go
 		rt.table.Finished(i, tk, false, 0, 0)
 		rt.table.Done(i)
-		if res.committed || r.Context().Err() != nil {
+		if a.res.committed || r.Context().Err() != nil {
 			return
 		}
 	}
