@@ -411,3 +411,48 @@ func TestBlockMemoryHoldsHalfItsBucketsInBlocks(t *testing.T) {
 		t.Fatalf("%.3f of %d blocks still found, want at least 0.95", got, n)
 	}
 }
+
+// TestStrictRuleFromTheSecondRequestAndAnyWaitOrLoad: the key's own
+// engine, 0.5-10 ms slower than the other (within the tolerance), loses
+// the key when it is strict: from its second request in flight past its
+// share (the first never is), with a slot wait of any length (0.5 ms),
+// or when it would load the request's adapter at any cost (0.5 ms).
+func TestStrictRuleFromTheSecondRequestAndAnyWaitOrLoad(t *testing.T) {
+	const ada = 0xada1
+	for _, tc := range []struct {
+		name     string
+		inflight int // on each engine
+		setup    func(tb *Table)
+		model    uint64
+		want     string
+	}{
+		{"the first request in flight", 0, func(tb *Table) {
+			tb.Engine(0).State.SetForeignPrefill(200) // 10 ms
+		}, 0, "e0"},
+		// 1 in flight: e0's next is its 2nd > 0.5·2·1.25.
+		{"the second request in flight", 0, func(tb *Table) {
+			tb.Engine(0).State.SetForeignPrefill(200)
+			tb.Engine(0).State.tryAcquire()
+		}, 0, "e1"},
+		// 4 batch slots, all taken: the next waits 2 ms (a request) / 4.
+		{"a 0.5 ms slot wait", 4, func(tb *Table) {
+			tb.engines[0].Slots = 4
+			for range 20 {
+				tb.Finished(0, Ticket{AtMs: 0}, true, 0, 2)
+			}
+		}, 0, "e1"},
+		{"a 0.5 ms adapter load", 2, func(tb *Table) {
+			tb.pool.SetAdapters(tb.Engine(0).State, 0xba5e, nil, 2, 1)
+			tb.pool.SetAdapters(tb.Engine(1).State, 0xba5e, []uint64{ada}, 2, 1)
+		}, ada, "e1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb, key := termTable(t, twoSpecs(), Options{Floor: 100, AdapterColdMs: 0.5}, tc.inflight)
+			tc.setup(tb)
+			id, _, tk := pickOnce(t, tb, Request{Key: key, PromptTokens: 100, Model: tc.model, NowMs: 1})
+			if id != tc.want {
+				t.Fatalf("went to %s (score %v), want %s", id, tk.Score, tc.want)
+			}
+		})
+	}
+}
