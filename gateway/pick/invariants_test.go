@@ -319,11 +319,11 @@ func TestTBOTModelKeepsItsEnvelopeUntilStale(t *testing.T) {
 	}
 	// A sample 30 s after the last, when the model is still current,
 	// goes on from it.
-	edge := int64(at + 39_000 + modelStaleMs)
+	edge := int64(at + 39_000 + 30_000)
 	if m.observeTBOT(200, edge); m.params(edge).d > 60 {
 		t.Fatalf("a sample 30 s after the last restarted TBOT at %v ms; want it near 20", m.params(edge).d)
 	}
-	late := edge + modelStaleMs + 1
+	late := edge + 30_001
 	if m.params(late).knownD {
 		t.Fatal("TBOT model used with no sample for 30 s")
 	}
@@ -454,5 +454,25 @@ func TestStrictRuleFromTheSecondRequestAndAnyWaitOrLoad(t *testing.T) {
 				t.Fatalf("went to %s (score %v), want %s", id, tk.Score, tc.want)
 			}
 		})
+	}
+}
+
+// TestFirstTokenSampleWithNoWorkAheadCounts: a request with no prefill
+// work ahead of it (its prompt cached, nothing queued) teaches the
+// model its intercept; a sample with negative, NaN or infinite work or
+// time is ignored, whatever the other value.
+func TestFirstTokenSampleWithNoWorkAheadCounts(t *testing.T) {
+	var m model
+	for range modelMinSamples {
+		m.observeFirstToken(0, 40, 1000)
+	}
+	if x := m.params(1000); !x.known || x.a != 40 || x.p != 0 {
+		t.Fatalf("after %d samples with no work ahead: a=%v p=%v known=%v, want 40, 0, true", modelMinSamples, x.a, x.p, x.known)
+	}
+	for _, bad := range [][2]float64{{-1, 50}, {math.NaN(), 50}, {math.Inf(1), 50}, {100, -1}, {100, math.NaN()}, {100, math.Inf(1)}} {
+		m.observeFirstToken(bad[0], bad[1], 1000)
+		if x := m.params(1000); x.a != 40 || x.p != 0 {
+			t.Fatalf("after a sample of work %v, TTFT %v: a=%v p=%v, want 40, 0 (the sample ignored)", bad[0], bad[1], x.a, x.p)
+		}
 	}
 }
