@@ -459,8 +459,9 @@ func TestStrictRuleFromTheSecondRequestAndAnyWaitOrLoad(t *testing.T) {
 
 // TestFirstTokenSampleWithNoWorkAheadCounts: a request with no prefill
 // work ahead of it (its prompt cached, nothing queued) teaches the
-// model its intercept; a sample with negative, NaN or infinite work or
-// time is ignored, whatever the other value.
+// model its intercept, as does a TTFT of 0 or under a millisecond; a
+// sample with negative, NaN or infinite work or time is ignored,
+// whatever the other value.
 func TestFirstTokenSampleWithNoWorkAheadCounts(t *testing.T) {
 	var m model
 	for range modelMinSamples {
@@ -468,6 +469,17 @@ func TestFirstTokenSampleWithNoWorkAheadCounts(t *testing.T) {
 	}
 	if x := m.params(1000); !x.known || x.a != 40 || x.p != 0 {
 		t.Fatalf("after %d samples with no work ahead: a=%v p=%v known=%v, want 40, 0, true", modelMinSamples, x.a, x.p, x.known)
+	}
+	// Engine-side TTFTs of 0 and under a millisecond (the gateway's TTFT
+	// less the round trip) count as well.
+	for _, ttft := range []float64{0, 0.5} {
+		var fast model
+		for range modelMinSamples {
+			fast.observeFirstToken(0, ttft, 1000)
+		}
+		if x := fast.params(1000); !x.known || x.a != ttft {
+			t.Fatalf("after %d samples of TTFT %v ms: a=%v known=%v, want %v, true", modelMinSamples, ttft, x.a, x.known, ttft)
+		}
 	}
 	for _, bad := range [][2]float64{{-1, 50}, {math.NaN(), 50}, {math.Inf(1), 50}, {100, -1}, {100, math.NaN()}, {100, math.Inf(1)}} {
 		m.observeFirstToken(bad[0], bad[1], 1000)
