@@ -297,7 +297,7 @@ func (t *Table) collect(r *Request, exclude []int32, c []scored) ([]scored, bool
 	sticky := false
 	if mem := t.mem; mem != nil {
 		if id, st := mem.lastEngine(r.Key, stampOf(r.NowMs)); id > 0 && int(id) <= len(t.byPool) {
-			if i := t.byPool[id-1]; i >= 0 && t.engines[i].State.fresh(st) && t.acceptable(i, h, tot, t.affinityGrow(i, grow), exclude) {
+			if i := t.byPool[id-1]; i >= 0 && t.engines[i].State.fresh(st, r.NowMs) && t.acceptable(i, h, tot, t.affinityGrow(i, grow), exclude) {
 				c = add(c, i)
 				sticky = true
 			}
@@ -560,7 +560,7 @@ func (t *Table) cached(r *Request, c []scored) {
 			break
 		}
 		for k := range c {
-			if (e0 == ids[k] && sts[k].holds(s0, now)) || (e1 == ids[k] && sts[k].holds(s1, now)) {
+			if (e0 == ids[k] && sts[k].holds(s0, r.NowMs)) || (e1 == ids[k] && sts[k].holds(s1, r.NowMs)) {
 				c[k].uncached = int64((b + 1) * r.BlockTokens)
 			}
 		}

@@ -30,7 +30,7 @@ type State struct {
 	prefill  atomic.Int64 // this gateway's queued prefill tokens (requests with no first token yet)
 	model    model
 
-	forgot atomic.Int64 // stamp+1 of the last Forget, 0: never
+	forgot atomic.Int64 // nowMs/stampMs+1 of the last Forget (not wrapped), 0: never
 	// foreign is the prefill tokens other gateways report queued on the
 	// engine (SetForeignPrefill); residency how long, in seconds, a
 	// prefix stays in the engine's cache (SetCacheResidency; 0: unknown).
@@ -86,19 +86,23 @@ func (s *State) CacheResidency() int64 { return s.residency.Load() }
 // comes back with a cold cache) and its latency model. nowMs is the
 // caller's clock, as in Request.NowMs.
 func (s *State) Forget(nowMs int64) {
-	s.forgot.Store(int64(stampOf(nowMs)) + 1)
+	s.forgot.Store(nowMs/stampMs + 1)
 	s.model.forget()
 }
 
-// fresh reports whether a memory entry stamped st was made after the
-// engine's last Forget (within half the stamp range, which wraps).
-func (s *State) fresh(st uint64) bool {
+// fresh reports whether a memory entry stamped st, looked up at nowMs,
+// was made after the engine's last Forget. The memory returns only
+// entries younger than its TTL, far less than the stamps' wrap (18.2 h),
+// so the entry's age from now is exact, and the Forget's time is kept
+// unwrapped: a Forget any time ago never makes a later entry look older.
+func (s *State) fresh(st uint64, nowMs int64) bool {
 	f := s.forgot.Load()
 	if f == 0 {
 		return true
 	}
-	d := (st - uint64(f-1)) & (1<<stampBits - 1)
-	return d > 0 && d < 1<<(stampBits-1)
+	now := nowMs / stampMs
+	age := int64((uint64(now) - st) & (1<<stampBits - 1))
+	return now-age > f-1
 }
 
 // Model returns what the gateway has learned of the engine as of nowMs:
@@ -202,13 +206,13 @@ func (s *State) tryAcquireBeyond() bool {
 	return true
 }
 
-// holds reports whether a memory entry stamped st (now being the current
-// stamp) still counts as cached on the engine: made after its last
-// Forget and, when the cache residency is known, no older than it.
-func (s *State) holds(st, now uint64) bool {
-	if !s.fresh(st) {
+// holds reports whether a memory entry stamped st, looked up at nowMs,
+// still counts as cached on the engine: made after its last Forget and,
+// when the cache residency is known, no older than it.
+func (s *State) holds(st uint64, nowMs int64) bool {
+	if !s.fresh(st, nowMs) {
 		return false
 	}
 	r := s.residency.Load()
-	return r <= 0 || int64((now-st)&(1<<stampBits-1)) <= r
+	return r <= 0 || int64((stampOf(nowMs)-st)&(1<<stampBits-1)) <= r
 }

@@ -404,3 +404,32 @@ func TestPrefixCreditEndsWithResidencyAndForget(t *testing.T) {
 		})
 	}
 }
+
+// TestForgetLongAgoLeavesLaterPrefixesCredited: an engine forgotten once
+// (it went down and came back) is credited with what it was sent later,
+// however long after: the memory's 16-bit stamps wrap every 18.2 hours,
+// and a Forget compared by its wrapped stamp made every entry of the
+// second half of each wrap look older than it (no prefix credit, no key
+// affinity for 9.1 hours of every 18.2).
+func TestForgetLongAgoLeavesLaterPrefixesCredited(t *testing.T) {
+	chain := prefixChain(100)
+	for _, afterMs := range []int64{10 * 3600_000, 18*3600_000 + 1000_000, 30 * 3600_000} {
+		t.Run(fmt.Sprintf("%dh", afterMs/3600_000), func(t *testing.T) {
+			tb := mustBuild(t, NewPool(), specs(1, func(int) float64 { return 1 }), Options{})
+			st := tb.Engine(0).State
+			st.Forget(1_000)
+			sent := 1_000 + afterMs
+			tb.remember(&Request{Key: hashkey.Mix(0xb10c), Blocks: chain, BlockTokens: 64, NowMs: sent}, st)
+			_, _, tk := pickOnce(t, tb, Request{Key: 7, PromptTokens: 6464, Blocks: chain, BlockTokens: 64, NowMs: sent + 5_000})
+			if tk.Uncached != 64 {
+				t.Fatalf("%d tokens uncached, want 64: the prefix sent %d h after the Forget is not credited", tk.Uncached, afterMs/3600_000)
+			}
+			if !st.fresh(stampOf(sent), sent+5_000) {
+				t.Fatal("an entry made after the Forget reads as older than it")
+			}
+			if st.fresh(stampOf(900), 1_500) {
+				t.Fatal("an entry made before the Forget reads as fresh")
+			}
+		})
+	}
+}
