@@ -651,6 +651,7 @@ func (c *call) relayRefusal(ctx context.Context, a *try, resp *http.Response) {
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBytes))
 	if err != nil {
 		res.failReason, res.err = relay.FailReason(ctx, "stream"), relay.CauseOr(ctx, err)
+		a.span.SetStatus(codes.Error, res.failReason) // as every other failed attempt
 		return
 	}
 	if a.strip && (resp.StatusCode == http.StatusBadRequest || resp.StatusCode == http.StatusUnprocessableEntity) &&

@@ -1,9 +1,15 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/codes"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -96,4 +102,53 @@ func FuzzParseEngines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestUpstreamSpanMarksAnUnreadableRefusal: an engine's 4xx whose body
+// breaks off before its declared length fails the attempt (502 to the
+// client), and the attempt's client span says so, as for every other
+// failed attempt.
+func TestUpstreamSpanMarksAnUnreadableRefusal(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				_, _ = io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"error\":")
+			}()
+		}
+	}()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	_, base := startGateway(t, Engines(StaticEngine{ID: "a", URL: "http://" + ln.Addr().String()}), TracerProvider(tp), HealthInterval(-1))
+	if s, _, body := post(t, context.Background(), base, chatBody(true, "x"), nil); s != http.StatusBadGateway {
+		t.Fatalf("%d %s, want 502", s, body)
+	}
+	var failed int
+	for _, s := range rec.Ended() {
+		if s.Name() == "switchyard.gateway.upstream" {
+			if s.Status().Code != codes.Error {
+				t.Errorf("upstream span status %v, want Error", s.Status())
+			}
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no upstream span")
+	}
 }
