@@ -119,3 +119,24 @@ func TestReplacedLogCounts(t *testing.T) {
 		t.Errorf("record 1 of the replaced log delivered again: outcome %d, want Replayed", out)
 	}
 }
+
+// TestReplacedLogOfOneRecordCounts: a replaced log that holds exactly
+// one record (its end is 1) is replaced too: that record is new.
+func TestReplacedLogOfOneRecordCounts(t *testing.T) {
+	topics := streams.TopicsFor("replaced1")
+	core, err := NewCore(topics, window.Spec{Size: 2 * time.Second, Slide: 2 * time.Second, AllowedLateness: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(i int, off int64) *kgo.Record {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		return &kgo.Record{Topic: topics.RoutingEvents, Offset: off, Value: mustMarshal(routing("us", "e1", at, i)), Timestamp: at}
+	}
+	for i := range 5 {
+		core.Handle(rec(i, int64(i)))
+	}
+	core.SetEnd(topics.RoutingEvents, 0, 1)
+	if out, _ := core.Handle(rec(5, 0)); out != Accepted {
+		t.Errorf("the one record of the replaced log: outcome %d, want Accepted", out)
+	}
+}
