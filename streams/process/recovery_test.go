@@ -192,3 +192,25 @@ func TestRestartedStaticMemberTakesOver(t *testing.T) {
 	testenv.Eventually(t, 15*time.Second, func() bool { return next.Stats().RoutingEventsConsumed == 40 }, "restarted processor counted the 40 new events")
 	t.Logf("restarted static member had every partition %v after the first stopped", time.Since(gone))
 }
+
+// TestFutureRecordSaysHowFarBeyondTheLimit: the dead-letter reason of a
+// future-dated record says how far its event time is beyond the clock
+// plus the allowed skew, so an operator can tell a skewed clock from a
+// forged time.
+func TestFutureRecordSaysHowFarBeyondTheLimit(t *testing.T) {
+	topics := streams.TopicsFor("fut2")
+	core, err := NewCore(topics, window.Spec{Size: 10 * time.Second, Slide: 5 * time.Second, AllowedLateness: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(20 * time.Second)
+	core.SetClock(now, 30*time.Second)
+	b, err := proto.Marshal(routing("us", "e1", now.Add(4*time.Minute), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, reason := core.Handle(&kgo.Record{Topic: topics.RoutingEvents, Value: b, Timestamp: now})
+	if want := "is 3m30s ahead of the processor's clock plus the allowed skew"; out != DeadLettered || !strings.Contains(reason, want) {
+		t.Fatalf("future record: %v %q, want dead-lettered saying %q", out, reason, want)
+	}
+}
