@@ -286,3 +286,49 @@ func TestCommandDefaultsAreTheConfigDefaults(t *testing.T) {
 		t.Errorf("flag defaults give %s %+v, a zero Config %s %+v", got.Instance, *got.Processor, want.Instance, *want.Processor)
 	}
 }
+
+// TestInstancePartitionInPollsWithoutRecordsIsStalled: a partition that
+// comes in every poll with no record of its own (a fetch keeps its empty
+// partitions beside the others') delivers nothing: once it has had
+// unread records and no record for stalledAfter it is released, while
+// its neighbour keeps delivering.
+func TestInstancePartitionInPollsWithoutRecordsIsStalled(t *testing.T) {
+	cfg := partitionedConfig("emptypolls")
+	in, err := newPartitioned(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.stalledAfter = 20 * time.Millisecond
+	in.nextPublish = time.Now().Add(time.Hour) // nothing to publish: no client needed
+	topics := in.topics
+	idle, busy := tp{topics.RoutingEvents, 1}, tp{topics.RoutingEvents, 2}
+	shard := func(k tp) *shard {
+		s, err := newShard(topics, cfg.Spec(), k.Topic, k.Partition)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.shards[k] = &instShard{s: s, fetched: true}
+		return s
+	}
+	sIdle := shard(idle)
+	shard(busy)
+	if err := in.handle(context.Background(), nil, nil, oneRecordFetch(routingRec(topics, idle.Partition, 0, time.Now().Add(-time.Second), 0), 1_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	if !sIdle.Pending() {
+		t.Fatal("the idle partition has no unread records after its first")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; sIdle.Pending() && time.Now().Before(deadline); i++ {
+		fetch := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: topics.RoutingEvents, Partitions: []kgo.FetchPartition{
+			{Partition: idle.Partition, HighWatermark: 1_000_000},
+			{Partition: busy.Partition, HighWatermark: 1_000_000, Records: []*kgo.Record{routingRec(topics, busy.Partition, int64(i), time.Now().Add(-time.Second), i)}},
+		}}}}}
+		if err := in.handle(context.Background(), nil, nil, fetch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sIdle.Pending() {
+		t.Fatal("a partition in every poll with no records of its own was never released as stalled")
+	}
+}
