@@ -93,11 +93,11 @@ func TestRedeliveredRecordsCountOnce(t *testing.T) {
 	}
 }
 
-// TestReplacedLogCounts: a log end below the offset already handled means
-// the partition's log was replaced (brokers restarted without their data),
-// so its records, from offset 0 again, are new and count.
-func TestReplacedLogCounts(t *testing.T) {
-	topics := streams.TopicsFor("replaced")
+// replacedLogCore is a core of 2-s windows over topics named for name,
+// and rec the routing event i (100 ms apart) at offset off of partition 0.
+func replacedLogCore(t *testing.T, name string) (*Core, streams.Topics, func(i int, off int64) *kgo.Record) {
+	t.Helper()
+	topics := streams.TopicsFor(name)
 	core, err := NewCore(topics, window.Spec{Size: 2 * time.Second, Slide: 2 * time.Second, AllowedLateness: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +106,14 @@ func TestReplacedLogCounts(t *testing.T) {
 		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
 		return &kgo.Record{Topic: topics.RoutingEvents, Offset: off, Value: mustMarshal(routing("us", "e1", at, i)), Timestamp: at}
 	}
+	return core, topics, rec
+}
+
+// TestReplacedLogCounts: a log end below the offset already handled means
+// the partition's log was replaced (brokers restarted without their data),
+// so its records, from offset 0 again, are new and count.
+func TestReplacedLogCounts(t *testing.T) {
+	core, topics, rec := replacedLogCore(t, "replaced")
 	for i := range 10 {
 		core.Handle(rec(i, int64(i)))
 	}
@@ -123,15 +131,7 @@ func TestReplacedLogCounts(t *testing.T) {
 // TestReplacedLogOfOneRecordCounts: a replaced log that holds exactly
 // one record (its end is 1) is replaced too: that record is new.
 func TestReplacedLogOfOneRecordCounts(t *testing.T) {
-	topics := streams.TopicsFor("replaced1")
-	core, err := NewCore(topics, window.Spec{Size: 2 * time.Second, Slide: 2 * time.Second, AllowedLateness: time.Second}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := func(i int, off int64) *kgo.Record {
-		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		return &kgo.Record{Topic: topics.RoutingEvents, Offset: off, Value: mustMarshal(routing("us", "e1", at, i)), Timestamp: at}
-	}
+	core, topics, rec := replacedLogCore(t, "replaced1")
 	for i := range 5 {
 		core.Handle(rec(i, int64(i)))
 	}

@@ -183,25 +183,38 @@ func TestPartitionDeliveringOneRecordPerPollIsNotStalled(t *testing.T) {
 	}
 }
 
-// TestInstancePartitionDeliveringRecordsIsNotStalled: an instance
-// releases an owned partition with unread records only once it has
-// delivered nothing for stalledAfter; one that delivers records every
-// poll keeps holding the watermark for longer than that.
-func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
-	cfg := partitionedConfig("delivering")
+// stallingInstance is a partitioned instance for topics named for name
+// that counts a partition stalled after 20 ms and publishes nothing (no
+// client needed), and own, which gives it a new shard of partition k.
+func stallingInstance(t *testing.T, name string) (*instance, func(k tp) *shard) {
+	t.Helper()
+	cfg := partitionedConfig(name)
 	in, err := newPartitioned(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in.stalledAfter = 20 * time.Millisecond
-	in.nextPublish = time.Now().Add(time.Hour) // nothing to publish: no client needed
+	in.nextPublish = time.Now().Add(time.Hour)
+	own := func(k tp) *shard {
+		s, err := newShard(in.topics, cfg.Spec(), k.Topic, k.Partition)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.shards[k] = &instShard{s: s, fetched: true}
+		return s
+	}
+	return in, own
+}
+
+// TestInstancePartitionDeliveringRecordsIsNotStalled: an instance
+// releases an owned partition with unread records only once it has
+// delivered nothing for stalledAfter; one that delivers records every
+// poll keeps holding the watermark for longer than that.
+func TestInstancePartitionDeliveringRecordsIsNotStalled(t *testing.T) {
+	in, own := stallingInstance(t, "delivering")
 	topics := in.topics
 	k := tp{topics.RoutingEvents, 1}
-	s, err := newShard(topics, cfg.Spec(), k.Topic, k.Partition)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.shards[k] = &instShard{s: s, fetched: true}
+	s := own(k)
 	start := time.Now()
 	for i := 0; time.Since(start) < 5*in.stalledAfter; i++ { // records flow for 5x stalledAfter
 		rec := routingRec(topics, k.Partition, int64(i), time.Now().Add(-time.Second), i)
@@ -293,25 +306,11 @@ func TestCommandDefaultsAreTheConfigDefaults(t *testing.T) {
 // unread records and no record for stalledAfter it is released, while
 // its neighbour keeps delivering.
 func TestInstancePartitionInPollsWithoutRecordsIsStalled(t *testing.T) {
-	cfg := partitionedConfig("emptypolls")
-	in, err := newPartitioned(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.stalledAfter = 20 * time.Millisecond
-	in.nextPublish = time.Now().Add(time.Hour) // nothing to publish: no client needed
+	in, own := stallingInstance(t, "emptypolls")
 	topics := in.topics
 	idle, busy := tp{topics.RoutingEvents, 1}, tp{topics.RoutingEvents, 2}
-	shard := func(k tp) *shard {
-		s, err := newShard(topics, cfg.Spec(), k.Topic, k.Partition)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in.shards[k] = &instShard{s: s, fetched: true}
-		return s
-	}
-	sIdle := shard(idle)
-	shard(busy)
+	sIdle := own(idle)
+	own(busy)
 	if err := in.handle(context.Background(), nil, nil, oneRecordFetch(routingRec(topics, idle.Partition, 0, time.Now().Add(-time.Second), 0), 1_000_000)); err != nil {
 		t.Fatal(err)
 	}
